@@ -1,0 +1,220 @@
+"""The clients agents hold: :class:`Client` for threads and scripts, :class:`AsyncClient` for asyncio.
+
+Both share one background :class:`~gz_ia.client._sender.Sender`. ``log()`` builds and encodes the
+event on the caller's thread (a few microseconds) and hands it over; ``send()`` additionally waits
+for the collector's verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from . import env
+from ._sender import Sender, SenderStats, Verdict
+from .errors import CollectorUnavailable
+from .schema import AttrValue, LogEvent, Stage, Status
+
+__all__ = ["AsyncClient", "Client"]
+
+_encoder: Final = msgspec.msgpack.Encoder()
+
+
+def build_event(
+    *,
+    session_id: str,
+    action: str,
+    stage: Stage | str,
+    agent: str,
+    status: Status | str = Status.OK,
+    role: str | None = None,
+    parent_session_id: str | None = None,
+    duration_ms: int | None = None,
+    error: str | None = None,
+    attrs: dict[str, AttrValue] | None = None,
+    timestamp: datetime | None = None,
+) -> LogEvent:
+    """Build a :class:`LogEvent`, stamping it now (UTC) unless ``timestamp`` is given.
+
+    Raises:
+        ValueError: ``stage`` or ``status`` is not a known value, or FAILED comes without ``error``.
+    """
+    return LogEvent(
+        timestamp=timestamp if timestamp is not None else datetime.now(UTC),
+        session_id=session_id,
+        parent_session_id=parent_session_id,
+        action=action,
+        stage=Stage(stage),
+        status=Status(status),
+        agent=agent,
+        role=role,
+        duration_ms=duration_ms,
+        error=error,
+        attrs=attrs,
+    )
+
+
+class Client:
+    """Send stage events to the collector without ever blocking or crashing the agent.
+
+    Args:
+        socket_path: collector socket; default :func:`gz_ia.client.env.default_socket_path`.
+        root: session root; default :func:`gz_ia.client.env.find_root`.
+        max_events: events kept while the collector is away (oldest dropped first, counted).
+        max_bytes: bound on the encoded size of those events.
+        raise_on_error: raise ``ValueError`` from :meth:`log` for an event that cannot be built,
+            instead of counting it in ``stats().invalid``.
+    """
+
+    enabled: Final = True
+
+    def __init__(
+        self,
+        *,
+        socket_path: str | Path | None = None,
+        root: str | Path | None = None,
+        max_events: int = 10_000,
+        max_bytes: int = 8 << 20,
+        connect_timeout: float = 1.0,
+        raise_on_error: bool = False,
+    ) -> None:
+        self._sender = Sender(
+            Path(socket_path) if socket_path is not None else env.default_socket_path(),
+            Path(root).absolute() if root is not None else env.find_root(),
+            max_events=max_events,
+            max_bytes=max_bytes,
+            connect_timeout=connect_timeout,
+        )
+        self._raise_on_error = raise_on_error
+
+    @property
+    def socket_path(self) -> Path:
+        """The socket this client sends to."""
+        return self._sender.socket_path
+
+    @property
+    def root(self) -> Path:
+        """The session root named in the handshake."""
+        return self._sender.root
+
+    def emit(self, event: LogEvent) -> None:
+        """Queue a built event for delivery; returns at once."""
+        self._sender.submit(_encoder.encode(event))
+
+    def log(
+        self,
+        *,
+        session_id: str,
+        action: str,
+        stage: Stage | str,
+        agent: str,
+        status: Status | str = Status.OK,
+        role: str | None = None,
+        parent_session_id: str | None = None,
+        duration_ms: int | None = None,
+        error: str | None = None,
+        attrs: dict[str, AttrValue] | None = None,
+    ) -> None:
+        """Queue one event for delivery; returns at once and never raises because of delivery."""
+        try:
+            event = build_event(
+                session_id=session_id,
+                action=action,
+                stage=stage,
+                agent=agent,
+                status=status,
+                role=role,
+                parent_session_id=parent_session_id,
+                duration_ms=duration_ms,
+                error=error,
+                attrs=attrs,
+            )
+        except (ValueError, TypeError) as exc:
+            if self._raise_on_error:
+                raise
+            self._sender.count_invalid(exc)
+            return
+        self._sender.submit(_encoder.encode(event))
+
+    def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
+        """Queue ``event`` and return a future of the collector's verdict."""
+        future: concurrent.futures.Future[Verdict] = concurrent.futures.Future()
+        self._sender.submit(_encoder.encode(event), future)
+        return future
+
+    def send(self, event: LogEvent, *, timeout: float = 5.0) -> Verdict:
+        """Deliver ``event`` and wait for the collector's verdict.
+
+        Raises:
+            EventRejected: the collector refused the event (``.reason``, ``.detail``).
+            CollectorUnavailable: no collector answered within ``timeout`` seconds; the event stays
+                queued and is delivered if the collector comes back while this client lives.
+        """
+        future = self.send_future(event)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError as exc:
+            raise CollectorUnavailable(
+                f"no verdict from the collector within {timeout:g} s", socket_path=str(self.socket_path)
+            ) from exc
+
+    def flush(self, timeout: float | None = 5.0) -> bool:
+        """Wait until every queued event has a verdict; False if ``timeout`` ran out first."""
+        return self._sender.flush(timeout)
+
+    def close(self, timeout: float | None = 2.0) -> None:
+        """Flush for at most ``timeout`` seconds and stop the background thread."""
+        self._sender.close(timeout)
+
+    def stats(self) -> SenderStats:
+        """Counters: queued, unacknowledged, accepted, rejected, dropped, invalid, reconnects."""
+        return self._sender.stats()
+
+
+class AsyncClient:
+    """The asyncio face of :class:`Client`: ``log()`` as before, awaitable ``send()`` and ``flush()``.
+
+    The socket work still happens on the client's sender thread, so an event loop is never blocked
+    by logging.
+    """
+
+    enabled: Final = True
+
+    def __init__(
+        self,
+        client: Client | None = None,
+        *,
+        socket_path: str | Path | None = None,
+        root: str | Path | None = None,
+    ) -> None:
+        self.sync = client if client is not None else Client(socket_path=socket_path, root=root)
+        # Queuing never blocks, so the synchronous calls serve the event loop as they are.
+        self.log = self.sync.log
+        self.emit = self.sync.emit
+
+    async def send(self, event: LogEvent, *, timeout: float = 5.0) -> Verdict:
+        """Deliver ``event`` and await the verdict (see :meth:`Client.send`)."""
+        future = asyncio.wrap_future(self.sync.send_future(event))
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError as exc:
+            raise CollectorUnavailable(
+                f"no verdict from the collector within {timeout:g} s", socket_path=str(self.sync.socket_path)
+            ) from exc
+
+    async def flush(self, timeout: float | None = 5.0) -> bool:
+        """Await delivery of everything queued, without blocking the event loop."""
+        return await asyncio.to_thread(self.sync.flush, timeout)
+
+    async def aclose(self, timeout: float | None = 2.0) -> None:
+        """Flush and stop, without blocking the event loop."""
+        await asyncio.to_thread(self.sync.close, timeout)
+
+    def stats(self) -> SenderStats:
+        """Counters of the underlying client."""
+        return self.sync.stats()

@@ -1,0 +1,310 @@
+"""Scopes: attribution set once (session, agent, role), never repeated at call sites.
+
+A :class:`SessionScope` names a session and its agent; an :class:`ActionScope` inside it emits READ
+on entry, PENDING when the code says so, and FINISH on exit (OK with the measured ``duration_ms``, or
+FAILED with the exception as ``error``, which is re-raised). ``subagent()`` opens a child session that
+names its parent. The current session travels through :mod:`contextvars` in-process, and through
+``GZ_IA_PARENT_SESSION_ID`` to child processes, which pick it up without code changes.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import secrets
+import threading
+import time
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Final, Protocol
+
+from . import env
+from ._client import Client
+from ._null import NullClient
+from .schema import MAX_ERROR_LENGTH, AttrValue, Stage, Status
+
+__all__ = [
+    "ActionScope",
+    "EventSink",
+    "SessionScope",
+    "action",
+    "configure",
+    "current_session",
+    "get_client",
+    "new_session_id",
+    "session",
+]
+
+GZ_IA_PARENT_PID: Final = "GZ_IA_PARENT_PID"
+"""Pid of the process that exported ``GZ_IA_PARENT_SESSION_ID``: that process itself ignores it."""
+
+
+class EventSink(Protocol):
+    """What a scope needs from a client: :class:`Client` and :class:`NullClient` both fit."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def log(
+        self,
+        *,
+        session_id: str,
+        action: str,
+        stage: Stage | str,
+        agent: str,
+        status: Status | str = ...,
+        role: str | None = ...,
+        parent_session_id: str | None = ...,
+        duration_ms: int | None = ...,
+        error: str | None = ...,
+        attrs: dict[str, AttrValue] | None = ...,
+    ) -> None: ...
+
+
+_current: ContextVar[SessionScope | None] = ContextVar("gz_ia_session", default=None)
+_default_client: EventSink | None = None
+_default_lock = threading.Lock()
+
+
+def get_client() -> EventSink:
+    """Return the process-wide client, creating it from the environment on first use.
+
+    With ``GZ_IA_DISABLED=1`` it is a :class:`NullClient`.
+    """
+    global _default_client  # noqa: PLW0603 - the one process-wide default, set under a lock
+    with _default_lock:
+        if _default_client is None:
+            _default_client = NullClient() if env.tracing_disabled() else Client()
+        return _default_client
+
+
+def configure(client: EventSink | None = None, *, enabled: bool = True) -> EventSink:
+    """Replace the process-wide client (``enabled=False`` installs the null client)."""
+    global _default_client  # noqa: PLW0603
+    with _default_lock:
+        _default_client = client if client is not None else (Client() if enabled else NullClient())
+        return _default_client
+
+
+def new_session_id() -> str:
+    """Return a fresh, file-name-safe session id (12 hex digits)."""
+    return secrets.token_hex(6)
+
+
+def current_session() -> SessionScope | None:
+    """Return the innermost session scope of this thread or task, if any."""
+    return _current.get()
+
+
+def _inherited_parent() -> str | None:
+    parent = os.environ.get(env.GZ_IA_PARENT_SESSION_ID)
+    if not parent:
+        return None
+    # Our own export is for children, not for us: a sibling session here is not a subagent.
+    if os.environ.get(GZ_IA_PARENT_PID) == str(os.getpid()):
+        return None
+    return parent
+
+
+class SessionScope:
+    """A session of one agent: every event logged through it carries its id, agent and role."""
+
+    __slots__ = ("_env_saved", "_token", "agent", "client", "parent_session_id", "role", "session_id")
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        role: str | None,
+        parent_session_id: str | None,
+        client: EventSink,
+    ) -> None:
+        self.session_id = session_id
+        self.agent = agent
+        self.role = role
+        self.parent_session_id = parent_session_id
+        self.client = client
+        self._token: contextvars.Token[SessionScope | None] | None = None
+        self._env_saved: tuple[str | None, str | None] | None = None
+
+    def log(
+        self,
+        action: str,
+        stage: Stage | str,
+        status: Status | str = Status.OK,
+        *,
+        duration_ms: int | None = None,
+        error: str | None = None,
+        role: str | None = None,
+        attrs: dict[str, AttrValue] | None = None,
+    ) -> None:
+        """Log one event in this session; returns at once."""
+        if not self.client.enabled:
+            return
+        self.client.log(
+            session_id=self.session_id,
+            parent_session_id=self.parent_session_id,
+            agent=self.agent,
+            role=role if role is not None else self.role,
+            action=action,
+            stage=stage,
+            status=status,
+            duration_ms=duration_ms,
+            error=error,
+            attrs=attrs,
+        )
+
+    def action(self, name: str, *, start: Stage = Stage.READ, role: str | None = None) -> ActionScope:
+        """Return a scope for one task: ``start`` (READ or PENDING) on entry, FINISH on exit."""
+        return ActionScope(self, name, start=start, role=role)
+
+    def subagent(
+        self, agent: str | None = None, *, role: str | None = None, session_id: str | None = None
+    ) -> SessionScope:
+        """Return a child session whose events name this one as ``parent_session_id``."""
+        return SessionScope(
+            session_id or new_session_id(),
+            agent=agent or self.agent,
+            role=role,
+            parent_session_id=self.session_id,
+            client=self.client,
+        )
+
+    def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Return an environment for a child process whose sessions become this one's subagents."""
+        child = dict(os.environ if base is None else base)
+        child[env.GZ_IA_PARENT_SESSION_ID] = self.session_id
+        child.pop(GZ_IA_PARENT_PID, None)
+        return child
+
+    def __enter__(self) -> SessionScope:
+        self._token = _current.set(self)
+        self._env_saved = (os.environ.get(env.GZ_IA_PARENT_SESSION_ID), os.environ.get(GZ_IA_PARENT_PID))
+        os.environ[env.GZ_IA_PARENT_SESSION_ID] = self.session_id
+        os.environ[GZ_IA_PARENT_PID] = str(os.getpid())
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+        if self._env_saved is not None:
+            for name, value in zip((env.GZ_IA_PARENT_SESSION_ID, GZ_IA_PARENT_PID), self._env_saved, strict=True):
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            self._env_saved = None
+
+    async def __aenter__(self) -> SessionScope:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def session(
+    session_id: str | None = None,
+    *,
+    agent: str,
+    role: str | None = None,
+    parent_session_id: str | None = None,
+    client: EventSink | None = None,
+) -> SessionScope:
+    """Open a session scope (use it with ``with`` or ``async with``).
+
+    Without ``parent_session_id`` the parent is the enclosing session scope, else the session that
+    spawned this process (``GZ_IA_PARENT_SESSION_ID``), else none.
+    """
+    enclosing = _current.get()
+    if parent_session_id is None:
+        parent_session_id = enclosing.session_id if enclosing is not None else _inherited_parent()
+    return SessionScope(
+        session_id or new_session_id(),
+        agent=agent,
+        role=role,
+        parent_session_id=parent_session_id,
+        client=client if client is not None else (enclosing.client if enclosing else get_client()),
+    )
+
+
+def action(name: str, *, start: Stage = Stage.READ, role: str | None = None) -> ActionScope:
+    """Open an action scope in the current session.
+
+    Raises:
+        RuntimeError: no session scope is active (a programming error, raised at once).
+    """
+    scope = _current.get()
+    if scope is None:
+        raise RuntimeError("no gz-ia session is active: wrap the code in `with session(agent=...)`")
+    return scope.action(name, start=start, role=role)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return described[:MAX_ERROR_LENGTH]
+
+
+class ActionScope:
+    """One task's cycle: READ (or PENDING) on entry, PENDING on :meth:`pending`, FINISH on exit."""
+
+    __slots__ = ("_attrs", "_failure", "_started", "name", "role", "session", "start")
+
+    def __init__(self, session: SessionScope, name: str, *, start: Stage, role: str | None) -> None:
+        if start is Stage.FINISH:
+            raise ValueError("an action starts with READ or PENDING")
+        self.session = session
+        self.name = name
+        self.start = start
+        self.role = role
+        self._started = 0
+        self._failure: str | None = None
+        self._attrs: dict[str, AttrValue] | None = None
+
+    def _elapsed_ms(self) -> int:
+        return (time.monotonic_ns() - self._started) // 1_000_000
+
+    def pending(self, **attrs: AttrValue) -> None:
+        """Mark the move from reading to changing things (PENDING), with optional measurements."""
+        self.session.log(self.name, Stage.PENDING, duration_ms=self._elapsed_ms(), role=self.role, attrs=attrs or None)
+
+    def fail(self, error: str) -> None:
+        """Make the FINISH at exit a FAILED one with ``error``, without raising."""
+        self._failure = error or "failed"
+
+    def set(self, **attrs: AttrValue) -> None:
+        """Attach measurements (token counts, exit codes, bytes) to the FINISH event."""
+        self._attrs = {**(self._attrs or {}), **attrs}
+
+    def __enter__(self) -> ActionScope:
+        self._started = time.monotonic_ns()
+        self.session.log(self.name, self.start, role=self.role)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        error = _describe(exc) if exc is not None else self._failure
+        self.session.log(
+            self.name,
+            Stage.FINISH,
+            Status.FAILED if error else Status.OK,
+            duration_ms=self._elapsed_ms(),
+            error=error,
+            role=self.role,
+            attrs=self._attrs,
+        )
+
+    async def __aenter__(self) -> ActionScope:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)

@@ -1,0 +1,527 @@
+"""The background sender: one thread per client that owns the socket.
+
+Agent threads only encode an event and append it to a bounded queue (:meth:`Sender.submit`); they
+never touch the socket, never wait for the collector and never raise because of it. The sender
+thread connects with a timeout, sends queued events in batches, keeps every sent event in a window
+until the collector's verdict arrives, and after a reconnect resends the window with the same
+producer numbers so that the collector can drop what it had already written (exactly-once).
+
+Bounds: the queue holds at most ``max_events`` events and ``max_bytes`` encoded bytes; past that the
+oldest queued events are dropped and counted in :attr:`Sender.dropped`. The window holds at most
+:data:`WINDOW_EVENTS` events.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import contextlib
+import os
+import random
+import secrets
+import selectors
+import socket
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from .errors import CollectorUnavailable, EventRejected, ProtocolError
+from .protocol import (
+    MAX_BATCH_EVENTS,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+    Batch,
+    Error,
+    FrameReader,
+    FrameTooLarge,
+    Hello,
+    RejectReason,
+    Report,
+    Verdicts,
+    Welcome,
+    collector_message_decoder,
+    encode_frame,
+)
+
+__all__ = ["Sender", "SenderStats", "Verdict"]
+
+WINDOW_EVENTS: Final = 8192
+WINDOW_BYTES: Final = 8 << 20
+_BATCH_BYTES: Final = MAX_FRAME // 2
+_BACKOFF_MIN: Final = 0.05
+_BACKOFF_MAX: Final = 2.0
+# Reasons after which retrying the same connection cannot succeed: the events are refused.
+_PERMANENT: Final = frozenset(
+    {RejectReason.ROOT_NOT_ALLOWED, RejectReason.PERMISSION_DENIED, RejectReason.UNSUPPORTED_VERSION}
+)
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    """The collector's answer for one accepted event: its ``seq`` in the session file.
+
+    ``duplicate`` is true when the event had already been written by an earlier attempt.
+    """
+
+    seq: int
+    duplicate: bool = False
+
+
+class SenderStats(msgspec.Struct, frozen=True):
+    """Counters of one client, readable at any time: what happened to the events it was given."""
+
+    queued: int
+    unacknowledged: int
+    accepted: int
+    rejected: int
+    dropped: int
+    invalid: int
+    reconnects: int
+    connected: bool
+    last_error: str | None
+
+
+class _Item:
+    """One encoded event on its way; ``waiter`` is set when a caller waits for the verdict."""
+
+    __slots__ = ("body", "pseq", "waiter")
+
+    def __init__(self, body: bytes, waiter: concurrent.futures.Future[Verdict] | None) -> None:
+        self.body = body
+        self.waiter = waiter
+        self.pseq = 0
+
+
+_live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
+
+
+def _new_producer_id() -> str:
+    return secrets.token_hex(8)
+
+
+class Sender:
+    """Queue events and deliver them to the collector from a background thread.
+
+    Args:
+        socket_path: the collector's Unix socket.
+        root: the session root (``.harness`` directory) named in the handshake.
+        max_events: bound on queued (not yet sent) events.
+        max_bytes: bound on the encoded size of queued events.
+        connect_timeout: longest wait for one connection attempt.
+    """
+
+    def __init__(
+        self,
+        socket_path: Path,
+        root: Path,
+        *,
+        max_events: int = 10_000,
+        max_bytes: int = 8 << 20,
+        connect_timeout: float = 1.0,
+    ) -> None:
+        if max_events < 1 or max_bytes < 1:
+            raise ValueError("buffer bounds must be positive")
+        self.socket_path = socket_path
+        self.root = root
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.connect_timeout = connect_timeout
+        self._init_state()
+        _live_senders.add(self)
+
+    def _init_state(self) -> None:
+        # Everything a forked child must not share with its parent is created here.
+        self.producer = _new_producer_id()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._queued_bytes = 0
+        self._window: collections.deque[_Item] = collections.deque()
+        self._window_bytes = 0
+        self._window_sent = 0
+        self._next_pseq = 1
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_armed = False
+        self._closing = False
+        self._sock: socket.socket | None = None
+        self._connected = False
+        self._accepted = 0
+        self._rejected = 0
+        self._dropped = 0
+        self._invalid = 0
+        self._reconnects = 0
+        self._last_error: str | None = None
+        self._permanent_error: str | None = None
+        self._backoff = _BACKOFF_MIN
+        self._retry_at = 0.0
+
+    # --- called from agent threads ----------------------------------------------------------------
+
+    def submit(self, body: bytes, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
+        """Queue one encoded event; never blocks on the socket, never raises because of it."""
+        item = _Item(body, waiter)
+        with self._lock:
+            if self._closing:
+                self._dropped += 1
+                if waiter is not None:
+                    waiter.set_exception(
+                        CollectorUnavailable("the client is closed", socket_path=str(self.socket_path))
+                    )
+                return
+            self._queue.append(item)
+            self._queued_bytes += len(body)
+            if len(self._queue) > self.max_events or self._queued_bytes > self.max_bytes:
+                self._drop_oldest_locked()
+            if self._thread is None:
+                self._start_locked()
+            must_wake = not self._wake_armed
+            self._wake_armed = True
+        if must_wake:
+            self._wake()
+
+    def count_invalid(self, error: Exception) -> None:
+        """Record an event that could not even be built (a bad argument at the call site)."""
+        with self._lock:
+            self._invalid += 1
+            self._last_error = f"invalid event: {error}"
+
+    def flush(self, timeout: float | None) -> bool:
+        """Wait until every queued event has its verdict; return False if ``timeout`` ran out."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            if self._queue and self._thread is None:
+                self._start_locked()
+            while self._queue or self._window:
+                if self._permanent_error is not None:
+                    return False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    def close(self, timeout: float | None) -> None:
+        """Deliver what is queued for at most ``timeout`` seconds, then stop the thread."""
+        self.flush(timeout)
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        self._wake()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+
+    def stats(self) -> SenderStats:
+        """Return a consistent snapshot of the counters."""
+        with self._lock:
+            return SenderStats(
+                queued=len(self._queue),
+                unacknowledged=len(self._window),
+                accepted=self._accepted,
+                rejected=self._rejected,
+                dropped=self._dropped,
+                invalid=self._invalid,
+                reconnects=self._reconnects,
+                connected=self._connected,
+                last_error=self._last_error,
+            )
+
+    # --- internals shared by both sides -----------------------------------------------------------
+
+    def _drop_oldest_locked(self) -> None:
+        while self._queue and (len(self._queue) > self.max_events or self._queued_bytes > self.max_bytes):
+            item = self._queue.popleft()
+            self._queued_bytes -= len(item.body)
+            self._dropped += 1
+            if item.waiter is not None and not item.waiter.done():
+                item.waiter.set_exception(
+                    CollectorUnavailable("dropped: the client buffer is full", socket_path=str(self.socket_path))
+                )
+
+    def _start_locked(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gz-ia-sender", daemon=True)
+        self._thread.start()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"\0")
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's queue, window, socket and thread belong to the parent: start afresh.
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.detach()
+        self._init_state()
+
+    # --- the sender thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            while True:
+                with self._lock:
+                    if self._closing:
+                        return
+                if self._sock is None:
+                    delay = self._retry_at - time.monotonic()
+                    if delay > 0:
+                        self._wait_for_wake(selector, delay)
+                        continue
+                    if not self._connect(selector):
+                        self._fail_waiters_on_unavailable()
+                        self._schedule_retry()
+                        continue
+                self._pump(selector)
+                if self._sock is None:
+                    self._schedule_retry()
+        except Exception as exc:  # pragma: no cover - last line of defence: never crash the agent
+            with self._lock:
+                self._last_error = f"sender thread failed: {exc!r}"
+                self._thread = None
+        finally:
+            self._drop_connection(selector)
+            selector.close()
+
+    def _schedule_retry(self) -> None:
+        # Jittered exponential backoff; only a Welcome from the collector resets it, so a collector
+        # that accepts and then drops connections is not hammered.
+        self._retry_at = time.monotonic() + self._backoff * (0.5 + random.random())  # noqa: S311
+        self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
+
+    def _wait_for_wake(self, selector: selectors.BaseSelector, timeout: float) -> None:
+        for key, _ in selector.select(timeout):
+            if key.fd == self._wake_r:
+                self._drain_wake()
+
+    def _drain_wake(self) -> None:
+        with self._lock:
+            self._wake_armed = False
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._wake_r, 4096):
+                pass
+
+    def _connect(self, selector: selectors.BaseSelector) -> bool:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.connect_timeout)
+        try:
+            with contextlib.suppress(OSError):
+                self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            sock.connect(str(self.socket_path))
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            with self._lock:
+                self._last_error = f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
+            return False
+        hello = Hello(
+            proto=PROTOCOL_VERSION,
+            producer=self.producer,
+            pid=os.getpid(),
+            root=str(self.root),
+            program=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "",
+        )
+        self._sock = sock
+        self._reader = FrameReader()
+        self._out = bytearray(encode_frame(hello))
+        selector.register(sock, selectors.EVENT_READ)
+        with self._lock:
+            if self._reconnects or self._window:
+                self._reconnects += 1
+            self._connected = True
+            self._window_sent = 0  # everything in the window is resent on this connection
+            self._permanent_error = None
+        return True
+
+    def _drop_connection(self, selector: selectors.BaseSelector) -> None:
+        if self._sock is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(self._sock)
+        self._sock.close()
+        self._sock = None
+        with self._lock:
+            self._connected = False
+            self._window_sent = 0
+            self._changed.notify_all()
+
+    def _fail_waiters_on_unavailable(self) -> None:
+        error = CollectorUnavailable(
+            f"no collector at {self.socket_path}: {self._last_error}", socket_path=str(self.socket_path)
+        )
+        with self._lock:
+            for item in (*self._window, *self._queue):
+                if item.waiter is not None and not item.waiter.done():
+                    item.waiter.set_exception(error)
+            self._changed.notify_all()
+
+    def _pump(self, selector: selectors.BaseSelector) -> None:
+        """One round of the connected loop: fill the output, wait for I/O, handle it."""
+        assert self._sock is not None
+        sock = self._sock
+        self._fill_output()
+        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
+        selector.modify(sock, wanted)
+        for key, mask in selector.select(1.0):
+            if key.fd == self._wake_r:
+                self._drain_wake()
+                continue
+            if mask & selectors.EVENT_WRITE and self._out:
+                try:
+                    sent = sock.send(self._out)
+                except BlockingIOError:
+                    sent = 0
+                except OSError as exc:
+                    self._note_error(f"send failed: {exc}")
+                    self._drop_connection(selector)
+                    return
+                del self._out[:sent]
+            if mask & selectors.EVENT_READ:
+                try:
+                    data = sock.recv(1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    data = b""
+                    self._note_error(f"receive failed: {exc}")
+                if not data:
+                    self._note_error("the collector closed the connection")
+                    self._drop_connection(selector)
+                    return
+                try:
+                    for body in self._reader.feed(data):
+                        self._handle_reply(body, selector)
+                except (FrameTooLarge, msgspec.DecodeError, ProtocolError) as exc:
+                    self._note_error(f"bad reply from the collector: {exc}")
+                    self._drop_connection(selector)
+                    return
+                if self._sock is None:
+                    return
+
+    def _note_error(self, message: str) -> None:
+        with self._lock:
+            self._last_error = message
+
+    def _fill_output(self) -> None:
+        """Move events into batch frames while the window and the output buffer have room."""
+        while len(self._out) < _BATCH_BYTES:
+            items: list[_Item] = []
+            size = 0
+            with self._lock:
+                if self._permanent_error is not None:
+                    return
+                # First resend what the window holds unsent (after a reconnect), then new events.
+                while self._window_sent < len(self._window) and len(items) < MAX_BATCH_EVENTS:
+                    item = self._window[self._window_sent]
+                    if items and size + len(item.body) > _BATCH_BYTES:
+                        break
+                    items.append(item)
+                    size += len(item.body)
+                    self._window_sent += 1
+                if not items:
+                    while (
+                        self._queue
+                        and len(items) < MAX_BATCH_EVENTS
+                        and len(self._window) < WINDOW_EVENTS
+                        and self._window_bytes < WINDOW_BYTES
+                    ):
+                        item = self._queue[0]
+                        if items and size + len(item.body) > _BATCH_BYTES:
+                            break
+                        self._queue.popleft()
+                        self._queued_bytes -= len(item.body)
+                        item.pseq = self._next_pseq
+                        self._next_pseq += 1
+                        self._window.append(item)
+                        self._window_bytes += len(item.body)
+                        self._window_sent += 1
+                        items.append(item)
+                        size += len(item.body)
+            if not items:
+                return
+            batch = Batch(
+                first=items[0].pseq,
+                events=[msgspec.Raw(item.body) for item in items],
+                verdicts=any(item.waiter is not None for item in items),
+            )
+            self._out += encode_frame(batch)
+
+    def _handle_reply(self, body: bytes, selector: selectors.BaseSelector) -> None:
+        message = collector_message_decoder.decode(body)
+        match message:
+            case Welcome():
+                self._backoff = _BACKOFF_MIN
+            case Verdicts():
+                self._settle(message)
+            case Report():
+                pass
+            case Error():
+                self._note_error(f"collector error {message.reason}: {message.detail}")
+                if message.reason in _PERMANENT:
+                    self._refuse_everything(message)
+                if message.fatal:
+                    self._drop_connection(selector)
+
+    def _refuse_everything(self, error: Error) -> None:
+        # The collector will never take these events over this root: refuse them all, loudly.
+        exc = EventRejected(error.reason, error.detail)
+        with self._lock:
+            self._permanent_error = error.detail
+            for item in (*self._window, *self._queue):
+                self._rejected += 1
+                if item.waiter is not None and not item.waiter.done():
+                    item.waiter.set_exception(exc)
+            self._window.clear()
+            self._window_bytes = 0
+            self._window_sent = 0
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._changed.notify_all()
+
+    def _settle(self, verdicts: Verdicts) -> None:
+        rejected = {rejection.index: rejection for rejection in verdicts.rejected}
+        last = verdicts.first + verdicts.count
+        with self._lock:
+            while self._window and self._window[0].pseq < last:
+                item = self._window.popleft()
+                self._window_bytes -= len(item.body)
+                self._window_sent = max(0, self._window_sent - 1)
+                offset = item.pseq - verdicts.first
+                rejection = rejected.get(offset)
+                if rejection is not None:
+                    self._rejected += 1
+                    self._last_error = f"event rejected: {rejection.reason}: {rejection.detail}"
+                    if item.waiter is not None and not item.waiter.done():
+                        item.waiter.set_exception(EventRejected(rejection.reason, rejection.detail))
+                else:
+                    self._accepted += 1
+                    if item.waiter is not None and not item.waiter.done():
+                        seq = verdicts.seqs[offset] if 0 <= offset < len(verdicts.seqs) else 0
+                        item.waiter.set_result(Verdict(seq=max(seq, 0), duplicate=seq < 0))
+            self._changed.notify_all()
+
+
+def _drain_all_at_exit() -> None:
+    timeout = float(os.environ.get("GZ_IA_EXIT_TIMEOUT", "2") or 2)
+    deadline = time.monotonic() + timeout
+    for sender in list(_live_senders):
+        sender.close(max(0.0, deadline - time.monotonic()))
+
+
+def _reset_all_after_fork() -> None:
+    for sender in list(_live_senders):
+        sender._after_fork_in_child()
+
+
+atexit.register(_drain_all_at_exit)
+os.register_at_fork(after_in_child=_reset_all_after_fork)

@@ -1,0 +1,82 @@
+"""Environment variables understood by gz-ia, and where the socket and the session root are.
+
+Every variable is read at call time, never at import, so that a test or a parent process can change
+it and the next call sees the change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "GZ_IA_DISABLED",
+    "GZ_IA_PARENT_SESSION_ID",
+    "GZ_IA_ROOT",
+    "GZ_IA_SOCKET",
+    "HARNESS_DIR",
+    "default_socket_path",
+    "find_root",
+    "tracing_disabled",
+]
+
+GZ_IA_SOCKET: Final = "GZ_IA_SOCKET"
+"""Path of the collector's Unix socket, for the collector and every client alike."""
+
+GZ_IA_ROOT: Final = "GZ_IA_ROOT"
+"""Session root (a ``.harness`` directory) to write to and read from, overriding discovery."""
+
+GZ_IA_PARENT_SESSION_ID: Final = "GZ_IA_PARENT_SESSION_ID"
+"""Set by a session scope for child processes: the session that spawned them."""
+
+GZ_IA_DISABLED: Final = "GZ_IA_DISABLED"
+"""``1``/``true``/``yes``: the default client is the null client; nothing is sent."""
+
+HARNESS_DIR: Final = ".harness"
+SOCKET_NAME: Final = "collector.sock"
+
+
+def default_socket_path() -> Path:
+    """Return the socket path: ``$GZ_IA_SOCKET``, else ``$XDG_RUNTIME_DIR/gz-ia/collector.sock``.
+
+    Without ``XDG_RUNTIME_DIR`` (no login session, containers, cron) the socket lives in a private
+    per-user directory ``/tmp/gz-ia-<uid>/``; the collector creates it 0700 and refuses one owned by
+    someone else.
+    """
+    explicit = os.environ.get(GZ_IA_SOCKET)
+    if explicit:
+        return Path(explicit)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "gz-ia" / SOCKET_NAME
+    return Path("/tmp") / f"gz-ia-{os.getuid()}" / SOCKET_NAME  # noqa: S108 - private, ownership checked
+
+
+def default_root() -> Path:
+    """Return the root used outside any workspace: ``$XDG_DATA_HOME/gz-ia/.harness``."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "gz-ia" / HARNESS_DIR
+
+
+def find_root(start: Path | None = None) -> Path:
+    """Find the session root the way git finds ``.git``.
+
+    ``$GZ_IA_ROOT`` wins; otherwise the nearest ancestor of ``start`` (default: the working directory)
+    holding a ``.harness`` directory gives ``<ancestor>/.harness``; otherwise :func:`default_root`.
+    The result is absolute but symlinks are kept as written: the collector checks them.
+    """
+    explicit = os.environ.get(GZ_IA_ROOT)
+    if explicit:
+        return Path(explicit).absolute()
+    here = (start or Path.cwd()).absolute()
+    for directory in (here, *here.parents):
+        candidate = directory / HARNESS_DIR
+        if candidate.is_dir():
+            return candidate
+    return default_root()
+
+
+def tracing_disabled() -> bool:
+    """Tell whether ``$GZ_IA_DISABLED`` asks for the null client."""
+    return os.environ.get(GZ_IA_DISABLED, "").strip().lower() in {"1", "true", "yes", "on"}

@@ -1,0 +1,240 @@
+"""The wire protocol between agents and the collector (documented in ``docs/protocol.md``).
+
+A ``SOCK_STREAM`` Unix socket carries frames: a 4-byte big-endian body length, then a MessagePack
+body holding one tagged message Struct. The first frame a client sends is :class:`Hello`; then any
+number of :class:`Batch` frames, each carrying many events. The collector answers a Hello with
+:class:`Welcome` and every Batch, in order, with one :class:`Verdicts`. A frame the collector cannot
+accept gets an :class:`Error`; a ``fatal`` one is followed by the collector closing the connection.
+
+Only the envelope is tagged, never :class:`~gz_ia.client.schema.LogEvent`, so stored lines carry no
+``type`` key. Encoders and decoders are built once here and reused.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final
+
+import msgspec
+
+from .schema import LogEvent
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAX_BATCH_EVENTS",
+    "MAX_FRAME",
+    "PROTOCOL_VERSION",
+    "Batch",
+    "ClientMessage",
+    "CollectorMessage",
+    "Error",
+    "FrameReader",
+    "FrameTooLarge",
+    "Hello",
+    "Query",
+    "RejectReason",
+    "Rejection",
+    "Report",
+    "TypedBatch",
+    "Verdicts",
+    "Welcome",
+    "encode_frame",
+]
+
+PROTOCOL_VERSION: Final = 1
+MAX_FRAME: Final = 1 << 20
+"""Largest frame body either side accepts (1 MiB); a larger length prefix ends the connection."""
+MAX_BATCH_EVENTS: Final = 4096
+HEADER_SIZE: Final = 4
+_HEADER: Final = struct.Struct(">I")
+
+
+class RejectReason(enum.StrEnum):
+    """Machine-readable reason for refusing an event or a frame; the only metric label values."""
+
+    MALFORMED = "malformed"
+    FRAME_TOO_LARGE = "frame_too_large"
+    TOO_MANY_EVENTS = "too_many_events"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    HANDSHAKE_REQUIRED = "handshake_required"
+    PERMISSION_DENIED = "permission_denied"
+    ROOT_NOT_ALLOWED = "root_not_allowed"
+    MISSING_FIELD = "missing_field"
+    INVALID_FIELD = "invalid_field"
+    INVALID_TIMESTAMP = "invalid_timestamp"
+    INVALID_SESSION_ID = "invalid_session_id"
+    INVALID_DURATION = "invalid_duration"
+    ERROR_REQUIRED = "error_required"
+    FIELD_TOO_LONG = "field_too_long"
+    ATTRS_TOO_LARGE = "attrs_too_large"
+    BACKWARD_TRANSITION = "backward_transition"
+    FINISH_WITHOUT_START = "finish_without_start"
+    TOO_MANY_OPEN_ACTIONS = "too_many_open_actions"
+    WRITE_FAILED = "write_failed"
+    SHUTTING_DOWN = "shutting_down"
+
+
+# --- client -> collector -------------------------------------------------------------------------
+
+
+class Hello(msgspec.Struct, tag="hello", kw_only=True):
+    """First frame of a connection: who is sending, and into which session root.
+
+    ``producer`` is a random id per client instance (per process after a fork) that, with the
+    per-producer event number, makes delivery idempotent. ``root`` is the absolute path of the
+    ``.harness`` directory the events go to.
+    """
+
+    proto: int
+    producer: str
+    pid: int
+    root: str
+    program: str = ""
+
+
+class Batch(msgspec.Struct, tag="batch", kw_only=True):
+    """Events numbered ``first``, ``first + 1``, … by their producer, as pre-encoded bodies.
+
+    ``verdicts=True`` asks for each accepted event's ``seq``; otherwise the reply only lists
+    rejections (cheaper when nobody waits for the answer).
+    """
+
+    first: int
+    events: list[msgspec.Raw]
+    verdicts: bool = False
+
+
+class TypedBatch(msgspec.Struct, tag="batch", kw_only=True):
+    """The collector's fast-path view of :class:`Batch`: every event decoded and validated at once."""
+
+    first: int
+    events: list[LogEvent]
+    verdicts: bool = False
+
+
+class Query(msgspec.Struct, tag="query", kw_only=True):
+    """Ask the collector about itself instead of sending events (``gz-ia status``)."""
+
+    what: str = "status"
+
+
+# --- collector -> client -------------------------------------------------------------------------
+
+
+class Welcome(msgspec.Struct, tag="welcome", kw_only=True):
+    """Answer to :class:`Hello`: the collector's protocol and limits."""
+
+    proto: int
+    version: str
+    max_frame: int = MAX_FRAME
+    max_batch: int = MAX_BATCH_EVENTS
+
+
+class Rejection(msgspec.Struct, array_like=True):
+    """One refused event of a batch: its index in the batch, the reason and a readable sentence."""
+
+    index: int
+    reason: RejectReason
+    detail: str
+
+
+class Verdicts(msgspec.Struct, tag="verdicts", kw_only=True):
+    """Answer to one :class:`Batch`, sent once every accepted event of it is written.
+
+    ``seqs`` (only when asked for) holds one entry per event: its session ``seq``, ``0`` for a
+    rejected event, and ``-1`` for a resend the collector had already written.
+    """
+
+    first: int
+    count: int
+    seqs: list[int] = []
+    rejected: list[Rejection] = []
+
+
+class Error(msgspec.Struct, tag="error", kw_only=True):
+    """A frame the collector could not take as a whole; ``fatal`` means it closes the connection."""
+
+    reason: RejectReason
+    detail: str
+    fatal: bool = False
+
+
+class Report(msgspec.Struct, tag="report", kw_only=True):
+    """Answer to :class:`Query`: a JSON-compatible document (see ``gz-ia status``)."""
+
+    data: dict[str, object]
+
+
+ClientMessage = Hello | Batch | Query
+CollectorMessage = Welcome | Verdicts | Error | Report
+
+_encoder: Final = msgspec.msgpack.Encoder()
+
+
+def encode_frame(message: ClientMessage | CollectorMessage | TypedBatch) -> bytes:
+    """Encode ``message`` as one frame: length prefix and MessagePack body.
+
+    Raises:
+        FrameTooLarge: the body exceeds :data:`MAX_FRAME`.
+    """
+    buffer = bytearray(HEADER_SIZE)
+    _encoder.encode_into(message, buffer, HEADER_SIZE)
+    size = len(buffer) - HEADER_SIZE
+    if size > MAX_FRAME:
+        raise FrameTooLarge(size)
+    _HEADER.pack_into(buffer, 0, size)
+    return bytes(buffer)
+
+
+class FrameTooLarge(ValueError):
+    """A frame announced or produced a body larger than :data:`MAX_FRAME`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"frame body of {size} bytes exceeds the {MAX_FRAME}-byte limit")
+        self.size = size
+
+
+class FrameReader:
+    """Cut a byte stream into frame bodies, without copying more than needed.
+
+    ``feed()`` returns every complete body received so far and keeps any partial frame for the next
+    call. A length prefix above ``max_frame`` raises :class:`FrameTooLarge`: after it the stream
+    cannot be trusted, so the caller ends the connection.
+    """
+
+    __slots__ = ("_buffer", "_max_frame")
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buffer = bytearray()
+        self._max_frame = max_frame
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add ``data`` and return the complete frame bodies it finished."""
+        buffer = self._buffer
+        buffer += data
+        frames: list[bytes] = []
+        offset = 0
+        end = len(buffer)
+        while end - offset >= HEADER_SIZE:
+            (size,) = _HEADER.unpack_from(buffer, offset)
+            if size > self._max_frame:
+                raise FrameTooLarge(size)
+            start = offset + HEADER_SIZE
+            if end - start < size:
+                break
+            frames.append(bytes(buffer[start : start + size]))
+            offset = start + size
+        if offset:
+            del buffer[:offset]
+        return frames
+
+
+client_message_decoder: Final = msgspec.msgpack.Decoder(ClientMessage)
+typed_batch_decoder: Final = msgspec.msgpack.Decoder(TypedBatch)
+collector_message_decoder: Final = msgspec.msgpack.Decoder(CollectorMessage)

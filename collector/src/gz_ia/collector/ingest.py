@@ -1,0 +1,203 @@
+"""From a decoded batch to staged lines: idempotency, the stage protocol, ``seq``, encoding.
+
+:meth:`Ingest.apply` runs on the event loop for every batch. It decides each event's fate (written,
+duplicate, rejected), encodes accepted events straight into their session's pending buffer with the
+collector's fields (``seq``, ``delivery``) spliced in, and appends rejected ones with their reason to
+the root's rejects file. Nothing is written to disk here: the caller flushes, then answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+import msgspec
+
+from gz_ia.client.protocol import Rejection as WireRejection
+from gz_ia.client.protocol import RejectReason
+from gz_ia.client.schema import LogEvent, Stage, Status
+
+from .stages import Rejection, apply
+from .storage.writer import AppendFile, RootStore, SessionState, Writer
+from .validation import DecodedBatch
+
+__all__ = ["BatchOutcome", "Ingest", "RejectRecord"]
+
+DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
+
+
+class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One line of ``<root>/rejects.jsonl``: what was refused, when, from whom, and why."""
+
+    received: datetime
+    reason: RejectReason
+    detail: str
+    producer: str
+    delivery: str
+    event: LogEvent | None = None
+    raw: object = None
+
+
+class BatchOutcome:
+    """What one batch became; answered once the files it touched are written."""
+
+    __slots__ = (
+        "count",
+        "duplicates",
+        "durations",
+        "first",
+        "received_at",
+        "rejections",
+        "seqs",
+        "touched",
+        "written",
+    )
+
+    def __init__(self, first: int, count: int, *, want_seqs: bool, received_at: float) -> None:
+        self.first = first
+        self.count = count
+        self.seqs: list[int] | None = [] if want_seqs else None
+        self.rejections: list[WireRejection] = []
+        self.touched: dict[AppendFile, int] = {}
+        self.written: dict[tuple[Stage, Status], int] = {}
+        self.durations: list[tuple[Status, int]] = []
+        self.duplicates = 0
+        self.received_at = received_at
+
+    def intact(self) -> bool:
+        """Tell whether every file this batch staged lines in still holds them (no failure since)."""
+        return all(target.generation == generation for target, generation in self.touched.items())
+
+
+class Ingest:
+    """Apply batches to the writer's session state.
+
+    Args:
+        writer: the single writer.
+        max_open_actions: bound on open cycles per session (memory bound against a flood of actions
+            that never FINISH).
+        clock: wall clock for reject records and latency.
+    """
+
+    def __init__(
+        self,
+        writer: Writer,
+        *,
+        max_open_actions: int = DEFAULT_MAX_OPEN_ACTIONS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.writer = writer
+        self.max_open_actions = max_open_actions
+        self.clock = clock
+        self._encoder = msgspec.json.Encoder()
+
+    def apply(self, root: RootStore, producer: str, batch: DecodedBatch) -> BatchOutcome:
+        """Stage every event of ``batch`` from ``producer`` and return the batch's outcome."""
+        outcome = BatchOutcome(batch.first, len(batch.events), want_seqs=batch.verdicts, received_at=time.monotonic())
+        writer = self.writer
+        sessions = root.sessions
+        encode_into = self._encoder.encode_into
+        seqs = outcome.seqs
+        touched = outcome.touched
+        written = outcome.written
+        tag = producer.encode()
+        first = batch.first
+        for index, event in enumerate(batch.events):
+            number = first + index
+            if event is None:
+                self._reject(
+                    root, outcome, producer, number, index, batch.rejections[index], None, batch.raw.get(index)
+                )
+                continue
+            state = sessions.get(event.session_id)
+            if state is None:
+                state = writer.session(root, event.session_id)
+            if number <= state.marks.get(producer, 0):
+                outcome.duplicates += 1
+                if seqs is not None:
+                    seqs.append(-1)
+                continue
+            verdict = self._transition(state, event)
+            if verdict is not None:
+                self._reject(root, outcome, producer, number, index, verdict, event, None)
+                continue
+            if event.timestamp.tzinfo is not UTC:
+                event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
+            state.seq += 1
+            pending = state.pending
+            encode_into(event, pending, len(pending))
+            pending[-1:] = b',"seq":%d,"delivery":"%s:%d"}\n' % (state.seq, tag, number)
+            state.note_delivery(producer, number)
+            if state not in touched:
+                touched[state] = state.generation
+                writer.mark_dirty(state)
+            key = (event.stage, event.status)
+            written[key] = written.get(key, 0) + 1
+            if event.stage is Stage.FINISH and event.duration_ms is not None:
+                outcome.durations.append((event.status, event.duration_ms))
+            if seqs is not None:
+                seqs.append(state.seq)
+        return outcome
+
+    def _transition(self, state: SessionState, event: LogEvent) -> Rejection | None:
+        open_actions = state.open_actions
+        current = open_actions.get(event.action)
+        result = apply(current, event.stage, event.action)
+        if isinstance(result, Rejection):
+            return result
+        if result is None:
+            del open_actions[event.action]
+        else:
+            if current is None and len(open_actions) >= self.max_open_actions:
+                return Rejection(
+                    RejectReason.TOO_MANY_OPEN_ACTIONS,
+                    f"session {state.session_id!r} already has {len(open_actions)} open actions; "
+                    "FINISH some before starting more",
+                )
+            open_actions[event.action] = result
+        return None
+
+    def _reject(
+        self,
+        root: RootStore,
+        outcome: BatchOutcome,
+        producer: str,
+        number: int,
+        index: int,
+        rejection: Rejection,
+        event: LogEvent | None,
+        raw: bytes | None,
+    ) -> None:
+        outcome.rejections.append(WireRejection(index, rejection.reason, rejection.detail))
+        if outcome.seqs is not None:
+            outcome.seqs.append(0)
+        record = RejectRecord(
+            received=datetime.fromtimestamp(self.clock(), UTC),
+            reason=rejection.reason,
+            detail=rejection.detail,
+            producer=producer,
+            delivery=f"{producer}:{number}",
+            event=event,
+            raw=_presentable(raw) if raw is not None else None,
+        )
+        target = root.rejects
+        target.pending += self._encoder.encode(record) + b"\n"
+        if target not in outcome.touched:
+            outcome.touched[target] = target.generation
+            self.writer.mark_dirty(target)
+
+
+_any_msgpack: Final = msgspec.msgpack.Decoder()
+
+
+def _presentable(raw: bytes) -> object:
+    """Return an undecodable event as JSON-able data, or its bytes in base64 when it is not even that."""
+    try:
+        value = _any_msgpack.decode(raw)
+        msgspec.json.encode(value)
+    except (msgspec.DecodeError, msgspec.EncodeError, TypeError, ValueError):
+        return {"base64": base64.b64encode(raw).decode()}
+    return value

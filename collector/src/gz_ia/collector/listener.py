@@ -1,0 +1,129 @@
+"""The listening socket: a private directory, one collector per socket, stale files replaced.
+
+The socket's directory is created 0700 and must belong to us; the socket itself is 0600. A lock
+file beside the socket (``flock``) makes a second collector on the same path refuse to start with a
+clear message, and lets the one that holds it replace a socket file left behind by a dead collector.
+Under systemd socket activation the listening socket is inherited instead (see :mod:`.systemd`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import Final
+
+__all__ = ["AlreadyRunning", "Listener", "ListenerError", "peer_credentials"]
+
+_PEERCRED: Final = struct.Struct("3i")
+
+
+class ListenerError(Exception):
+    """The socket cannot be set up; the message says why and what to do."""
+
+
+class AlreadyRunning(ListenerError):
+    """Another collector already serves this socket path."""
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """Return ``(pid, uid, gid)`` of the process at the other end of a Unix socket."""
+    data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    pid, uid, gid = _PEERCRED.unpack(data)
+    return pid, uid, gid
+
+
+def prepare_private_dir(directory: Path) -> None:
+    """Create ``directory`` 0700 if needed and check that it is ours and private.
+
+    Raises:
+        ListenerError: it is a symlink, not a directory, or someone else's.
+    """
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700, parents=True)
+    info = directory.lstat()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ListenerError(f"{directory} must be a real directory, not a symlink or a file")
+    if info.st_uid != os.getuid():
+        raise ListenerError(f"{directory} belongs to uid {info.st_uid}; refusing to put the socket there")
+    if info.st_mode & 0o077:
+        directory.chmod(0o700)
+
+
+class Listener:
+    """A bound, listening Unix socket that we own (and will unlink), guarded by a lock file."""
+
+    def __init__(self, path: Path, *, backlog: int = 1024) -> None:
+        self.path = path
+        self.backlog = backlog
+        self.sock: socket.socket | None = None
+        self._lock_fd: int | None = None
+
+    def open(self) -> socket.socket:
+        """Take the lock, replace a stale socket file, bind and listen.
+
+        Raises:
+            AlreadyRunning: another collector holds the lock or answers on the socket.
+            ListenerError: the directory or the path cannot be used.
+        """
+        prepare_private_dir(self.path.parent)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise AlreadyRunning(
+                f"another gz-ia collector is already running on {self.path} (lock {lock_path} is held)"
+            ) from exc
+        self._lock_fd = fd
+        try:
+            self._replace_stale()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_umask = os.umask(0o177)
+            try:
+                sock.bind(str(self.path))
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.path, 0o600)
+            sock.listen(self.backlog)
+        except BaseException:
+            self.close()
+            raise
+        self.sock = sock
+        return sock
+
+    def _replace_stale(self) -> None:
+        try:
+            info = self.path.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(info.st_mode):
+            raise ListenerError(f"{self.path} exists and is not a socket; remove it or choose another --socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(self.path))
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                raise ListenerError(f"cannot probe {self.path}: {exc.strerror}") from exc
+            self.path.unlink(missing_ok=True)  # a dead collector's socket: ours to replace
+            return
+        finally:
+            probe.close()
+        raise AlreadyRunning(f"another gz-ia collector is already answering on {self.path}")
+
+    def close(self) -> None:
+        """Close and unlink the socket, then release the lock."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+            self.path.unlink(missing_ok=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None

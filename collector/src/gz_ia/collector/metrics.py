@@ -1,0 +1,165 @@
+"""Prometheus metrics of the collector, on a registry the caller owns (a fresh one per test).
+
+Names follow Prometheus conventions: one ``gzia_`` prefix, base units, ``_total`` on counters. Labels
+only ever take values from small fixed sets (stage, status, :class:`RejectReason`, error kinds):
+never a session id, an agent name or error text.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import time
+from collections.abc import Callable
+from typing import Final
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+from gz_ia.client.protocol import RejectReason
+from gz_ia.client.schema import Stage, Status
+
+__all__ = ["Metrics", "write_error_kind"]
+
+_LATENCY_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+WRITE_ERROR_KINDS: Final = ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
+
+
+def write_error_kind(exc: OSError) -> str:
+    """Map an OSError to one of :data:`WRITE_ERROR_KINDS`."""
+    name = errno.errorcode.get(exc.errno or 0, "other")
+    return name if name in WRITE_ERROR_KINDS else "other"
+
+
+class Metrics:
+    """Every metric the collector exports.
+
+    Args:
+        registry: where to register; the process, platform and GC collectors are added to it when
+            ``process_metrics`` is true.
+        version: the collector's version for ``gzia_build_info``.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, version: str, process_metrics: bool = True) -> None:
+        self.registry = registry
+        if process_metrics:
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            GCCollector(registry=registry)
+        self.build_info = Info("gzia_build", "Version of the running collector.", registry=registry)
+        self.build_info.info({"version": version, "python": platform.python_version()})
+        self.events_received = Counter(
+            "gzia_events_received_total", "Events received from clients, before validation.", registry=registry
+        )
+        self.received_bytes = Counter(
+            "gzia_received_bytes_total", "Wire bytes received from clients.", registry=registry
+        )
+        self.events_written = Counter(
+            "gzia_events_written_total",
+            "Events appended to session files.",
+            ["stage", "status"],
+            registry=registry,
+        )
+        self.events_rejected = Counter(
+            "gzia_events_rejected_total", "Events or frames refused, by reason.", ["reason"], registry=registry
+        )
+        self.duplicates = Counter(
+            "gzia_events_duplicate_total",
+            "Resent events dropped because they were already written.",
+            registry=registry,
+        )
+        self.written_bytes = Counter(
+            "gzia_written_bytes_total", "Bytes appended to session and rejects files.", registry=registry
+        )
+        self.write_errors = Counter(
+            "gzia_write_errors_total", "Failed appends or syncs, by errno.", ["kind"], registry=registry
+        )
+        self.torn_repaired = Counter(
+            "gzia_torn_lines_repaired_total",
+            "Torn last lines (a crash mid-write) moved aside at recovery.",
+            registry=registry,
+        )
+        self.rotations = Counter("gzia_rotations_total", "Segment rotations.", registry=registry)
+        self.retention_deleted_files = Counter(
+            "gzia_retention_deleted_files_total", "Files removed by retention.", registry=registry
+        )
+        self.retention_deleted_bytes = Counter(
+            "gzia_retention_deleted_bytes_total", "Bytes removed by retention.", registry=registry
+        )
+        self.connections = Gauge("gzia_connections_active", "Connected clients.", registry=registry)
+        self.connections_total = Counter("gzia_connections_total", "Client connections accepted.", registry=registry)
+        self.connections_refused = Counter(
+            "gzia_connections_refused_total", "Connections refused (other uid).", registry=registry
+        )
+        self.sessions_active = Gauge(
+            "gzia_sessions_active", "Sessions with at least one open action.", registry=registry
+        )
+        self.sessions_known = Gauge(
+            "gzia_sessions_loaded", "Sessions whose state is held in memory.", registry=registry
+        )
+        self.open_files = Gauge("gzia_open_files", "Session and rejects files held open.", registry=registry)
+        self.backlog_bytes = Gauge("gzia_backlog_bytes", "Accepted bytes waiting to be written.", registry=registry)
+        self.paused_connections = Gauge(
+            "gzia_connections_paused", "Connections whose reading is paused by backpressure.", registry=registry
+        )
+        self.write_latency = Histogram(
+            "gzia_write_duration_seconds",
+            "Time from a batch's arrival to its verdict (write, and sync when durable).",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.action_duration = Histogram(
+            "gzia_action_duration_seconds",
+            "duration_ms of FINISH events, in seconds.",
+            ["status"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.last_event = Gauge(
+            "gzia_last_event_timestamp_seconds",
+            "Unix time of the last event written (for staleness alerts).",
+            registry=registry,
+        )
+        self.client_dropped = Counter(
+            "gzia_client_dropped_events_total",
+            "Events clients reported dropping because their buffers were full.",
+            registry=registry,
+        )
+        # Create every labelled child up front so that zeros are exported before the first event.
+        for stage in Stage:
+            for status in Status:
+                self.events_written.labels(stage.value, status.value)
+        for reason in RejectReason:
+            self.events_rejected.labels(reason.value)
+        for kind in WRITE_ERROR_KINDS:
+            self.write_errors.labels(kind)
+        for status in Status:
+            self.action_duration.labels(status.value)
+        self._written_children = {
+            (stage, status): self.events_written.labels(stage.value, status.value)
+            for stage in Stage
+            for status in Status
+        }
+        self._duration_children = {status: self.action_duration.labels(status.value) for status in Status}
+
+    def count_written(self, counts: dict[tuple[Stage, Status], int]) -> None:
+        """Add a batch's written events, counted per (stage, status)."""
+        for key, value in counts.items():
+            self._written_children[key].inc(value)
+
+    def observe_action(self, status: Status, duration_ms: int) -> None:
+        """Record a FINISH event's duration."""
+        self._duration_children[status].observe(duration_ms / 1000)
+
+    def mark_written(self, clock: Callable[[], float] = time.time) -> None:
+        """Set the freshness gauge to now."""
+        self.last_event.set(clock())

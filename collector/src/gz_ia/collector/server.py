@@ -1,0 +1,441 @@
+"""The collector daemon: many connections on one event loop, one writer, verdicts after the write.
+
+Each connection is an :class:`asyncio.Protocol`. Received frames are decoded and applied at once
+(:mod:`.ingest`), which only stages lines in memory; one flush task then writes every dirty session
+with one ``write(2)`` each, syncs them when durability is ``fsync`` (group commit: whatever arrived
+during the previous sync shares the next one), and only then sends each batch its verdicts. A
+connection with too many batches awaiting verdicts, or whose peer does not read its replies, is no
+longer read (backpressure), so memory stays bounded and a flood cannot starve anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from gz_ia.client.protocol import (
+    MAX_BATCH_EVENTS,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+    Batch,
+    Error,
+    FrameReader,
+    FrameTooLarge,
+    Hello,
+    Query,
+    RejectReason,
+    Report,
+    Verdicts,
+    Welcome,
+    client_message_decoder,
+    encode_frame,
+)
+
+from .config import CollectorConfig
+from .ingest import BatchOutcome, Ingest
+from .listener import peer_credentials
+from .metrics import Metrics, write_error_kind
+from .stages import Rejection
+from .storage._layout import LayoutError
+from .storage.writer import AppendFile, RootStore, Writer
+from .systemd import Notifier, watchdog_interval
+from .validation import DecodedBatch, decode_batch
+
+__all__ = ["Collector"]
+
+log = logging.getLogger("gz_ia.collector")
+
+_PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
+_DRAIN_TIMEOUT: Final = 5.0
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: handshake, then batches answered in order."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader(MAX_FRAME)
+        self.uid = -1
+        self.pid = 0
+        self.producer = ""
+        self.root: RootStore | None = None
+        self.awaiting = 0
+        self.closing = False
+        self._paused_reading = False
+        self._peer_not_reading = False
+
+    # --- asyncio callbacks --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        collector = self.collector
+        sock: socket.socket = transport.get_extra_info("socket")
+        try:
+            self.pid, self.uid, _ = peer_credentials(sock)
+        except OSError:
+            self.uid = -1
+        if self.uid != collector.uid and self.uid not in collector.config.allow_uids:
+            collector.metrics.connections_refused.inc()
+            log.warning("refused a connection from uid %d (pid %d): not allowed", self.uid, self.pid)
+            self.fail(RejectReason.PERMISSION_DENIED, f"uid {self.uid} may not use this collector")
+            return
+        collector.connections.add(self)
+        collector.metrics.connections_total.inc()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.collector.connections.discard(self)
+        self.collector.paused.discard(self)
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its verdicts: stop reading its frames until it does.
+        self._peer_not_reading = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._peer_not_reading = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.collector.metrics.received_bytes.inc(len(data))
+        try:
+            bodies = self.reader.feed(data)
+        except FrameTooLarge as exc:
+            self.collector.metrics.events_rejected.labels(RejectReason.FRAME_TOO_LARGE.value).inc()
+            self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
+            return
+        for body in bodies:
+            self._handle(body)
+            if self.closing:
+                return
+        self._update_reading()
+
+    # --- frames --------------------------------------------------------------------------------------
+
+    def _handle(self, body: bytes) -> None:
+        if self.root is not None:
+            try:
+                decoded = decode_batch(body)
+            except msgspec.DecodeError:
+                pass
+            else:
+                self._handle_batch(decoded)
+                return
+        try:
+            message = client_message_decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            self.collector.metrics.events_rejected.labels(RejectReason.MALFORMED.value).inc()
+            self.send(Error(reason=RejectReason.MALFORMED, detail=f"undecodable frame: {exc}"))
+            return
+        match message:
+            case Hello():
+                self._handle_hello(message)
+            case Query():
+                self.send(Report(data=self.collector.status()))
+            case Batch():
+                self.collector.metrics.events_rejected.labels(RejectReason.HANDSHAKE_REQUIRED.value).inc()
+                self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
+
+    def _handle_hello(self, hello: Hello) -> None:
+        if self.root is not None:
+            self.fail(RejectReason.MALFORMED, "a connection sends hello once")
+            return
+        if hello.proto != PROTOCOL_VERSION:
+            self.fail(
+                RejectReason.UNSUPPORTED_VERSION,
+                f"protocol {hello.proto} is not supported; this collector speaks {PROTOCOL_VERSION}",
+            )
+            return
+        if not _PRODUCER.fullmatch(hello.producer):
+            self.fail(RejectReason.MALFORMED, "producer must be 1-32 lowercase hex digits")
+            return
+        try:
+            self.root = self.collector.writer.root(Path(hello.root), owner=self.uid)
+        except LayoutError as exc:
+            self.collector.metrics.events_rejected.labels(RejectReason.ROOT_NOT_ALLOWED.value).inc()
+            self.fail(RejectReason.ROOT_NOT_ALLOWED, str(exc))
+            return
+        except OSError as exc:
+            self.fail(RejectReason.ROOT_NOT_ALLOWED, f"cannot use root {hello.root!r}: {exc}")
+            return
+        self.producer = hello.producer
+        self.send(Welcome(proto=PROTOCOL_VERSION, version=self.collector.version))
+
+    def _handle_batch(self, decoded: DecodedBatch) -> None:
+        collector = self.collector
+        assert self.root is not None
+        count = len(decoded.events)
+        collector.metrics.events_received.inc(count)
+        if count > MAX_BATCH_EVENTS:
+            reason = RejectReason.TOO_MANY_EVENTS
+            detail = f"a batch holds at most {MAX_BATCH_EVENTS} events"
+            decoded = DecodedBatch(
+                decoded.first,
+                decoded.verdicts,
+                [None] * count,
+                dict.fromkeys(range(count), Rejection(reason, detail)),
+                {},
+            )
+        outcome = collector.ingest.apply(self.root, self.producer, decoded)
+        self.awaiting += 1
+        collector.enqueue(self, outcome)
+
+    # --- replies -------------------------------------------------------------------------------------
+
+    def send(self, message: Welcome | Verdicts | Error | Report) -> None:
+        """Write one frame to the client, unless the connection is going away."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_frame(message))
+
+    def fail(self, reason: RejectReason, detail: str) -> None:
+        """Send a fatal error and close the connection."""
+        self.send(Error(reason=reason, detail=detail, fatal=True))
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def answered(self) -> None:
+        """One batch got its verdicts: maybe resume reading."""
+        self.awaiting -= 1
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closing:
+            return
+        should_pause = self._peer_not_reading or self.awaiting >= self.collector.config.max_backlog_batches
+        if should_pause and not self._paused_reading:
+            self.transport.pause_reading()
+            self._paused_reading = True
+            self.collector.paused.add(self)
+        elif not should_pause and self._paused_reading:
+            self.transport.resume_reading()
+            self._paused_reading = False
+            self.collector.paused.discard(self)
+
+
+class Collector:
+    """The daemon: listening sockets, connections, the flush task, signals and systemd.
+
+    Args:
+        config: the effective configuration.
+        metrics: where to count.
+        version: reported to clients and in ``gz-ia status``.
+    """
+
+    def __init__(self, config: CollectorConfig, metrics: Metrics, *, version: str) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.version = version
+        self.uid = os.getuid()
+        self.started = time.time()
+        self.writer = Writer(max_open_files=config.max_open_files, on_torn=lambda _n: metrics.torn_repaired.inc())
+        self.ingest = Ingest(self.writer, max_open_actions=config.max_open_actions)
+        self.connections: set[Connection] = set()
+        self.paused: set[Connection] = set()
+        self.notifier = Notifier()
+        self._replies: list[tuple[Connection, BatchOutcome]] = []
+        self._work = asyncio.Event()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._stopping = asyncio.Event()
+        self._error_logged: set[str] = set()
+        self._bind_gauges()
+
+    def _bind_gauges(self) -> None:
+        metrics = self.metrics
+        writer = self.writer
+        metrics.connections.set_function(lambda: len(self.connections))
+        metrics.paused_connections.set_function(lambda: len(self.paused))
+        metrics.open_files.set_function(lambda: writer.open_files)
+        metrics.backlog_bytes.set_function(lambda: writer.pending_bytes)
+        metrics.sessions_known.set_function(lambda: sum(len(root.sessions) for root in writer.roots))
+        metrics.sessions_active.set_function(
+            lambda: sum(1 for root in writer.roots for state in root.sessions.values() if state.open_actions)
+        )
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    async def serve(self, sockets: list[socket.socket]) -> None:
+        """Serve on the given listening sockets until SIGTERM/SIGINT, then drain and return."""
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            sock.setblocking(False)
+            self._servers.append(await loop.create_unix_server(lambda: Connection(self), sock=sock))
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stopping.set)
+        flusher = asyncio.create_task(self._flush_loop(), name="gz-ia-flush")
+        watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
+        self.notifier.notify("READY=1", f"STATUS=serving on {len(sockets)} socket(s)")
+        log.info("gz-ia collector %s ready (durability=%s)", self.version, self.config.durability)
+        try:
+            await self._stopping.wait()
+        finally:
+            self.notifier.notify("STOPPING=1", "STATUS=draining")
+            log.info("stopping: draining connections")
+            for server in self._servers:
+                server.close()
+            for connection in list(self.connections):
+                if connection.transport is not None:
+                    connection.transport.pause_reading()
+            flusher.cancel()
+            watchdog.cancel()
+            for task in (flusher, watchdog):
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+            await self._flush_once()
+            await self._close_connections()
+            self.writer.close()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            log.info("stopped")
+            self.notifier.close()
+
+    def stop(self) -> None:
+        """Ask :meth:`serve` to drain and return (as SIGTERM does)."""
+        self._stopping.set()
+
+    async def _close_connections(self) -> None:
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        deadline = time.monotonic() + _DRAIN_TIMEOUT
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+
+    async def _watchdog_loop(self) -> None:
+        interval = watchdog_interval()
+        if interval is None or not self.notifier.enabled:
+            return
+        # Pinged from the event loop itself: a stalled loop stops the pings and systemd restarts us.
+        while True:
+            self.notifier.notify("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    # --- flushing -------------------------------------------------------------------------------------
+
+    def enqueue(self, connection: Connection, outcome: BatchOutcome) -> None:
+        """Queue a batch's verdicts for after the next flush."""
+        self._replies.append((connection, outcome))
+        self._work.set()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        replies = self._replies
+        self._replies = []
+        writer = self.writer
+        metrics = self.metrics
+        written, failed, nbytes = writer.flush()
+        if self.config.durability == "fsync" and written:
+            failed += await asyncio.to_thread(writer.sync, written)
+            for target, _ in failed:
+                writer.forget(target)
+        if nbytes:
+            metrics.written_bytes.inc(nbytes)
+        for target, exc in failed:
+            self._report_write_error(target, exc)
+        now = time.monotonic()
+        any_written = False
+        for connection, outcome in replies:
+            if not outcome.intact():
+                connection.awaiting -= 1
+                connection.fail(
+                    RejectReason.WRITE_FAILED,
+                    "the collector could not write this batch (see its log); resend after reconnecting",
+                )
+                continue
+            metrics.count_written(outcome.written)
+            for status, duration in outcome.durations:
+                metrics.observe_action(status, duration)
+            for rejection in outcome.rejections:
+                metrics.events_rejected.labels(rejection.reason.value).inc()
+            if outcome.duplicates:
+                metrics.duplicates.inc(outcome.duplicates)
+            any_written = any_written or bool(outcome.written)
+            metrics.write_latency.observe(now - outcome.received_at)
+            connection.send(
+                Verdicts(
+                    first=outcome.first,
+                    count=outcome.count,
+                    seqs=outcome.seqs or [],
+                    rejected=outcome.rejections,
+                )
+            )
+            connection.answered()
+        if any_written:
+            metrics.mark_written()
+
+    def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
+        kind = write_error_kind(exc)
+        self.metrics.write_errors.labels(kind).inc()
+        if kind not in self._error_logged:
+            self._error_logged.add(kind)
+            log.error("cannot write %s: %s (unacknowledged events stay with their clients)", target.name, exc)
+
+    # --- status ---------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
+        registry = self.metrics.registry
+
+        def value(name: str, labels: dict[str, str] | None = None) -> float:
+            return registry.get_sample_value(name, labels or {}) or 0.0
+
+        rejected = {
+            reason.value: int(value("gzia_events_rejected_total", {"reason": reason.value})) for reason in RejectReason
+        }
+        return {
+            "healthy": True,
+            "version": self.version,
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started, 3),
+            "durability": self.config.durability,
+            "connections": len(self.connections),
+            "roots": [
+                {
+                    "path": str(root.path),
+                    "sessions_loaded": len(root.sessions),
+                    "open_sessions": sum(1 for state in root.sessions.values() if state.open_actions),
+                }
+                for root in self.writer.roots
+            ],
+            "counters": {
+                "received": int(value("gzia_events_received_total")),
+                "written": int(
+                    sum(
+                        value("gzia_events_written_total", {"stage": stage, "status": status})
+                        for stage in ("READ", "PENDING", "FINISH")
+                        for status in ("OK", "FAILED")
+                    )
+                ),
+                "rejected": sum(rejected.values()),
+                "rejected_by_reason": {reason: count for reason, count in rejected.items() if count},
+                "duplicates": int(value("gzia_events_duplicate_total")),
+                "write_errors": int(
+                    sum(
+                        value("gzia_write_errors_total", {"kind": kind})
+                        for kind in ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
+                    )
+                ),
+            },
+        }
