@@ -1,0 +1,70 @@
+"""``gz-ia-collector``: run the daemon (the default command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import version
+
+__all__ = ["collector_main"]
+
+
+def _serve_options(function: Any) -> Any:
+    options = [
+        click.option(
+            "--config",
+            "config_path",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="TOML config file [default: $XDG_CONFIG_HOME/gz-ia/collector.toml; env: GZ_IA_CONFIG].",
+        ),
+        click.option("--socket", "socket", default=None, help="Socket path [env: GZ_IA_SOCKET]."),
+        click.option(
+            "--durability",
+            type=click.Choice(["os", "fsync"]),
+            default=None,
+            help="Acknowledge after the write reaches the OS, or after a grouped fdatasync.",
+        ),
+        click.option("--metrics-address", default=None, help="host:port for /metrics, or 'off'."),
+        click.option("--max-open-files", type=int, default=None, help="Session files kept open at once."),
+        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@_serve_options
+@click.version_option(version(), prog_name="gz-ia-collector")
+@click.pass_context
+def collector_main(ctx: click.Context, /, **flags: Any) -> None:
+    """Run the gz-ia collector (the default command) or manage its installation."""
+    if ctx.invoked_subcommand is None:
+        ctx.exit(_serve(flags))
+    ctx.obj = flags
+
+
+@collector_main.command("serve")
+@_serve_options
+@click.pass_context
+def serve_command(ctx: click.Context, /, **flags: Any) -> None:
+    """Run the collector in the foreground until SIGTERM or Ctrl-C."""
+    merged = {**(ctx.obj or {}), **{key: value for key, value in flags.items() if value is not None}}
+    ctx.exit(_serve(merged))
+
+
+def _serve(flags: dict[str, Any]) -> int:
+    from gz_ia.collector.config import ConfigError, load_config
+    from gz_ia.collector.daemon import run
+
+    flags = dict(flags)
+    config_path = flags.pop("config_path", None)
+    try:
+        config = load_config(config_path, flags=flags)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    return run(config, version=version())

@@ -1,0 +1,40 @@
+"""Helpers shared by the ``gz-ia`` and ``gz-ia-collector`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import click
+
+from gz_ia.client import env
+
+__all__ = ["EXIT_NOT_FOUND", "EXIT_REJECTED", "EXIT_UNAVAILABLE", "root_of", "socket_path_of", "version"]
+
+EXIT_REJECTED: Final = 1
+EXIT_NOT_FOUND: Final = 1
+EXIT_UNAVAILABLE: Final = 69
+"""``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable."""
+
+
+def version() -> str:
+    """Return the installed collector's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("gz-ia-collector")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
+def socket_path_of(ctx: click.Context) -> Path:
+    """The socket named by ``gz-ia --socket`` / ``GZ_IA_SOCKET``, else the default one."""
+    value = ctx.find_root().params.get("socket")
+    return Path(value) if value else env.default_socket_path()
+
+
+def root_of(ctx: click.Context) -> Path:
+    """The root named by ``gz-ia --root`` / ``GZ_IA_ROOT``, else the one found like ``.git``."""
+    value = ctx.find_root().params.get("root")
+    return Path(value).absolute() if value else env.find_root()

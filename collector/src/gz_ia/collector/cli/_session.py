@@ -1,0 +1,128 @@
+"""``gz-ia session ...``: send one event, print a session."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from gz_ia.client import env
+from gz_ia.client.errors import CollectorUnavailable, EventRejected
+from gz_ia.client.schema import Stage, Status
+
+from . import session
+from ._common import EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_UNAVAILABLE, root_of, socket_path_of
+
+
+def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str] | None:
+    attrs: dict[str, bool | int | float | str] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--attr")
+        attrs[key] = _scalar(raw)
+    return attrs or None
+
+
+def _scalar(raw: str) -> bool | int | float | str:
+    if raw in ("true", "false"):
+        return raw == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            continue
+    return raw
+
+
+@session.command("log")
+@click.argument("session_id")
+@click.option("--action", required=True, help="Short description of the task.")
+@click.option("--stage", required=True, type=click.Choice([s.value for s in Stage], case_sensitive=False))
+@click.option(
+    "--status", default="OK", show_default=True, type=click.Choice([s.value for s in Status], case_sensitive=False)
+)
+@click.option("--agent", required=True, envvar="GZ_IA_AGENT", help="Agent name [env: GZ_IA_AGENT].")
+@click.option("--role", default=None, envvar="GZ_IA_ROLE", help="Functional role [env: GZ_IA_ROLE].")
+@click.option(
+    "--parent",
+    "parent",
+    default=None,
+    help="Parent session id [default: $GZ_IA_PARENT_SESSION_ID unless it is this session].",
+)
+@click.option("--duration", "duration_ms", type=click.IntRange(min=0), default=None, help="Duration in ms.")
+@click.option("--error", default=None, help="Error message (required with --status FAILED).")
+@click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="A measurement; repeatable.")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the verdict.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+@click.pass_context
+def session_log(
+    ctx: click.Context,
+    session_id: str,
+    action: str,
+    stage: str,
+    status: str,
+    agent: str,
+    role: str | None,
+    parent: str | None,
+    duration_ms: int | None,
+    error: str | None,
+    attrs: tuple[str, ...],
+    timeout: float,
+    quiet: bool,
+) -> None:
+    """Send one event to SESSION_ID and wait for the collector's verdict."""
+    from gz_ia.client import Client, build_event
+
+    if parent is None:
+        inherited = os.environ.get(env.GZ_IA_PARENT_SESSION_ID)
+        parent = inherited if inherited and inherited != session_id else None
+    try:
+        event = build_event(
+            session_id=session_id,
+            action=action,
+            stage=stage.upper(),
+            status=status.upper(),
+            agent=agent,
+            role=role,
+            parent_session_id=parent,
+            duration_ms=duration_ms,
+            error=error,
+            attrs=_parse_attrs(attrs),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    client = Client(socket_path=socket_path_of(ctx), root=root_of(ctx), connect_timeout=min(timeout, 2.0))
+    try:
+        verdict = client.send(event, timeout=timeout)
+    except EventRejected as exc:
+        click.echo(f"gz-ia: rejected ({exc.reason}): {exc.detail}", err=True)
+        ctx.exit(EXIT_REJECTED)
+    except CollectorUnavailable as exc:
+        click.echo(
+            f"gz-ia: no collector is reachable at {client.socket_path} ({exc}).\n"
+            "Start one with `gz-ia-collector` or `systemctl --user start gz-ia-collector.socket`.",
+            err=True,
+        )
+        ctx.exit(EXIT_UNAVAILABLE)
+    finally:
+        client.close(timeout=0)
+    if not quiet:
+        click.echo(f"accepted: {session_id} seq {verdict.seq}")
+
+
+@session.command("logs")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored JSON lines, one per event.")
+@click.pass_context
+def session_logs(ctx: click.Context, session_id: str, as_json: bool) -> None:
+    """Print the events of SESSION_ID in write order."""
+    from gz_ia.collector.storage.reader import SessionNotFound, read_session_lines
+    from gz_ia.collector.view import format_event
+
+    try:
+        for line, event in read_session_lines(root_of(ctx), session_id):
+            click.echo(line if as_json else format_event(event))
+    except SessionNotFound as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)

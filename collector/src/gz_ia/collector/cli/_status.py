@@ -1,0 +1,45 @@
+"""``gz-ia status``: ask the running collector about itself."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from . import main
+from ._common import EXIT_UNAVAILABLE, socket_path_of
+
+
+@main.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--timeout", type=float, default=3.0, show_default=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
+    """Ask the running collector for its health, uptime, roots and counters."""
+    from gz_ia.collector.status import StatusUnavailable, query_status
+
+    path = socket_path_of(ctx)
+    try:
+        report: dict[str, Any] = query_status(path, timeout=timeout)
+    except StatusUnavailable as exc:
+        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}", err=True)
+        ctx.exit(EXIT_UNAVAILABLE)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    click.echo(
+        f"gz-ia collector {report['version']}: healthy, pid {report['pid']}, "
+        f"up {report['uptime_seconds']:.0f} s, durability {report['durability']}"
+    )
+    click.echo(f"connections: {report['connections']}")
+    for root in report["roots"]:
+        click.echo(
+            f"root {root['path']}: {root['sessions_loaded']} sessions loaded, {root['open_sessions']} with open actions"
+        )
+    counters = report["counters"]
+    click.echo(
+        "events: " + ", ".join(f"{key} {value}" for key, value in counters.items() if not isinstance(value, dict))
+    )
+    for reason, count in counters.get("rejected_by_reason", {}).items():
+        click.echo(f"  rejected {reason}: {count}")

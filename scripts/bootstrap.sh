@@ -1,0 +1,10 @@
+# Shared by scripts/collector and scripts/test: make sure uv exists and the workspace is synced.
+# Sourced, not run. Installs uv with pip into the user's site when it is missing.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$HOME/.local/bin:$PATH"
+if ! command -v uv >/dev/null 2>&1; then
+  echo "bootstrap: installing uv (pip install --user uv)" >&2
+  python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
+fi
+export UV_PYTHON_DOWNLOADS=never

@@ -1,0 +1,223 @@
+"""Fixtures shared by every test: short temporary directories, a real collector process, the schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA_PATH = REPO / "docs" / "logevent.schema.json"
+AGENTS = REPO / "tests" / "fixtures" / "agents"
+
+
+def free_port() -> int:
+    """Return a loopback TCP port that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.02, message: str = "condition") -> None:
+    """Poll ``predicate`` until it is true or fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout} s waiting for {message}")
+
+
+class CollectorProcess:
+    """A real ``gz-ia-collector`` process on a private socket and session root."""
+
+    def __init__(self, base: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.base = base
+        self.socket = base / "run" / "collector.sock"
+        self.workspace = base / "ws"
+        self.root = self.workspace / ".harness"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.metrics_port = free_port()
+        self.args = list(args)
+        self.log_path = base / "collector.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env = env or {}
+        self.starts = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for agents and CLI commands that should talk to this collector."""
+        environment = dict(os.environ)
+        environment.update({"GZ_IA_SOCKET": str(self.socket), "GZ_IA_ROOT": str(self.root)})
+        environment.pop("GZ_IA_PARENT_SESSION_ID", None)
+        environment.pop("GZ_IA_PARENT_PID", None)
+        return environment
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "gz_ia.collector",
+            "--socket", str(self.socket),
+            "--metrics-address", f"127.0.0.1:{self.metrics_port}",
+            *self.args,
+        ]
+
+    def start(self, *, wait: bool = True) -> None:
+        environment = self.env
+        environment.update(self.extra_env)
+        environment.setdefault("XDG_CONFIG_HOME", str(self.base / "config"))
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"--- start {self.starts}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, env=environment)
+        log.close()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        marker = f"--- start {self.starts}\n"
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"collector exited with {self.proc.returncode}:\n{self.log()}")
+            text = self.log()
+            if "ready" in text[text.rfind(marker):]:
+                return
+            time.sleep(0.02)
+        pytest.fail(f"collector not ready after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Send ``sig`` and wait for the exit; return the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"collector did not exit within {timeout} s after signal {sig}:\n{self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as far as the collector can tell."""
+        self.stop(signal.SIGKILL)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def session_file(self, session_id: str) -> Path:
+        return self.root / "sessions" / f"{session_id}.events.jsonl"
+
+    def session_lines(self, session_id: str) -> list[dict[str, Any]]:
+        path = self.session_file(session_id)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def all_sessions(self) -> dict[str, list[dict[str, Any]]]:
+        directory = self.root / "sessions"
+        return {
+            path.name.removesuffix(".events.jsonl"): [json.loads(line) for line in path.read_text().splitlines()]
+            for path in sorted(directory.glob("*.events.jsonl"))
+        }
+
+    def rejects(self) -> list[dict[str, Any]]:
+        path = self.root / "rejects.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def client(self, **kwargs: Any) -> Any:
+        from gz_ia.client import Client
+
+        return Client(socket_path=self.socket, root=self.root, **kwargs)
+
+    def gz_ia(self, *args: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run the ``gz-ia`` command line as a real subprocess against this collector."""
+        return subprocess.run(
+            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+            env=self.env, capture_output=True, text=True, timeout=timeout, check=check,
+        )
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(name="short_tmp")
+def _short_tmp() -> Iterator[Path]:
+    """A temporary directory under /tmp with a short path (AF_UNIX paths are limited to ~107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="gzt", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(name="make_collector")
+def _make_collector(short_tmp: Path) -> Iterator[Any]:
+    """Factory of real collector processes, each on its own socket and root; all killed at the end."""
+    made: list[CollectorProcess] = []
+
+    def make(*args: str, start: bool = True, env: dict[str, str] | None = None) -> CollectorProcess:
+        base = short_tmp / f"c{len(made)}"
+        base.mkdir()
+        process = CollectorProcess(base, *args, env=env)
+        made.append(process)
+        if start:
+            process.start()
+        return process
+
+    yield make
+    for process in made:
+        process.close()
+
+
+@pytest.fixture(name="collector")
+def _collector(make_collector: Any) -> CollectorProcess:
+    """One running collector process."""
+    return make_collector()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(name="schema_validator", scope="session")
+def _schema_validator() -> Any:
+    """A draft-07 validator of the published LogEvent schema, checking the date-time format."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+
+
+def soak_seconds(default: float) -> float:
+    """Duration of a slow soak/fault test: ``GZ_IA_SOAK_SECONDS`` bounds it (CI sets it low)."""
+    bound = os.environ.get("GZ_IA_SOAK_SECONDS")
+    return min(default, float(bound)) if bound else default
+
+
+@pytest.fixture(name="soak")
+def _soak() -> Any:
+    return soak_seconds
+
+
