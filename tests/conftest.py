@@ -55,6 +55,8 @@ class CollectorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_env = env or {}
         self.starts = 0
+        self.prefix: list[str] = []
+        """Prepended to the command line, e.g. ["prlimit", "--nofile=256", "--"]."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -67,6 +69,7 @@ class CollectorProcess:
 
     def command(self) -> list[str]:
         return [
+            *self.prefix,
             sys.executable, "-m", "gz_ia.collector",
             "--socket", str(self.socket),
             "--metrics-address", f"127.0.0.1:{self.metrics_port}",
@@ -221,3 +224,11 @@ def _soak() -> Any:
     return soak_seconds
 
 
+
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

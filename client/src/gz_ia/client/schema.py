@@ -69,7 +69,12 @@ Role = Annotated[str, msgspec.Meta(max_length=MAX_AGENT_LENGTH)]
 ErrorText = Annotated[str, msgspec.Meta(max_length=MAX_ERROR_LENGTH)]
 DurationMs = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 AttrKey = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ATTR_KEY_LENGTH)]
-AttrValue = bool | int | float | Annotated[str, msgspec.Meta(max_length=MAX_ATTR_STRING_LENGTH)]
+AttrValue = (
+    bool
+    | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+    | float
+    | Annotated[str, msgspec.Meta(max_length=MAX_ATTR_STRING_LENGTH)]
+)
 Attrs = Annotated[dict[AttrKey, AttrValue], msgspec.Meta(max_length=MAX_ATTRS)]
 
 _SAFE_ID_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")

@@ -1,0 +1,126 @@
+"""The msgspec LogEvent is the published JSON schema, only narrowed."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gz_ia.client.schema import LogEvent, Stage, Status, StoredEvent, is_safe_session_id
+
+REPO = Path(__file__).resolve().parents[2]
+PUBLISHED = json.loads((REPO / "docs" / "logevent.schema.json").read_text())
+
+
+def _generated() -> dict[str, object]:
+    (schema,), components = msgspec.json.schema_components([LogEvent])
+    ref = str(schema["$ref"]).rsplit("/", 1)[-1]
+    return dict(components[ref])
+
+
+def test_the_repository_copy_of_the_schema_is_verbatim() -> None:
+    """docs/logevent.schema.json is the seed's schema, byte for byte, when shared/ is beside the repo."""
+    shared = REPO.parent / "shared" / "schema" / "logevent.schema.json"
+    if shared.exists():
+        assert json.loads(shared.read_text()) == PUBLISHED
+    assert PUBLISHED["title"] == "LogEvent"
+
+
+def test_required_fields_match() -> None:
+    """LogEvent requires exactly the fields the published schema requires."""
+    assert set(_generated()["required"]) == set(PUBLISHED["required"])  # type: ignore[arg-type]
+
+
+def test_every_published_property_exists_with_the_same_type() -> None:
+    """Each published property is a field of the same JSON type (and enum), optional ones nullable only in Python."""
+    generated = _generated()["properties"]
+    assert isinstance(generated, dict)
+    for name, spec in PUBLISHED["properties"].items():
+        assert name in generated, name
+        ours = generated[name]
+        variants = ours.get("anyOf", [ours])
+        types = {variant.get("type") for variant in variants if variant.get("type") != "null"}
+        if "$ref" in str(variants):
+            types = {"string"}  # Stage and Status are string enums
+        assert spec["type"] in types, (name, ours)
+    assert {stage.value for stage in Stage} == set(PUBLISHED["properties"]["stage"]["enum"])
+    assert {status.value for status in Status} == set(PUBLISHED["properties"]["status"]["enum"])
+
+
+def test_unset_optional_fields_are_omitted_not_null() -> None:
+    """omit_defaults keeps None out of the JSON: the schema types optional fields as strings."""
+    event = LogEvent(
+        timestamp=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        session_id="s1",
+        action="a",
+        stage=Stage.READ,
+        status=Status.OK,
+        agent="agy",
+    )
+    encoded = json.loads(msgspec.json.encode(event))
+    assert encoded == {
+        "timestamp": "2026-01-02T03:04:05Z",
+        "session_id": "s1",
+        "action": "a",
+        "stage": "READ",
+        "status": "OK",
+        "agent": "agy",
+    }
+
+
+def test_failed_requires_an_error() -> None:
+    """A FAILED event without an error cannot be built or decoded."""
+    with pytest.raises(ValueError, match="requires a non-empty error"):
+        LogEvent(
+            timestamp=datetime.now(UTC), session_id="s", action="a", stage=Stage.FINISH,
+            status=Status.FAILED, agent="a",
+        )
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(
+            b'{"timestamp":"2026-01-01T00:00:00Z","session_id":"s","action":"a","stage":"FINISH",'
+            b'"status":"FAILED","agent":"a","error":""}',
+            type=LogEvent,
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "safe"),
+    [
+        ("3f9a12c8", True),
+        ("sub_9c2d14e7", True),
+        ("a.b-c_d", True),
+        ("x" * 128, True),
+        ("x" * 129, False),
+        ("", False),
+        (".hidden", False),
+        ("..", False),
+        ("../etc", False),
+        ("a/b", False),
+        ("a\x00b", False),
+        ("/abs", False),
+        ("é", False),
+    ],
+)
+def test_session_id_safety(value: str, safe: bool) -> None:
+    """Session ids that could become a path outside the root are unsafe, by function and by schema."""
+    assert is_safe_session_id(value) is safe
+    document = {"timestamp": "2026-01-01T00:00:00Z", "session_id": value, "action": "a",
+                "stage": "READ", "status": "OK", "agent": "a"}
+    try:
+        msgspec.json.decode(json.dumps(document), type=LogEvent)
+    except msgspec.ValidationError:
+        decoded = False
+    else:
+        decoded = True
+    assert decoded is safe
+
+
+def test_stored_event_reads_a_stored_line() -> None:
+    """A line the collector wrote decodes as StoredEvent with seq and delivery."""
+    line = (b'{"timestamp":"2026-01-01T00:00:00Z","session_id":"s","action":"a","stage":"READ",'
+            b'"status":"OK","agent":"a","seq":7,"delivery":"ab:3","future_field":1}')
+    stored = msgspec.json.decode(line, type=StoredEvent)
+    assert (stored.seq, stored.delivery) == (7, "ab:3")

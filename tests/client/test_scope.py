@@ -1,0 +1,135 @@
+"""Scopes carry attribution and turn a block of code into a READ/PENDING/FINISH cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import gz_ia.client as gz
+from gz_ia.client import Stage, Status
+from gz_ia.client.testing import CapturingClient, capture_events
+
+
+def test_an_action_logs_read_pending_and_finish_ok_with_duration() -> None:
+    """READ on entry, PENDING when asked, FINISH OK with the elapsed time on exit; attribution from the session."""
+    with capture_events() as events, gz.session("s1", agent="claude", role="planner") as scope:
+        with scope.action("Index deps") as act:
+            act.pending(files=3)
+            act.set(tokens=120)
+    assert [(e.stage, e.status) for e in events] == [
+        (Stage.READ, Status.OK), (Stage.PENDING, Status.OK), (Stage.FINISH, Status.OK),
+    ]
+    assert {(e.session_id, e.agent, e.role, e.action) for e in events} == {("s1", "claude", "planner", "Index deps")}
+    assert events[1].attrs == {"files": 3}
+    assert events[2].attrs == {"tokens": 120}
+    assert events[2].duration_ms is not None and events[2].duration_ms >= 0
+    assert events[0].parent_session_id is None
+
+
+def test_an_exception_finishes_failed_with_the_error_and_is_reraised() -> None:
+    """The action's FINISH is FAILED with the exception text as error, and the exception propagates."""
+    with capture_events() as events, gz.session("s1", agent="a") as scope:
+        with pytest.raises(KeyError), scope.action("Parse"):
+            raise KeyError("missing")
+    assert events[-1].stage is Stage.FINISH
+    assert events[-1].status is Status.FAILED
+    assert events[-1].error == "KeyError: 'missing'"
+
+
+def test_fail_marks_failure_without_raising() -> None:
+    """act.fail() turns the closing FINISH into FAILED without an exception."""
+    with capture_events() as events, gz.session("s1", agent="a") as scope:
+        with scope.action("Lint") as act:
+            act.fail("3 errors")
+    assert (events[-1].status, events[-1].error) == (Status.FAILED, "3 errors")
+
+
+def test_action_can_start_in_pending() -> None:
+    """An action that changes things from the start opens with PENDING."""
+    with capture_events() as events, gz.session("s1", agent="a"):
+        with gz.action("Write file", start=Stage.PENDING):
+            pass
+    assert [e.stage for e in events] == [Stage.PENDING, Stage.FINISH]
+
+
+def test_subagent_sessions_name_their_parent() -> None:
+    """A subagent scope, or a session opened inside another, carries parent_session_id."""
+    with capture_events() as events, gz.session("root", agent="claude") as scope:
+        with scope.subagent("agy", role="tester", session_id="child") as child:
+            child.log("Run tests", Stage.PENDING)
+        with gz.session("nested", agent="x") as nested:
+            nested.log("Look", Stage.READ)
+    assert [(e.session_id, e.parent_session_id, e.agent) for e in events] == [
+        ("child", "root", "agy"), ("nested", "root", "x"),
+    ]
+
+
+def test_a_child_process_inherits_its_parent_session_from_the_environment() -> None:
+    """A process started inside a session scope opens subagent sessions without code changes."""
+    code = (
+        "import json, gz_ia.client as gz\n"
+        "from gz_ia.client.testing import capture_events\n"
+        "with capture_events() as events, gz.session(agent='child') as s:\n"
+        "    s.log('x', 'READ')\n"
+        "print(json.dumps([events[0].parent_session_id, events[0].session_id]))\n"
+    )
+    siblings: list[gz.SessionScope] = []
+    with gz.session("parent-1", agent="a", client=CapturingClient()):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        # Another thread of this process has no enclosing scope: it must not adopt our own export.
+        thread = threading.Thread(target=lambda: siblings.append(gz.session(agent="a")))
+        thread.start()
+        thread.join()
+    parent, child = json.loads(result.stdout)
+    assert parent == "parent-1"
+    assert child != "parent-1"
+    assert siblings[0].parent_session_id is None
+    assert "GZ_IA_PARENT_SESSION_ID" not in os.environ
+
+
+def test_action_outside_a_session_is_a_clear_programming_error() -> None:
+    """gz.action() with no session scope raises at once with a message saying what to do."""
+    with pytest.raises(RuntimeError, match="no gz-ia session is active"):
+        gz.action("x")
+
+
+def test_the_null_client_does_nothing_and_never_raises() -> None:
+    """With tracing off, scopes and calls run and produce nothing."""
+    null = gz.NullClient()
+    with gz.session("s", agent="a", client=null) as scope, scope.action("x") as act:
+        act.pending()
+    assert null.flush() is True
+    assert null.stats().accepted == 0
+
+
+def test_disabled_by_environment_gives_the_null_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GZ_IA_DISABLED=1 makes the default client the null client."""
+    monkeypatch.setenv("GZ_IA_DISABLED", "1")
+    previous = gz.get_client()
+    try:
+        gz.configure(None, enabled=False)
+        assert isinstance(gz.get_client(), gz.NullClient)
+    finally:
+        gz.configure(previous)
+
+
+def test_scopes_work_with_async_with() -> None:
+    """Async agents use the same scopes with async with; tasks keep their own current session."""
+
+    async def agent(name: str) -> None:
+        async with gz.session(name, agent="a") as scope, scope.action("step"):
+            await asyncio.sleep(0)
+            assert gz.current_session() is scope
+
+    with capture_events() as events:
+        async def main() -> None:
+            await asyncio.gather(agent("t1"), agent("t2"))
+
+        asyncio.run(main())
+    assert sorted(e.session_id for e in events) == ["t1", "t1", "t2", "t2"]

@@ -1,0 +1,62 @@
+"""Without a collector the client neither blocks nor crashes the agent, and its memory is bounded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gz_ia.client import Client, CollectorUnavailable, build_event
+
+
+def _event(n: int) -> dict[str, object]:
+    return {"session_id": "s", "action": f"a{n}", "stage": "READ", "agent": "agy"}
+
+
+def test_log_returns_without_a_collector_and_counts_what_it_drops(short_tmp: Path) -> None:
+    """Past its bound the client drops the oldest events and counts them; log() never raises."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_events=100)
+    for n in range(1_000):
+        client.log(**_event(n))  # type: ignore[arg-type]
+    stats = client.stats()
+    assert stats.queued + stats.unacknowledged <= 100
+    assert stats.dropped == 1_000 - stats.queued - stats.unacknowledged
+    assert stats.connected is False
+    assert "cannot connect" in (stats.last_error or "") or stats.last_error is None
+    assert client.flush(timeout=0.2) is False
+    client.close(timeout=0)
+
+
+def test_the_byte_bound_holds_as_well(short_tmp: Path) -> None:
+    """A few huge events cannot exceed the byte bound of the buffer."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_bytes=50_000)
+    for n in range(100):
+        client.log(session_id="s", action=f"a{n}", stage="READ", agent="agy", error="x" * 5_000)
+    stats = client.stats()
+    assert stats.dropped >= 100 - 11
+    client.close(timeout=0)
+
+
+def test_send_reports_an_unreachable_collector(short_tmp: Path) -> None:
+    """The waiting call raises CollectorUnavailable naming the socket, promptly."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness")
+    event = build_event(session_id="s", action="a", stage="READ", agent="agy")
+    with pytest.raises(CollectorUnavailable) as caught:
+        client.send(event, timeout=30)
+    assert caught.value.socket_path == str(short_tmp / "missing.sock")
+    # Reported from the failed connection attempt itself, not from running out the timeout.
+    assert "No such file or directory" in str(caught.value)
+    client.close(timeout=0)
+
+
+def test_invalid_arguments_are_counted_not_raised_unless_asked(short_tmp: Path) -> None:
+    """A bad call (FAILED without error, unknown stage) never crashes the agent by default."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness")
+    client.log(session_id="s", action="a", stage="FINISH", status="FAILED", agent="agy")
+    client.log(session_id="s", action="a", stage="WRITING", agent="agy")
+    assert client.stats().invalid == 2
+    strict = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", raise_on_error=True)
+    with pytest.raises(ValueError, match="non-empty error"):
+        strict.log(session_id="s", action="a", stage="FINISH", status="FAILED", agent="agy")
+    client.close(timeout=0)
+    strict.close(timeout=0)

@@ -1,0 +1,45 @@
+"""The client distribution stays thin: msgspec only, and gz_ia stays a namespace package."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gz_ia
+import gz_ia.client
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(result.stdout))
+
+
+def test_importing_the_client_loads_none_of_the_collector_dependencies() -> None:
+    """Importing gz_ia.client (and using a scope) never loads uvloop, click or prometheus_client."""
+    modules = _modules_after(
+        "import gz_ia.client as gz\nwith gz.session(agent='a', client=gz.NullClient()) as s:\n"
+        "    with s.action('x'): pass"
+    )
+    assert "msgspec" in modules
+    assert not {"uvloop", "click", "prometheus_client", "gz_ia.collector"} & modules
+
+
+def test_reader_imports_only_stdlib_msgspec_and_client() -> None:
+    """The session reader is importable without the daemon's dependencies."""
+    modules = _modules_after("import gz_ia.collector.storage.reader")
+    assert not {"uvloop", "click", "prometheus_client"} & modules
+
+
+def test_gz_ia_is_a_namespace_package() -> None:
+    """Neither distribution ships gz_ia/__init__.py, so both install side by side."""
+    assert gz_ia.__file__ is None
+    assert len(list(gz_ia.__path__)) == 2
+
+
+def test_public_names_are_exported_and_sorted() -> None:
+    """__all__ lists the public API, sorted, and every name resolves."""
+    assert gz_ia.client.__all__ == sorted(gz_ia.client.__all__)
+    for name in gz_ia.client.__all__:
+        assert getattr(gz_ia.client, name) is not None

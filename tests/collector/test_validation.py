@@ -1,0 +1,84 @@
+"""Bad events get precise reasons; good batches take the one-call fast path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gz_ia.client.protocol import Batch, RejectReason, encode_frame
+from gz_ia.collector.validation import decode_batch
+
+GOOD: dict[str, Any] = {
+    "timestamp": "2026-01-01T00:00:00Z",
+    "session_id": "s1",
+    "action": "a",
+    "stage": "READ",
+    "status": "OK",
+    "agent": "agy",
+}
+
+
+def _body(*events: object) -> bytes:
+    frame = encode_frame(Batch(first=10, events=[msgspec.Raw(msgspec.msgpack.encode(e)) for e in events]))
+    return frame[4:]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"session_id": "../x"}, RejectReason.INVALID_SESSION_ID),
+        ({"session_id": ".h"}, RejectReason.INVALID_SESSION_ID),
+        ({"parent_session_id": "a/b"}, RejectReason.INVALID_SESSION_ID),
+        ({"session_id": "x" * 129}, RejectReason.INVALID_SESSION_ID),
+        ({"timestamp": "yesterday"}, RejectReason.INVALID_TIMESTAMP),
+        ({"timestamp": "2026-01-01T00:00:00"}, RejectReason.INVALID_TIMESTAMP),
+        ({"duration_ms": -1}, RejectReason.INVALID_DURATION),
+        ({"duration_ms": 1.5}, RejectReason.INVALID_DURATION),
+        ({"duration_ms": True}, RejectReason.INVALID_DURATION),
+        ({"stage": "WRITING"}, RejectReason.INVALID_FIELD),
+        ({"status": "MAYBE"}, RejectReason.INVALID_FIELD),
+        ({"status": "FAILED"}, RejectReason.ERROR_REQUIRED),
+        ({"status": "FAILED", "error": ""}, RejectReason.ERROR_REQUIRED),
+        ({"action": "x" * 513}, RejectReason.FIELD_TOO_LONG),
+        ({"error": "x" * (16 * 1024 + 1)}, RejectReason.FIELD_TOO_LONG),
+        ({"action": ""}, RejectReason.INVALID_FIELD),
+        ({"agent": 7}, RejectReason.INVALID_FIELD),
+        ({"attrs": {f"k{i}": i for i in range(33)}}, RejectReason.ATTRS_TOO_LARGE),
+        ({"attrs": {"k": [1, 2]}}, RejectReason.ATTRS_TOO_LARGE),
+        ({"attrs": {"k": "x" * 1025}}, RejectReason.ATTRS_TOO_LARGE),
+    ],
+)
+def test_each_problem_gets_its_reason_and_the_others_pass(change: dict[str, Any], reason: RejectReason) -> None:
+    """One bad event among good ones is rejected with its reason; its neighbours decode."""
+    decoded = decode_batch(_body(GOOD, {**GOOD, **change}, GOOD))
+    assert decoded.first == 10
+    assert decoded.events[0] is not None and decoded.events[2] is not None
+    assert decoded.events[1] is None
+    assert decoded.rejections[1].reason is reason, decoded.rejections[1].detail
+    assert decoded.raw[1]
+
+
+def test_a_missing_field_is_named() -> None:
+    """A missing required field is reported by name."""
+    event = dict(GOOD)
+    del event["agent"]
+    decoded = decode_batch(_body(event))
+    assert decoded.rejections[0].reason is RejectReason.MISSING_FIELD
+    assert "'agent'" in decoded.rejections[0].detail
+
+
+def test_an_event_that_is_not_a_map_is_malformed() -> None:
+    """A list or a number in place of an event is refused as malformed."""
+    decoded = decode_batch(_body([1, 2], 5))
+    assert [r.reason for r in decoded.rejections.values()] == [RejectReason.MALFORMED] * 2
+
+
+def test_offsets_are_kept_and_unknown_fields_ignored() -> None:
+    """Extra fields (schema allows them) do not reject an event; offset timestamps decode with their zone."""
+    decoded = decode_batch(_body({**GOOD, "timestamp": "2026-01-01T02:00:00+02:00", "extra": 1}))
+    event = decoded.events[0]
+    assert event is not None
+    assert event.timestamp.utcoffset() is not None
+    assert not decoded.rejections
