@@ -1,17 +1,34 @@
-"""How events look on a terminal: one readable line each, coloured when asked to."""
+"""How events, sessions and trees look on a terminal: one readable line each, coloured when asked to.
+
+Colour is decided by the caller (``gz-ia --color auto|always|never``, ``NO_COLOR``, TTY detection);
+these functions only apply it. FAILED stands out: bold red status and error.
+"""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
 
-__all__ = ["format_event"]
+if TYPE_CHECKING:
+    from gz_ia.collector.storage.reader import SessionSummary, TreeNode
+
+__all__ = ["format_event", "format_sessions", "format_tree"]
 
 _STAGE_COLOURS: Final = {Stage.READ: "\x1b[36m", Stage.PENDING: "\x1b[33m", Stage.FINISH: "\x1b[32m"}
 _FAILED: Final = "\x1b[1;31m"
+_OK: Final = "\x1b[32m"
 _DIM: Final = "\x1b[2m"
+_BOLD: Final = "\x1b[1m"
+_SESSION: Final = "\x1b[35m"
 _RESET: Final = "\x1b[0m"
+_STATUS_COLOURS: Final = {"running": "\x1b[33m", "failed": _FAILED, "ok": _OK}
+
+
+def _paint(text: str, code: str, colour: bool) -> str:
+    return code + text + _RESET if colour else text
 
 
 def format_event(event: StoredEvent, *, colour: bool = False, show_session: bool = False) -> str:
@@ -19,22 +36,17 @@ def format_event(event: StoredEvent, *, colour: bool = False, show_session: bool
     time_text = event.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
     who = event.agent + (f"/{event.role}" if event.role else "")
     failed = event.status is Status.FAILED
-    parts = [time_text]
+    parts = [_paint(time_text, _DIM, colour)]
     if show_session:
-        parts.append(event.session_id)
+        parts.append(_paint(f"{event.session_id:<16}", _SESSION, colour))
     parts.append(f"{who:<20}")
-    stage = f"{event.stage.value:<7}"
-    status = f"{event.status.value:<6}"
-    if colour:
-        parts[0] = _DIM + parts[0] + _RESET
-        stage = _STAGE_COLOURS[event.stage] + stage + _RESET
-        status = (_FAILED if failed else "\x1b[32m") + status + _RESET
-    parts += [stage, status, event.action]
+    parts.append(_paint(f"{event.stage.value:<7}", _STAGE_COLOURS[event.stage], colour))
+    parts.append(_paint(f"{event.status.value:<6}", _FAILED if failed else _OK, colour))
+    parts.append(_paint(event.action, _BOLD, colour) if failed else event.action)
     if event.duration_ms is not None:
         parts.append(f"({_duration(event.duration_ms)})")
     if event.error:
-        error = f"error: {event.error}"
-        parts.append(_FAILED + error + _RESET if colour else error)
+        parts.append(_paint(f"error: {event.error}", _FAILED, colour))
     return " ".join(parts)
 
 
@@ -45,3 +57,72 @@ def _duration(ms: int) -> str:
         return f"{ms / 1000:.1f} s"
     minutes, seconds = divmod(ms // 1000, 60)
     return f"{minutes} min {seconds} s"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else _duration(round(value * 1000))
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False) -> list[str]:
+    """Return the ``gz-ia sessions`` table: a header line, then one line per session."""
+    rows = [("SESSION", "PARENT", "AGENT", "FIRST", "LAST", "EVENTS", "OPEN", "FAILED")]
+    for item in summaries:
+        rows.append(
+            (
+                item.session_id,
+                item.parent_session_id or "-",
+                item.agent or "-",
+                _when(item.first_time),
+                _when(item.last_time),
+                str(item.events),
+                str(item.open_actions),
+                str(item.failures),
+            )
+        )
+    widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [
+            cell.rjust(width) if index >= 5 else cell.ljust(width)
+            for index, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        line = "  ".join(cells).rstrip()
+        if number == 0:
+            line = _paint(line, _BOLD, colour)
+        elif row[7] != "0":
+            line = _paint(line, _FAILED, colour)
+        lines.append(line)
+    return lines
+
+
+def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
+    """Return the subagent tree, one line per session: id, agent, status, duration, events."""
+    lines: list[str] = []
+
+    def describe(item: TreeNode) -> str:
+        summary = item.summary
+        status = _paint(item.status, _STATUS_COLOURS[item.status], colour)
+        details = f"{summary.events} events"
+        if summary.failures:
+            details += f", {summary.failures} failed"
+        if summary.open_actions:
+            details += f", {summary.open_actions} open"
+        name = _paint(item.session_id, _SESSION, colour)
+        return f"{name}  {summary.agent or '-'}  {status}  {_seconds(item.duration_seconds)}  ({details})"
+
+    def walk(item: TreeNode, prefix: str, last: bool, top: bool) -> None:
+        if top:
+            lines.append(describe(item))
+            child_prefix = ""
+        else:
+            lines.append(prefix + ("└── " if last else "├── ") + describe(item))
+            child_prefix = prefix + ("    " if last else "│   ")
+        for index, child in enumerate(item.children):
+            walk(child, child_prefix, index == len(item.children) - 1, False)
+
+    walk(node, "", True, True)
+    return lines

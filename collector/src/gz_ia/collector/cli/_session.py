@@ -1,4 +1,4 @@
-"""``gz-ia session ...``: send one event, print a session."""
+"""``gz-ia session log``: send one event (reading commands live in :mod:`._reading`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gz_ia.client.errors import CollectorUnavailable, EventRejected
 from gz_ia.client.schema import Stage, Status
 
 from . import session
-from ._common import EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_UNAVAILABLE, root_of, socket_path_of
+from ._common import EXIT_REJECTED, EXIT_UNAVAILABLE, root_of, socket_path_of
 
 
 def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str] | None:
@@ -109,20 +109,3 @@ def session_log(
         client.close(timeout=0)
     if not quiet:
         click.echo(f"accepted: {session_id} seq {verdict.seq}")
-
-
-@session.command("logs")
-@click.argument("session_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the stored JSON lines, one per event.")
-@click.pass_context
-def session_logs(ctx: click.Context, session_id: str, as_json: bool) -> None:
-    """Print the events of SESSION_ID in write order."""
-    from gz_ia.collector.storage.reader import SessionNotFound, read_session_lines
-    from gz_ia.collector.view import format_event
-
-    try:
-        for line, event in read_session_lines(root_of(ctx), session_id):
-            click.echo(line if as_json else format_event(event))
-    except SessionNotFound as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)

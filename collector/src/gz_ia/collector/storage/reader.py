@@ -1,43 +1,1061 @@
-"""Reading sessions back (standard library, msgspec and gz_ia.client only)."""
+"""Reading sessions back: paged, rotation-safe, followable. Standard library, msgspec and gz_ia.client only.
+
+A session is one logical stream of events: its retained archives ``<id>.events.<n>.jsonl[.gz]`` in
+segment order, then its active file ``<id>.events.jsonl``. This module reads that stream in pages,
+oldest-first or newest-first, and follows it live.
+
+Public API (kept stable for the MCP server, the OpenTelemetry exporter and the timeline):
+
+* :func:`read_page` reads up to ``limit`` matching events after (or, with ``reverse``, before) a
+  cursor and returns a :class:`Page` of :class:`Entry` (``line``, ``event``, ``cursor``).
+* :func:`iter_events` iterates page by page; :func:`end_cursor` gives the cursor after the newest event.
+* :func:`follow` yields new events of one session, of several, or of every session of a root (new
+  sessions included) as they land, with ``tail -F`` semantics across rotation and collector restarts.
+* :func:`list_sessions` summarises every session of a root; :func:`session_tree` builds the tree of
+  subagent sessions below one session.
+
+**Cursors** are opaque strings. Inside, a cursor is a *boundary between two events*: the session, the
+``seq`` of the event just before the boundary, and a hint where it is (segment number and byte
+offset in the segment's uncompressed content). Rotation renames a segment without changing its
+number or content and compression keeps its content, so the hint stays right across any number of
+rotations. Before it is used the hint is checked against ``seq`` (the line before the boundary must
+carry it); if the check fails the boundary is found again by ``seq``, which the collector assigns per
+session without gaps. So a cursor never skips and never repeats an event. When the events after a
+cursor were deleted by retention, the page is empty and ``expired`` (and ``end``): the history ends
+there instead of jumping to unrelated events. Cursors of :func:`combine_cursors` hold one boundary per
+session and resume a multi-session :func:`follow`.
+
+**Robustness.** A segment that cannot be read (a directory or a symlink in its place, corrupt gzip) or
+an undecodable line is skipped and the page says ``incomplete``. A last line without its newline is
+being written and is held back until it is complete. Every file is opened relative to the root's
+directory descriptors with ``O_NOFOLLOW``: symlinks are refused, never followed, and names are only
+built from validated session ids. A root of a newer storage layout raises :class:`LayoutTooNew`.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
+import errno
+import heapq
 import os
-from collections.abc import Iterator
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
-from gz_ia.client.schema import StoredEvent, is_safe_session_id
+from gz_ia.client.schema import Stage, Status, StoredEvent, is_safe_session_id
 
-from ._layout import LayoutError, active_name, open_root
+from ._layout import (
+    ACTIVE_SUFFIX,
+    STATE_SUFFIX,
+    LayoutError,
+    LayoutTooNew,
+    RootDirs,
+    Segment,
+    SegmentUnreadable,
+    active_name,
+    locate_active,
+    open_archive,
+    open_root,
+    parse_archive_name,
+    read_checkpoint,
+    replay_session,
+    segment_exists,
+    session_archive,
+    session_id_of,
+    session_id_of_state,
+    state_name,
+)
 
-__all__ = ["SessionNotFound", "read_session_lines"]
+__all__ = [
+    "CursorExpired",
+    "Entry",
+    "Filters",
+    "InvalidCursor",
+    "LayoutError",
+    "LayoutTooNew",
+    "Page",
+    "SessionNotFound",
+    "SessionSummary",
+    "TreeNode",
+    "combine_cursors",
+    "cursor_seq",
+    "cursor_sessions",
+    "end_cursor",
+    "follow",
+    "iter_events",
+    "list_sessions",
+    "read_page",
+    "read_session_lines",
+    "session_tree",
+]
 
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
+_CHUNK: Final = 1 << 16
+_CURSOR_TAG: Final = "c1"
+_MULTI_TAG: Final = "m1"
+_RESCAN_EVERY: Final = 1.0
+"""Seconds between full listings of a root while following it (directory mtimes are coarse)."""
+
+
+class _Seq(msgspec.Struct, gc=False):
+    seq: int = 0
+
+
+_seq_decoder: Final = msgspec.json.Decoder(_Seq)
 
 
 class SessionNotFound(LookupError):
-    """No file exists for the session id under the root."""
+    """No file exists for the session id under the root (or the id is not a valid one)."""
+
+
+class InvalidCursor(ValueError):
+    """The cursor was not made by this reader, or belongs to another session."""
+
+
+class CursorExpired(LookupError):
+    """The events after a follower's position were deleted by retention before it read them.
+
+    Attributes:
+        session_id: the session whose history ended.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"events of {session_id!r} after the cursor were deleted by retention")
+        self.session_id = session_id
+
+
+# --- public value types ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which events a read returns: values of one field are ORed, different fields are ANDed.
+
+    An empty set means "any". ``since`` is inclusive and ``until`` exclusive; both must be aware
+    datetimes.
+    """
+
+    agents: frozenset[str] = frozenset()
+    roles: frozenset[str] = frozenset()
+    stages: frozenset[Stage] = frozenset()
+    statuses: frozenset[Status] = frozenset()
+    actions: frozenset[str] = frozenset()
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def match(self, event: StoredEvent) -> bool:
+        """Tell whether ``event`` passes every filter."""
+        return (
+            (not self.agents or event.agent in self.agents)
+            and (not self.roles or (event.role or "") in self.roles)
+            and (not self.stages or event.stage in self.stages)
+            and (not self.statuses or event.status in self.statuses)
+            and (not self.actions or event.action in self.actions)
+            and (self.since is None or event.timestamp >= self.since)
+            and (self.until is None or event.timestamp < self.until)
+        )
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing is filtered."""
+        return self == _NO_FILTERS
+
+
+_NO_FILTERS: Final = Filters()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored event: the line exactly as stored (no newline), the decoded event, and the cursor
+    of the boundary right after it (resume from it forward to get the next events)."""
+
+    line: str
+    event: StoredEvent
+    cursor: str
+
+    @property
+    def session_id(self) -> str:
+        """The event's session."""
+        return self.event.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a session.
+
+    Attributes:
+        entries: oldest first, or newest first for a reverse read.
+        next_cursor: continue in the same direction from here (after a forward page: after the last
+            line scanned; after a reverse page: before the oldest line scanned).
+        incomplete: a segment or a line could not be read and was skipped.
+        end: nothing more in this direction for now (forward: caught up with the writer; reverse:
+            reached the oldest retained event).
+        expired: the cursor's events were deleted by retention; the history ends here.
+    """
+
+    entries: list[Entry] = field(default_factory=list)
+    next_cursor: str | None = None
+    incomplete: bool = False
+    end: bool = False
+    expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One line of ``gz-ia sessions``."""
+
+    session_id: str
+    parent_session_id: str | None
+    agent: str
+    first_time: datetime | None
+    last_time: datetime | None
+    events: int
+    open_actions: int
+    failures: int
+    segments: int
+    """Segment number of the active file: how many segments the session has had."""
+    incomplete: bool = False
+    """Some retained data could not be read: the counts may be low."""
+
+
+@dataclass(slots=True)
+class TreeNode:
+    """A session and its subagent sessions (children ordered by first event)."""
+
+    summary: SessionSummary
+    children: list[TreeNode] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        """The node's session id."""
+        return self.summary.session_id
+
+    @property
+    def status(self) -> str:
+        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``."""
+        if self.summary.open_actions:
+            return "running"
+        return "failed" if self.summary.failures else "ok"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """Seconds from the first to the last event, when both are known."""
+        first, last = self.summary.first_time, self.summary.last_time
+        return None if first is None or last is None else max(0.0, (last - first).total_seconds())
+
+    def walk(self, depth: int = 0) -> Iterator[tuple[int, TreeNode]]:
+        """Yield ``(depth, node)`` for this node and every descendant, depth first."""
+        yield depth, self
+        for child in self.children:
+            yield from child.walk(depth + 1)
+
+
+# --- cursors -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Position:
+    """A boundary: after event ``seq``, at ``offset`` bytes into segment ``segment``."""
+
+    session_id: str
+    segment: int
+    offset: int
+    seq: int
+
+    def encode(self) -> str:
+        raw = msgspec.msgpack.encode([_CURSOR_TAG, self.session_id, self.segment, self.offset, self.seq])
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unpack(cursor: str) -> object:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return msgspec.msgpack.decode(raw)
+    except (binascii.Error, ValueError, msgspec.DecodeError) as exc:
+        raise InvalidCursor(f"{cursor!r} is not a gz-ia cursor") from exc
+
+
+def _position_of(session_id: object, segment: object, offset: object, seq: object) -> _Position:
+    if not isinstance(session_id, str) or not is_safe_session_id(session_id):
+        raise InvalidCursor("malformed cursor")
+    numbers = [value for value in (segment, offset, seq) if isinstance(value, int) and not isinstance(value, bool)]
+    if len(numbers) != 3 or numbers[0] < 1 or numbers[1] < 0 or numbers[2] < 0:
+        raise InvalidCursor("malformed cursor")
+    return _Position(session_id, numbers[0], numbers[1], numbers[2])
+
+
+def _decode_cursor(cursor: str) -> dict[str, _Position]:
+    value = _unpack(cursor)
+    if isinstance(value, list) and len(value) == 5 and value[0] == _CURSOR_TAG:
+        position = _position_of(*value[1:])
+        return {position.session_id: position}
+    if isinstance(value, list) and len(value) == 2 and value[0] == _MULTI_TAG and isinstance(value[1], dict):
+        positions: dict[str, _Position] = {}
+        for session_id, parts in value[1].items():
+            if not isinstance(parts, list) or len(parts) != 3:
+                raise InvalidCursor("malformed cursor")
+            positions[session_id] = _position_of(session_id, *parts)
+        return positions
+    raise InvalidCursor(f"{cursor!r} is not a gz-ia cursor")
+
+
+def _single_position(cursor: str, session_id: str) -> _Position:
+    positions = _decode_cursor(cursor)
+    position = positions.get(session_id)
+    if position is None:
+        raise InvalidCursor(f"the cursor does not belong to session {session_id!r}")
+    return position
+
+
+def combine_cursors(cursors: Iterable[str]) -> str:
+    """Return one cursor holding, per session, the last boundary among ``cursors`` (single or combined).
+
+    Resume a multi-session :func:`follow` (``gz-ia logs -f --after-cursor``) from it.
+    """
+    merged: dict[str, _Position] = {}
+    for cursor in cursors:
+        merged.update(_decode_cursor(cursor))
+    raw = msgspec.msgpack.encode(
+        [_MULTI_TAG, {key: [value.segment, value.offset, value.seq] for key, value in sorted(merged.items())}]
+    )
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_seq(cursor: str, session_id: str) -> int:
+    """Return the ``seq`` of the event right before a cursor's boundary in ``session_id``.
+
+    Raises:
+        InvalidCursor: not a cursor of this reader, or none for that session.
+    """
+    return _single_position(cursor, session_id).seq
+
+
+def cursor_sessions(cursor: str) -> list[str]:
+    """Return the session ids a cursor holds a boundary for.
+
+    Raises:
+        InvalidCursor: not a cursor of this reader.
+    """
+    return sorted(_decode_cursor(cursor))
+
+
+# --- one session at one moment -------------------------------------------------------------------------
+
+
+class _Missing:
+    """Sentinel: a segment that does not exist."""
+
+
+class _Unreadable:
+    """Sentinel: a segment that exists but cannot be read."""
+
+
+_MISSING: Final = _Missing()
+_UNREADABLE: Final = _Unreadable()
+
+# A line found in a session: (segment, start offset, end offset after the newline, bytes without it).
+_Line = tuple[int, int, int, bytes]
+
+
+class _View:
+    """A consistent snapshot of one session's segments for one read.
+
+    The active segment is opened once, so a rotation during the read changes nothing: archives never
+    change content, and bytes appended later are left for the next read.
+    """
+
+    def __init__(self, dirs: RootDirs, session_id: str) -> None:
+        self.dirs = dirs
+        self.session_id = session_id
+        self.checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
+        hint = self.checkpoint.segment if self.checkpoint is not None else 1
+        self.active_number, self.active, self.active_unreadable = locate_active(dirs.sessions_fd, session_id, hint)
+        self.segments: dict[int, Segment | _Missing | _Unreadable] = {}
+        if self.active is not None:
+            self.segments[self.active_number] = self.active
+        elif self.active_unreadable:
+            self.segments[self.active_number] = _UNREADABLE
+        else:
+            self.segments[self.active_number] = _MISSING
+        self.incomplete = self.active_unreadable
+
+    def exists(self) -> bool:
+        """Whether anything of the session is stored."""
+        return (
+            self.active is not None
+            or self.active_unreadable
+            or self.checkpoint is not None
+            or (self.active_number > 1 and self.get(self.active_number - 1) is not _MISSING)
+        )
+
+    def get(self, number: int) -> Segment | _Missing | _Unreadable:
+        """Return segment ``number``, opening it on first use."""
+        found = self.segments.get(number)
+        if found is not None:
+            return found
+        if number < 1 or number > self.active_number:
+            return _MISSING
+        try:
+            segment: Segment | _Missing | _Unreadable = open_archive(
+                self.dirs.sessions_fd, session_archive(self.session_id, number), number
+            )
+        except FileNotFoundError:
+            segment = _MISSING
+        except SegmentUnreadable:
+            segment = _UNREADABLE
+        self.segments[number] = segment
+        return segment
+
+    def oldest(self) -> int:
+        """Return the oldest retained segment's number (probing down from the active one)."""
+        number = self.active_number
+        while number > 1 and segment_exists(self.dirs.sessions_fd, session_archive(self.session_id, number - 1)):
+            number -= 1
+        return number
+
+    def close(self) -> None:
+        """Close every opened segment."""
+        for segment in self.segments.values():
+            if isinstance(segment, Segment):
+                segment.close()
+
+    # --- lines ---------------------------------------------------------------------------------------
+
+    def _segment(self, number: int) -> Segment | None:
+        segment = self.get(number)
+        if isinstance(segment, _Unreadable):
+            self.incomplete = True
+            return None
+        return segment if isinstance(segment, Segment) else None
+
+    def forward(self, number: int, offset: int, *, one_segment: bool = False) -> Iterator[_Line]:
+        """Yield complete lines from ``offset`` of segment ``number`` on, through the active segment."""
+        while number <= self.active_number:
+            segment = self._segment(number)
+            if segment is not None:
+                try:
+                    yield from _lines_forward(segment, offset)
+                except SegmentUnreadable:
+                    self.incomplete = True
+            elif self.get(number) is _MISSING and number < self.active_number and number >= self.oldest():
+                self.incomplete = True  # a hole in the middle of the retained history
+            if one_segment:
+                return
+            number += 1
+            offset = 0
+
+    def backward(self, number: int, offset: int | None) -> Iterator[_Line]:
+        """Yield complete lines ending at or before ``offset`` of segment ``number`` (None: its end), newest first."""
+        while number >= 1:
+            found = self.get(number)
+            if isinstance(found, _Missing):
+                if number != self.active_number:
+                    return  # the oldest retained segment is behind us
+            elif isinstance(found, _Unreadable):
+                self.incomplete = True
+            else:
+                try:
+                    yield from _lines_backward(found, offset)
+                except SegmentUnreadable:
+                    self.incomplete = True
+            number -= 1
+            offset = None
+
+
+def _lines_forward(segment: Segment, offset: int) -> Iterator[_Line]:
+    number = segment.number
+    position = offset  # file offset of buffer[0]
+    carry = b""
+    read_at = offset
+    while read_at < segment.size:
+        chunk = segment.read(read_at, _CHUNK)
+        if not chunk:
+            break
+        read_at += len(chunk)
+        buffer = carry + chunk if carry else chunk
+        start = 0
+        while (newline := buffer.find(b"\n", start)) >= 0:
+            yield number, position + start, position + newline + 1, buffer[start:newline]
+            start = newline + 1
+        carry = buffer[start:]
+        position += start
+    # Whatever is left in `carry` has no newline yet: a line being written, held back.
+
+
+def _complete_end(segment: Segment) -> int:
+    """Return the offset right after the last newline of ``segment`` (0 if it has none)."""
+    end = segment.size
+    while end > 0:
+        start = max(0, end - _CHUNK)
+        chunk = segment.read(start, end - start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _lines_backward(segment: Segment, offset: int | None) -> Iterator[_Line]:
+    number = segment.number
+    top = _complete_end(segment) if offset is None else min(offset, segment.size)
+    low = top
+    carry = b""
+    while True:
+        if low > 0:
+            take = min(_CHUNK, low)
+            low -= take
+            buffer = segment.read(low, take) + carry
+        else:
+            buffer = carry
+        end = len(buffer)  # buffer covers [low, low + len(buffer)) and ends at a line boundary
+        while end > 0:
+            newline = buffer.rfind(b"\n", 0, end - 1)
+            if newline < 0 and low > 0:
+                break
+            start = newline + 1
+            yield number, low + start, low + end, buffer[start : end - 1]
+            end = start
+        carry = buffer[:end]
+        if low == 0:
+            return
+
+
+def _seq_of(raw: bytes) -> int | None:
+    try:
+        return _seq_decoder.decode(raw).seq
+    except msgspec.DecodeError:
+        return None
+
+
+def _verify(view: _View, position: _Position) -> bool:
+    """Tell whether the boundary hint still sits right after event ``position.seq``."""
+    segment = view.get(position.segment)
+    if not isinstance(segment, Segment) or position.offset > segment.size:
+        return False
+    if position.offset > 0:
+        if segment.read(position.offset - 1, 1) != b"\n":
+            return False
+        before = next(_lines_backward(segment, position.offset), None)
+        return before is not None and _seq_of(before[3]) == position.seq
+    after = next(_lines_forward(segment, 0), None)
+    return after is None or _seq_of(after[3]) == position.seq + 1
+
+
+def _relocate(view: _View, seq: int) -> _Position | None:
+    """Find the boundary right after event ``seq`` by its number; None when it is no longer retained."""
+    number = view.active_number
+    while number >= 1:
+        found = view.get(number)
+        if isinstance(found, _Missing) and number != view.active_number:
+            break
+        if isinstance(found, Segment):
+            first = next((s for line in _lines_forward(found, 0) if (s := _seq_of(line[3])) is not None), None)
+            if first is not None and first <= seq + 1:
+                boundary = _Position(view.session_id, number, 0, first - 1)
+                for _n, _start, end, raw in _lines_forward(found, 0):
+                    line_seq = _seq_of(raw)
+                    if line_seq is not None and line_seq > seq:
+                        break
+                    if line_seq is not None:
+                        boundary = _Position(view.session_id, number, end, line_seq)
+                return boundary if boundary.seq == seq else None
+        number -= 1
+    return None
+
+
+def _open(root: Path) -> RootDirs:
+    """Open a root for reading; a missing one becomes :class:`SessionNotFound`."""
+    try:
+        return open_root(Path(root).absolute(), owner=None, create=False)
+    except LayoutTooNew:
+        raise
+    except LayoutError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ENOENT and not Path(root).is_symlink():
+            raise SessionNotFound(f"no session root at {root}") from exc
+        raise
+
+
+def _view(dirs: RootDirs, session_id: str) -> _View:
+    if not is_safe_session_id(session_id):
+        raise SessionNotFound(f"{session_id!r} is not a valid session id")
+    view = _View(dirs, session_id)
+    if not view.exists():
+        view.close()
+        raise SessionNotFound(f"no session {session_id!r} under {dirs.path}")
+    return view
+
+
+# --- pages -------------------------------------------------------------------------------------------
+
+
+def read_page(
+    root: Path,
+    session_id: str,
+    *,
+    cursor: str | None = None,
+    limit: int = 100,
+    reverse: bool = False,
+    filters: Filters | None = None,
+) -> Page:
+    """Read up to ``limit`` matching events of a session, oldest first (newest first with ``reverse``).
+
+    Args:
+        root: the session root (``.harness`` directory).
+        session_id: the session.
+        cursor: continue after (forward) or before (reverse) this boundary; None starts at the oldest
+            retained event (forward) or the newest (reverse).
+        limit: maximum number of entries.
+        reverse: read towards older events.
+        filters: only return matching events (non-matching lines still advance ``next_cursor``).
+
+    Raises:
+        SessionNotFound: invalid id, missing root, or nothing stored for the session.
+        InvalidCursor: the cursor was not made by this reader or belongs to another session.
+        LayoutTooNew: the root was written by a newer gz-ia.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    position = _single_position(cursor, session_id) if cursor is not None else None
+    dirs = _open(root)
+    try:
+        view = _view(dirs, session_id)
+        try:
+            return _page(view, position, limit, reverse, filters)
+        finally:
+            view.close()
+    finally:
+        dirs.close()
+
+
+def _page(view: _View, position: _Position | None, limit: int, reverse: bool, filters: Filters | None) -> Page:
+    session_id = view.session_id
+    if position is not None and not _verify(view, position):
+        relocated = _relocate(view, position.seq)
+        if relocated is None:
+            return Page([], position.encode(), incomplete=True, end=True, expired=True)
+        position = relocated
+    check = None if filters is None or filters.empty else filters.match
+    entries: list[Entry] = []
+    if reverse:
+        lines = (
+            view.backward(view.active_number, None)
+            if position is None
+            else view.backward(position.segment, position.offset)
+        )
+        last = position
+        seq = position.seq + 1 if position is not None else None
+        for number, start, end, raw in lines:
+            try:
+                event = _decoder.decode(raw)
+            except msgspec.DecodeError:
+                view.incomplete = True
+                if seq is not None:
+                    last = _Position(session_id, number, start, max(0, seq - 1))
+                continue
+            seq = event.seq
+            last = _Position(session_id, number, start, max(0, event.seq - 1))
+            if check is None or check(event):
+                after = _Position(session_id, number, end, event.seq).encode()
+                entries.append(Entry(raw.decode(errors="replace"), event, after))
+                if len(entries) >= limit:
+                    break
+        else:
+            return Page(entries, last.encode() if last else None, view.incomplete, end=True)
+        return Page(entries, last.encode() if last else None, view.incomplete, end=False)
+    if position is None:
+        oldest = view.oldest()
+        lines = view.forward(oldest, 0)
+        last = None
+    else:
+        lines = view.forward(position.segment, position.offset)
+        last = position
+    expected = position.seq + 1 if position is not None else None
+    for number, _start, end, raw in lines:
+        try:
+            event = _decoder.decode(raw)
+        except msgspec.DecodeError:
+            view.incomplete = True
+            last = _Position(session_id, number, end, last.seq if last else 0)
+            continue
+        if expected is not None and event.seq > expected:
+            view.incomplete = True  # a hole (an unreadable segment or line) between two events
+        expected = event.seq + 1
+        last = _Position(session_id, number, end, event.seq)
+        if check is None or check(event):
+            entries.append(Entry(raw.decode(errors="replace"), event, last.encode()))
+            if len(entries) >= limit:
+                break
+    else:
+        return Page(entries, last.encode() if last else None, view.incomplete, end=True)
+    return Page(entries, last.encode(), view.incomplete, end=False)
+
+
+def iter_events(
+    root: Path,
+    session_id: str,
+    *,
+    cursor: str | None = None,
+    reverse: bool = False,
+    filters: Filters | None = None,
+    page_size: int = 1000,
+) -> Iterator[Entry]:
+    """Yield every matching event from ``cursor`` on (see :func:`read_page`), page by page."""
+    while True:
+        page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
+        yield from page.entries
+        if page.end or page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+def end_cursor(root: Path, session_id: str) -> str:
+    """Return the cursor right after the session's newest event (follow from it for new events only).
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    dirs = _open(root)
+    try:
+        view = _view(dirs, session_id)
+        try:
+            return _end_position(view).encode()
+        finally:
+            view.close()
+    finally:
+        dirs.close()
+
+
+def _end_position(view: _View) -> _Position:
+    for number, _start, end, raw in view.backward(view.active_number, None):
+        seq = _seq_of(raw)
+        if seq is not None:
+            return _Position(view.session_id, number, end, seq)
+    return _Position(view.session_id, view.active_number, 0, 0)
 
 
 def read_session_lines(root: Path, session_id: str) -> Iterator[tuple[str, StoredEvent]]:
-    """Yield ``(stored line, decoded event)`` for every complete line of a session, oldest first."""
-    if not is_safe_session_id(session_id):
-        raise SessionNotFound(f"{session_id!r} is not a valid session id")
+    """Yield ``(stored line, decoded event)`` for every retained event of a session, oldest first."""
+    for entry in iter_events(root, session_id):
+        yield entry.line, entry.event
+
+
+# --- following ---------------------------------------------------------------------------------------
+
+
+def _stat_key(dirs: RootDirs, session_id: str) -> tuple[int, int, int]:
+    """What tells a follower that a session changed: the active file's inode and size, and the
+    checkpoint's inode (replaced at every rotation, so a write followed at once by a rotation, which
+    leaves no active file before or after, is still noticed)."""
     try:
-        dirs = open_root(root, owner=None, create=False)
-    except LayoutError as exc:
-        raise SessionNotFound(str(exc)) from exc
+        info = os.stat(active_name(session_id), dir_fd=dirs.sessions_fd, follow_symlinks=False)
+        active = (info.st_ino, info.st_size)
+    except OSError:
+        active = (0, -1)
+    checkpoint = 0
+    if dirs.state_fd is not None:
+        with contextlib.suppress(OSError):
+            checkpoint = os.stat(state_name(session_id), dir_fd=dirs.state_fd, follow_symlinks=False).st_ino
+    return active[0], active[1], checkpoint
+
+
+def _stored_session_ids(dirs: RootDirs) -> set[str]:
+    found: set[str] = set()
+    for name in os.listdir(dirs.sessions_fd):
+        session_id = session_id_of(name)
+        if session_id is None:
+            archive = parse_archive_name(name)
+            session_id = archive[0] if archive is not None else None
+        if session_id is not None:
+            found.add(session_id)
+    return found
+
+
+def follow(
+    root: Path,
+    session_ids: Sequence[str] | None = None,
+    *,
+    cursor: str | None = None,
+    poll_interval: float = 0.02,
+    stop: Callable[[], bool] | None = None,
+    filters: Filters | None = None,
+) -> Iterator[Entry]:
+    """Yield events as they land, like ``tail -F``: across rotations, collector restarts and missing files.
+
+    Args:
+        root: the session root.
+        session_ids: the sessions to follow; None follows every session of the root, including
+            sessions that appear later (read from their first event).
+        cursor: resume from here (a cursor of one session, or of :func:`combine_cursors`); followed
+            sessions it does not mention are read from their first event, since they appeared
+            after it was made. Without a cursor, only events written after the call are yielded
+            (sessions that appear later are still read from their first event).
+        poll_interval: seconds between checks when nothing changed (the files are polled: a
+            ``stat`` per followed session per poll).
+        stop: called between polls; the iterator ends when it returns true.
+        filters: only yield matching events.
+
+    Events of one session come in ``seq`` order; events of different sessions that land in the same
+    poll are merged by timestamp. A session that does not exist yet is waited for.
+
+    Raises:
+        CursorExpired: retention deleted events a follower had not read yet (it lagged too far).
+        InvalidCursor: the cursor was not made by this reader.
+    """
+    positions: dict[str, _Position | None] = dict(_decode_cursor(cursor)) if cursor is not None else {}
+    dirs = _open(root)
     try:
-        fd = os.open(active_name(session_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirs.sessions_fd)
-    except OSError as exc:
-        raise SessionNotFound(f"no session {session_id!r} under {root}") from exc
+        watch_all = session_ids is None
+        initial = set(session_ids) if session_ids is not None else _stored_session_ids(dirs)
+        for session_id in initial:
+            if session_id not in positions:
+                if not is_safe_session_id(session_id):
+                    raise SessionNotFound(f"{session_id!r} is not a valid session id")
+                # Resuming: a session the cursor does not know appeared after it was made.
+                positions[session_id] = None if cursor is not None else _current_end(dirs, session_id)
+        if session_ids is not None:
+            positions = {key: value for key, value in positions.items() if key in initial}
+        seen: dict[str, tuple[int, int, int] | bool] = dict.fromkeys(positions, True)
+        listed_at = time.monotonic()
+        directory_mtime = os.fstat(dirs.sessions_fd).st_mtime_ns
+        while stop is None or not stop():
+            if watch_all:
+                mtime = os.fstat(dirs.sessions_fd).st_mtime_ns
+                now = time.monotonic()
+                if mtime != directory_mtime or now - listed_at >= _RESCAN_EVERY:
+                    directory_mtime, listed_at = mtime, now
+                    for session_id in _stored_session_ids(dirs) - positions.keys():
+                        positions[session_id] = None  # a new session: from its first event
+                        seen[session_id] = True
+            batches: list[list[Entry]] = []
+            for session_id in list(positions):
+                key = _stat_key(dirs, session_id)
+                if seen.get(session_id) == key:
+                    continue
+                seen[session_id] = key
+                entries, positions[session_id] = _drain(dirs, session_id, positions[session_id], filters)
+                if entries:
+                    batches.append(entries)
+            if not batches:
+                time.sleep(poll_interval)
+                continue
+            if len(batches) == 1:
+                yield from batches[0]
+            else:
+                yield from heapq.merge(*batches, key=lambda entry: entry.event.timestamp)
     finally:
         dirs.close()
-    with os.fdopen(fd, "rb") as file:
-        for raw in file:
-            if not raw.endswith(b"\n"):
-                break  # a line still being written: never shown half
-            yield raw[:-1].decode(), _decoder.decode(raw)
+
+
+def _current_end(dirs: RootDirs, session_id: str) -> _Position | None:
+    try:
+        view = _view(dirs, session_id)
+    except SessionNotFound:
+        return None
+    try:
+        return _end_position(view)
+    finally:
+        view.close()
+
+
+def _drain(
+    dirs: RootDirs, session_id: str, position: _Position | None, filters: Filters | None
+) -> tuple[list[Entry], _Position | None]:
+    """Read everything after ``position`` that is complete now; return it and the new position."""
+    try:
+        view = _view(dirs, session_id)
+    except SessionNotFound:
+        return [], position
+    entries: list[Entry] = []
+    try:
+        while True:
+            page = _page(view, position, 10_000, False, filters)
+            if page.expired:
+                raise CursorExpired(session_id)
+            entries.extend(page.entries)
+            if page.next_cursor is not None:
+                position = _single_position(page.next_cursor, session_id)
+            if page.end:
+                return entries, position
+    finally:
+        view.close()
+
+
+# --- sessions and trees ------------------------------------------------------------------------------
+
+
+def _time(text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _quick_summary(dirs: RootDirs, session_id: str, listing: _Listing) -> SessionSummary | None:
+    """Summarise from the checkpoint alone when it covers the whole active file (the common case).
+
+    The directory listing already says which archives exist, so this costs one ``stat`` and one
+    small read; anything that does not line up (no checkpoint, bytes written since, a rotation
+    racing with us) goes the careful way through :func:`_summary`.
+    """
+    checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
+    if checkpoint is None:
+        return None
+    number = max(checkpoint.segment, listing.newest_archive.get(session_id, 0) + 1)
+    if number != checkpoint.segment:
+        return None
+    try:
+        info = os.stat(session_id + ACTIVE_SUFFIX, dir_fd=dirs.sessions_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        size = 0
+    except OSError:
+        return None
+    else:
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
+    if size != checkpoint.offset:
+        return None
+    return SessionSummary(
+        session_id=session_id,
+        parent_session_id=checkpoint.parent or None,
+        agent=checkpoint.agent,
+        first_time=_time(checkpoint.first_time),
+        last_time=_time(checkpoint.last_time),
+        events=checkpoint.seq,
+        open_actions=len(checkpoint.open_actions),
+        failures=checkpoint.failures,
+        segments=number,
+    )
+
+
+class _Listing:
+    """What one listing of ``sessions/`` (and ``state/``) says: session ids and their newest archive."""
+
+    def __init__(self, dirs: RootDirs) -> None:
+        self.session_ids: set[str] = set()
+        self.newest_archive: dict[str, int] = {}
+        for name in os.listdir(dirs.sessions_fd):
+            session_id = session_id_of(name)
+            if session_id is None:
+                archive = parse_archive_name(name)
+                if archive is None:
+                    continue
+                session_id = archive[0]
+                if archive[1] > self.newest_archive.get(session_id, 0):
+                    self.newest_archive[session_id] = archive[1]
+            self.session_ids.add(session_id)
+        if dirs.state_fd is not None:
+            with contextlib.suppress(OSError):
+                for name in os.listdir(dirs.state_fd):
+                    session_id = session_id_of_state(name)
+                    if session_id is not None:
+                        self.session_ids.add(session_id)
+
+
+def _summary(dirs: RootDirs, session_id: str) -> SessionSummary | None:
+    try:
+        view = _View(dirs, session_id)
+    except SegmentUnreadable:
+        return None
+    try:
+        if not view.exists():
+            return None
+        fold, _segment_seq, complete = replay_session(
+            dirs.sessions_fd, session_id, view.checkpoint, view.active_number, view.active
+        )
+    finally:
+        view.close()
+    return SessionSummary(
+        session_id=session_id,
+        parent_session_id=fold.parent or None,
+        agent=fold.agent,
+        first_time=_time(fold.first_time),
+        last_time=_time(fold.last_time),
+        events=fold.seq,
+        open_actions=len(fold.open_actions),
+        failures=fold.failures,
+        segments=view.active_number,
+        incomplete=not complete or view.active_unreadable,
+    )
+
+
+def list_sessions(root: Path) -> list[SessionSummary]:
+    """Summarise every session stored under ``root``, ordered by first event (then id).
+
+    Each summary costs the session's checkpoint plus a scan of what was written after it (the
+    collector refreshes checkpoints every few seconds), so this stays fast with many sessions.
+    A missing root has no sessions.
+
+    Raises:
+        LayoutTooNew: the root was written by a newer gz-ia.
+    """
+    try:
+        dirs = _open(root)
+    except SessionNotFound:
+        return []
+    try:
+        listing = _Listing(dirs)
+        summaries = []
+        for session_id in listing.session_ids:
+            summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id)
+            if summary is not None:
+                summaries.append(summary)
+    finally:
+        dirs.close()
+    summaries.sort(key=lambda item: (item.first_time is None, item.first_time or datetime.min, item.session_id))
+    return summaries
+
+
+def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode:
+    """Return the tree of ``session_id`` and its descendants (through ``parent_session_id``).
+
+    Raises:
+        SessionNotFound: ``session_id`` is not among the summaries.
+    """
+    by_id: dict[str, SessionSummary] = {}
+    children: dict[str, list[SessionSummary]] = {}
+    for summary in summaries:
+        by_id[summary.session_id] = summary
+        if summary.parent_session_id:
+            children.setdefault(summary.parent_session_id, []).append(summary)
+    top = by_id.get(session_id)
+    if top is None:
+        raise SessionNotFound(f"no session {session_id!r}")
+    visited = {session_id}
+
+    def build(summary: SessionSummary) -> TreeNode:
+        node = TreeNode(summary)
+        for child in children.get(summary.session_id, []):
+            if child.session_id not in visited:  # a parent cycle cannot loop forever
+                visited.add(child.session_id)
+                node.children.append(build(child))
+        return node
+
+    return build(top)
+
+
+def session_tree(root: Path, session_id: str) -> TreeNode:
+    """Return the subagent tree below ``session_id``: each node's summary gives status and duration.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    if not is_safe_session_id(session_id):
+        raise SessionNotFound(f"{session_id!r} is not a valid session id")
+    return build_tree(list_sessions(root), session_id)
+
+
+def session_summaries(root: Path) -> Mapping[str, SessionSummary]:
+    """Return :func:`list_sessions` keyed by session id."""
+    return {summary.session_id: summary for summary in list_sessions(root)}

@@ -1,55 +1,96 @@
-"""The single writer of every session file: batched appends, bounded open files, crash recovery.
+"""The single writer of every session file: batched appends, rotation, bounded open files, recovery.
 
 Each session keeps its next ``seq``, its open actions and, per producer, the highest event number it
 has written (the idempotency watermark). Accepted events are encoded straight into the session's
 pending buffer; :meth:`Writer.flush` then writes every dirty session with one ``write(2)`` each, so a
 burst costs a few syscalls instead of one per event, and lines never interleave because this is the
 only writer. A failed write is undone (``ftruncate`` back to the last good size) and the session's
-in-memory state is dropped, to be rebuilt from the file, which stays the source of truth.
+in-memory state is dropped, to be rebuilt from the files, which stay the source of truth.
 
-On first touch after a start, a session is recovered from its file: a torn last line (a crash in the
-middle of a write) is moved to ``<id>.events.torn`` and cut off, then the lines are replayed to
-rebuild ``seq``, the open actions and the watermarks.
+Rotation (:mod:`.rotation`): right after a session's write, an O(1) check against the limits decides
+whether the active file becomes archive ``n``: it is renamed (never copied), and a checkpoint of the
+state at that exact point (``state/<id>.session.json``) is written atomically. The old descriptor is
+kept until :meth:`Writer.sync` has synced it, so durability=fsync still acknowledges only synced data.
+Compression, fsyncs of checkpoints and retention (:mod:`.retention`) run in one worker thread.
+Checkpoints are also written every ``snapshot_interval`` seconds while a session is written to, and at
+close, which keeps ``gz-ia sessions`` cheap.
+
+On first touch after a start, a session is recovered: a torn last line (a crash in the middle of a
+write) is moved to ``<id>.events.torn`` and cut off, then the checkpoint is loaded and only the lines
+after its position are replayed (normally: the active segment, or less).
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
+import logging
 import os
-from collections.abc import Callable, Iterator
+import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from gz_ia.client.schema import Stage
+from gz_ia.collector.config import CollectorConfig
 
-from ._layout import REJECTS_FILE, RootDirs, active_name, open_root, torn_name
+from ._layout import (
+    MAX_WATERMARKS,
+    REJECTS_FILE,
+    REJECTS_STATE,
+    Checkpoint,
+    RootDirs,
+    Segment,
+    active_name,
+    archive_name,
+    encode_checkpoint,
+    note_delivery,
+    open_root,
+    read_checkpoint,
+    rejects_archive,
+    rejects_archive_name,
+    replay_session,
+    segment_exists,
+    session_archive,
+    session_id_of,
+    state_name,
+    torn_name,
+    write_file_atomically,
+)
+from .retention import RetentionPolicy, RetentionReport, enforce_session
+from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
 
-__all__ = ["AppendFile", "RootStore", "SessionState", "Writer"]
+__all__ = ["MAX_WATERMARKS", "AppendFile", "RootStore", "SessionState", "Writer"]
+
+log = logging.getLogger("gz_ia.collector")
 
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _SCAN_CHUNK: Final = 1 << 20
-MAX_WATERMARKS: Final = 4096
+_IDLE_CHECK: Final = 60.0
+"""A file not written for this long is checked for deletion (``gz-ia gc``) before the next write."""
+_FAILED: Final = b'"FAILED"'
 
 
-class _Trace(msgspec.Struct, gc=False):
-    """The part of a stored line that recovery needs."""
+class _Summary(msgspec.Struct, gc=False):
+    """The fields of a line that a session summary keeps (first and last line of a write)."""
 
-    action: str
-    stage: Stage
-    seq: int = 0
-    delivery: str | None = None
+    timestamp: str = ""
+    parent_session_id: str | None = None
+    agent: str = ""
+    status: str = "OK"
 
 
-_trace_decoder: Final = msgspec.json.Decoder(_Trace)
+_summary_decoder: Final = msgspec.json.Decoder(_Summary)
 
 
 class AppendFile:
     """An append-only file under a root, written through a pending buffer."""
 
-    __slots__ = ("dir_fd", "fd", "generation", "name", "pending", "size")
+    __slots__ = ("dir_fd", "fd", "generation", "last_write", "name", "pending", "segment", "size", "started")
 
     def __init__(self, dir_fd: int, name: str) -> None:
         self.dir_fd = dir_fd
@@ -60,12 +101,30 @@ class AppendFile:
         self.fd: int | None = None
         self.pending = bytearray()
         self.size = 0
+        self.segment = 1
+        """Number of the active segment (the archive number it gets when rotated)."""
+        self.started = 0.0
+        """When the active segment got its first bytes (writer clock), for daily rotation."""
+        self.last_write = 0.0
 
 
 class SessionState(AppendFile):
     """What the collector knows about one session between writes."""
 
-    __slots__ = ("marks", "open_actions", "root", "seq", "session_id")
+    __slots__ = (
+        "agent",
+        "failures",
+        "first_time",
+        "last_time",
+        "marks",
+        "open_actions",
+        "parent",
+        "root",
+        "segment_seq",
+        "seq",
+        "session_id",
+        "snapshot_at",
+    )
 
     def __init__(self, root: RootStore, session_id: str) -> None:
         super().__init__(root.dirs.sessions_fd, active_name(session_id))
@@ -74,16 +133,34 @@ class SessionState(AppendFile):
         self.seq = 0
         self.open_actions: dict[str, Stage] = {}
         self.marks: dict[str, int] = {}
+        self.segment_seq = 0
+        self.failures = 0
+        self.first_time = ""
+        self.last_time = ""
+        self.parent = ""
+        self.agent = ""
+        self.snapshot_at = 0.0
 
     def note_delivery(self, producer: str, number: int) -> None:
         """Record that ``producer``'s event ``number`` is in this session (bounded table)."""
-        marks = self.marks
-        marks[producer] = number
-        if len(marks) > MAX_WATERMARKS:
-            # Forget the producers written longest ago; a resend from one of them after this many
-            # newer producers is the only case that could slip through as a duplicate.
-            for stale in list(marks)[: MAX_WATERMARKS // 2]:
-                del marks[stale]
+        note_delivery(self.marks, producer, number)
+
+    def checkpoint(self) -> Checkpoint:
+        """Return the state as of the end of the active file (pending bytes must be empty)."""
+        return Checkpoint(
+            segment=self.segment,
+            offset=self.size,
+            seq=self.seq,
+            segment_seq=self.segment_seq,
+            started=self.started,
+            open_actions=dict(self.open_actions),
+            marks=dict(self.marks),
+            failures=self.failures,
+            first_time=self.first_time,
+            last_time=self.last_time,
+            parent=self.parent,
+            agent=self.agent,
+        )
 
 
 class RootStore:
@@ -108,16 +185,57 @@ class Writer:
     Args:
         max_open_files: bound on session files kept open at once (least recently written closed).
         on_torn: called with the number of bytes cut off when a torn line is repaired.
+        config: rotation and retention settings (``[rotation]``, ``[retention]``); None: defaults.
+        clock: wall clock (Unix seconds) for daily rotation, archive ages and snapshots.
+        on_rotated: called on the event loop after each rotation.
+        on_deleted: called from the worker thread with (files, bytes) removed by retention.
+        snapshot_interval: seconds between checkpoints of a session that keeps being written.
+        background: run compression and retention in a worker thread (False: at once, inline).
     """
 
-    def __init__(self, *, max_open_files: int = 256, on_torn: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_open_files: int = 256,
+        on_torn: Callable[[int], None] | None = None,
+        config: CollectorConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        on_rotated: Callable[[], None] | None = None,
+        on_deleted: Callable[[int, int], None] | None = None,
+        snapshot_interval: float = 5.0,
+        background: bool = True,
+    ) -> None:
         if max_open_files < 1:
             raise ValueError("max_open_files must be at least 1")
         self.max_open_files = max_open_files
         self._roots: dict[tuple[Path, int], RootStore] = {}
         self._open: collections.OrderedDict[AppendFile, None] = collections.OrderedDict()
         self._dirty: dict[AppendFile, None] = {}
+        self._retired: list[int] = []
         self._on_torn = on_torn
+        self._on_rotated = on_rotated
+        self._on_deleted = on_deleted
+        self.clock = clock
+        self.snapshot_interval = snapshot_interval
+        self.rotations = 0
+        self.deleted_files = 0
+        self.deleted_bytes = 0
+        self._executor = (
+            concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gz-ia-storage")
+            if background
+            else None
+        )
+        self._jobs: list[concurrent.futures.Future[None]] = []
+        self.configure(config or CollectorConfig())
+
+    def configure(self, config: CollectorConfig) -> None:
+        """Adopt the rotation and retention settings of ``config`` (also on SIGHUP reload).
+
+        New limits apply from the next write; lowering a retention limit takes effect at the next
+        rotation or ``gz-ia gc``.
+        """
+        self.rotation = RotationPolicy(config.rotation)
+        self.retention = RetentionPolicy(config.retention)
 
     # --- roots and sessions ----------------------------------------------------------------------
 
@@ -131,6 +249,7 @@ class Writer:
         store = self._roots.get(key)
         if store is None:
             store = RootStore(open_root(path, owner=owner))
+            self._recover_rejects(store)
             self._roots[key] = store
         return store
 
@@ -140,7 +259,7 @@ class Writer:
         return list(self._roots.values())
 
     def session(self, root: RootStore, session_id: str) -> SessionState:
-        """Return the session's state, recovering it from its file on first touch."""
+        """Return the session's state, recovering it from its files on first touch."""
         state = root.sessions.get(session_id)
         if state is None:
             state = SessionState(root, session_id)
@@ -168,37 +287,71 @@ class Writer:
         """Write every pending buffer; return (written targets, failures, bytes written).
 
         A failed target's partial write is cut off and, for a session, its in-memory state is
-        forgotten so that the next event rebuilds it from the file.
+        forgotten so that the next event rebuilds it from the file. A target that reached a rotation
+        limit is rotated right after its write.
         """
+        self._close_retired()
         dirty = self._dirty
         self._dirty = {}
         written: list[AppendFile] = []
         failed: list[tuple[AppendFile, OSError]] = []
         total = 0
+        now = self.clock()
+        rotation = self.rotation
+        today = utc_day(now) if rotation.daily else 0
         for target in dirty:
             data = target.pending
             if not data:
                 continue
             try:
+                if target.fd is not None and now - target.last_write > _IDLE_CHECK:
+                    self._check_unlinked(target)
                 fd = self._ensure_open(target)
-                view = memoryview(data)
-                done = 0
-                while done < len(data):
-                    done += os.write(fd, view[done:])
-                view.release()
+                # Released even when write() fails: a live export would make clearing the buffer
+                # (in _undo) raise BufferError and wedge the session.
+                with memoryview(data) as view:
+                    done = 0
+                    while done < len(data):
+                        done += os.write(fd, view[done:])
             except OSError as exc:
                 failed.append((target, exc))
                 self._undo(target)
                 continue
+            if target.size == 0:
+                target.started = now
             target.size += len(data)
+            target.last_write = now
             total += len(data)
-            data.clear()
             written.append(target)
+            if isinstance(target, SessionState):
+                _summarise(target, data)
+                data.clear()
+                if rotation.due(target.size, target.seq - target.segment_seq, utc_day(target.started), today):
+                    self._rotate_session(target, now)
+                elif now - target.snapshot_at >= self.snapshot_interval:
+                    self._snapshot(target, now)
+            else:
+                data.clear()
+                if rotation.due(target.size, 0, utc_day(target.started), today):
+                    self._rotate_rejects(target, now)
         return written, failed, total
 
     def sync(self, targets: list[AppendFile]) -> list[tuple[AppendFile, OSError]]:
-        """``fdatasync`` the given written targets (group commit); return those that failed."""
+        """``fdatasync`` the given written targets (group commit); return those that failed.
+
+        Descriptors of files rotated during the last flush are synced (and closed) here too: their
+        last bytes were written in that flush.
+        """
         failed: list[tuple[AppendFile, OSError]] = []
+        retired, self._retired = self._retired, []
+        for fd in retired:
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                log.error("cannot sync a rotated segment: %s", exc)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         for target in targets:
             if target.fd is None:
                 continue
@@ -218,12 +371,47 @@ class Writer:
             target.root.sessions.pop(target.session_id, None)
 
     def close(self) -> None:
-        """Close every file and root descriptor (pending bytes must have been flushed)."""
+        """Write final checkpoints, finish background work, close every file and root descriptor.
+
+        Pending bytes must have been flushed before.
+        """
+        now = self.clock()
+        for store in self._roots.values():
+            for state in store.sessions.values():
+                if not state.pending and state.snapshot_at < state.last_write:
+                    with contextlib.suppress(OSError):
+                        self._snapshot(state, now)
+        self.wait_idle()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._close_retired()
         for target in list(self._open):
             self._close(target)
         for store in self._roots.values():
             store.dirs.close()
         self._roots.clear()
+
+    def wait_idle(self) -> None:
+        """Wait until queued compression and retention work is done (tests, shutdown)."""
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            with contextlib.suppress(Exception):
+                job.result()
+
+    def _close_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        for fd in retired:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _check_unlinked(self, target: AppendFile) -> None:
+        """Reopen a file that was deleted under us (``gz-ia gc`` removed an idle session)."""
+        assert target.fd is not None
+        if os.fstat(target.fd).st_nlink == 0:
+            log.info("%s was removed while idle; starting it again", target.name)
+            self._close(target)
+            target.size = 0
 
     def _undo(self, target: AppendFile) -> None:
         if target.fd is not None:
@@ -251,23 +439,191 @@ class Writer:
                 os.close(target.fd)
             target.fd = None
 
-    # --- recovery ----------------------------------------------------------------------------------
+    # --- rotation ----------------------------------------------------------------------------------
 
-    def _recover(self, state: SessionState) -> None:
-        try:
-            fd = os.open(state.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=state.dir_fd)
-        except FileNotFoundError:
+    def _retire(self, target: AppendFile) -> None:
+        # The descriptor stays open until the next sync or flush: its last bytes may still need an
+        # fdatasync before their batch is acknowledged (durability=fsync).
+        self._open.pop(target, None)
+        if target.fd is not None:
+            self._retired.append(target.fd)
+            target.fd = None
+
+    def _snapshot(self, state: SessionState, now: float) -> None:
+        dirs = state.root.dirs
+        if dirs.state_fd is None:
             return
         try:
-            size = os.fstat(fd).st_size
-            end = self._repair_torn_tail(state, fd, size)
-            state.size = end
-            for trace in _scan(fd, end):
-                self._replay(state, trace)
-        finally:
-            os.close(fd)
+            write_file_atomically(dirs.state_fd, state_name(state.session_id), encode_checkpoint(state.checkpoint()))
+        except OSError as exc:
+            log.warning("cannot write the checkpoint of %s: %s", state.session_id, exc)
+        state.snapshot_at = now
 
-    def _repair_torn_tail(self, state: SessionState, fd: int, size: int) -> int:
+    def _rotate_session(self, state: SessionState, now: float) -> None:
+        dirs = state.root.dirs
+        number = state.segment
+        try:
+            os.rename(
+                state.name,
+                archive_name(state.session_id, number),
+                src_dir_fd=dirs.sessions_fd,
+                dst_dir_fd=dirs.sessions_fd,
+            )
+        except OSError as exc:
+            log.error("cannot rotate %s: %s (it keeps growing)", state.name, exc)
+            return
+        self._retire(state)
+        state.segment = number + 1
+        state.size = 0
+        state.segment_seq = state.seq
+        state.started = now
+        self._snapshot(state, now)
+        self._rotated()
+        session_id = state.session_id
+        self._submit(lambda: self._after_rotation(dirs, session_id, number))
+
+    def _rotate_rejects(self, target: AppendFile, now: float) -> None:
+        store = next((store for store in self._roots.values() if store.rejects is target), None)
+        if store is None:
+            return
+        dirs = store.dirs
+        number = target.segment
+        try:
+            os.rename(REJECTS_FILE, rejects_archive_name(number), src_dir_fd=dirs.root_fd, dst_dir_fd=dirs.root_fd)
+        except OSError as exc:
+            log.error("cannot rotate %s: %s (it keeps growing)", REJECTS_FILE, exc)
+            return
+        self._retire(target)
+        target.segment = number + 1
+        target.size = 0
+        target.started = now
+        if dirs.state_fd is not None:
+            with contextlib.suppress(OSError):
+                write_file_atomically(
+                    dirs.state_fd, REJECTS_STATE, encode_checkpoint(Checkpoint(segment=target.segment, started=now))
+                )
+        self._rotated()
+        self._submit(lambda: self._after_rotation(dirs, None, number))
+
+    def _rotated(self) -> None:
+        self.rotations += 1
+        if self._on_rotated is not None:
+            self._on_rotated()
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        if self._executor is None:
+            job()
+            return
+        self._jobs = [pending for pending in self._jobs if not pending.done()]
+        self._jobs.append(self._executor.submit(job))
+
+    def _after_rotation(self, dirs: RootDirs, session_id: str | None, number: int) -> None:
+        """Worker thread: make the rotation durable, compress the archive, apply retention."""
+        try:
+            if dirs.state_fd is not None:
+                fsync_names(dirs.state_fd, [state_name(session_id) if session_id is not None else REJECTS_STATE])
+            dir_fd = dirs.sessions_fd if session_id is not None else dirs.root_fd
+            name_of = session_archive(session_id, number) if session_id is not None else rejects_archive(number)
+            if self.rotation.compress:
+                compress_archive(dir_fd, name_of)
+            else:
+                os.fsync(dir_fd)
+            report = enforce_session(dirs, session_id, number, self.retention, now=self.clock())
+            self._count_deleted(report)
+        except OSError as exc:
+            log.error("after rotating segment %d of %s: %s", number, session_id or REJECTS_FILE, exc)
+
+    def _count_deleted(self, report: RetentionReport) -> None:
+        if not report.deleted:
+            return
+        self.deleted_files += report.files
+        self.deleted_bytes += report.bytes
+        if self._on_deleted is not None:
+            self._on_deleted(report.files, report.bytes)
+
+    # --- recovery ----------------------------------------------------------------------------------
+
+    def _recover_rejects(self, store: RootStore) -> None:
+        dirs = store.dirs
+        target = store.rejects
+        checkpoint = read_checkpoint(dirs.state_fd, REJECTS_STATE)
+        number = checkpoint.segment if checkpoint is not None else 1
+        while segment_exists(dirs.root_fd, rejects_archive(number)):
+            number += 1
+        target.segment = number
+        target.started = checkpoint.started if checkpoint is not None and checkpoint.segment == number else 0.0
+        with contextlib.suppress(OSError):
+            info = os.stat(REJECTS_FILE, dir_fd=dirs.root_fd, follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode):
+                target.size = info.st_size
+        if target.size and not target.started:
+            target.started = self.clock()
+
+    def _recover(self, state: SessionState) -> None:
+        dirs = state.root.dirs
+        checkpoint = read_checkpoint(dirs.state_fd, state_name(state.session_id))
+        number = checkpoint.segment if checkpoint is not None else 1
+        while segment_exists(dirs.sessions_fd, session_archive(state.session_id, number)):
+            number += 1
+        state.segment = number
+        try:
+            fd: int | None = os.open(state.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=state.dir_fd)
+        except FileNotFoundError:
+            fd = None
+        try:
+            size = 0
+            if fd is not None:
+                size = self._repair_torn_tail(state.dir_fd, state.session_id, fd, os.fstat(fd).st_size)
+            state.size = size
+            active = Segment(number, fd=fd, data=None, size=size, ino=0, active=True) if fd is not None else None
+            fold, segment_seq, complete = replay_session(dirs.sessions_fd, state.session_id, checkpoint, number, active)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        state.seq = fold.seq
+        state.open_actions = fold.open_actions
+        state.marks = fold.marks
+        state.failures = fold.failures
+        state.first_time = fold.first_time
+        state.last_time = fold.last_time
+        state.parent = fold.parent
+        state.agent = fold.agent
+        state.segment_seq = segment_seq
+        if not complete:
+            log.warning("%s: rebuilt from the retained segments only; some state may be missing", state.session_id)
+        if checkpoint is not None and checkpoint.segment == number:
+            state.segment_seq = checkpoint.segment_seq
+            state.started = checkpoint.started
+        if size and not state.started:
+            state.started = self.clock()
+        state.last_write = self.clock()
+        state.snapshot_at = state.last_write if checkpoint is not None and checkpoint.offset == size else 0.0
+
+    def repair_root(self, path: Path, *, owner: int) -> int:
+        """Repair the torn last line of every active session file of a root; return how many.
+
+        Run at start for the roots served before, so that a crash's torn line is moved aside before
+        any reader or client looks, not only when its session is next written.
+        """
+        store = self.root(path, owner=owner)
+        repaired = 0
+        for name in os.listdir(store.dirs.sessions_fd):
+            session_id = session_id_of(name)
+            if session_id is None or session_id in store.sessions:
+                continue
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=store.dirs.sessions_fd)
+            except OSError:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                if self._repair_torn_tail(store.dirs.sessions_fd, session_id, fd, size) != size:
+                    repaired += 1
+            finally:
+                os.close(fd)
+        return repaired
+
+    def _repair_torn_tail(self, dir_fd: int, session_id: str, fd: int, size: int) -> int:
         """Cut a last line without its newline off into the torn file; return the good size."""
         if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
             return size
@@ -281,7 +637,7 @@ class Writer:
                 break
             end = start
         fragment = os.pread(fd, size - end, end)
-        torn = os.open(torn_name(state.session_id), _FILE_FLAGS, 0o600, dir_fd=state.dir_fd)
+        torn = os.open(torn_name(session_id), _FILE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
             os.write(torn, fragment + b"\n")
             os.fsync(torn)
@@ -292,34 +648,22 @@ class Writer:
             self._on_torn(len(fragment))
         return end
 
-    @staticmethod
-    def _replay(state: SessionState, trace: _Trace) -> None:
-        state.seq = max(state.seq, trace.seq)
-        if trace.stage is Stage.FINISH:
-            state.open_actions.pop(trace.action, None)
-        else:
-            state.open_actions[trace.action] = trace.stage
-        if trace.delivery:
-            producer, _, number = trace.delivery.rpartition(":")
-            if number.isdigit():
-                state.note_delivery(producer, int(number))
 
-
-def _scan(fd: int, end: int) -> Iterator[_Trace]:
-    """Yield the recovery view of every complete line in ``fd[0:end]``, skipping unreadable lines."""
-    offset = 0
-    carry = b""
-    while offset < end:
-        chunk = carry + os.pread(fd, min(_SCAN_CHUNK, end - offset), offset)
-        offset += len(chunk) - len(carry)
-        cut = chunk.rfind(b"\n") + 1
-        carry = chunk[cut:]
-        lines = chunk[:cut]
-        if not lines:
-            continue
-        try:
-            yield from _trace_decoder.decode_lines(lines)
-        except msgspec.DecodeError:
-            for line in lines.splitlines():
+def _summarise(state: SessionState, data: bytearray) -> None:
+    """Update a session's summary from the bytes just written: O(1) unless a line FAILED."""
+    if not state.first_time:
+        first = data[: data.find(b"\n")]
+        with contextlib.suppress(msgspec.DecodeError):
+            head = _summary_decoder.decode(first)
+            state.first_time = head.timestamp
+            state.parent = head.parent_session_id or ""
+            state.agent = head.agent
+    last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    with contextlib.suppress(msgspec.DecodeError):
+        state.last_time = _summary_decoder.decode(data[last_start:]).timestamp
+    if _FAILED in data:
+        for line in bytes(data).split(b"\n"):
+            if _FAILED in line:
                 with contextlib.suppress(msgspec.DecodeError):
-                    yield _trace_decoder.decode(line)
+                    if _summary_decoder.decode(line).status == "FAILED":
+                        state.failures += 1

@@ -1,0 +1,508 @@
+"""Reading commands: ``gz-ia session logs``, ``gz-ia logs``, ``gz-ia sessions``, ``gz-ia session tree``, ``gz-ia gc``.
+
+Conventions follow journalctl, kubectl and docker logs (ECOSYSTEM.md §2): ``-f`` follows like
+``tail -F``, ``-n`` limits to the last N events (10 with ``-f`` and no ``--since``), ``--json`` prints
+exactly the stored line, field filters OR within a flag and AND across flags. Exit codes: 0 success
+(an empty result included), 1 unknown session (or a root of a newer layout), 2 usage error. Ctrl-C
+and a closed pipe (``| head``) end quietly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any, Final
+
+import click
+
+from gz_ia.client.schema import Stage, Status
+
+from . import main, session
+from ._common import EXIT_NOT_FOUND, root_of
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_RELATIVE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_STAGES: Final = [stage.value for stage in Stage]
+_STATUSES: Final = [status.value for status in Status]
+
+
+# --- parsing -----------------------------------------------------------------------------------------
+
+
+def parse_duration(value: str) -> float:
+    """Return the seconds of ``10m``, ``2h``, ``30d``, ``1w`` or a plain number of seconds."""
+    text = value.strip().lower()
+    match = _RELATIVE.match(text)
+    if match:
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a duration like 30s, 10m, 2h, 7d or 1w") from None
+    if seconds < 0:
+        raise ValueError(f"{value!r} is negative")
+    return seconds
+
+
+def parse_time(value: str, *, now: datetime) -> datetime:
+    """Return the instant of an RFC 3339 time, a Unix epoch, or a relative age (``10m`` ago)."""
+    text = value.strip()
+    if _RELATIVE.match(text.lower()):
+        return now - timedelta(seconds=parse_duration(text))
+    with contextlib.suppress(ValueError):
+        return datetime.fromtimestamp(float(text), UTC)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an RFC 3339 time, an epoch or a relative time like 10m") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def use_colour(choice: str, stream: IO[str]) -> bool:
+    """``--color``: an explicit choice wins, then ``NO_COLOR`` (no-color.org), then whether it is a TTY."""
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Output:
+    """Writes lines to stdout; flushes each line when following (pipes and files see them at once)."""
+
+    def __init__(self, *, flush_each: bool) -> None:
+        self.stream: IO[str] = sys.stdout
+        self.flush_each = flush_each
+
+    def line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        if self.flush_each:
+            self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _quietly(function: Callable[..., None]) -> Callable[..., None]:
+    """End on Ctrl-C or a closed pipe without a traceback."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            function(*args, **kwargs)
+        except KeyboardInterrupt:
+            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                sys.stdout.flush()
+            raise click.exceptions.Exit(0) from None
+        except BrokenPipeError:
+            # Python would complain again when it flushes stdout at exit: point it at /dev/null.
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
+
+    wrapper.__name__ = function.__name__
+    wrapper.__doc__ = function.__doc__
+    return wrapper
+
+
+# --- the log commands ----------------------------------------------------------------------------------
+
+
+def _log_options(function: Any) -> Any:
+    options = [
+        click.option("-f", "--follow", is_flag=True, help="Keep printing new events as they land (like tail -F)."),
+        click.option(
+            "-n",
+            "--lines",
+            default=None,
+            metavar="N|all",
+            help="Show the last N events [default: all; 10 with --follow and no --since].",
+        ),
+        click.option("-S", "--since", default=None, help="Only events at or after T (RFC 3339, epoch, or 10m ago)."),
+        click.option("-U", "--until", default=None, help="Only events before T (RFC 3339, epoch, or 10m ago)."),
+        click.option("-r", "--reverse", is_flag=True, help="Newest first (not with --follow)."),
+        click.option("--json", "as_json", is_flag=True, help="Print each stored JSON line exactly (for jq)."),
+        click.option("--agent", multiple=True, help="Only this agent (repeat: any of them)."),
+        click.option("--role", multiple=True, help="Only this role (repeat: any of them)."),
+        click.option(
+            "--stage", multiple=True, type=click.Choice(_STAGES, case_sensitive=False), help="Only this stage."
+        ),
+        click.option(
+            "--status", multiple=True, type=click.Choice(_STATUSES, case_sensitive=False), help="Only this status."
+        ),
+        click.option("--action", multiple=True, help="Only this action (repeat: any of them)."),
+        click.option("--failed", is_flag=True, help="Only FAILED events (same as --status FAILED)."),
+        click.option("--after-cursor", default=None, metavar="CURSOR", help="Start right after this cursor."),
+        click.option("--show-cursor", is_flag=True, help="Print the cursor to resume from after the output."),
+        click.option(
+            "--color",
+            "--colour",
+            "color",
+            type=click.Choice(["auto", "always", "never"]),
+            default="auto",
+            show_default=True,
+            help="Colour the timeline (auto: on a terminal, unless NO_COLOR is set).",
+        ),
+        click.option("--prefix/--no-prefix", default=None, help="Show the session id on each line."),
+        click.option("--no-pager", is_flag=True, hidden=True, help="Accepted for journalctl habits; never pages."),
+        click.option("-q", "--quiet", is_flag=True, help="No '-- No entries --' banner or notices."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+@session.command("logs")
+@click.argument("session_id")
+@click.option("--tree", is_flag=True, help="Also show subagent sessions (through parent_session_id).")
+@_log_options
+@click.pass_context
+@_quietly
+def session_logs(ctx: click.Context, session_id: str, tree: bool, **options: Any) -> None:
+    """Print the events of SESSION_ID, oldest first, across every retained segment."""
+    _run_logs(ctx, [session_id], tree=tree, **options)
+
+
+@main.command("logs")
+@_log_options
+@click.pass_context
+@_quietly
+def all_logs(ctx: click.Context, **options: Any) -> None:
+    """Print the events of every session of the root, merged in time order."""
+    _run_logs(ctx, None, tree=False, **options)
+
+
+def _filters(options: dict[str, Any], now: datetime) -> Any:
+    from gz_ia.collector.storage.reader import Filters
+
+    try:
+        since = parse_time(options["since"], now=now) if options["since"] else None
+        until = parse_time(options["until"], now=now) if options["until"] else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since/--until") from exc
+    statuses = {Status(value.upper()) for value in options["status"]}
+    if options["failed"]:
+        statuses.add(Status.FAILED)
+    return Filters(
+        agents=frozenset(options["agent"]),
+        roles=frozenset(options["role"]),
+        stages=frozenset(Stage(value.upper()) for value in options["stage"]),
+        statuses=frozenset(statuses),
+        actions=frozenset(options["action"]),
+        since=since,
+        until=until,
+    )
+
+
+def _line_count(value: str | None, *, follow: bool, since: str | None) -> int | None:
+    if value is None:
+        return 10 if follow and since is None else None
+    if value == "all":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or 'all'", param_hint="-n/--lines") from None
+    if count < 0:
+        raise click.BadParameter("must be >= 0", param_hint="-n/--lines")
+    return count
+
+
+def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, **options: Any) -> None:
+    from gz_ia.collector.storage import reader
+    from gz_ia.collector.view import format_event
+
+    follow: bool = options["follow"]
+    if follow and options["reverse"]:
+        raise click.UsageError("--reverse cannot be combined with --follow")
+    count = _line_count(options["lines"], follow=follow, since=options["since"])
+    filters = _filters(options, datetime.now(UTC))
+    root = root_of(ctx)
+    out = _Output(flush_each=follow)
+    colour = use_colour(options["color"], out.stream)
+    multi = session_ids is None or tree
+    show_session = options["prefix"] if options["prefix"] is not None else multi
+    quiet: bool = options["quiet"]
+
+    def show(entry: Any) -> None:
+        out.line(
+            entry.line if options["as_json"] else format_event(entry.event, colour=colour, show_session=show_session)
+        )
+
+    try:
+        members = _members(root, session_ids, tree=tree)
+        start = _start_positions(members, options["after_cursor"])
+        anchors = {session_id: reader.end_cursor(root, session_id) for session_id in members}
+        anchors = {key: value for key, value in anchors.items() if value is not None}
+        shown = 0
+        for entry in _history(root, members, start, anchors, filters, count, reverse=options["reverse"]):
+            show(entry)
+            shown += 1
+        out.flush()
+        if not shown and not quiet and not options["as_json"] and not follow:
+            click.echo("-- No entries --", err=True)
+        resume = reader.combine_cursors(anchors.values()) if multi else anchors.get(members[0]) if members else None
+        if not follow:
+            if options["show_cursor"] and resume is not None:
+                text = f"-- cursor: {resume}"
+                click.echo(text, err=options["as_json"])
+            return
+        watched = None if session_ids is None or tree else members
+        follow_cursor = resume
+        if multi and session_ids is not None:
+            # A tree grows: follow the whole root from its current end and keep the family's events.
+            everyone = {key: reader.end_cursor(root, key) for key in _all_ids(root)}
+            follow_cursor = reader.combine_cursors([*everyone.values(), *anchors.values()]) if everyone else None
+        family = set(members)
+        for entry in reader.follow(root, watched, cursor=follow_cursor, filters=filters):
+            if tree:
+                parent = entry.event.parent_session_id
+                if entry.session_id not in family and (parent is None or parent not in family):
+                    continue
+                family.add(entry.session_id)
+            show(entry)
+    except reader.SessionNotFound as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    except reader.InvalidCursor as exc:
+        raise click.BadParameter(str(exc), param_hint="--after-cursor") from exc
+    except reader.CursorExpired as exc:
+        click.echo(f"gz-ia: {exc}; the history ends here", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    except reader.LayoutError as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+
+
+def _all_ids(root: Path) -> list[str]:
+    from gz_ia.collector.storage import reader
+
+    return [summary.session_id for summary in reader.list_sessions(root)]
+
+
+def _members(root: Path, session_ids: list[str] | None, *, tree: bool) -> list[str]:
+    from gz_ia.collector.storage import reader
+
+    if session_ids is None:
+        return _all_ids(root)
+    if not tree:
+        return session_ids
+    try:
+        node = reader.session_tree(root, session_ids[0])
+    except reader.SessionNotFound:
+        return session_ids  # not written yet: follow it, and its subagents as they appear
+    return [item.session_id for _depth, item in node.walk()]
+
+
+def _start_positions(members: list[str], cursor: str | None) -> dict[str, str | None]:
+    """Per session, the cursor to start after (None: from its first event)."""
+    from gz_ia.collector.storage import reader
+
+    if cursor is None:
+        return dict.fromkeys(members)
+    known = set(reader.cursor_sessions(cursor))
+    if len(members) == 1 and members[0] not in known:
+        raise reader.InvalidCursor(f"the cursor does not belong to session {members[0]!r}")
+    return {session_id: cursor if session_id in known else None for session_id in members}
+
+
+def _history(
+    root: Path,
+    members: list[str],
+    start: dict[str, str | None],
+    anchors: dict[str, str],
+    filters: Any,
+    count: int | None,
+    *,
+    reverse: bool,
+) -> Iterator[Any]:
+    """Yield what is stored up to the anchors, oldest first (newest first with ``reverse``)."""
+    from gz_ia.collector.storage import reader
+
+    limits = {key: reader._single_position(value, key).seq for key, value in anchors.items()}
+
+    def session_events(session_id: str) -> Iterator[Any]:
+        if session_id not in anchors:
+            return
+        limit = limits[session_id]
+        after = start.get(session_id)
+        if count is not None and after is None:
+            # The last `count`: read backwards from the anchor, no further.
+            if count == 0:
+                return
+            page = reader.read_page(
+                root, session_id, cursor=anchors[session_id], limit=count, reverse=True, filters=filters
+            )
+            yield from reversed(page.entries)
+            return
+        for entry in reader.iter_events(root, session_id, cursor=after, filters=filters):
+            if entry.event.seq > limit:
+                return
+            yield entry
+
+    if count is not None and start and all(value is not None for value in start.values()):
+        # --after-cursor with -n: the first `count` events after the cursor.
+        merged = heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp)
+        selected = [entry for _index, entry in zip(range(count), merged, strict=False)]
+    elif count is not None:
+        merged = heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp)
+        selected = list(merged)[-count:] if count else []
+    else:
+        if not reverse:
+            yield from heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp)
+            return
+        selected = list(heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp))
+    yield from (reversed(selected) if reverse else selected)
+
+
+# --- sessions, trees, gc ----------------------------------------------------------------------------------
+
+
+def _summary_json(summary: Any) -> dict[str, Any]:
+    return {
+        "session_id": summary.session_id,
+        "parent_session_id": summary.parent_session_id,
+        "agent": summary.agent,
+        "first_time": summary.first_time.isoformat().replace("+00:00", "Z") if summary.first_time else None,
+        "last_time": summary.last_time.isoformat().replace("+00:00", "Z") if summary.last_time else None,
+        "events": summary.events,
+        "open_actions": summary.open_actions,
+        "failures": summary.failures,
+        "segments": summary.segments,
+        "incomplete": summary.incomplete,
+    }
+
+
+@main.command("sessions")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
+@click.option("-q", "--quiet", is_flag=True, help="No '-- No sessions --' banner.")
+@click.pass_context
+@_quietly
+def sessions_command(ctx: click.Context, as_json: bool, color: str, quiet: bool) -> None:
+    """List the sessions of the root: id, parent, agent, first/last time, events, open actions, failures."""
+    from gz_ia.collector.storage import reader
+    from gz_ia.collector.view import format_sessions
+
+    try:
+        summaries = reader.list_sessions(root_of(ctx))
+    except reader.LayoutError as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    out = _Output(flush_each=False)
+    if as_json:
+        for summary in summaries:
+            out.line(json.dumps(_summary_json(summary)))
+    elif summaries:
+        for line in format_sessions(summaries, colour=use_colour(color, out.stream)):
+            out.line(line)
+    elif not quiet:
+        click.echo("-- No sessions --", err=True)
+    out.flush()
+
+
+@session.command("tree")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="The tree as nested JSON.")
+@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
+@click.pass_context
+@_quietly
+def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, color: str) -> None:
+    """Draw SESSION_ID and its subagent sessions with each node's status and duration."""
+    from gz_ia.collector.storage import reader
+    from gz_ia.collector.view import format_tree
+
+    try:
+        node = reader.session_tree(root_of(ctx), session_id)
+    except reader.SessionNotFound as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    except reader.LayoutError as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    out = _Output(flush_each=False)
+    if as_json:
+
+        def encode(item: Any) -> dict[str, Any]:
+            return {
+                **_summary_json(item.summary),
+                "status": item.status,
+                "duration_seconds": item.duration_seconds,
+                "children": [encode(child) for child in item.children],
+            }
+
+        out.line(json.dumps(encode(node)))
+    else:
+        for line in format_tree(node, colour=use_colour(color, out.stream)):
+            out.line(line)
+    out.flush()
+
+
+@main.command("gc")
+@click.option(
+    "--older-than",
+    default="30d",
+    show_default=True,
+    help="Remove whole sessions whose last write is older than this (10m, 12h, 30d, 2w).",
+)
+@click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Collector config whose [retention] limits to apply too [default: the collector's].",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_context
+def gc_command(ctx: click.Context, older_than: str, dry_run: bool, config_path: Path | None, quiet: bool) -> None:
+    """Remove idle sessions and apply the retention limits to the root, now.
+
+    A session is idle when its last write (the newest mtime of its active file and archives) is
+    older than --older-than, open actions or not: nothing has written to it for that long. Only
+    files the collector names are removed.
+    """
+    from gz_ia.collector.config import ConfigError, load_config
+    from gz_ia.collector.storage._layout import LayoutError, open_root
+    from gz_ia.collector.storage.retention import RetentionPolicy, apply_retention, collect_idle
+
+    try:
+        threshold = parse_duration(older_than)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from exc
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    root = root_of(ctx)
+    try:
+        dirs = open_root(root, owner=None, create=False)
+    except LayoutError as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    now = time.time()
+    try:
+        idle = collect_idle(dirs, threshold, now=now, dry_run=dry_run)
+        kept = apply_retention(dirs, RetentionPolicy(config.retention), now=now, dry_run=dry_run)
+    finally:
+        dirs.close()
+    if quiet:
+        return
+    verb = "would remove" if dry_run else "removed"
+    for deletion in [*idle.deleted, *kept.deleted]:
+        click.echo(f"{verb} {deletion.directory}/{deletion.name} ({deletion.size} bytes, {deletion.reason})")
+    click.echo(
+        f"{verb} {len(idle.sessions_removed)} idle session(s) and "
+        f"{idle.files + kept.files} file(s), {idle.bytes + kept.bytes} bytes"
+    )

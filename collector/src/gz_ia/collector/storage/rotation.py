@@ -1,0 +1,116 @@
+"""When a segment becomes an archive, and how an archive is compressed without stalling ingestion.
+
+The check (:meth:`RotationPolicy.due`) is O(1): it compares counters the writer already keeps (bytes
+in the active segment, ``seq`` at its start, the UTC day it was started). The rotation itself is a
+``rename(2)`` of the active file to ``<id>.events.<n>.jsonl`` followed by an atomic checkpoint write;
+both happen on the event loop and cost a few microseconds. Compression runs later in the writer's
+worker thread (:func:`compress_archive`): it writes ``.<name>.gz.tmp``, syncs it, renames it to
+``<id>.events.<n>.jsonl.gz`` and only then unlinks the plain archive, so a reader always finds at
+least one complete copy (both for a moment, which it handles).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+from collections.abc import Callable
+from typing import Final
+
+from gz_ia.collector.config import RotationConfig
+
+__all__ = ["RotationPolicy", "compress_archive", "fsync_names", "utc_day"]
+
+_COPY_CHUNK: Final = 1 << 20
+_SECONDS_PER_DAY: Final = 86_400
+
+
+def utc_day(timestamp: float) -> int:
+    """Return the UTC day number (days since the epoch) of a Unix time."""
+    return int(timestamp // _SECONDS_PER_DAY)
+
+
+class RotationPolicy:
+    """The rotation limits in the form the writer checks after every write.
+
+    Args:
+        config: ``[rotation]`` of the collector configuration.
+    """
+
+    __slots__ = ("compress", "daily", "max_bytes", "max_events")
+
+    def __init__(self, config: RotationConfig) -> None:
+        self.max_bytes = config.max_bytes
+        self.max_events = config.max_events
+        self.daily = config.daily
+        self.compress = config.compress
+
+    def due(self, size: int, events: int, started_day: int, today: int) -> bool:
+        """Tell whether a segment of ``size`` bytes and ``events`` events, started on ``started_day``, rotates."""
+        if size <= 0:
+            return False
+        if size >= self.max_bytes:
+            return True
+        if self.max_events and events >= self.max_events:
+            return True
+        return self.daily and started_day != today
+
+
+def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
+    """Replace a plain archive with its gzip form; return the bytes saved (0 if nothing was done).
+
+    The plain file's mtime is kept on the compressed one: retention measures an archive's age by it.
+    """
+    plain = name_of(False)
+    packed = name_of(True)
+    temporary = f".{packed}.tmp"
+    try:
+        source = os.open(plain, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return 0  # already compressed, or removed by retention
+    try:
+        info = os.fstat(source)
+        target = os.open(
+            temporary,
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
+        try:
+            with (
+                os.fdopen(os.dup(target), "wb") as raw,
+                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out,
+            ):
+                offset = 0
+                while chunk := os.pread(source, _COPY_CHUNK, offset):
+                    out.write(chunk)
+                    offset += len(chunk)
+            os.fsync(target)
+            os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+            packed_size = os.fstat(target).st_size
+        finally:
+            os.close(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(source)
+    os.rename(temporary, packed, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
+    os.unlink(plain, dir_fd=dir_fd)
+    return max(0, info.st_size - packed_size)
+
+
+def fsync_names(dir_fd: int, names: list[str]) -> None:
+    """Make the named files and the directory entries durable (missing names are skipped)."""
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.fsync(dir_fd)
