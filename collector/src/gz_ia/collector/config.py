@@ -10,6 +10,7 @@ Every key of the file can also be given as ``GZ_IA_<SECTION>_<KEY>`` (``GZ_IA_DU
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -21,7 +22,9 @@ __all__ = [
     "ConfigError",
     "RetentionConfig",
     "RotationConfig",
+    "config_keys",
     "default_config_path",
+    "env_var",
     "load_config",
 ]
 
@@ -62,8 +65,9 @@ class RetentionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     segments first."""
 
     def __post_init__(self) -> None:
-        if self.max_archives < 0 or self.max_age_days < 0 or self.max_root_bytes < 0:
-            raise ValueError("retention limits must be >= 0")
+        for key in ("max_archives", "max_age_days", "max_root_bytes"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"retention.{key} must be >= 0")
 
 
 class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -73,11 +77,15 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Socket path; empty: ``$GZ_IA_SOCKET`` or ``$XDG_RUNTIME_DIR/gz-ia/collector.sock``."""
     durability: Literal["os", "fsync"] = "os"
     """``os``: acknowledge once written to the OS; ``fsync``: after a grouped fdatasync."""
-    max_open_files: int = 256
+    max_open_files: int = 4096
+    """Session files kept open at once; lowered at start to what the descriptor limit allows."""
     metrics_address: str = "127.0.0.1:9477"
     """``host:port`` of the Prometheus endpoint; empty or ``off`` disables it."""
     allow_uids: list[int] = []
     """Other uids allowed to connect (the collector's own uid always is)."""
+    spool_dir: str = ""
+    """Where clients spill events (adopted at start and every 30 s when their process died); empty:
+    ``$GZ_IA_SPOOL_DIR`` or ``$XDG_STATE_HOME/gz-ia/spool``."""
     max_open_actions: int = 10_000
     max_backlog_batches: int = 64
     """Batches awaiting their verdict per connection before the collector stops reading it."""
@@ -88,11 +96,13 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     def __post_init__(self) -> None:
         if self.max_open_files < 4:
             raise ValueError("max_open_files must be at least 4")
-        if self.max_open_actions < 1 or self.max_backlog_batches < 1:
-            raise ValueError("max_open_actions and max_backlog_batches must be positive")
+        if self.max_open_actions < 1:
+            raise ValueError("max_open_actions must be at least 1")
+        if self.max_backlog_batches < 1:
+            raise ValueError("max_backlog_batches must be at least 1")
         if self.metrics_address not in ("", "off"):
             host, _, port = self.metrics_address.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"metrics_address {self.metrics_address!r} is not host:port")
 
     @property
@@ -101,29 +111,58 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return self.metrics_address not in ("", "off")
 
 
-def default_config_path() -> Path:
-    """Return ``$GZ_IA_CONFIG``, else ``$XDG_CONFIG_HOME/gz-ia/collector.toml``."""
-    explicit = os.environ.get("GZ_IA_CONFIG")
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Return ``$GZ_IA_CONFIG``, else ``$XDG_CONFIG_HOME/gz-ia/collector.toml`` (read at call time)."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get("GZ_IA_CONFIG")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "gz-ia" / "collector.toml"
+
+
+_SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {"rotation": RotationConfig, "retention": RetentionConfig}
+
+
+def env_var(key: str) -> str:
+    """Return the environment variable of a dotted config key: ``rotation.max_bytes`` → ``GZ_IA_ROTATION_MAX_BYTES``."""
+    return ENV_PREFIX + key.replace(".", "_").upper()
+
+
+def config_keys() -> list[tuple[str, object]]:
+    """Return every dotted config key with its default, in declaration order (for docs and tests)."""
+    keys: list[tuple[str, object]] = []
+    defaults = CollectorConfig()
+    for field in msgspec.structs.fields(CollectorConfig):
+        if field.name in _SECTIONS:
+            section = getattr(defaults, field.name)
+            keys.extend(
+                (f"{field.name}.{sub.name}", getattr(section, sub.name)) for sub in msgspec.structs.fields(section)
+            )
+        else:
+            keys.append((field.name, getattr(defaults, field.name)))
+    return keys
 
 
 def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    sections: dict[str, type[msgspec.Struct]] = {"rotation": RotationConfig, "retention": RetentionConfig}
-    for field in msgspec.structs.fields(CollectorConfig):
-        if field.name in sections:
-            for sub in msgspec.structs.fields(sections[field.name]):
-                key = f"{ENV_PREFIX}{field.name}_{sub.name}".upper()
-                if key in environ:
-                    values.setdefault(field.name, {})[sub.name] = environ[key]
+    for key, _default in config_keys():
+        name = env_var(key)
+        if name not in environ:
             continue
-        key = f"{ENV_PREFIX}{field.name}".upper()
-        if key in environ:
-            raw = environ[key]
-            values[field.name] = [int(x) for x in raw.split(",") if x.strip()] if field.name == "allow_uids" else raw
+        raw = environ[name]
+        section, _, sub = key.rpartition(".")
+        if key == "allow_uids":
+            try:
+                values[key] = [int(x) for x in raw.split(",") if x.strip()]
+            except ValueError as exc:
+                raise ConfigError(
+                    f"bad value for allow_uids (from {name}): {raw!r} is not a comma-separated list of uids"
+                ) from exc
+        elif section:
+            values.setdefault(section, {})[sub] = raw
+        else:
+            values[key] = raw
     return values
 
 
@@ -135,6 +174,45 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+def _holds(layer: Mapping[str, Any], parts: list[str]) -> bool:
+    node: Any = layer
+    for part in parts:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+_AT: Final = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_UNKNOWN: Final = re.compile(r"unknown field `(?P<field>[^`]+)`")
+
+
+def _explain(exc: msgspec.ValidationError, path: Path, layers: list[tuple[str, Mapping[str, Any]]]) -> str:
+    """Turn msgspec's message into one naming the key and where its bad value came from."""
+    match = _AT.match(str(exc))
+    assert match is not None  # the pattern matches any string
+    message, where = match["message"], (match["path"] or "").lstrip(".")
+    unknown = _UNKNOWN.search(message)
+    if unknown:
+        key = f"{where}.{unknown['field']}" if where else unknown["field"]
+        known = ", ".join(name for name, _ in config_keys())
+        return f"unknown key {key!r} in config file {path} (known keys: {known})"
+    # Checks in __post_init__ start their message with the key they refuse.
+    first = message.split(" ", 1)[0]
+    key = first if first in dict(config_keys()) else where
+    parts = [part for part in key.split(".") if part]
+    if not parts:
+        return f"bad configuration ({path}, GZ_IA_* variables, flags): {message}"
+    source = next((origin for origin, layer in layers if _holds(layer, parts)), None)
+    if source == "flag":
+        source = f"flag --{parts[-1].replace('_', '-')}"
+    elif source == "env":
+        source = env_var(key)
+    elif source == "file":
+        source = f"config file {path}"
+    return f"bad value for {key}{f' (from {source})' if source else ''}: {message}"
 
 
 def load_config(
@@ -151,26 +229,28 @@ def load_config(
         flags: command-line values, already named like the config keys; None values are ignored.
 
     Raises:
-        ConfigError: unreadable file, unknown key or bad value.
+        ConfigError: unreadable file, unknown key or bad value; the message names the key.
     """
     environ = os.environ if environ is None else environ
     explicit = path is not None or bool(environ.get("GZ_IA_CONFIG"))
-    path = path if path is not None else default_config_path()
-    layers: dict[str, Any] = {}
+    path = path if path is not None else default_config_path(environ)
+    file_layer: dict[str, Any] = {}
     try:
-        layers = msgspec.toml.decode(path.read_bytes())
+        file_layer = msgspec.toml.decode(path.read_bytes())
     except FileNotFoundError as exc:
         if explicit:
             raise ConfigError(f"config file {path} does not exist") from exc
     except (OSError, msgspec.DecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    env_layer = _env_values(environ)
+    flag_layer = {key: value for key, value in (flags or {}).items() if value is not None}
+    merged = _merge(_merge(file_layer, env_layer), flag_layer)
     try:
-        env_layer = _env_values(environ)
-    except ValueError as exc:
-        raise ConfigError(f"bad GZ_IA_ALLOW_UIDS: {exc}") from exc
-    layers = _merge(layers, env_layer)
-    layers = _merge(layers, {key: value for key, value in (flags or {}).items() if value is not None})
-    try:
-        return msgspec.convert(layers, CollectorConfig, strict=False)
+        return msgspec.convert(merged, CollectorConfig, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration ({path}, GZ_IA_* variables, flags): {exc}") from exc
+        layers: list[tuple[str, Mapping[str, Any]]] = [
+            ("flag", flag_layer),
+            ("env", env_layer),
+            ("file", file_layer),
+        ]
+        raise ConfigError(_explain(exc, path, layers)) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from gz_ia.client import env
@@ -23,8 +24,32 @@ def socket_path(config: CollectorConfig) -> Path:
     return Path(config.socket) if config.socket else env.default_socket_path()
 
 
-def run(config: CollectorConfig, *, version: str) -> int:
-    """Run the collector until SIGTERM/SIGINT; return the process exit code."""
+def _usable(inherited: list[tuple[socket.socket, str]]) -> list[socket.socket]:
+    """Keep the inherited Unix stream sockets; close (and log) anything else systemd passed."""
+    sockets = []
+    for sock, name in inherited:
+        if sock.family == socket.AF_UNIX and sock.type == socket.SOCK_STREAM:
+            sockets.append(sock)
+        else:
+            log.warning("ignoring inherited fd %d (%s): not a Unix stream socket", sock.fileno(), name)
+            sock.close()
+    return sockets
+
+
+def run(
+    config: CollectorConfig,
+    *,
+    version: str,
+    load_config: Callable[[], CollectorConfig] | None = None,
+) -> int:
+    """Run the collector until SIGTERM/SIGINT; return the process exit code.
+
+    Args:
+        config: the configuration to start with.
+        version: the collector's version.
+        load_config: builds the configuration again for a reload (SIGHUP), from the same file,
+            environment and start-up flags.
+    """
     import uvloop
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -37,10 +62,13 @@ def run(config: CollectorConfig, *, version: str) -> int:
         format="gz-ia-collector: %(levelname)s %(message)s",
     )
     listener: Listener | None = None
-    inherited = listen_fds()
-    sockets: list[socket.socket] = [sock for sock, _name in inherited]
+    sockets = _usable(listen_fds())
     if sockets:
-        log.info("using %d socket(s) passed by the service manager", len(sockets))
+        log.info(
+            "using %d socket(s) passed by the service manager (%s)",
+            len(sockets),
+            ", ".join(str(sock.getsockname()) for sock in sockets),
+        )
     else:
         listener = Listener(socket_path(config))
         try:
@@ -62,7 +90,7 @@ def run(config: CollectorConfig, *, version: str) -> int:
                 listener.close()
             return 1
         log.info("metrics on http://%s:%d/metrics", host, http.server_port)
-    collector = Collector(config, metrics, version=version)
+    collector = Collector(config, metrics, version=version, load_config=load_config)
     try:
         uvloop.run(collector.serve(sockets))
     finally:

@@ -27,11 +27,12 @@ from prometheus_client import (
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 
-__all__ = ["Metrics", "write_error_kind"]
+__all__ = ["RELOAD_RESULTS", "WRITE_ERROR_KINDS", "Metrics", "write_error_kind"]
 
 _LATENCY_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 WRITE_ERROR_KINDS: Final = ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
+RELOAD_RESULTS: Final = ("applied", "refused")
 
 
 def write_error_kind(exc: OSError) -> str:
@@ -108,6 +109,9 @@ class Metrics:
         )
         self.open_files = Gauge("gzia_open_files", "Session and rejects files held open.", registry=registry)
         self.backlog_bytes = Gauge("gzia_backlog_bytes", "Accepted bytes waiting to be written.", registry=registry)
+        self.backlog_batches = Gauge(
+            "gzia_backlog_batches", "Batches received and waiting for their verdict.", registry=registry
+        )
         self.paused_connections = Gauge(
             "gzia_connections_paused", "Connections whose reading is paused by backpressure.", registry=registry
         )
@@ -129,11 +133,28 @@ class Metrics:
             "Unix time of the last event written (for staleness alerts).",
             registry=registry,
         )
+        self.spool_adopted = Counter(
+            "gzia_spool_adopted_events_total",
+            "Events delivered from the disk spools of clients that exited before delivering them.",
+            registry=registry,
+        )
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",
             registry=registry,
         )
+        self.config_reloads = Counter(
+            "gzia_config_reloads_total",
+            "Configuration reloads (SIGHUP), by result: applied or refused.",
+            ["result"],
+            registry=registry,
+        )
+        self.config_last_reload_successful = Gauge(
+            "gzia_config_last_reload_successful",
+            "1 if the last configuration reload was applied (or none was asked), 0 if it was refused.",
+            registry=registry,
+        )
+        self.config_last_reload_successful.set(1)
         # Create every labelled child up front so that zeros are exported before the first event.
         for stage in Stage:
             for status in Status:
@@ -144,6 +165,8 @@ class Metrics:
             self.write_errors.labels(kind)
         for status in Status:
             self.action_duration.labels(status.value)
+        for result in RELOAD_RESULTS:
+            self.config_reloads.labels(result)
         self._written_children = {
             (stage, status): self.events_written.labels(stage.value, status.value)
             for stage in Stage
@@ -159,6 +182,32 @@ class Metrics:
     def observe_action(self, status: Status, duration_ms: int) -> None:
         """Record a FINISH event's duration."""
         self._duration_children[status].observe(duration_ms / 1000)
+
+    def totals(self) -> dict[str, int]:
+        """Return the main counters summed over their labels, cheaply (no process metrics read)."""
+
+        def total(counter: Counter) -> int:
+            return int(
+                sum(
+                    sample.value
+                    for family in counter.collect()
+                    for sample in family.samples
+                    if sample.name.endswith("_total")
+                )
+            )
+
+        return {
+            "received": total(self.events_received),
+            "written": total(self.events_written),
+            "rejected": total(self.events_rejected),
+            "duplicates": total(self.duplicates),
+            "write_errors": total(self.write_errors),
+        }
+
+    def count_reload(self, *, applied: bool) -> None:
+        """Count one configuration reload and remember whether it was applied."""
+        self.config_reloads.labels(RELOAD_RESULTS[0] if applied else RELOAD_RESULTS[1]).inc()
+        self.config_last_reload_successful.set(1 if applied else 0)
 
     def mark_written(self, clock: Callable[[], float] = time.time) -> None:
         """Set the freshness gauge to now."""

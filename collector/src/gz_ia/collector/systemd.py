@@ -34,9 +34,12 @@ def listen_fds(*, unset: bool = True) -> list[tuple[socket.socket, str]]:
     sockets = []
     for index in range(count):
         fd = LISTEN_FDS_START + index
-        os.set_inheritable(fd, False)
         name = names[index] if index < len(names) else "unknown"
-        sockets.append((socket.socket(fileno=fd), name))
+        try:
+            os.set_inheritable(fd, False)
+            sockets.append((socket.socket(fileno=fd), name))
+        except OSError:  # not open, or not a socket: nothing we can serve on
+            continue
     return sockets
 
 
@@ -47,9 +50,11 @@ def watchdog_interval() -> float | None:
     if not usec or (pid and pid != str(os.getpid())):
         return None
     try:
-        return int(usec) / 2_000_000
+        value = int(usec)
     except ValueError:
         return None
+    # sd_watchdog_enabled(3): 0 or less means no watchdog; ping at half the timeout.
+    return value / 2_000_000 if value > 0 else None
 
 
 class Notifier:

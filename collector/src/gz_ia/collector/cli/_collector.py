@@ -67,4 +67,4 @@ def _serve(flags: dict[str, Any]) -> int:
         config = load_config(config_path, flags=flags)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    return run(config, version=version())
+    return run(config, version=version(), load_config=lambda: load_config(config_path, flags=flags))

@@ -1,0 +1,80 @@
+"""`gz-ia status` against a real collector: readable text, --json, and exit 69 when none runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.conftest import CollectorProcess
+
+from gz_ia.client import EventRejected, build_event
+from gz_ia.collector.cli._common import EXIT_UNAVAILABLE, version
+
+
+def _proc(collector: CollectorProcess) -> subprocess.Popen[bytes]:
+    assert collector.proc is not None, "the collector was never started"
+    return collector.proc
+
+
+@pytest.fixture(name="busy")
+def _busy(collector: CollectorProcess) -> CollectorProcess:
+    """A collector that has written three events (one session left open) and rejected one."""
+    client = collector.client()
+    try:
+        for stage in ("READ", "PENDING"):
+            client.send(build_event(session_id="st-1", action="work", stage=stage, agent="test"), timeout=20)
+        client.send(build_event(session_id="st-2", action="open", stage="READ", agent="test"), timeout=20)
+        with pytest.raises(EventRejected):
+            client.send(build_event(session_id="st-3", action="x", stage="FINISH", agent="test"), timeout=20)
+    finally:
+        client.close()
+    return collector
+
+
+def test_status_json_reports_health_version_roots_and_counters(busy: CollectorProcess) -> None:
+    """gz-ia status --json reports health, version, pid, uptime, the root served, sessions and counters."""
+    result = busy.gz_ia("status", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["healthy"] is True
+    assert report["version"] == version()
+    assert report["pid"] == _proc(busy).pid
+    assert report["uptime_seconds"] >= 0
+    assert report["roots"] == [{"path": str(busy.root), "sessions_loaded": 3, "open_sessions": 2}]
+    counters = report["counters"]
+    assert (counters["received"], counters["written"], counters["rejected"]) == (4, 3, 1)
+    assert counters["rejected_by_reason"] == {"finish_without_start": 1}
+    assert (counters["duplicates"], counters["write_errors"]) == (0, 0)
+    assert report["config"]["durability"] == report["durability"] == "os"
+
+
+def test_status_text_is_readable(busy: CollectorProcess) -> None:
+    """gz-ia status prints one readable line each for health, connections, roots and counters."""
+    result = busy.gz_ia("status")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"gz-ia collector {version()}: healthy, pid {_proc(busy).pid}, up ")
+    assert lines[0].endswith("durability os")
+    assert f"root {busy.root}: 3 sessions loaded, 2 with open actions" in lines
+    assert "events: received 4, written 3, rejected 1, duplicates 0, write_errors 0" in lines
+    assert "  rejected finish_without_start: 1" in lines
+
+
+def test_status_without_collector_exits_69(short_tmp: Path, collector: CollectorProcess) -> None:
+    """With nothing listening on the socket, gz-ia status (text or --json) exits 69 and says so."""
+    missing = short_tmp / "nobody-here.sock"
+    for extra in ((), ("--json",)):
+        result = collector.gz_ia("--socket", str(missing), "status", *extra)
+        assert result.returncode == EXIT_UNAVAILABLE
+        assert result.stdout == ""
+        assert f"no collector is reachable at {missing}" in result.stderr
+
+
+def test_status_after_collector_stopped_exits_69(collector: CollectorProcess) -> None:
+    """Once the collector has exited, gz-ia status on its socket exits 69."""
+    assert collector.stop() == 0
+    result = collector.gz_ia("status")
+    assert result.returncode == EXIT_UNAVAILABLE
+    assert "no collector is reachable" in result.stderr

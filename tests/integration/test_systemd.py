@@ -1,0 +1,404 @@
+"""systemd integration without a user manager: unit files, install, socket activation, sd_notify."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from tests.conftest import CollectorProcess, wait_for
+
+from gz_ia.client import Client, build_event
+from gz_ia.collector.cli import collector_main
+from gz_ia.collector.cli._install import (
+    DEFAULT_EXEC_START,
+    SERVICE_NAME,
+    SOCKET_NAME,
+    command_line,
+    render_units,
+)
+from gz_ia.collector.systemd import Notifier, listen_fds, watchdog_interval
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = REPO / "systemd"
+SCRIPT = Path(sys.executable).parent / "gz-ia-collector"
+
+
+def _proc(collector: CollectorProcess) -> subprocess.Popen[bytes]:
+    assert collector.proc is not None, "the collector was never started"
+    return collector.proc
+
+
+def _exec_start(text: str) -> str:
+    match = re.search(r"^ExecStart=(.*)$", text, re.MULTILINE)
+    assert match is not None, text
+    return match.group(1)
+
+
+def _without_exec_start(text: str) -> str:
+    return re.sub(r"^ExecStart=.*$", "ExecStart=", text, flags=re.MULTILINE)
+
+
+def _verify(directory: Path, base: Path, *, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``systemd-analyze verify --user`` on the two units in ``directory``, offline."""
+    runtime = base / "xdg-runtime"
+    runtime.mkdir(exist_ok=True)  # verify needs an existing XDG_RUNTIME_DIR, and no user manager
+    environment = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    if home is not None:
+        environment["HOME"] = str(home)
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--user", "--man=no", SOCKET_NAME, SERVICE_NAME],
+        cwd=directory,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class NotifySocket:
+    """A test-owned ``NOTIFY_SOCKET``: the datagrams a service manager would receive."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.received: list[tuple[float, list[str]]] = []
+
+    def wait_for(self, line: str, timeout: float = 20.0) -> float:
+        """Receive datagrams until one holds ``line``; return when it arrived (monotonic)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                pytest.fail(f"no {line!r} on NOTIFY_SOCKET within {timeout} s; got {self.received}")
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            lines = data.decode().split("\n")
+            now = time.monotonic()
+            self.received.append((now, lines))
+            if line in lines:
+                return now
+
+    def lines(self) -> list[str]:
+        return [line for _, lines in self.received for line in lines]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(name="notify_path")
+def _notify_path(short_tmp: Path) -> Iterator[NotifySocket]:
+    """A NOTIFY_SOCKET bound at a path in a short temporary directory."""
+    listener = NotifySocket(str(short_tmp / "notify.sock"))
+    yield listener
+    listener.close()
+
+
+@pytest.fixture(name="notify_abstract")
+def _notify_abstract() -> Iterator[NotifySocket]:
+    """A NOTIFY_SOCKET in the abstract namespace ('@' address, as systemd sometimes passes)."""
+    listener = NotifySocket(f"@gz-ia-test-{uuid.uuid4().hex}")
+    yield listener
+    listener.close()
+
+
+# --- unit files --------------------------------------------------------------------------------------
+
+
+def test_repo_units_are_what_install_renders() -> None:
+    """The files in systemd/ are exactly the units install renders for a ~/.local/bin installation."""
+    rendered = render_units()
+    assert sorted(path.name for path in UNITS.iterdir()) == sorted(rendered)
+    for name, text in rendered.items():
+        assert (UNITS / name).read_text() == text, name
+    assert _exec_start(rendered[SERVICE_NAME]) == DEFAULT_EXEC_START
+
+
+def test_repo_units_pass_systemd_analyze_verify(short_tmp: Path) -> None:
+    """systemd-analyze verify --user accepts the shipped units with no warning at all."""
+    units = short_tmp / "units"
+    shutil.copytree(UNITS, units)
+    home = short_tmp / "home"
+    (home / ".local" / "bin").mkdir(parents=True)
+    # %h/.local/bin/gz-ia-collector must exist for verify; point it at this installation's script.
+    (home / ".local" / "bin" / "gz-ia-collector").symlink_to(SCRIPT)
+    result = _verify(units, short_tmp, home=home)
+    assert (result.returncode, result.stderr, result.stdout) == (0, "", "")
+
+
+def test_units_have_the_documented_settings() -> None:
+    """The units carry socket activation, notify, watchdog, reload, restart and user-safe hardening."""
+    socket_unit, service = render_units()[SOCKET_NAME], render_units()[SERVICE_NAME]
+    for line in (
+        "ListenStream=%t/gz-ia/collector.sock",
+        "SocketMode=0600",
+        "DirectoryMode=0700",
+        "FileDescriptorName=events",
+        "WantedBy=sockets.target",
+    ):
+        assert line in socket_unit.splitlines()
+    for line in (
+        "Type=notify",
+        "NotifyAccess=main",
+        "Restart=on-failure",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "NoNewPrivileges=yes",
+        "Also=gz-ia-collector.socket",
+    ):
+        assert line in service.splitlines()
+    assert re.search(r"^WatchdogSec=\d+$", service, re.MULTILINE)
+    # Namespace and capability directives fail or are ignored in user units on systemd 252.
+    forbidden = ("ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateUsers", "ProtectKernel", "CapabilityBounding")
+    directives = [line.split("=", 1)[0] for line in service.splitlines() if "=" in line and not line.startswith("#")]
+    assert not [d for d in directives if d.startswith(forbidden)]
+
+
+# --- gz-ia-collector install --------------------------------------------------------------------------
+
+
+def test_install_writes_units_for_this_installation(short_tmp: Path) -> None:
+    """install --user writes both units with ExecStart at this installation and prints the next steps."""
+    target = short_tmp / "unit-dir"
+    result = CliRunner().invoke(collector_main, ["install", "--user", "--unit-dir", str(target)])
+    assert result.exit_code == 0, result.output
+    written = {path.name: path.read_text() for path in target.iterdir()}
+    assert sorted(written) == sorted([SOCKET_NAME, SERVICE_NAME])
+    exec_start = _exec_start(written[SERVICE_NAME])
+    program = Path(exec_start.split()[0])
+    assert program.is_absolute()
+    assert os.access(program, os.X_OK)
+    assert exec_start == f"{SCRIPT} serve"
+    for name, text in written.items():
+        assert _without_exec_start(text) == _without_exec_start((UNITS / name).read_text())
+    assert "systemctl --user daemon-reload && systemctl --user enable --now gz-ia-collector.socket" in result.output
+    assert "loginctl enable-linger" in result.output
+
+
+def test_installed_units_pass_systemd_analyze_verify(short_tmp: Path) -> None:
+    """The units install writes verify cleanly as they are (their ExecStart exists on this machine)."""
+    target = short_tmp / "unit-dir"
+    result = CliRunner().invoke(collector_main, ["install", "--user", "--unit-dir", str(target)])
+    assert result.exit_code == 0, result.output
+    verified = _verify(target, short_tmp)
+    assert (verified.returncode, verified.stderr, verified.stdout) == (0, "", "")
+
+
+def test_exec_start_quotes_awkward_paths_for_systemd(short_tmp: Path) -> None:
+    """An installation under a path with a space, % and $ gives an ExecStart that systemd parses and finds."""
+    awkward = short_tmp / "my tools %h $HOME"
+    awkward.mkdir()
+    (awkward / "gz-ia-collector").symlink_to(SCRIPT)
+    line = command_line(awkward / "gz-ia-collector", "serve")
+    assert line == f'"{short_tmp}/my tools %%h $HOME/gz-ia-collector" serve'
+    units = short_tmp / "units"
+    units.mkdir()
+    for name, text in render_units(line).items():
+        (units / name).write_text(text)
+    verified = _verify(units, short_tmp)
+    assert (verified.returncode, verified.stderr, verified.stdout) == (0, "", "")
+
+
+def test_install_defaults_to_xdg_config_home(short_tmp: Path) -> None:
+    """Without --unit-dir the units go to $XDG_CONFIG_HOME/systemd/user."""
+    config_home = short_tmp / "config"
+    result = CliRunner().invoke(collector_main, ["install", "--user"], env={"XDG_CONFIG_HOME": str(config_home)})
+    assert result.exit_code == 0, result.output
+    assert sorted(path.name for path in (config_home / "systemd" / "user").iterdir()) == sorted(
+        [SOCKET_NAME, SERVICE_NAME]
+    )
+
+
+def test_install_dry_run_writes_nothing(short_tmp: Path) -> None:
+    """install --dry-run prints the units and the commands but creates no file."""
+    target = short_tmp / "unit-dir"
+    result = CliRunner().invoke(collector_main, ["install", "--user", "--dry-run", "--unit-dir", str(target)])
+    assert result.exit_code == 0, result.output
+    assert not target.exists()
+    assert f"ExecStart={SCRIPT} serve" in result.output
+    assert "ListenStream=%t/gz-ia/collector.sock" in result.output
+    assert "systemctl --user enable --now gz-ia-collector.socket" in result.output
+
+
+def test_install_without_user_is_a_usage_error(short_tmp: Path) -> None:
+    """install without --user exits 2: only user units are supported."""
+    result = CliRunner().invoke(collector_main, ["install", "--unit-dir", str(short_tmp / "u")])
+    assert result.exit_code == 2
+    assert "--user" in result.output
+    assert not (short_tmp / "u").exists()
+
+
+# --- socket activation ----------------------------------------------------------------------------------
+
+
+def test_socket_activation_serves_a_real_client(short_tmp: Path, notify_path: NotifySocket) -> None:
+    """Under systemd-socket-activate the collector serves the inherited socket and a client logs through it."""
+    sock = short_tmp / "activated.sock"
+    root = short_tmp / "ws" / ".harness"
+    root.mkdir(parents=True)
+    log_path = short_tmp / "activated.log"
+    command = [
+        "systemd-socket-activate",
+        "-l",
+        str(sock),
+        "--fdname=events",
+        "-E",
+        "PYTHONPATH",
+        "-E",
+        f"XDG_CONFIG_HOME={short_tmp / 'config'}",
+        "-E",
+        f"NOTIFY_SOCKET={notify_path.address}",
+        sys.executable,
+        "-m",
+        "gz_ia.collector",
+        "--metrics-address",
+        "off",
+    ]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=log)
+    client = None
+    try:
+        wait_for(sock.exists, timeout=20, message="systemd-socket-activate to bind the socket")
+        # The activator execs the collector only on the first connection; the client's is it.
+        client = Client(socket_path=sock, root=root)
+        verdict = client.send(
+            build_event(session_id="activated", action="probe", stage="READ", agent="test"), timeout=30
+        )
+        assert verdict.seq == 1
+        notify_path.wait_for("READY=1")
+        lines = (root / "sessions" / "activated.events.jsonl").read_text().splitlines()
+        assert len(lines) == 1
+        log_text = log_path.read_text()
+        assert "using 1 socket(s) passed by the service manager" in log_text
+        assert str(sock) in log_text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        notify_path.wait_for("STOPPING=1")
+        # The socket belongs to the service manager: the collector must not unlink it.
+        assert sock.exists()
+    finally:
+        if client is not None:
+            client.close(timeout=0)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# --- sd_notify ---------------------------------------------------------------------------------------------
+
+
+def test_notify_ready_status_and_stopping(make_collector: Any, notify_path: NotifySocket) -> None:
+    """A test-owned NOTIFY_SOCKET receives READY=1 with a STATUS= line, then STOPPING=1 on SIGTERM."""
+    collector = make_collector(env={"NOTIFY_SOCKET": notify_path.address})
+    notify_path.wait_for("READY=1")
+    assert any(line.startswith("STATUS=") for line in notify_path.lines())
+    assert collector.stop(signal.SIGTERM) == 0
+    notify_path.wait_for("STOPPING=1")
+    assert "WATCHDOG=1" not in notify_path.lines()  # no WATCHDOG_USEC: no pings
+
+
+def test_notify_to_an_abstract_socket(make_collector: Any, notify_abstract: NotifySocket) -> None:
+    """An '@' NOTIFY_SOCKET is the abstract namespace: READY=1 and STOPPING=1 arrive there."""
+    collector = make_collector(env={"NOTIFY_SOCKET": notify_abstract.address})
+    notify_abstract.wait_for("READY=1")
+    collector.stop(signal.SIGTERM)
+    notify_abstract.wait_for("STOPPING=1")
+
+
+def test_watchdog_pings_periodically(make_collector: Any, notify_path: NotifySocket) -> None:
+    """With WATCHDOG_USEC set, WATCHDOG=1 keeps coming, each well within the watchdog timeout."""
+    usec = 1_000_000
+    make_collector(env={"NOTIFY_SOCKET": notify_path.address, "WATCHDOG_USEC": str(usec)})
+    notify_path.wait_for("READY=1")
+    pings = [notify_path.wait_for("WATCHDOG=1", timeout=10) for _ in range(5)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(pings)]
+    # Pings come every WATCHDOG_USEC/2 (0.5 s): on average well inside the 1 s deadline and no
+    # flood. The mean is robust to this test being descheduled, which only shifts when it reads.
+    mean = sum(gaps) / len(gaps)
+    assert 0.25 < mean < usec / 1e6, gaps
+
+
+def test_watchdog_for_another_pid_is_not_ours(make_collector: Any, notify_path: NotifySocket) -> None:
+    """WATCHDOG_PID naming another process disables the pings (sd_watchdog_enabled semantics)."""
+    collector = make_collector(
+        env={"NOTIFY_SOCKET": notify_path.address, "WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"}
+    )
+    notify_path.wait_for("READY=1")
+    # STATUS= still refreshes on the loop tick; a SIGHUP forces one more datagram to bound the wait.
+    _proc(collector).send_signal(signal.SIGHUP)
+    notify_path.wait_for("RELOADING=1")
+    notify_path.wait_for("READY=1")
+    assert "WATCHDOG=1" not in notify_path.lines()
+
+
+def test_sighup_reports_reloading_then_ready(make_collector: Any, notify_path: NotifySocket) -> None:
+    """SIGHUP sends RELOADING=1 with MONOTONIC_USEC, then READY=1 once the new config is applied."""
+    collector = make_collector(env={"NOTIFY_SOCKET": notify_path.address})
+    notify_path.wait_for("READY=1")
+    _proc(collector).send_signal(signal.SIGHUP)
+    reloading = notify_path.wait_for("RELOADING=1")
+    ready = notify_path.wait_for("READY=1")
+    assert reloading <= ready
+    reload_message = next(lines for _, lines in notify_path.received if "RELOADING=1" in lines)
+    assert any(re.fullmatch(r"MONOTONIC_USEC=\d+", line) for line in reload_message)
+
+
+# --- the protocol helpers, in this process ------------------------------------------------------------
+
+
+def test_watchdog_interval_follows_sd_watchdog_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half of WATCHDOG_USEC when it is positive and WATCHDOG_PID is unset or ours; else no watchdog."""
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    assert watchdog_interval() is None
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    assert watchdog_interval() == 15.0
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert watchdog_interval() == 15.0
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))
+    assert watchdog_interval() is None
+    monkeypatch.delenv("WATCHDOG_PID")
+    for bad in ("0", "-5", "soon"):
+        monkeypatch.setenv("WATCHDOG_USEC", bad)
+        assert watchdog_interval() is None
+
+
+def test_listen_fds_ignores_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LISTEN_FDS meant for another pid (a parent's, inherited) is not ours: no socket is taken."""
+    monkeypatch.setenv("LISTEN_PID", str(os.getpid() + 1))
+    monkeypatch.setenv("LISTEN_FDS", "1")
+    assert listen_fds() == []
+
+
+def test_notifier_without_notify_socket_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without NOTIFY_SOCKET the notifier is disabled and notify() does nothing."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    notifier = Notifier()
+    assert not notifier.enabled
+    notifier.notify("READY=1")
+    notifier.close()
+
+
+def test_notifier_sends_one_datagram_per_call(notify_path: NotifySocket) -> None:
+    """notify() sends its lines as one newline-separated datagram to the given address."""
+    notifier = Notifier(notify_path.address)
+    notifier.notify("READY=1", "STATUS=hello")
+    notifier.close()
+    notify_path.wait_for("READY=1", timeout=5)
+    assert notify_path.received[-1][1] == ["READY=1", "STATUS=hello"]
