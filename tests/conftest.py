@@ -70,9 +70,13 @@ class CollectorProcess:
     def command(self) -> list[str]:
         return [
             *self.prefix,
-            sys.executable, "-m", "gz_ia.collector",
-            "--socket", str(self.socket),
-            "--metrics-address", f"127.0.0.1:{self.metrics_port}",
+            sys.executable,
+            "-m",
+            "gz_ia.collector",
+            "--socket",
+            str(self.socket),
+            "--metrics-address",
+            f"127.0.0.1:{self.metrics_port}",
             *self.args,
         ]
 
@@ -80,6 +84,7 @@ class CollectorProcess:
         environment = self.env
         environment.update(self.extra_env)
         environment.setdefault("XDG_CONFIG_HOME", str(self.base / "config"))
+        environment.setdefault("GZ_IA_STATE_DIR", str(self.base.parent / f"{self.base.name}-state"))
         self.starts += 1
         log = self.log_path.open("ab")
         log.write(f"--- start {self.starts}\n".encode())
@@ -97,7 +102,7 @@ class CollectorProcess:
             if self.proc.poll() is not None:
                 pytest.fail(f"collector exited with {self.proc.returncode}:\n{self.log()}")
             text = self.log()
-            if "ready" in text[text.rfind(marker):]:
+            if "ready" in text[text.rfind(marker) :]:
                 return
             time.sleep(0.02)
         pytest.fail(f"collector not ready after {timeout} s:\n{self.log()}")
@@ -162,13 +167,25 @@ class CollectorProcess:
         """Run the ``gz-ia`` command line as a real subprocess against this collector."""
         return subprocess.run(
             [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
-            env=self.env, capture_output=True, text=True, timeout=timeout, check=check,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
         )
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _private_spool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Every test spools into its own directory, never into the user's ~/.local/state."""
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("GZ_IA_SPOOL_DIR", str(spool))
+    return spool
 
 
 @pytest.fixture(name="short_tmp")
@@ -224,11 +241,7 @@ def _soak() -> Any:
     return soak_seconds
 
 
-
-
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile(
-    "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

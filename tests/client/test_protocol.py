@@ -32,9 +32,7 @@ ids = st.from_regex(r"\A[A-Za-z0-9_-][A-Za-z0-9_.-]{0,20}\Z")
 texts = st.text(min_size=1, max_size=40)
 events = st.builds(
     LogEvent,
-    timestamp=st.datetimes(
-        min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
-    ),
+    timestamp=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
     session_id=ids,
     parent_session_id=st.none() | ids,
     action=texts,
@@ -44,7 +42,12 @@ events = st.builds(
     role=st.none() | st.text(max_size=20),
     duration_ms=st.none() | st.integers(min_value=0, max_value=2**53),
     error=st.none() | st.text(max_size=40),
-    attrs=st.none() | st.dictionaries(st.text(min_size=1, max_size=10), st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.booleans(), max_size=5),
+    attrs=st.none()
+    | st.dictionaries(
+        st.text(min_size=1, max_size=10),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.booleans(),
+        max_size=5,
+    ),
 )
 
 

@@ -75,8 +75,12 @@ def test_failed_requires_an_error() -> None:
     """A FAILED event without an error cannot be built or decoded."""
     with pytest.raises(ValueError, match="requires a non-empty error"):
         LogEvent(
-            timestamp=datetime.now(UTC), session_id="s", action="a", stage=Stage.FINISH,
-            status=Status.FAILED, agent="a",
+            timestamp=datetime.now(UTC),
+            session_id="s",
+            action="a",
+            stage=Stage.FINISH,
+            status=Status.FAILED,
+            agent="a",
         )
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(
@@ -100,6 +104,7 @@ def test_failed_requires_an_error() -> None:
         ("../etc", False),
         ("a/b", False),
         ("a\x00b", False),
+        ("ok\n", False),
         ("/abs", False),
         ("é", False),
     ],
@@ -107,8 +112,14 @@ def test_failed_requires_an_error() -> None:
 def test_session_id_safety(value: str, safe: bool) -> None:
     """Session ids that could become a path outside the root are unsafe, by function and by schema."""
     assert is_safe_session_id(value) is safe
-    document = {"timestamp": "2026-01-01T00:00:00Z", "session_id": value, "action": "a",
-                "stage": "READ", "status": "OK", "agent": "a"}
+    document = {
+        "timestamp": "2026-01-01T00:00:00Z",
+        "session_id": value,
+        "action": "a",
+        "stage": "READ",
+        "status": "OK",
+        "agent": "a",
+    }
     try:
         msgspec.json.decode(json.dumps(document), type=LogEvent)
     except msgspec.ValidationError:
@@ -120,7 +131,9 @@ def test_session_id_safety(value: str, safe: bool) -> None:
 
 def test_stored_event_reads_a_stored_line() -> None:
     """A line the collector wrote decodes as StoredEvent with seq and delivery."""
-    line = (b'{"timestamp":"2026-01-01T00:00:00Z","session_id":"s","action":"a","stage":"READ",'
-            b'"status":"OK","agent":"a","seq":7,"delivery":"ab:3","future_field":1}')
+    line = (
+        b'{"timestamp":"2026-01-01T00:00:00Z","session_id":"s","action":"a","stage":"READ",'
+        b'"status":"OK","agent":"a","seq":7,"delivery":"ab:3","future_field":1}'
+    )
     stored = msgspec.json.decode(line, type=StoredEvent)
     assert (stored.seq, stored.delivery) == (7, "ab:3")

@@ -23,7 +23,9 @@ def test_an_action_logs_read_pending_and_finish_ok_with_duration() -> None:
             act.pending(files=3)
             act.set(tokens=120)
     assert [(e.stage, e.status) for e in events] == [
-        (Stage.READ, Status.OK), (Stage.PENDING, Status.OK), (Stage.FINISH, Status.OK),
+        (Stage.READ, Status.OK),
+        (Stage.PENDING, Status.OK),
+        (Stage.FINISH, Status.OK),
     ]
     assert {(e.session_id, e.agent, e.role, e.action) for e in events} == {("s1", "claude", "planner", "Index deps")}
     assert events[1].attrs == {"files": 3}
@@ -66,7 +68,8 @@ def test_subagent_sessions_name_their_parent() -> None:
         with gz.session("nested", agent="x") as nested:
             nested.log("Look", Stage.READ)
     assert [(e.session_id, e.parent_session_id, e.agent) for e in events] == [
-        ("child", "root", "agy"), ("nested", "root", "x"),
+        ("child", "root", "agy"),
+        ("nested", "root", "x"),
     ]
 
 
@@ -128,6 +131,7 @@ def test_scopes_work_with_async_with() -> None:
             assert gz.current_session() is scope
 
     with capture_events() as events:
+
         async def main() -> None:
             await asyncio.gather(agent("t1"), agent("t2"))
 

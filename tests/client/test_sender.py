@@ -14,8 +14,8 @@ def _event(n: int) -> dict[str, object]:
 
 
 def test_log_returns_without_a_collector_and_counts_what_it_drops(short_tmp: Path) -> None:
-    """Past its bound the client drops the oldest events and counts them; log() never raises."""
-    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_events=100)
+    """Without a spool, past its bound the client drops the oldest events and counts them; log() never raises."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_events=100, spool=False)
     for n in range(1_000):
         client.log(**_event(n))  # type: ignore[arg-type]
     stats = client.stats()
@@ -29,7 +29,7 @@ def test_log_returns_without_a_collector_and_counts_what_it_drops(short_tmp: Pat
 
 def test_the_byte_bound_holds_as_well(short_tmp: Path) -> None:
     """A few huge events cannot exceed the byte bound of the buffer."""
-    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_bytes=50_000)
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_bytes=50_000, spool=False)
     for n in range(100):
         client.log(session_id="s", action=f"a{n}", stage="READ", agent="agy", error="x" * 5_000)
     stats = client.stats()

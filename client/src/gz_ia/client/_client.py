@@ -23,6 +23,27 @@ from .schema import AttrValue, LogEvent, Stage, Status
 __all__ = ["AsyncClient", "Client"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
+_encode: Final = _encoder.encode
+# Plain dict lookups: StrEnum(value) costs more than building the whole event.
+_STAGES: Final[dict[object, Stage]] = {**{stage.value: stage for stage in Stage}, **{stage: stage for stage in Stage}}
+_STATUSES: Final[dict[object, Status]] = {
+    **{status.value: status for status in Status},
+    **{status: status for status in Status},
+}
+
+
+def _stage(value: Stage | str) -> Stage:
+    try:
+        return _STAGES[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"stage must be READ, PENDING or FINISH, not {value!r}") from None
+
+
+def _status(value: Status | str) -> Status:
+    try:
+        return _STATUSES[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"status must be OK or FAILED, not {value!r}") from None
 
 
 def build_event(
@@ -49,8 +70,8 @@ def build_event(
         session_id=session_id,
         parent_session_id=parent_session_id,
         action=action,
-        stage=Stage(stage),
-        status=Status(status),
+        stage=_stage(stage),
+        status=_status(status),
         agent=agent,
         role=role,
         duration_ms=duration_ms,
@@ -67,6 +88,9 @@ class Client:
         root: session root; default :func:`gz_ia.client.env.find_root`.
         max_events: events kept while the collector is away (oldest dropped first, counted).
         max_bytes: bound on the encoded size of those events.
+        spool: spill events to disk (``$GZ_IA_SPOOL_DIR``, default
+            ``$XDG_STATE_HOME/gz-ia/spool``) rather than drop them once the memory bounds are reached.
+        max_spool_bytes: bound on the spool; past it the oldest events are dropped and reported.
         raise_on_error: raise ``ValueError`` from :meth:`log` for an event that cannot be built,
             instead of counting it in ``stats().invalid``.
     """
@@ -81,6 +105,8 @@ class Client:
         max_events: int = 10_000,
         max_bytes: int = 8 << 20,
         connect_timeout: float = 1.0,
+        spool: bool = True,
+        max_spool_bytes: int = 64 << 20,
         raise_on_error: bool = False,
     ) -> None:
         self._sender = Sender(
@@ -89,6 +115,8 @@ class Client:
             max_events=max_events,
             max_bytes=max_bytes,
             connect_timeout=connect_timeout,
+            spool_dir=env.default_spool_dir() if spool else None,
+            max_spool_bytes=max_spool_bytes,
         )
         self._raise_on_error = raise_on_error
 
@@ -104,7 +132,7 @@ class Client:
 
     def emit(self, event: LogEvent) -> None:
         """Queue a built event for delivery; returns at once."""
-        self._sender.submit(_encoder.encode(event))
+        self._sender.submit(_encoder.encode(event), event.session_id)
 
     def log(
         self,
@@ -121,30 +149,35 @@ class Client:
         attrs: dict[str, AttrValue] | None = None,
     ) -> None:
         """Queue one event for delivery; returns at once and never raises because of delivery."""
+        # The hot path of every agent: build_event() inlined, enum lookups through dicts.
         try:
-            event = build_event(
+            event = LogEvent(
+                timestamp=datetime.now(UTC),
                 session_id=session_id,
-                action=action,
-                stage=stage,
-                agent=agent,
-                status=status,
-                role=role,
                 parent_session_id=parent_session_id,
+                action=action,
+                stage=_STAGES[stage],
+                status=_STATUSES[status],
+                agent=agent,
+                role=role,
                 duration_ms=duration_ms,
                 error=error,
                 attrs=attrs,
             )
-        except (ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError) as exc:
             if self._raise_on_error:
+                if isinstance(exc, KeyError):
+                    _stage(stage)
+                    _status(status)
                 raise
             self._sender.count_invalid(exc)
             return
-        self._sender.submit(_encoder.encode(event))
+        self._sender.submit(_encode(event), session_id)
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""
         future: concurrent.futures.Future[Verdict] = concurrent.futures.Future()
-        self._sender.submit(_encoder.encode(event), future)
+        self._sender.submit(_encoder.encode(event), event.session_id, future)
         return future
 
     def send(self, event: LogEvent, *, timeout: float = 5.0) -> Verdict:

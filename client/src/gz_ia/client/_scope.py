@@ -9,6 +9,7 @@ names its parent. The current session travels through :mod:`contextvars` in-proc
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import secrets
@@ -62,6 +63,46 @@ class EventSink(Protocol):
 
 
 _current: ContextVar[SessionScope | None] = ContextVar("gz_ia_session", default=None)
+
+
+class _EnvironmentExport:
+    """What ``GZ_IA_PARENT_SESSION_ID`` tells child processes: the newest session scope still open.
+
+    The environment is process-wide while scopes nest per thread and task, so the open sessions are
+    kept in entry order; when the last one closes, whatever this process inherited is restored.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[SessionScope] = []
+        self._inherited: tuple[str | None, str | None] = (None, None)
+
+    def enter(self, scope: SessionScope) -> None:
+        with self._lock:
+            if not self._open:
+                self._inherited = (os.environ.get(env.GZ_IA_PARENT_SESSION_ID), os.environ.get(GZ_IA_PARENT_PID))
+            self._open.append(scope)
+            self._export(scope.session_id, str(os.getpid()))
+
+    def exit(self, scope: SessionScope) -> None:
+        with self._lock:
+            with contextlib.suppress(ValueError):
+                self._open.remove(scope)
+            if self._open:
+                self._export(self._open[-1].session_id, str(os.getpid()))
+            else:
+                self._export(*self._inherited)
+
+    @staticmethod
+    def _export(session_id: str | None, pid: str | None) -> None:
+        for name, value in ((env.GZ_IA_PARENT_SESSION_ID, session_id), (GZ_IA_PARENT_PID, pid)):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+_exports = _EnvironmentExport()
 _default_client: EventSink | None = None
 _default_lock = threading.Lock()
 
@@ -109,7 +150,7 @@ def _inherited_parent() -> str | None:
 class SessionScope:
     """A session of one agent: every event logged through it carries its id, agent and role."""
 
-    __slots__ = ("_env_saved", "_token", "agent", "client", "parent_session_id", "role", "session_id")
+    __slots__ = ("_token", "agent", "client", "parent_session_id", "role", "session_id")
 
     def __init__(
         self,
@@ -126,7 +167,6 @@ class SessionScope:
         self.parent_session_id = parent_session_id
         self.client = client
         self._token: contextvars.Token[SessionScope | None] | None = None
-        self._env_saved: tuple[str | None, str | None] | None = None
 
     def log(
         self,
@@ -180,9 +220,7 @@ class SessionScope:
 
     def __enter__(self) -> SessionScope:
         self._token = _current.set(self)
-        self._env_saved = (os.environ.get(env.GZ_IA_PARENT_SESSION_ID), os.environ.get(GZ_IA_PARENT_PID))
-        os.environ[env.GZ_IA_PARENT_SESSION_ID] = self.session_id
-        os.environ[GZ_IA_PARENT_PID] = str(os.getpid())
+        _exports.enter(self)
         return self
 
     def __exit__(
@@ -191,13 +229,7 @@ class SessionScope:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
-        if self._env_saved is not None:
-            for name, value in zip((env.GZ_IA_PARENT_SESSION_ID, GZ_IA_PARENT_PID), self._env_saved, strict=True):
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            self._env_saved = None
+        _exports.exit(self)
 
     async def __aenter__(self) -> SessionScope:
         return self.__enter__()

@@ -6,9 +6,14 @@ thread connects with a timeout, sends queued events in batches, keeps every sent
 until the collector's verdict arrives, and after a reconnect resends the window with the same
 producer numbers so that the collector can drop what it had already written (exactly-once).
 
-Bounds: the queue holds at most ``max_events`` events and ``max_bytes`` encoded bytes; past that the
-oldest queued events are dropped and counted in :attr:`Sender.dropped`. The window holds at most
-:data:`WINDOW_EVENTS` events.
+Bounds: the queue holds at most ``max_events`` events and ``max_bytes`` encoded bytes. Past that the
+sender thread spills the oldest queued events to a disk spool (:mod:`._spool`), delivered first once
+the collector is back; past the spool's own bound, or four times the queue's bound before the thread
+gets to it, the oldest events are dropped, counted in ``stats().dropped``, and reported into each
+affected session as a READ + FINISH FAILED pair of the action ``gz-ia.dropped #<n>`` (agent
+``gz-ia``), so that a loss is never silent. The window holds at most :data:`WINDOW_EVENTS` events.
+At exit the client delivers for ``GZ_IA_EXIT_TIMEOUT`` seconds (2 by default), then spools the rest
+for the collector to adopt.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ import sys
 import threading
 import time
 import weakref
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
+from ._spool import Spool, SpoolRecord
 from .errors import CollectorUnavailable, EventRejected, ProtocolError
 from .protocol import (
     MAX_BATCH_EVENTS,
@@ -48,12 +55,16 @@ from .protocol import (
     collector_message_decoder,
     encode_frame,
 )
+from .schema import LogEvent, Stage, Status
 
 __all__ = ["Sender", "SenderStats", "Verdict"]
 
 WINDOW_EVENTS: Final = 8192
 WINDOW_BYTES: Final = 8 << 20
 _BATCH_BYTES: Final = MAX_FRAME // 2
+_HARD_FACTOR: Final = 4
+"""With a spool, the queue may briefly hold this many times its bound before the sender thread
+(which spills, off the agent's thread) catches up; past it the agent's call drops the oldest."""
 _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 # Reasons after which retrying the same connection cannot succeed: the events are refused.
@@ -87,14 +98,24 @@ class SenderStats(msgspec.Struct, frozen=True):
 
 
 class _Item:
-    """One encoded event on its way; ``waiter`` is set when a caller waits for the verdict."""
+    """One encoded event on its way; ``waiter`` is set when a caller waits for the verdict.
 
-    __slots__ = ("body", "pseq", "waiter")
+    ``pseq`` is its producer number (0 until it is sent or spilled); ``segment`` names the spool
+    segment it was read back from, to delete once all of that segment is acknowledged.
+    """
 
-    def __init__(self, body: bytes, waiter: concurrent.futures.Future[Verdict] | None) -> None:
+    __slots__ = ("body", "pseq", "segment", "session_id", "waiter")
+
+    def __init__(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
         self.body = body
+        self.session_id = session_id
         self.waiter = waiter
         self.pseq = 0
+        self.segment: Path | None = None
+
+
+DROPPED_ACTION: Final = "gz-ia.dropped"
+_notice_encoder: Final = msgspec.msgpack.Encoder()
 
 
 _live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
@@ -113,6 +134,8 @@ class Sender:
         max_events: bound on queued (not yet sent) events.
         max_bytes: bound on the encoded size of queued events.
         connect_timeout: longest wait for one connection attempt.
+        spool_dir: where to spill events past the memory bounds; None disables the spool.
+        max_spool_bytes: bound on the spool's size.
     """
 
     def __init__(
@@ -123,6 +146,8 @@ class Sender:
         max_events: int = 10_000,
         max_bytes: int = 8 << 20,
         connect_timeout: float = 1.0,
+        spool_dir: Path | None = None,
+        max_spool_bytes: int = 64 << 20,
     ) -> None:
         if max_events < 1 or max_bytes < 1:
             raise ValueError("buffer bounds must be positive")
@@ -131,6 +156,8 @@ class Sender:
         self.max_events = max_events
         self.max_bytes = max_bytes
         self.connect_timeout = connect_timeout
+        self.spool_dir = spool_dir
+        self.max_spool_bytes = max_spool_bytes
         self._init_state()
         _live_senders.add(self)
 
@@ -150,6 +177,7 @@ class Sender:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._wake_armed = False
+        self._wake_wanted = True
         self._closing = False
         self._sock: socket.socket | None = None
         self._connected = False
@@ -162,12 +190,25 @@ class Sender:
         self._permanent_error: str | None = None
         self._backoff = _BACKOFF_MIN
         self._retry_at = 0.0
+        self._spool = (
+            Spool(self.spool_dir, self.producer, str(self.root), max_bytes=self.max_spool_bytes)
+            if self.spool_dir is not None
+            else None
+        )
+        self._spooled = 0
+        self._segment_pending: dict[Path, int] = {}
+        self._losses: dict[str, int] = {}
+        self._notices = 0
+        self._spool_buffer: collections.deque[_Item] = collections.deque()
+        self._hard_factor = _HARD_FACTOR if self._spool is not None else 1
+        self._hard_events = self._hard_factor * self.max_events
+        self._hard_bytes = self._hard_factor * self.max_bytes
 
     # --- called from agent threads ----------------------------------------------------------------
 
-    def submit(self, body: bytes, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
-        """Queue one encoded event; never blocks on the socket, never raises because of it."""
-        item = _Item(body, waiter)
+    def submit(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
+        """Queue one encoded event; never blocks on the socket or the disk, never raises because of it."""
+        item = _Item(body, session_id, waiter)
         with self._lock:
             if self._closing:
                 self._dropped += 1
@@ -176,16 +217,20 @@ class Sender:
                         CollectorUnavailable("the client is closed", socket_path=str(self.socket_path))
                     )
                 return
-            self._queue.append(item)
+            queue = self._queue
+            queue.append(item)
             self._queued_bytes += len(body)
-            if len(self._queue) > self.max_events or self._queued_bytes > self.max_bytes:
-                self._drop_oldest_locked()
+            if len(queue) > self._hard_events or self._queued_bytes > self._hard_bytes:
+                # The sender thread spills past 1x; dropping here is the last resort when it lags.
+                self._drop_oldest_locked(self._hard_factor)
             if self._thread is None:
                 self._start_locked()
-            must_wake = not self._wake_armed
+            # While the thread waits out a reconnect backoff, new events need not wake it (each
+            # wake-up costs the agent a GIL hand-over); a waiter or a spill still does.
+            if self._wake_armed or not (self._wake_wanted or waiter is not None or len(queue) > self.max_events):
+                return
             self._wake_armed = True
-        if must_wake:
-            self._wake()
+        self._wake()
 
     def count_invalid(self, error: Exception) -> None:
         """Record an event that could not even be built (a bad argument at the call site)."""
@@ -199,7 +244,7 @@ class Sender:
         with self._lock:
             if self._queue and self._thread is None:
                 self._start_locked()
-            while self._queue or self._window:
+            while self._queue or self._window or self._spooled or self._losses:
                 if self._permanent_error is not None:
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -209,7 +254,7 @@ class Sender:
             return True
 
     def close(self, timeout: float | None) -> None:
-        """Deliver what is queued for at most ``timeout`` seconds, then stop the thread."""
+        """Deliver for at most ``timeout`` seconds, spool what is left, then stop the thread."""
         self.flush(timeout)
         with self._lock:
             self._closing = True
@@ -217,6 +262,23 @@ class Sender:
         self._wake()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
+        with self._lock:
+            leftovers = [*self._window, *self._queue]
+            self._window.clear()
+            self._queue.clear()
+            self._window_bytes = self._queued_bytes = 0
+            self._assign_pseqs_locked(leftovers)
+        if leftovers and self._spool is not None:
+            try:
+                self._record_losses(self._spool.append([self._record(item) for item in leftovers]))
+            except OSError:
+                with self._lock:
+                    self._dropped += len(leftovers)
+        elif leftovers:
+            with self._lock:
+                self._dropped += len(leftovers)
+        if self._spool is not None:
+            self._spool.close()
 
     def stats(self) -> SenderStats:
         """Return a consistent snapshot of the counters."""
@@ -235,11 +297,115 @@ class Sender:
 
     # --- internals shared by both sides -----------------------------------------------------------
 
-    def _drop_oldest_locked(self) -> None:
-        while self._queue and (len(self._queue) > self.max_events or self._queued_bytes > self.max_bytes):
+    def _over_bound_locked(self, factor: int) -> bool:
+        return len(self._queue) > factor * self.max_events or self._queued_bytes > factor * self.max_bytes
+
+    def _assign_pseqs_locked(self, items: list[_Item]) -> None:
+        for item in items:
+            if item.pseq == 0:
+                item.pseq = self._next_pseq
+                self._next_pseq += 1
+
+    @staticmethod
+    def _record(item: _Item) -> SpoolRecord:
+        return SpoolRecord(item.pseq, item.session_id, msgspec.Raw(item.body))
+
+    def _record_losses(self, counts: dict[str, int]) -> None:
+        if not counts:
+            return
+        with self._lock:
+            for session_id, count in counts.items():
+                self._losses[session_id] = self._losses.get(session_id, 0) + count
+                self._dropped += count
+                self._spooled -= count
+
+    def _spill(self) -> None:
+        """Move the queue's oldest events beyond its bound to the disk spool (sender thread)."""
+        spool = self._spool
+        if spool is None:
+            return
+        with self._lock:
+            if not self._over_bound_locked(1):
+                return
+            spilled: list[_Item] = []
+            while self._queue and self._over_bound_locked(1):
+                item = self._queue.popleft()
+                self._queued_bytes -= len(item.body)
+                spilled.append(item)
+            # Numbered now: everything still queued is newer and will get higher numbers.
+            self._assign_pseqs_locked(spilled)
+            self._spooled += len(spilled)
+        for item in spilled:
+            if item.waiter is not None and not item.waiter.done():
+                item.waiter.set_exception(
+                    CollectorUnavailable(
+                        "spooled to disk; it will be delivered later", socket_path=str(self.socket_path)
+                    )
+                )
+        try:
+            self._record_losses(spool.append([self._record(item) for item in spilled]))
+        except OSError as exc:
+            self._note_error(f"cannot spool to {spool.directory}: {exc}")
+            with self._lock:
+                self._spooled -= len(spilled)
+                self._dropped += len(spilled)
+                for item in spilled:
+                    self._losses[item.session_id] = self._losses.get(item.session_id, 0) + 1
+
+    def _load_spool(self) -> None:
+        """Read the oldest spool segment back so that it is sent before anything newer."""
+        spool = self._spool
+        if spool is None or self._spool_buffer or spool.empty:
+            return
+        taken = spool.take_oldest()
+        if taken is None:
+            return
+        path, records = taken
+        if not records:
+            spool.release(path)
+            return
+        items = []
+        for record in records:
+            item = _Item(bytes(record.body), record.session_id)
+            item.pseq = record.pseq
+            item.segment = path
+            items.append(item)
+        with self._lock:
+            self._segment_pending[path] = len(items)
+            self._spool_buffer.extend(items)
+
+    def _loss_notices_locked(self) -> list[_Item]:
+        """Turn counted losses into READ + FINISH FAILED pairs in each affected session."""
+        notices: list[_Item] = []
+        now = datetime.now(UTC)
+        for session_id, count in self._losses.items():
+            self._notices += 1
+            action = f"{DROPPED_ACTION} #{self._notices}"
+            error = (
+                f"{count} event(s) of this session were dropped by the gz-ia client in pid {os.getpid()}: "
+                "its buffer and spool were full while the collector was unreachable"
+            )
+            for stage, status in ((Stage.READ, Status.OK), (Stage.FINISH, Status.FAILED)):
+                event = LogEvent(
+                    timestamp=now,
+                    session_id=session_id,
+                    action=action,
+                    stage=stage,
+                    status=status,
+                    agent="gz-ia",
+                    error=error if status is Status.FAILED else None,
+                    attrs={"dropped": count} if status is Status.FAILED else None,
+                )
+                notices.append(_Item(_notice_encoder.encode(event), session_id))
+        self._losses.clear()
+        return notices
+
+    def _drop_oldest_locked(self, factor: int) -> None:
+        while self._queue and self._over_bound_locked(factor):
             item = self._queue.popleft()
             self._queued_bytes -= len(item.body)
             self._dropped += 1
+            self._losses[item.session_id] = self._losses.get(item.session_id, 0) + 1
             if item.waiter is not None and not item.waiter.done():
                 item.waiter.set_exception(
                     CollectorUnavailable("dropped: the client buffer is full", socket_path=str(self.socket_path))
@@ -261,6 +427,8 @@ class Sender:
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.detach()
+        if self._spool is not None:
+            self._spool.forget_after_fork()
         self._init_state()
 
     # --- the sender thread ------------------------------------------------------------------------
@@ -273,10 +441,15 @@ class Sender:
                 with self._lock:
                     if self._closing:
                         return
+                self._spill()
                 if self._sock is None:
                     delay = self._retry_at - time.monotonic()
                     if delay > 0:
+                        with self._lock:
+                            self._wake_wanted = False
                         self._wait_for_wake(selector, delay)
+                        with self._lock:
+                            self._wake_wanted = True
                         continue
                     if not self._connect(selector):
                         self._fail_waiters_on_unavailable()
@@ -305,11 +478,13 @@ class Sender:
                 self._drain_wake()
 
     def _drain_wake(self) -> None:
-        with self._lock:
-            self._wake_armed = False
+        # Empty the pipe first, then disarm: a submit() in between sees the flag still armed and
+        # skips its write, but its item is picked up by the fill that follows this call.
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self._wake_r, 4096):
                 pass
+        with self._lock:
+            self._wake_armed = False
 
     def _connect(self, selector: selectors.BaseSelector) -> bool:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -413,35 +588,52 @@ class Sender:
             self._last_error = message
 
     def _fill_output(self) -> None:
-        """Move events into batch frames while the window and the output buffer have room."""
+        """Move events into batch frames while the window and the output buffer have room.
+
+        Order: what the window holds unsent (after a reconnect), then the spool (older), then loss
+        notices, then the queue. Producer numbers therefore reach the collector in increasing order.
+        """
         while len(self._out) < _BATCH_BYTES:
+            self._load_spool()
             items: list[_Item] = []
             size = 0
             with self._lock:
                 if self._permanent_error is not None:
                     return
-                # First resend what the window holds unsent (after a reconnect), then new events.
                 while self._window_sent < len(self._window) and len(items) < MAX_BATCH_EVENTS:
                     item = self._window[self._window_sent]
-                    if items and size + len(item.body) > _BATCH_BYTES:
+                    # A batch numbers its events first, first + 1, ...: it never spans a gap.
+                    if items and (size + len(item.body) > _BATCH_BYTES or item.pseq != items[-1].pseq + 1):
                         break
                     items.append(item)
                     size += len(item.body)
                     self._window_sent += 1
                 if not items:
+                    spool_pending = bool(self._spool_buffer) or (self._spool is not None and not self._spool.empty)
+                    if spool_pending:
+                        source = self._spool_buffer
+                    else:
+                        if self._losses:
+                            self._queue.extendleft(reversed(self._loss_notices_locked()))
+                            self._queued_bytes = sum(len(item.body) for item in self._queue)
+                        source = self._queue
                     while (
-                        self._queue
+                        source
                         and len(items) < MAX_BATCH_EVENTS
                         and len(self._window) < WINDOW_EVENTS
                         and self._window_bytes < WINDOW_BYTES
                     ):
-                        item = self._queue[0]
-                        if items and size + len(item.body) > _BATCH_BYTES:
+                        item = source[0]
+                        if items and (
+                            size + len(item.body) > _BATCH_BYTES or (item.pseq != 0 and item.pseq != items[-1].pseq + 1)
+                        ):
                             break
-                        self._queue.popleft()
-                        self._queued_bytes -= len(item.body)
-                        item.pseq = self._next_pseq
-                        self._next_pseq += 1
+                        source.popleft()
+                        if source is self._queue:
+                            self._queued_bytes -= len(item.body)
+                        if item.pseq == 0:
+                            item.pseq = self._next_pseq
+                            self._next_pseq += 1
                         self._window.append(item)
                         self._window_bytes += len(item.body)
                         self._window_sent += 1
@@ -488,6 +680,16 @@ class Sender:
             self._queued_bytes = 0
             self._changed.notify_all()
 
+    def _settle_spooled_locked(self, segment: Path) -> None:
+        self._spooled -= 1
+        remaining = self._segment_pending.get(segment, 0) - 1
+        if remaining > 0:
+            self._segment_pending[segment] = remaining
+            return
+        self._segment_pending.pop(segment, None)
+        if self._spool is not None:
+            self._spool.release(segment)
+
     def _settle(self, verdicts: Verdicts) -> None:
         rejected = {rejection.index: rejection for rejection in verdicts.rejected}
         last = verdicts.first + verdicts.count
@@ -496,6 +698,8 @@ class Sender:
                 item = self._window.popleft()
                 self._window_bytes -= len(item.body)
                 self._window_sent = max(0, self._window_sent - 1)
+                if item.segment is not None:
+                    self._settle_spooled_locked(item.segment)
                 offset = item.pseq - verdicts.first
                 rejection = rejected.get(offset)
                 if rejection is not None:

@@ -15,8 +15,10 @@ __all__ = [
     "GZ_IA_PARENT_SESSION_ID",
     "GZ_IA_ROOT",
     "GZ_IA_SOCKET",
+    "GZ_IA_SPOOL_DIR",
     "HARNESS_DIR",
     "default_socket_path",
+    "default_spool_dir",
     "find_root",
     "tracing_disabled",
 ]
@@ -29,6 +31,9 @@ GZ_IA_ROOT: Final = "GZ_IA_ROOT"
 
 GZ_IA_PARENT_SESSION_ID: Final = "GZ_IA_PARENT_SESSION_ID"
 """Set by a session scope for child processes: the session that spawned them."""
+
+GZ_IA_SPOOL_DIR: Final = "GZ_IA_SPOOL_DIR"
+"""Where clients spill events while the collector is unreachable, and where the collector adopts them."""
 
 GZ_IA_DISABLED: Final = "GZ_IA_DISABLED"
 """``1``/``true``/``yes``: the default client is the null client; nothing is sent."""
@@ -53,9 +58,17 @@ def default_socket_path() -> Path:
     return Path("/tmp") / f"gz-ia-{os.getuid()}" / SOCKET_NAME  # noqa: S108 - private, ownership checked
 
 
+def _home() -> Path:
+    # Path.home() raises without $HOME for a uid that has no passwd entry; an agent must not crash.
+    try:
+        return Path.home()
+    except RuntimeError:
+        return Path("/tmp") / f"gz-ia-{os.getuid()}" / "home"  # noqa: S108 - private per-uid fallback
+
+
 def default_root() -> Path:
     """Return the root used outside any workspace: ``$XDG_DATA_HOME/gz-ia/.harness``."""
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    data = os.environ.get("XDG_DATA_HOME") or str(_home() / ".local" / "share")
     return Path(data) / "gz-ia" / HARNESS_DIR
 
 
@@ -75,6 +88,15 @@ def find_root(start: Path | None = None) -> Path:
         if candidate.is_dir():
             return candidate
     return default_root()
+
+
+def default_spool_dir() -> Path:
+    """Return ``$GZ_IA_SPOOL_DIR``, else ``$XDG_STATE_HOME/gz-ia/spool`` (``~/.local/state/gz-ia/spool``)."""
+    explicit = os.environ.get(GZ_IA_SPOOL_DIR)
+    if explicit:
+        return Path(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or str(_home() / ".local" / "state")
+    return Path(state) / "gz-ia" / "spool"
 
 
 def tracing_disabled() -> bool:

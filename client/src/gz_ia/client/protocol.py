@@ -71,7 +71,9 @@ class RejectReason(enum.StrEnum):
     BACKWARD_TRANSITION = "backward_transition"
     FINISH_WITHOUT_START = "finish_without_start"
     TOO_MANY_OPEN_ACTIONS = "too_many_open_actions"
+    SESSION_UNAVAILABLE = "session_unavailable"
     WRITE_FAILED = "write_failed"
+    INTERNAL_ERROR = "internal_error"
     SHUTTING_DOWN = "shutting_down"
 
 

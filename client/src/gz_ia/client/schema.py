@@ -59,7 +59,8 @@ MAX_ATTR_STRING_LENGTH: Final = 1024
 
 # A session id becomes a file name: letters, digits, "_", "-", "."; never a leading dot (no hidden
 # files, no "." or ".."), never a slash, bounded so that the file name stays far below NAME_MAX.
-SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$"
+# "\Z", not "$": msgspec searches with re.search, and "$" would also match before a final newline.
+SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}\Z"
 
 SessionId = Annotated[str, msgspec.Meta(pattern=SESSION_ID_PATTERN, max_length=MAX_SESSION_ID_LENGTH)]
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]

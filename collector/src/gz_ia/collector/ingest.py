@@ -27,6 +27,8 @@ from .validation import DecodedBatch
 __all__ = ["BatchOutcome", "Ingest", "RejectRecord"]
 
 DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
+LOSS_AGENT: Final = "gz-ia"
+"""Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -45,6 +47,7 @@ class BatchOutcome:
     """What one batch became; answered once the files it touched are written."""
 
     __slots__ = (
+        "client_dropped",
         "count",
         "duplicates",
         "durations",
@@ -65,6 +68,7 @@ class BatchOutcome:
         self.written: dict[tuple[Stage, Status], int] = {}
         self.durations: list[tuple[Status, int]] = []
         self.duplicates = 0
+        self.client_dropped = 0
         self.received_at = received_at
 
     def intact(self) -> bool:
@@ -114,7 +118,17 @@ class Ingest:
                 continue
             state = sessions.get(event.session_id)
             if state is None:
-                state = writer.session(root, event.session_id)
+                try:
+                    state = writer.session(root, event.session_id)
+                except (OSError, ValueError) as exc:
+                    # A planted symlink (ELOOP), a directory in the file's place, an unreadable file:
+                    # this session cannot be written safely. Refuse the event, keep the connection.
+                    unavailable = Rejection(
+                        RejectReason.SESSION_UNAVAILABLE,
+                        f"session {event.session_id!r} cannot be opened safely under {root.path}: {exc}",
+                    )
+                    self._reject(root, outcome, producer, number, index, unavailable, event, None)
+                    continue
             if number <= state.marks.get(producer, 0):
                 outcome.duplicates += 1
                 if seqs is not None:
@@ -136,8 +150,13 @@ class Ingest:
                 writer.mark_dirty(state)
             key = (event.stage, event.status)
             written[key] = written.get(key, 0) + 1
-            if event.stage is Stage.FINISH and event.duration_ms is not None:
-                outcome.durations.append((event.status, event.duration_ms))
+            if event.stage is Stage.FINISH:
+                if event.duration_ms is not None:
+                    outcome.durations.append((event.status, event.duration_ms))
+                if event.agent == LOSS_AGENT and event.attrs:
+                    dropped = event.attrs.get("dropped")
+                    if isinstance(dropped, int):
+                        outcome.client_dropped += dropped
             if seqs is not None:
                 seqs.append(state.seq)
         return outcome

@@ -14,14 +14,17 @@ import asyncio
 import logging
 import os
 import re
+import resource
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
+from gz_ia.client import env
 from gz_ia.client.protocol import (
     MAX_BATCH_EVENTS,
     MAX_FRAME,
@@ -40,8 +43,10 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 
-from .config import CollectorConfig
+from .adoption import adopt_spools
+from .config import CollectorConfig, ConfigError
 from .ingest import BatchOutcome, Ingest
+from .known_roots import KnownRoots, default_state_dir
 from .listener import peer_credentials
 from .metrics import Metrics, write_error_kind
 from .stages import Rejection
@@ -56,6 +61,31 @@ log = logging.getLogger("gz_ia.collector")
 
 _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
+_ADOPTION_INTERVAL: Final = 30.0
+_STATUS_INTERVAL: Final = 10.0
+"""Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
+
+
+def file_budget(configured: int) -> int:
+    """Return how many session files may stay open, within the process's descriptor limit.
+
+    The soft ``RLIMIT_NOFILE`` is raised to the hard one first (what systemd recommends for daemons
+    that need many descriptors); then half of what is left after a small reserve goes to session
+    files, the rest to sockets, so that ``ulimit -n 256`` cannot make writes fail with EMFILE.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    budget = max(8, (soft - 32) // 2)
+    if budget < configured:
+        log.info("max_open_files lowered from %d to %d by the descriptor limit (%d)", configured, budget, soft)
+    return min(configured, budget)
 
 
 class Connection(asyncio.Protocol):
@@ -117,7 +147,12 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
             return
         for body in bodies:
-            self._handle(body)
+            try:
+                self._handle(body)
+            except Exception:  # a bug must cost this connection, never the collector or its clients
+                log.exception("internal error while handling a frame from pid %d", self.pid)
+                self.collector.metrics.events_rejected.labels(RejectReason.INTERNAL_ERROR.value).inc()
+                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
             if self.closing:
                 return
         self._update_reading()
@@ -163,6 +198,7 @@ class Connection(asyncio.Protocol):
             return
         try:
             self.root = self.collector.writer.root(Path(hello.root), owner=self.uid)
+            self.collector.known_roots.add(self.root.path, self.uid)
         except LayoutError as exc:
             self.collector.metrics.events_rejected.labels(RejectReason.ROOT_NOT_ALLOWED.value).inc()
             self.fail(RejectReason.ROOT_NOT_ALLOWED, str(exc))
@@ -232,25 +268,47 @@ class Collector:
         config: the effective configuration.
         metrics: where to count.
         version: reported to clients and in ``gz-ia status``.
+        load_config: re-reads the configuration on SIGHUP (same file, environment and start-up
+            flags); None: SIGHUP only logs that there is nothing to reload.
     """
 
-    def __init__(self, config: CollectorConfig, metrics: Metrics, *, version: str) -> None:
+    def __init__(
+        self,
+        config: CollectorConfig,
+        metrics: Metrics,
+        *,
+        version: str,
+        load_config: Callable[[], CollectorConfig] | None = None,
+    ) -> None:
         self.config = config
+        self._load_config = load_config
         self.metrics = metrics
         self.version = version
         self.uid = os.getuid()
         self.started = time.time()
-        self.writer = Writer(max_open_files=config.max_open_files, on_torn=lambda _n: metrics.torn_repaired.inc())
+        self.writer = Writer(
+            max_open_files=file_budget(config.max_open_files),
+            on_torn=lambda _n: metrics.torn_repaired.inc(),
+            config=config,
+            on_rotated=metrics.rotations.inc,
+            on_deleted=self._count_retention,
+        )
         self.ingest = Ingest(self.writer, max_open_actions=config.max_open_actions)
         self.connections: set[Connection] = set()
         self.paused: set[Connection] = set()
         self.notifier = Notifier()
+        self.known_roots = KnownRoots(default_state_dir())
         self._replies: list[tuple[Connection, BatchOutcome]] = []
         self._work = asyncio.Event()
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping = asyncio.Event()
         self._error_logged: set[str] = set()
         self._bind_gauges()
+
+    def _count_retention(self, files: int, nbytes: int) -> None:
+        # Called from the writer's worker thread; prometheus_client counters are thread-safe.
+        self.metrics.retention_deleted_files.inc(files)
+        self.metrics.retention_deleted_bytes.inc(nbytes)
 
     def _bind_gauges(self) -> None:
         metrics = self.metrics
@@ -259,6 +317,7 @@ class Collector:
         metrics.paused_connections.set_function(lambda: len(self.paused))
         metrics.open_files.set_function(lambda: writer.open_files)
         metrics.backlog_bytes.set_function(lambda: writer.pending_bytes)
+        metrics.backlog_batches.set_function(lambda: sum(c.awaiting for c in self.connections))
         metrics.sessions_known.set_function(lambda: sum(len(root.sessions) for root in writer.roots))
         metrics.sessions_active.set_function(
             lambda: sum(1 for root in writer.roots for state in root.sessions.values() if state.open_actions)
@@ -274,8 +333,15 @@ class Collector:
             self._servers.append(await loop.create_unix_server(lambda: Connection(self), sock=sock))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self._repair_known_roots()
+        try:
+            self.adopt_spools()
+        except Exception:  # pragma: no cover - a bad spool must not stop the start
+            log.exception("spool adoption failed; will retry")
         flusher = asyncio.create_task(self._flush_loop(), name="gz-ia-flush")
         watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
+        adopter = asyncio.create_task(self._adoption_loop(), name="gz-ia-adoption")
         self.notifier.notify("READY=1", f"STATUS=serving on {len(sockets)} socket(s)")
         log.info("gz-ia collector %s ready (durability=%s)", self.version, self.config.durability)
         try:
@@ -289,6 +355,7 @@ class Collector:
                 if connection.transport is not None:
                     connection.transport.pause_reading()
             flusher.cancel()
+            adopter.cancel()
             watchdog.cancel()
             for task in (flusher, watchdog):
                 try:
@@ -298,7 +365,7 @@ class Collector:
             await self._flush_once()
             await self._close_connections()
             self.writer.close()
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
             log.info("stopped")
             self.notifier.close()
@@ -319,13 +386,73 @@ class Collector:
                 connection.transport.abort()
 
     async def _watchdog_loop(self) -> None:
-        interval = watchdog_interval()
-        if interval is None or not self.notifier.enabled:
+        if not self.notifier.enabled:
             return
+        interval = watchdog_interval()
         # Pinged from the event loop itself: a stalled loop stops the pings and systemd restarts us.
+        # The same tick refreshes the STATUS= line that `systemctl --user status` shows.
+        last_status = ""
         while True:
-            self.notifier.notify("WATCHDOG=1")
-            await asyncio.sleep(interval)
+            lines = ["WATCHDOG=1"] if interval is not None else []
+            status = self._status_line()
+            if status != last_status:
+                lines.append(f"STATUS={status}")
+                last_status = status
+            if lines:
+                self.notifier.notify(*lines)
+            await asyncio.sleep(interval if interval is not None else _STATUS_INTERVAL)
+
+    def _status_line(self) -> str:
+        counters = self.metrics.totals()
+        return (
+            f"serving: {len(self.connections)} connection(s), {counters['written']} event(s) written, "
+            f"{counters['rejected']} rejected, {counters['write_errors']} write error(s)"
+        )
+
+    # --- configuration reload (SIGHUP) ----------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Re-read the configuration and apply it; on any error keep the running one and say why.
+
+        Returns:
+            Whether the new configuration was applied.
+        """
+        if self._load_config is None:
+            log.warning("SIGHUP: no configuration source to reload from; nothing changed")
+            return False
+        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        try:
+            new = self._load_config()
+        except ConfigError as exc:
+            self.metrics.count_reload(applied=False)
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            self.notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
+            return False
+        self.apply_config(new)
+        self.metrics.count_reload(applied=True)
+        self.notifier.notify("READY=1", f"STATUS={self._status_line()}")
+        return True
+
+    def apply_config(self, new: CollectorConfig) -> None:
+        """Switch to ``new`` without dropping connections or events.
+
+        Limits, durability, log level and the rotation/retention settings take effect at once; the
+        socket and the metrics address need a restart, so their running values are kept.
+        """
+        old = self.config
+        for key in ("socket", "metrics_address"):
+            if getattr(new, key) != getattr(old, key):
+                log.warning("reload: %s changed to %r; it takes effect at the next restart", key, getattr(new, key))
+        new = msgspec.structs.replace(new, socket=old.socket, metrics_address=old.metrics_address)
+        self.writer.configure(new)  # rotation and retention, from the next write on
+        self.config = new
+        self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
+        self.ingest.max_open_actions = new.max_open_actions
+        logging.getLogger().setLevel(new.log_level.upper())
+        for connection in list(self.connections):
+            connection._update_reading()  # a raised max_backlog_batches resumes paused connections
+        changed = [f.name for f in msgspec.structs.fields(new) if getattr(new, f.name) != getattr(old, f.name)]
+        log.info("configuration reloaded (%s)", ", ".join(changed) + " changed" if changed else "no change")
 
     # --- flushing -------------------------------------------------------------------------------------
 
@@ -337,6 +464,9 @@ class Collector:
     async def _flush_loop(self) -> None:
         while True:
             await self._work.wait()
+            # One more loop pass first: every connection with data ready gets read, so that one
+            # write per session covers all of them (a batch costs at most one extra iteration).
+            await asyncio.sleep(0)
             self._work.clear()
             await self._flush_once()
 
@@ -364,13 +494,7 @@ class Collector:
                     "the collector could not write this batch (see its log); resend after reconnecting",
                 )
                 continue
-            metrics.count_written(outcome.written)
-            for status, duration in outcome.durations:
-                metrics.observe_action(status, duration)
-            for rejection in outcome.rejections:
-                metrics.events_rejected.labels(rejection.reason.value).inc()
-            if outcome.duplicates:
-                metrics.duplicates.inc(outcome.duplicates)
+            self._count(outcome)
             any_written = any_written or bool(outcome.written)
             metrics.write_latency.observe(now - outcome.received_at)
             connection.send(
@@ -384,6 +508,47 @@ class Collector:
             connection.answered()
         if any_written:
             metrics.mark_written()
+
+    def _count(self, outcome: BatchOutcome) -> None:
+        """Count a batch whose lines are written: by stage/status, rejections, duplicates, drops."""
+        metrics = self.metrics
+        metrics.count_written(outcome.written)
+        for status, duration in outcome.durations:
+            metrics.observe_action(status, duration)
+        for rejection in outcome.rejections:
+            metrics.events_rejected.labels(rejection.reason.value).inc()
+        if outcome.duplicates:
+            metrics.duplicates.inc(outcome.duplicates)
+        if outcome.client_dropped:
+            metrics.client_dropped.inc(outcome.client_dropped)
+
+    def _repair_known_roots(self) -> None:
+        """Move torn last lines aside in every root served before, before anyone reads them."""
+        for path, uid in self.known_roots:
+            try:
+                repaired = self.writer.repair_root(path, owner=uid)
+            except (OSError, LayoutError) as exc:
+                log.info("not repairing %s at start: %s", path, exc)
+                continue
+            if repaired:
+                log.warning("repaired %d torn last line(s) under %s (moved to <id>.events.torn)", repaired, path)
+
+    def adopt_spools(self) -> int:
+        """Deliver the disk spools of clients that died (see :mod:`.adoption`)."""
+        directory = Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
+        adopted = adopt_spools(directory, self.ingest, self.writer, uid=self.uid, on_outcome=self._count)
+        if adopted:
+            self.metrics.spool_adopted.inc(adopted)
+            self.metrics.mark_written()
+        return adopted
+
+    async def _adoption_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_ADOPTION_INTERVAL)
+            try:
+                self.adopt_spools()
+            except Exception:  # pragma: no cover - never let a bad spool take the daemon down
+                log.exception("spool adoption failed; will retry")
 
     def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
         kind = write_error_kind(exc)
@@ -410,6 +575,7 @@ class Collector:
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 3),
             "durability": self.config.durability,
+            "config": msgspec.to_builtins(self.config),
             "connections": len(self.connections),
             "roots": [
                 {

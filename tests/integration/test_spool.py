@@ -1,0 +1,117 @@
+"""When the collector stays away: the client spools to disk, reports losses, and the collector adopts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _spool_dir() -> Path:
+    return Path(os.environ["GZ_IA_SPOOL_DIR"])
+
+
+def _metric(collector: Any, name: str) -> float:
+    for line in collector.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_events_past_the_memory_bound_are_spooled_then_delivered_once(make_collector: Any) -> None:
+    """With no collector, events beyond the memory bound go to disk; all arrive once it starts."""
+    collector = make_collector(start=False)
+    client = collector.client(max_events=50)
+    for n in range(600):
+        client.log(session_id="spooled", action="work", stage="PENDING", agent="agy", attrs={"n": n})
+        if n % 25 == 0:
+            time.sleep(0.002)  # an agent does other work between events: the sender thread gets to run
+    assert client.flush(timeout=0.5) is False
+    assert list(_spool_dir().glob("*.spool")), "the overflow went to the disk spool"
+    assert client.stats().dropped == 0
+    collector.start()
+    assert client.flush(timeout=60)
+    client.close()
+    lines = collector.session_lines("spooled")
+    assert sorted(line["attrs"]["n"] for line in lines) == list(range(600))
+    assert [line["seq"] for line in lines] == list(range(1, 601))
+    assert not list(_spool_dir().glob("*.spool")), "acknowledged segments are deleted"
+
+
+def test_past_the_spool_bound_losses_are_counted_and_written_into_the_session(make_collector: Any) -> None:
+    """Dropped events are never silent: a READ + FINISH FAILED 'gz-ia.dropped' pair lands in the session."""
+    collector = make_collector(start=False)
+    client = collector.client(max_events=20, max_spool_bytes=16_384)
+    for n in range(3_000):
+        client.log(session_id="lossy", action="work", stage="PENDING", agent="agy", attrs={"n": n})
+    collector.start()
+    assert client.flush(timeout=60)
+    stats = client.stats()
+    client.close()
+    assert stats.dropped > 0
+    lines = collector.session_lines("lossy")
+    notices = [line for line in lines if line["action"].startswith("gz-ia.dropped")]
+    assert [(line["stage"], line["status"]) for line in notices][:2] == [("READ", "OK"), ("FINISH", "FAILED")]
+    reported = sum(line["attrs"]["dropped"] for line in notices if line["stage"] == "FINISH")
+    assert reported == stats.dropped
+    assert all(line["agent"] == "gz-ia" and "dropped" in line["error"] for line in notices if line["stage"] == "FINISH")
+    delivered = [line["attrs"]["n"] for line in lines if line["action"] == "work"]
+    assert len(delivered) + stats.dropped == 3_000
+    assert len(set(delivered)) == len(delivered)
+    assert delivered[-1] == 2_999, "the oldest events are the ones dropped"
+    assert _metric(collector, "gzia_client_dropped_events_total") == stats.dropped
+
+
+AGENT = """
+import sys, time
+from gz_ia.client import Client
+client = Client(max_events=10)
+for n in range(int(sys.argv[1])):
+    client.log(session_id="orphan", action="work", stage="PENDING", agent="agy", attrs={"n": n})
+    time.sleep(0.001)
+"""
+
+
+def test_a_client_that_exits_before_delivering_is_adopted_by_the_collector(make_collector: Any) -> None:
+    """An agent that exits while no collector runs leaves a spool; the next collector delivers it once."""
+    collector = make_collector(start=False)
+    environment = {**collector.env, "GZ_IA_EXIT_TIMEOUT": "0.2"}
+    subprocess.run([sys.executable, "-c", AGENT, "250"], env=environment, check=True, timeout=60)
+    segments = list(_spool_dir().glob("*.spool"))
+    assert segments, "what could not be delivered at exit was spooled"
+    saved = _spool_dir().parent / "saved"
+    shutil.copytree(_spool_dir(), saved)
+    collector.start()
+    lines = collector.session_lines("orphan")
+    assert sorted(line["attrs"]["n"] for line in lines) == list(range(250))
+    assert not list(_spool_dir().glob("*.spool")) and not list(_spool_dir().glob("*.lock"))
+    assert _metric(collector, "gzia_spool_adopted_events_total") == 250
+    # A crash between writing and deleting leaves the spool behind: adopting it again adds nothing.
+    collector.stop()
+    shutil.rmtree(_spool_dir())
+    shutil.copytree(saved, _spool_dir())
+    collector.start()
+    again = collector.session_lines("orphan")
+    assert len(again) == 250
+    assert _metric(collector, "gzia_events_duplicate_total") == 250
+
+
+def test_a_living_clients_spool_is_left_alone(make_collector: Any) -> None:
+    """The collector adopts only spools whose owner died: a live client's lock keeps it out."""
+    collector = make_collector(start=False)
+    client = collector.client(max_events=5)
+    for n in range(100):
+        client.log(session_id="alive", action="work", stage="PENDING", agent="agy", attrs={"n": n})
+        time.sleep(0.001)
+    assert client.flush(timeout=0.3) is False
+    assert list(_spool_dir().glob("*.spool"))
+    collector.start()
+    assert client.flush(timeout=60)
+    client.close()
+    lines = collector.session_lines("alive")
+    assert sorted(line["attrs"]["n"] for line in lines) == list(range(100))
+    assert _metric(collector, "gzia_spool_adopted_events_total") == 0
