@@ -1,0 +1,136 @@
+"""``gz-ia export otel``: ship stored events to an OpenTelemetry backend (needs the ``[otel]`` extra).
+
+The exporter runs as its own process, next to the collector and never inside it: ingestion does not
+wait for, or even know about, the OTLP backend. Run it in the foreground, under systemd (see
+docs/user-guide.md), or with ``--once`` from cron.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from . import main
+from ._common import root_of, version
+
+EXIT_MISSING_EXTRA = 2
+
+
+@main.group("export")
+def export() -> None:
+    """Export stored events to other systems."""
+
+
+@export.command("otel")
+@click.option(
+    "--root",
+    "roots",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Session root to export; repeatable [default: gz-ia --root, found like .git].",
+)
+@click.option(
+    "--endpoint",
+    default=None,
+    help="OTLP/HTTP logs URL, e.g. http://host:4318/v1/logs "
+    "[default: $OTEL_EXPORTER_OTLP_LOGS_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT + /v1/logs, "
+    "else http://localhost:4318/v1/logs].",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where export positions are kept [default: $XDG_STATE_HOME/gz-ia/otel].",
+)
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds.")
+@click.option("--batch-size", type=click.IntRange(min=1, max=10_000), default=512, show_default=True)
+@click.option(
+    "--retry-max",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Longest pause between retries while the backend is failing, in seconds.",
+)
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1:9478",
+    show_default=True,
+    help="host:port for the exporter's /metrics (gzia_otel_*), or 'off'.",
+)
+@click.option("--once", is_flag=True, help="Export what is there now and exit (1 if the backend refused some).")
+@click.pass_context
+def export_otel(
+    ctx: click.Context,
+    roots: tuple[Path, ...],
+    endpoint: str | None,
+    state_dir: Path | None,
+    poll_interval: float,
+    batch_size: int,
+    retry_max: float,
+    metrics_address: str,
+    once: bool,
+) -> None:
+    """Send every accepted event to an OTLP/HTTP backend as a log record, exactly once.
+
+    Positions advance only when the backend answers 2xx; a backend outage just makes the exporter
+    wait and retry. Standard OTEL_EXPORTER_OTLP_* variables (headers, compression, timeout) apply.
+    """
+    import logging
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from gz_ia.collector.otel_export import (
+        OTEL_EXTRA_HINT,
+        ExportSettings,
+        MissingExtraError,
+        OtelExporter,
+        default_state_dir,
+        make_sender,
+    )
+
+    logging.basicConfig(format="gz-ia export otel: %(levelname)s %(message)s", level=logging.INFO)
+    try:
+        sender = make_sender(version=version(), endpoint=endpoint)
+    except MissingExtraError as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        click.echo(f"Install the extra with: {OTEL_EXTRA_HINT}", err=True)
+        ctx.exit(EXIT_MISSING_EXTRA)
+    settings = ExportSettings(
+        roots=[root.absolute() for root in roots] or [root_of(ctx)],
+        state_dir=state_dir or default_state_dir(),
+        poll_interval=poll_interval,
+        batch_size=batch_size,
+        retry_max=retry_max,
+    )
+    registry = CollectorRegistry()
+    exporter = OtelExporter(settings, sender, registry=registry)
+    http = None
+    if metrics_address not in ("", "off") and not once:
+        host, _, port = metrics_address.rpartition(":")
+        if not host or not port.isdigit():
+            raise click.BadParameter(f"{metrics_address!r} is not host:port", param_hint="--metrics-address")
+        try:
+            http, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        except OSError as exc:
+            click.echo(f"gz-ia: cannot serve metrics on {metrics_address}: {exc} (use --metrics-address off)", err=True)
+            ctx.exit(1)
+    stop = threading.Event()
+
+    def on_signal(*_args: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    roots_text = ", ".join(str(root) for root in settings.roots)
+    logging.getLogger("gz_ia.otel").info("exporting %s; positions in %s; ready", roots_text, settings.state_dir)
+    try:
+        code = exporter.run(stop, once=once)
+    finally:
+        exporter.close()
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+    ctx.exit(code)

@@ -1,0 +1,203 @@
+"""`gz-ia mcp`: the MCP server driven by the official SDK's own client over stdio, against a real collector."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+CLI = "from gz_ia.collector.cli import main; main()"
+
+
+@asynccontextmanager
+async def mcp_session(collector: Any) -> AsyncIterator[ClientSession]:
+    """Start `gz-ia mcp` as a subprocess talking to ``collector`` and yield an initialised SDK session."""
+    params = StdioServerParameters(command=sys.executable, args=["-c", CLI, "mcp"], env=collector.env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
+    """Call a tool that must succeed and return its structured result."""
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+async def test_tools_are_listed_with_schemas(collector: Any) -> None:
+    """The server offers the five gz-ia tools, each with an input schema naming its parameters."""
+    async with mcp_session(collector) as session:
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+    assert set(tools) == {"log_event", "read_session", "events_since", "list_sessions", "session_summary"}
+    assert {"session_id", "action", "stage", "agent"} <= set(tools["log_event"].input_schema["required"])
+    assert "cursor" in tools["read_session"].input_schema["properties"]
+
+
+async def test_log_event_gives_the_collectors_verdict(collector: Any, schema_validator: Any) -> None:
+    """log_event returns accepted + seq for a valid event and the collector's reject reason for a bad transition."""
+    async with mcp_session(collector) as session:
+        first = await call(session, "log_event", session_id="m1", action="Index", stage="READ", agent="claude")
+        second = await call(
+            session, "log_event", session_id="m1", action="Index", stage="FINISH", agent="claude", duration_ms=12
+        )
+        backwards = await call(session, "log_event", session_id="m1", action="Index", stage="FINISH", agent="claude")
+        invalid = await call(
+            session, "log_event", session_id="m1", action="Other", stage="READ", status="FAILED", agent="claude"
+        )
+    assert first == {"accepted": True, "session_id": "m1", "seq": 1, "duplicate": False}
+    assert second["accepted"] is True
+    assert second["seq"] == 2
+    assert backwards["accepted"] is False
+    assert backwards["reason"] == "finish_without_start"
+    assert "FINISH" in backwards["detail"]
+    assert invalid == {
+        "accepted": False,
+        "session_id": "m1",
+        "reason": "error_required",
+        "detail": "status FAILED requires a non-empty error",
+    }
+    lines = collector.session_lines("m1")
+    assert [(line["stage"], line["seq"]) for line in lines] == [("READ", 1), ("FINISH", 2)]
+    for line in lines:
+        schema_validator.validate(line)
+    assert collector.rejects()[-1]["reason"] == "finish_without_start"
+
+
+async def test_log_event_matches_the_cli_verdict(collector: Any) -> None:
+    """The same rejected event gets the same reason through MCP as through `gz-ia session log`."""
+    cli = collector.gz_ia("session", "log", "c1", "--action", "A", "--stage", "FINISH", "--agent", "x")
+    assert cli.returncode == 1
+    async with mcp_session(collector) as session:
+        verdict = await call(session, "log_event", session_id="c1", action="A", stage="FINISH", agent="x")
+    assert f"rejected ({verdict['reason']})" in cli.stderr
+    assert verdict["detail"] in cli.stderr
+
+
+async def test_read_session_pages_with_a_cursor(collector: Any) -> None:
+    """read_session returns pages in order; following next_cursor reads every event once, in both directions."""
+    client = collector.client()
+    for number in range(7):
+        client.log(session_id="pg", action=f"step {number}", stage="READ", agent="claude")
+    assert client.flush(10)
+    client.close()
+    async with mcp_session(collector) as session:
+        seen: list[int] = []
+        cursor = None
+        for _ in range(10):
+            page = await call(session, "read_session", session_id="pg", cursor=cursor, limit=3)
+            seen += [event["seq"] for event in page["events"]]
+            cursor = page["next_cursor"]
+            if page["end"]:
+                break
+        backwards = await call(session, "read_session", session_id="pg", limit=4, newest_first=True)
+        rest = await call(
+            session, "read_session", session_id="pg", limit=4, newest_first=True, cursor=backwards["next_cursor"]
+        )
+        missing = await session.call_tool("read_session", {"session_id": "nope"})
+    assert seen == [1, 2, 3, 4, 5, 6, 7]
+    assert [event["seq"] for event in backwards["events"]] == [7, 6, 5, 4]
+    assert [event["seq"] for event in rest["events"]] == [3, 2, 1]
+    assert "delivery" not in backwards["events"][0]
+    assert missing.is_error
+    assert "nope" in str(missing.content)
+
+
+async def test_events_since_returns_only_new_events(collector: Any) -> None:
+    """events_since never blocks, returns each event once across calls, and sees new sessions as they start."""
+    client = collector.client()
+    client.log(session_id="f1", action="a", stage="READ", agent="claude")
+    assert client.flush(10)
+    async with mcp_session(collector) as session:
+        first = await call(session, "events_since")
+        quiet = await call(session, "events_since", cursor=first["cursor"])
+        client.log(session_id="f1", action="a", stage="PENDING", agent="claude")
+        client.log(session_id="f2", action="b", stage="READ", agent="agy", parent_session_id="f1")
+        assert client.flush(10)
+        later = await call(session, "events_since", cursor=quiet["cursor"])
+        only_f2 = await call(session, "events_since", session_ids=["f2", "not-yet"])
+        capped = await call(session, "events_since", limit=1)
+    client.close()
+    assert [(e["session_id"], e["stage"]) for e in first["events"]] == [("f1", "READ")]
+    assert quiet["events"] == []
+    assert quiet["more"] is False
+    assert sorted((e["session_id"], e["stage"]) for e in later["events"]) == [("f1", "PENDING"), ("f2", "READ")]
+    assert [e["session_id"] for e in only_f2["events"]] == ["f2"]
+    assert len(capped["events"]) == 1
+    assert capped["more"] is True
+
+
+async def test_list_sessions_and_summary_show_the_tree(collector: Any) -> None:
+    """list_sessions shows every session; session_summary gives the tree, failures, open actions, durations."""
+    client = collector.client()
+    client.log(session_id="root1", action="plan", stage="READ", agent="claude", role="planner")
+    client.log(session_id="root1", action="plan", stage="FINISH", agent="claude", role="planner", duration_ms=300)
+    client.log(session_id="kid1", parent_session_id="root1", action="test", stage="PENDING", agent="agy")
+    client.log(
+        session_id="kid1",
+        parent_session_id="root1",
+        action="test",
+        stage="FINISH",
+        agent="agy",
+        status="FAILED",
+        error="2 tests failed",
+        duration_ms=900,
+    )
+    client.log(session_id="grandkid", parent_session_id="kid1", action="lint", stage="READ", agent="agy")
+    client.log(session_id="other", action="x", stage="READ", agent="claude")
+    assert client.flush(10)
+    client.close()
+    async with mcp_session(collector) as session:
+        listing = await call(session, "list_sessions")
+        summary = await call(session, "session_summary", session_id="root1")
+        alone = await call(session, "session_summary", session_id="root1", include_subagents=False)
+    by_id = {row["session_id"]: row for row in listing["sessions"]}
+    assert set(by_id) == {"root1", "kid1", "grandkid", "other"}
+    assert by_id["kid1"]["parent_session_id"] == "root1"
+    assert by_id["kid1"]["events"] == 2
+    assert by_id["kid1"]["last_status"] == "FAILED"
+    tree = summary["tree"]
+    assert tree["session_id"] == "root1"
+    assert [child["session_id"] for child in tree["children"]] == ["kid1"]
+    assert [child["session_id"] for child in tree["children"][0]["children"]] == ["grandkid"]
+    body = summary["summary"]
+    assert body["totals"] == {"events": 5, "actions": 3, "finished_ok": 1, "failed": 1, "open": 1}
+    assert body["failures"] == [
+        {"session_id": "kid1", "action": "test", "error": "2 tests failed", "duration_ms": 900, "seq": 2}
+    ]
+    assert body["open_actions"][0]["session_id"] == "grandkid"
+    assert body["open_actions"][0]["action"] == "lint"
+    assert body["longest_actions"][0] == {"session_id": "kid1", "action": "test", "duration_ms": 900}
+    assert alone["tree"]["children"] == []
+    assert alone["summary"]["totals"]["events"] == 2
+
+
+async def test_log_event_without_a_collector_is_a_tool_error(collector: Any) -> None:
+    """With the collector stopped, log_event reports a tool error naming the socket instead of hanging."""
+    collector.stop()
+    async with mcp_session(collector) as session:
+        result = await session.call_tool(
+            "log_event", {"session_id": "gone", "action": "a", "stage": "READ", "agent": "claude"}
+        )
+    assert result.is_error
+    assert str(collector.socket) in str(result.content)
+
+
+def test_mcp_without_the_extra_exits_2_naming_it(collector: Any) -> None:
+    """Without the mcp package importable, `gz-ia mcp` exits 2 and names `pip install 'gz-ia-collector[mcp]'`."""
+    blocked = "import sys; sys.modules['mcp'] = None; " + CLI  # what an install without the extra looks like
+    result = subprocess.run(
+        [sys.executable, "-c", blocked, "mcp"],
+        env=collector.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "pip install 'gz-ia-collector[mcp]'" in result.stderr
