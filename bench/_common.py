@@ -1,0 +1,134 @@
+"""Small shared pieces: temporary directories, process accounting, waiting, and the sample type.
+
+Process CPU and memory are read from ``/proc`` rather than with psutil so that the bench adds no
+dependency beyond the ``bench`` group, and because ``/proc/<pid>/stat`` counts every thread of a
+multi-threaded peer (syslog-ng, rsyslog) at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+REPO: Final = Path(__file__).resolve().parents[1]
+BENCH: Final = REPO / "bench"
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+
+
+class BenchError(RuntimeError):
+    """A run could not be completed or failed its verification; the message says which and why."""
+
+
+class Sample(msgspec.Struct, kw_only=True):
+    """Repeated measurements of one figure, with the unit they are in."""
+
+    name: str
+    unit: str
+    values: list[float]
+    higher_is_better: bool = True
+    extra: dict[str, float | str] = {}
+    """Secondary figures shown beside the main one (cores, MB/s, RSS...)."""
+    series: dict[str, list[float]] = {}
+    """Per-run values of the secondary figures, summarised into ``extra`` by :meth:`note`."""
+
+    def note(self, name: str, value: float, *, use_max: bool = False) -> None:
+        """Add one run's value of a secondary figure; ``extra`` keeps its median (or its max)."""
+        values = self.series.setdefault(name, [])
+        values.append(value)
+        self.extra[name] = max(values) if use_max else float(statistics.median(values))
+
+    @property
+    def median(self) -> float:
+        """The median of the runs (what the tables report)."""
+        return float(statistics.median(self.values)) if self.values else float("nan")
+
+    @property
+    def low(self) -> float:
+        """The smallest run."""
+        return min(self.values) if self.values else float("nan")
+
+    @property
+    def high(self) -> float:
+        """The largest run."""
+        return max(self.values) if self.values else float("nan")
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """Yield a fresh short directory under /tmp and remove it afterwards.
+
+    Short, because AF_UNIX socket paths are limited to about 107 bytes.
+    """
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """Return user + system CPU time of every thread of ``pid`` so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # Fields after the command name start at index 3 ("state"); utime and stime are 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def rss_bytes(pid: int, *, peak: bool = False) -> int:
+    """Return the resident set size of ``pid`` (``VmHWM``, the peak so far, when ``peak``)."""
+    key = "VmHWM:" if peak else "VmRSS:"
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:
+    """Poll ``predicate`` until it holds.
+
+    Raises:
+        BenchError: it did not hold within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise BenchError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def socket_accepts(path: Path) -> bool:
+    """Tell whether something accepts connections on the Unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM ``proc`` and wait; SIGKILL it if it does not exit in time."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
