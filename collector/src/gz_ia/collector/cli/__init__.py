@@ -35,5 +35,13 @@ def session() -> None:
     """Work with one session."""
 
 
-from . import _session, _status  # noqa: E402, F401  - commands register themselves on the groups
+from . import (  # noqa: E402, F401  - commands register themselves on the groups
+    _export,
+    _install,
+    _mcp,
+    _reading,
+    _session,
+    _status,
+    _view,
+)
 from ._collector import collector_main  # noqa: E402
