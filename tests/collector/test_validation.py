@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
 from gz_ia.client.protocol import Batch, RejectReason, encode_frame
+from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.storage.writer import Writer
 from gz_ia.collector.validation import decode_batch
 
 GOOD: dict[str, Any] = {
@@ -28,10 +32,8 @@ def _body(*events: object) -> bytes:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ({"session_id": "../x"}, RejectReason.INVALID_SESSION_ID),
-        ({"session_id": ".h"}, RejectReason.INVALID_SESSION_ID),
-        ({"parent_session_id": "a/b"}, RejectReason.INVALID_SESSION_ID),
         ({"session_id": "x" * 129}, RejectReason.INVALID_SESSION_ID),
+        ({"session_id": "../x", "duration_ms": -1}, RejectReason.INVALID_SESSION_ID),
         ({"timestamp": "yesterday"}, RejectReason.INVALID_TIMESTAMP),
         ({"timestamp": "2026-01-01T00:00:00"}, RejectReason.INVALID_TIMESTAMP),
         ({"duration_ms": -1}, RejectReason.INVALID_DURATION),
@@ -58,6 +60,24 @@ def test_each_problem_gets_its_reason_and_the_others_pass(change: dict[str, Any]
     assert decoded.events[1] is None
     assert decoded.rejections[1].reason is reason, decoded.rejections[1].detail
     assert decoded.raw[1]
+
+
+@pytest.mark.parametrize(
+    "change", [{"session_id": "../x"}, {"session_id": ".h"}, {"session_id": "ok\n"}, {"parent_session_id": "a/b"}]
+)
+def test_unsafe_ids_in_an_otherwise_valid_batch_are_rejected_by_ingest(tmp_path: Path, change: dict[str, Any]) -> None:
+    """The fast decode only length-checks ids; Ingest refuses an unsafe one before it can become a path."""
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer()
+    store = writer.root(root, owner=os.getuid())
+    decoded = decode_batch(_body(GOOD, {**GOOD, **change}))
+    assert not decoded.rejections, "the whole batch took the fast path"
+    outcome = Ingest(writer).apply(store, "ab", decoded)
+    assert [(r.index, r.reason) for r in outcome.rejections] == [(1, RejectReason.INVALID_SESSION_ID)]
+    writer.flush()
+    writer.close()
+    assert sorted(p.name for p in (root / "sessions").iterdir()) == ["s1.events.jsonl"]
 
 
 def test_a_missing_field_is_named() -> None:

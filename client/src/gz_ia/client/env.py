@@ -20,6 +20,7 @@ __all__ = [
     "default_socket_path",
     "default_spool_dir",
     "find_root",
+    "inherited_parent",
     "tracing_disabled",
 ]
 
@@ -97,6 +98,16 @@ def default_spool_dir() -> Path:
         return Path(explicit)
     state = os.environ.get("XDG_STATE_HOME") or str(_home() / ".local" / "state")
     return Path(state) / "gz-ia" / "spool"
+
+
+def inherited_parent(session_id: str) -> str | None:
+    """Return ``$GZ_IA_PARENT_SESSION_ID`` as the parent of ``session_id``, unless it is that session.
+
+    Commands and tools that log on behalf of a script (``gz-ia session log``, the MCP server) use it so
+    that a subagent started inside a session scope names its parent without being told.
+    """
+    inherited = os.environ.get(GZ_IA_PARENT_SESSION_ID)
+    return inherited if inherited and inherited != session_id else None
 
 
 def tracing_disabled() -> bool:

@@ -18,15 +18,16 @@ import msgspec
 
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
-from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.client.schema import LogEvent, Stage, Status, is_safe_session_id
 
 from .stages import Rejection, apply
 from .storage.writer import AppendFile, RootStore, SessionState, Writer
-from .validation import DecodedBatch
+from .validation import DecodedBatch, unsafe_id
 
 __all__ = ["BatchOutcome", "Ingest", "RejectRecord"]
 
 DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
+_SAFE_PARENTS_KEPT: Final = 65_536
 LOSS_AGENT: Final = "gz-ia"
 """Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
 
@@ -97,6 +98,7 @@ class Ingest:
         self.max_open_actions = max_open_actions
         self.clock = clock
         self._encoder = msgspec.json.Encoder()
+        self._safe_parents: set[str] = set()
 
     def apply(self, root: RootStore, producer: str, batch: DecodedBatch) -> BatchOutcome:
         """Stage every event of ``batch`` from ``producer`` and return the batch's outcome."""
@@ -109,6 +111,7 @@ class Ingest:
         written = outcome.written
         tag = producer.encode()
         first = batch.first
+        safe_parents = self._safe_parents
         for index, event in enumerate(batch.events):
             number = first + index
             if event is None:
@@ -117,7 +120,23 @@ class Ingest:
                 )
                 continue
             state = sessions.get(event.session_id)
+            parent = event.parent_session_id
+            if parent is not None and parent not in safe_parents:
+                # Decoding only length-checked the ids (see validation): check each new one here.
+                if not is_safe_session_id(parent):
+                    self._reject(
+                        root, outcome, producer, number, index, unsafe_id("parent_session_id", parent), event, None
+                    )
+                    continue
+                if len(safe_parents) >= _SAFE_PARENTS_KEPT:
+                    safe_parents.clear()
+                safe_parents.add(parent)
             if state is None:
+                if not is_safe_session_id(event.session_id):
+                    self._reject(
+                        root, outcome, producer, number, index, unsafe_id("session_id", event.session_id), event, None
+                    )
+                    continue
                 try:
                     state = writer.session(root, event.session_id)
                 except (OSError, ValueError) as exc:

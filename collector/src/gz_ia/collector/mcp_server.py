@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -120,8 +119,7 @@ def build_server(*, socket_path: Path, root: Path) -> tuple[MCPServer[Any], Call
         {"accepted": true, "seq": n} or {"accepted": false, "reason": ..., "detail": ...}.
         """
         if parent_session_id is None:
-            inherited = os.environ.get(env.GZ_IA_PARENT_SESSION_ID)
-            parent_session_id = inherited if inherited and inherited != session_id else None
+            parent_session_id = env.inherited_parent(session_id)
         try:
             event = build_event(
                 session_id=session_id,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from gz_ia.client import env
@@ -75,8 +73,7 @@ def session_log(
     from gz_ia.client import Client, build_event
 
     if parent is None:
-        inherited = os.environ.get(env.GZ_IA_PARENT_SESSION_ID)
-        parent = inherited if inherited and inherited != session_id else None
+        parent = env.inherited_parent(session_id)
     try:
         event = build_event(
             session_id=session_id,

@@ -261,13 +261,18 @@ def _check_layout(root_fd: int, path: Path, *, create: bool) -> None:
         )
 
 
-def write_file_atomically(dir_fd: int, name: str, data: bytes) -> None:
-    """Replace ``name`` in ``dir_fd`` with ``data``: temporary file, fsync, rename."""
+def write_file_atomically(dir_fd: int, name: str, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``name`` in ``dir_fd`` with ``data``: temporary file, fsync (when durable), rename.
+
+    Checkpoints pass ``durable=False``: they only save recovery work, a lost or damaged one is
+    rebuilt from the segments, and an fsync per session would cost the event loop dearly.
+    """
     temporary = f".{name}.{os.getpid()}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -202,7 +202,7 @@ class Writer:
         clock: Callable[[], float] = time.time,
         on_rotated: Callable[[], None] | None = None,
         on_deleted: Callable[[int, int], None] | None = None,
-        snapshot_interval: float = 5.0,
+        snapshot_interval: float = 30.0,
         background: bool = True,
     ) -> None:
         if max_open_files < 1:
@@ -454,7 +454,9 @@ class Writer:
         if dirs.state_fd is None:
             return
         try:
-            write_file_atomically(dirs.state_fd, state_name(state.session_id), encode_checkpoint(state.checkpoint()))
+            write_file_atomically(
+                dirs.state_fd, state_name(state.session_id), encode_checkpoint(state.checkpoint()), durable=False
+            )
         except OSError as exc:
             log.warning("cannot write the checkpoint of %s: %s", state.session_id, exc)
         state.snapshot_at = now
