@@ -289,6 +289,19 @@ def test_a_torn_last_line_is_held_back_until_complete(harness: Any) -> None:
     assert _seqs(reader.read_page(harness.root, "s1", cursor=first.next_cursor).entries) == [4]
 
 
+def test_copy_lines_is_the_stored_bytes_without_a_torn_tail(harness: Any) -> None:
+    """The undecoded copy (session logs --json) is every retained line in order, the torn tail held back."""
+    harness.emit("s1", 40)
+    expected = [entry.line for entry in reader.iter_events(harness.root, "s1")]
+    with (harness.sessions_dir() / "s1.events.jsonl").open("ab") as file:
+        file.write(b'{"timestamp":"2026-')
+    copied = b"".join(reader.copy_lines(harness.root, "s1", chunk_size=100)).decode()
+    assert copied.splitlines() == expected
+    assert copied.endswith("\n")
+    with pytest.raises(reader.SessionNotFound):
+        list(reader.copy_lines(harness.root, "nope"))
+
+
 def test_a_newer_layout_is_reported_clearly(harness: Any) -> None:
     """A root written by a newer gz-ia raises LayoutTooNew naming both versions."""
     harness.emit("s1", 1)

@@ -240,7 +240,26 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
             entry.line if options["as_json"] else format_event(entry.event, colour=colour, show_session=show_session)
         )
 
+    plain_copy = (
+        options["as_json"]
+        and session_ids is not None
+        and len(session_ids) == 1
+        and not tree
+        and not follow
+        and count is None
+        and not options["reverse"]
+        and not options["after_cursor"]
+        and not options["show_cursor"]
+        and filters.empty
+    )
     try:
+        if plain_copy:
+            # Exactly the stored lines, nothing to select: copy bytes, decode nothing.
+            binary = sys.stdout.buffer
+            for chunk in reader.copy_lines(root, session_ids[0]):  # type: ignore[index]
+                binary.write(chunk)
+            binary.flush()
+            return
         members = _members(root, session_ids, tree=tree)
         start = _start_positions(members, options["after_cursor"])
         anchors = {session_id: reader.end_cursor(root, session_id) for session_id in members}

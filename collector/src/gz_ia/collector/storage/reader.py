@@ -86,6 +86,7 @@ __all__ = [
     "SessionSummary",
     "TreeNode",
     "combine_cursors",
+    "copy_lines",
     "cursor_seq",
     "cursor_sessions",
     "end_cursor",
@@ -740,6 +741,41 @@ def _end_position(view: _View) -> _Position:
         if seq is not None:
             return _Position(view.session_id, number, end, seq)
     return _Position(view.session_id, view.active_number, 0, 0)
+
+
+def copy_lines(root: Path, session_id: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """Yield a session's stored lines, oldest first, as raw chunks that together end on a line boundary.
+
+    The fast way to copy a whole session out (``gz-ia session logs --json``): nothing is decoded.
+    Reads every retained segment up to the end of the active one as it was when the call started; a
+    torn last line is held back; an unreadable segment is skipped.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    dirs = _open(root)
+    try:
+        view = _view(dirs, session_id)
+        try:
+            for number in range(view.oldest(), view.active_number + 1):
+                segment = view._segment(number)
+                if segment is None:
+                    continue
+                try:
+                    end = _complete_end(segment)
+                    offset = 0
+                    while offset < end:
+                        chunk = segment.read(offset, min(chunk_size, end - offset))
+                        if not chunk:
+                            break
+                        offset += len(chunk)
+                        yield chunk
+                except SegmentUnreadable:
+                    continue
+        finally:
+            view.close()
+    finally:
+        dirs.close()
 
 
 def read_session_lines(root: Path, session_id: str) -> Iterator[tuple[str, StoredEvent]]:
