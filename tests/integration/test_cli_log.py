@@ -1,0 +1,72 @@
+"""`gz-ia session log` in a real subprocess: its verdict as an exit code and a readable message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from gz_ia.collector.cli import main
+
+LOG = ("session", "log", "3f9a12c8", "--agent", "agy", "--action", "Index deps")
+
+
+def test_accepted_events_exit_0_and_print_their_seq(collector: Any, schema_validator: Any) -> None:
+    """READ then FINISH with a duration: both accepted, seq 1 and 2, stored as given."""
+    first = collector.gz_ia(*LOG, "--stage", "READ", "--role", "indexer", "--attr", "files=12")
+    assert (first.returncode, first.stdout.strip()) == (0, "accepted: 3f9a12c8 seq 1")
+    second = collector.gz_ia(*LOG, "--stage", "finish", "--duration", "420")
+    assert (second.returncode, second.stdout.strip()) == (0, "accepted: 3f9a12c8 seq 2")
+    lines = collector.session_lines("3f9a12c8")
+    for line in lines:
+        schema_validator.validate(line)
+    assert lines[0]["role"] == "indexer"
+    assert lines[0]["attrs"] == {"files": 12}
+    assert (lines[1]["stage"], lines[1]["duration_ms"]) == ("FINISH", 420)
+
+
+def test_a_rejected_event_exits_1_with_the_collectors_reason(collector: Any) -> None:
+    """FINISH without an open cycle: exit 1, the reason code and sentence on stderr, nothing stored."""
+    result = collector.gz_ia(*LOG, "--stage", "FINISH")
+    assert result.returncode == 1
+    assert "rejected (finish_without_start)" in result.stderr
+    assert "no open cycle" in result.stderr
+    assert collector.session_lines("3f9a12c8") == []
+
+
+def test_no_collector_exits_69_with_a_clear_message(collector: Any) -> None:
+    """With no collector on the socket the command says so and exits 69 (EX_UNAVAILABLE)."""
+    collector.stop()
+    result = collector.gz_ia(*LOG, "--stage", "READ", "--timeout", "3")
+    assert result.returncode == 69
+    assert "no collector is reachable" in result.stderr
+    assert str(collector.socket) in result.stderr
+
+
+def test_the_parent_comes_from_the_environment(collector: Any) -> None:
+    """Inside a parent's session scope, GZ_IA_PARENT_SESSION_ID becomes the event's parent_session_id."""
+    env = {**collector.env, "GZ_IA_PARENT_SESSION_ID": "root-session"}
+    result = subprocess.run(
+        [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *LOG, "--stage", "READ"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert collector.session_lines("3f9a12c8")[0]["parent_session_id"] == "root-session"
+
+
+def test_usage_errors_exit_2_before_anything_is_sent(short_tmp: Path) -> None:
+    """FAILED without --error, or an unknown stage, is a usage error (exit 2) caught locally."""
+    runner = CliRunner()
+    env = {"GZ_IA_SOCKET": str(short_tmp / "none.sock"), "GZ_IA_ROOT": str(short_tmp / ".harness")}
+    failed = runner.invoke(main, [*LOG, "--stage", "FINISH", "--status", "FAILED"], env=env)
+    assert failed.exit_code == 2
+    assert "requires a non-empty error" in failed.output
+    unknown = runner.invoke(main, [*LOG, "--stage", "WRITING"], env=env)
+    assert unknown.exit_code == 2
