@@ -29,7 +29,7 @@ def test_defaults_without_file_env_or_flags(tmp_path: Path) -> None:
     config = load_config(environ={"XDG_CONFIG_HOME": str(tmp_path)})
     assert config == CollectorConfig()
     assert config.durability == "os"
-    assert config.max_open_files == 4096
+    assert config.max_open_files == 65536
     assert config.metrics_enabled
 
 

@@ -47,12 +47,13 @@ def adopt_spools(
     writer: Writer,
     *,
     uid: int,
+    durable: bool,
     on_outcome: Callable[[BatchOutcome], None],
 ) -> int:
     """Ingest and remove every orphaned spool under ``directory``; return the events adopted.
 
-    Only spool files owned by ``uid`` are read. ``on_outcome`` receives each batch's outcome once
-    it is written (for metrics).
+    Only spool files owned by ``uid`` are read; ``durable`` syncs what is written before the spool
+    is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics).
     """
     adopted = 0
     for producer, lock_fd, segments in orphaned_spools(directory):
@@ -73,7 +74,7 @@ def adopt_spools(
                 for run in _runs(records):
                     frame = encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))
                     outcomes.append(ingest.apply(root, producer, decode_batch(frame[4:])))
-                _, failed, _ = writer.flush()
+                _, failed, _ = writer.flush(durable=durable)
                 if failed or not all(outcome.intact() for outcome in outcomes):
                     log.warning("cannot write the events of spool %s yet; will retry", path)
                     complete = False

@@ -77,7 +77,7 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Socket path; empty: ``$GZ_IA_SOCKET`` or ``$XDG_RUNTIME_DIR/gz-ia/collector.sock``."""
     durability: Literal["os", "fsync"] = "os"
     """``os``: acknowledge once written to the OS; ``fsync``: after a grouped fdatasync."""
-    max_open_files: int = 4096
+    max_open_files: int = 65536
     """Session files kept open at once; lowered at start to what the descriptor limit allows."""
     metrics_address: str = "127.0.0.1:9477"
     """``host:port`` of the Prometheus endpoint; empty or ``off`` disables it."""

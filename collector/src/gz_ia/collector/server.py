@@ -11,6 +11,7 @@ longer read (backpressure), so memory stays bounded and a flood cannot starve an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -70,8 +71,8 @@ def file_budget(configured: int) -> int:
     """Return how many session files may stay open, within the process's descriptor limit.
 
     The soft ``RLIMIT_NOFILE`` is raised to the hard one first (what systemd recommends for daemons
-    that need many descriptors); then half of what is left after a small reserve goes to session
-    files, the rest to sockets, so that ``ulimit -n 256`` cannot make writes fail with EMFILE.
+    that need many descriptors); an eighth of it (at least 64) stays for sockets and the rest goes to
+    session files, so that ``ulimit -n 256`` cannot make writes fail with EMFILE.
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
@@ -82,7 +83,8 @@ def file_budget(configured: int) -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return configured
-    budget = max(8, (soft - 32) // 2)
+    # Keep an eighth of the limit (at least 64) for sockets, the metrics server and the rest.
+    budget = max(8, soft - max(64, soft // 8))
     if budget < configured:
         log.info("max_open_files lowered from %d to %d by the descriptor limit (%d)", configured, budget, soft)
     return min(configured, budget)
@@ -300,6 +302,7 @@ class Collector:
         self.known_roots = KnownRoots(default_state_dir())
         self._replies: list[tuple[Connection, BatchOutcome]] = []
         self._work = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping = asyncio.Event()
         self._error_logged: set[str] = set()
@@ -354,14 +357,15 @@ class Collector:
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.pause_reading()
-            flusher.cancel()
             adopter.cancel()
             watchdog.cancel()
-            for task in (flusher, watchdog):
-                try:
+            # Never cancel the flusher: a write pass in its worker thread would go on beside the
+            # final one. Woken up, it finishes what is in flight and returns (stopping is set).
+            self._work.set()
+            await flusher
+            for task in (adopter, watchdog):
+                with contextlib.suppress(asyncio.CancelledError):
                     await task
-                except asyncio.CancelledError:
-                    pass
             await self._flush_once()
             await self._close_connections()
             self.writer.close()
@@ -462,7 +466,7 @@ class Collector:
         self._work.set()
 
     async def _flush_loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             await self._work.wait()
             # One more loop pass first: every connection with data ready gets read, so that one
             # write per session covers all of them (a batch costs at most one extra iteration).
@@ -471,15 +475,28 @@ class Collector:
             await self._flush_once()
 
     async def _flush_once(self) -> None:
-        replies = self._replies
-        self._replies = []
-        writer = self.writer
+        """Write what is staged in a worker thread, then answer the batches it holds.
+
+        The system calls run off the loop, so decoding and staging the next batches goes on while
+        they block; the flush lock keeps a single write pass in flight (adoption takes it too).
+        """
+        async with self._flush_lock:
+            replies = self._replies
+            self._replies = []
+            writer = self.writer
+            job = writer.take()
+            durable = self.config.durability == "fsync"
+            if job.items or job.retired:
+                written_data, failed = await asyncio.to_thread(writer.write, job, durable=durable)
+            else:
+                written_data, failed = [], []
+            _written, failed, nbytes = writer.finish(job, written_data, failed)
+            self._answer(replies, failed, nbytes)
+
+    def _answer(
+        self, replies: list[tuple[Connection, BatchOutcome]], failed: list[tuple[AppendFile, OSError]], nbytes: int
+    ) -> None:
         metrics = self.metrics
-        written, failed, nbytes = writer.flush()
-        if self.config.durability == "fsync" and written:
-            failed += await asyncio.to_thread(writer.sync, written)
-            for target, _ in failed:
-                writer.forget(target)
         if nbytes:
             metrics.written_bytes.inc(nbytes)
         for target, exc in failed:
@@ -536,7 +553,14 @@ class Collector:
     def adopt_spools(self) -> int:
         """Deliver the disk spools of clients that died (see :mod:`.adoption`)."""
         directory = Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
-        adopted = adopt_spools(directory, self.ingest, self.writer, uid=self.uid, on_outcome=self._count)
+        adopted = adopt_spools(
+            directory,
+            self.ingest,
+            self.writer,
+            uid=self.uid,
+            durable=self.config.durability == "fsync",
+            on_outcome=self._count,
+        )
         if adopted:
             self.metrics.spool_adopted.inc(adopted)
             self.metrics.mark_written()
@@ -545,10 +569,11 @@ class Collector:
     async def _adoption_loop(self) -> None:
         while True:
             await asyncio.sleep(_ADOPTION_INTERVAL)
-            try:
-                self.adopt_spools()
-            except Exception:  # pragma: no cover - never let a bad spool take the daemon down
-                log.exception("spool adoption failed; will retry")
+            async with self._flush_lock:  # adoption writes synchronously: never beside a write pass
+                try:
+                    self.adopt_spools()
+                except Exception:  # pragma: no cover - never let a bad spool take the daemon down
+                    log.exception("spool adoption failed; will retry")
 
     def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
         kind = write_error_kind(exc)

@@ -67,7 +67,7 @@ WatchdogSec=30
 Restart=on-failure
 RestartSec=1
 TimeoutStopSec=20
-LimitNOFILE=8192
+LimitNOFILE=65536
 UMask=0077
 # Hardening that works in user units on systemd 252 (prctl/seccomp only; no namespaces, no
 # capabilities: ProtectSystem/ProtectHome/PrivateTmp and ProtectKernel*/CapabilityBoundingSet don't).

@@ -64,7 +64,7 @@ from ._layout import (
 from .retention import RetentionPolicy, RetentionReport, enforce_session
 from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
 
-__all__ = ["MAX_WATERMARKS", "AppendFile", "RootStore", "SessionState", "Writer"]
+__all__ = ["MAX_WATERMARKS", "AppendFile", "FlushJob", "RootStore", "SessionState", "Writer"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -85,6 +85,17 @@ class _Summary(msgspec.Struct, gc=False):
 
 
 _summary_decoder: Final = msgspec.json.Decoder(_Summary)
+
+
+class FlushJob:
+    """Pending buffers detached for one write pass, with the descriptors retired by rotations."""
+
+    __slots__ = ("items", "now", "retired")
+
+    def __init__(self, items: list[tuple[AppendFile, bytearray]], retired: list[int], now: float) -> None:
+        self.items = items
+        self.retired = retired
+        self.now = now
 
 
 class AppendFile:
@@ -124,6 +135,7 @@ class SessionState(AppendFile):
         "seq",
         "session_id",
         "snapshot_at",
+        "snapshot_size",
     )
 
     def __init__(self, root: RootStore, session_id: str) -> None:
@@ -140,6 +152,8 @@ class SessionState(AppendFile):
         self.parent = ""
         self.agent = ""
         self.snapshot_at = 0.0
+        self.snapshot_size = -1
+        """Active-segment size at the last checkpoint (-1: none for this segment)."""
 
     def note_delivery(self, producer: str, number: int) -> None:
         """Record that ``producer``'s event ``number`` is in this session (bounded table)."""
@@ -283,65 +297,102 @@ class Writer:
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def flush(self) -> tuple[list[AppendFile], list[tuple[AppendFile, OSError]], int]:
-        """Write every pending buffer; return (written targets, failures, bytes written).
+    def flush(self, *, durable: bool = False) -> tuple[list[AppendFile], list[tuple[AppendFile, OSError]], int]:
+        """Write (and with ``durable``, sync) every pending buffer at once; see :meth:`take`."""
+        job = self.take()
+        return self.finish(job, *self.write(job, durable=durable))
 
-        A failed target's partial write is cut off and, for a session, its in-memory state is
-        forgotten so that the next event rebuilds it from the file. A target that reached a rotation
-        limit is rotated right after its write.
+    def take(self) -> FlushJob:
+        """Detach every pending buffer (event loop): staging goes on into fresh buffers meanwhile.
+
+        The collector then runs :meth:`write` in a worker thread, so that the system calls (file
+        creation, ``write(2)``, ``fdatasync``) overlap with decoding the next batches, and calls
+        :meth:`finish` back on the loop. Only one job is in flight at a time.
         """
-        self._close_retired()
-        dirty = self._dirty
-        self._dirty = {}
-        written: list[AppendFile] = []
-        failed: list[tuple[AppendFile, OSError]] = []
-        total = 0
-        now = self.clock()
-        rotation = self.rotation
-        today = utc_day(now) if rotation.daily else 0
+        retired, self._retired = self._retired, []
+        dirty, self._dirty = self._dirty, {}
+        items: list[tuple[AppendFile, bytearray]] = []
         for target in dirty:
             data = target.pending
-            if not data:
-                continue
+            if data:
+                target.pending = bytearray()
+                items.append((target, data))
+        return FlushJob(items, retired, self.clock())
+
+    def write(
+        self, job: FlushJob, *, durable: bool
+    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+        """Append the detached buffers (safe in a worker thread); return (written, failed).
+
+        It touches only descriptors, sizes and the open-file LRU, which the loop leaves alone while
+        a job is in flight. A failed write is cut back to the last good size at once.
+        """
+        for fd in job.retired:
+            with contextlib.suppress(OSError):
+                if durable:
+                    os.fdatasync(fd)
+                os.close(fd)
+        written: list[tuple[AppendFile, bytearray]] = []
+        failed: list[tuple[AppendFile, OSError]] = []
+        for target, data in job.items:
             try:
-                if target.fd is not None and now - target.last_write > _IDLE_CHECK:
+                if target.fd is not None and job.now - target.last_write > _IDLE_CHECK:
                     self._check_unlinked(target)
                 fd = self._ensure_open(target)
-                # Released even when write() fails: a live export would make clearing the buffer
-                # (in _undo) raise BufferError and wedge the session.
+                # Released even when write() fails, before anything else touches the buffer.
                 with memoryview(data) as view:
                     done = 0
                     while done < len(data):
                         done += os.write(fd, view[done:])
+                if durable:
+                    os.fdatasync(fd)
             except OSError as exc:
+                if target.fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(target.fd, target.size)
                 failed.append((target, exc))
-                self._undo(target)
                 continue
+            written.append((target, data))
+        return written, failed
+
+    def finish(
+        self,
+        job: FlushJob,
+        written: list[tuple[AppendFile, bytearray]],
+        failed: list[tuple[AppendFile, OSError]],
+    ) -> tuple[list[AppendFile], list[tuple[AppendFile, OSError]], int]:
+        """Account for a written job (event loop): sizes, summaries, rotation, checkpoints, failures.
+
+        A failed target's in-memory state is forgotten (the next event rebuilds it from the file);
+        anything staged for it while the job was in flight is dropped with it, and the generation
+        bump makes sure the batches that staged it are not acknowledged.
+        """
+        for target, _exc in failed:
+            self.forget(target)
+        now = job.now
+        rotation = self.rotation
+        today = utc_day(now) if rotation.daily else 0
+        total = 0
+        done: list[AppendFile] = []
+        for target, data in written:
             if target.size == 0:
                 target.started = now
             target.size += len(data)
             target.last_write = now
             total += len(data)
-            written.append(target)
+            done.append(target)
             if isinstance(target, SessionState):
                 _summarise(target, data)
-                data.clear()
                 if rotation.due(target.size, target.seq - target.segment_seq, utc_day(target.started), today):
                     self._rotate_session(target, now)
                 elif now - target.snapshot_at >= self.snapshot_interval:
                     self._snapshot(target, now)
-            else:
-                data.clear()
-                if rotation.due(target.size, 0, utc_day(target.started), today):
-                    self._rotate_rejects(target, now)
-        return written, failed, total
+            elif rotation.due(target.size, 0, utc_day(target.started), today):
+                self._rotate_rejects(target, now)
+        return done, failed, total
 
     def sync(self, targets: list[AppendFile]) -> list[tuple[AppendFile, OSError]]:
-        """``fdatasync`` the given written targets (group commit); return those that failed.
-
-        Descriptors of files rotated during the last flush are synced (and closed) here too: their
-        last bytes were written in that flush.
-        """
+        """``fdatasync`` the given written targets and any rotated-away descriptors; return failures."""
         failed: list[tuple[AppendFile, OSError]] = []
         retired, self._retired = self._retired, []
         for fd in retired:
@@ -378,7 +429,7 @@ class Writer:
         now = self.clock()
         for store in self._roots.values():
             for state in store.sessions.values():
-                if not state.pending and state.snapshot_at < state.last_write:
+                if not state.pending and state.snapshot_size != state.size:
                     with contextlib.suppress(OSError):
                         self._snapshot(state, now)
         self.wait_idle()
@@ -413,20 +464,17 @@ class Writer:
             self._close(target)
             target.size = 0
 
-    def _undo(self, target: AppendFile) -> None:
-        if target.fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(target.fd, target.size)
-        self.forget(target)
-
     def _ensure_open(self, target: AppendFile) -> int:
         fd = target.fd
         if fd is not None:
             self._open.move_to_end(target)
             return fd
-        while len(self._open) >= self.max_open_files:
-            oldest, _ = self._open.popitem(last=False)
-            self._close(oldest)
+        if len(self._open) >= self.max_open_files:
+            # Close the least recently written eighth at once: evicting one file per open makes a
+            # round-robin over slightly more sessions than slots miss on every single write.
+            for _ in range(len(self._open) - self.max_open_files + max(1, self.max_open_files // 8)):
+                oldest, _ = self._open.popitem(last=False)
+                self._close(oldest)
         fd = os.open(target.name, _FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
         target.fd = fd
         self._open[target] = None
@@ -460,6 +508,7 @@ class Writer:
         except OSError as exc:
             log.warning("cannot write the checkpoint of %s: %s", state.session_id, exc)
         state.snapshot_at = now
+        state.snapshot_size = state.size
 
     def _rotate_session(self, state: SessionState, now: float) -> None:
         dirs = state.root.dirs
@@ -599,7 +648,9 @@ class Writer:
         if size and not state.started:
             state.started = self.clock()
         state.last_write = self.clock()
-        state.snapshot_at = state.last_write if checkpoint is not None and checkpoint.offset == size else 0.0
+        # No checkpoint needed before the interval has passed: replaying a young segment is cheap.
+        state.snapshot_at = state.last_write
+        state.snapshot_size = size if checkpoint is not None and checkpoint.offset == size else -1
 
     def repair_root(self, path: Path, *, owner: int) -> int:
         """Repair the torn last line of every active session file of a root; return how many.
