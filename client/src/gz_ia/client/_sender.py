@@ -447,6 +447,7 @@ class Sender:
                     if delay > 0:
                         with self._lock:
                             self._wake_wanted = False
+                            self._wake_armed = False
                         self._wait_for_wake(selector, delay)
                         with self._lock:
                             self._wake_wanted = True
@@ -478,13 +479,10 @@ class Sender:
                 self._drain_wake()
 
     def _drain_wake(self) -> None:
-        # Empty the pipe first, then disarm: a submit() in between sees the flag still armed and
-        # skips its write, but its item is picked up by the fill that follows this call.
+        # Only empty the pipe: the flag is re-armed where the thread is about to block (see _pump).
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self._wake_r, 4096):
                 pass
-        with self._lock:
-            self._wake_armed = False
 
     def _connect(self, selector: selectors.BaseSelector) -> bool:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -545,9 +543,16 @@ class Sender:
         assert self._sock is not None
         sock = self._sock
         self._fill_output()
+        with self._lock:
+            # More to send and room for it: go round again at once. Otherwise block; and only when
+            # the queue is empty must the next submit() write to the wake-up pipe (under load the
+            # thread never blocks on an empty queue, so agents never pay for a wake-up).
+            runnable = bool(self._queue) and len(self._window) < WINDOW_EVENTS and len(self._out) < _BATCH_BYTES
+            if not runnable:
+                self._wake_armed = bool(self._queue)
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
-        for key, mask in selector.select(1.0):
+        for key, mask in selector.select(0 if runnable else 1.0):
             if key.fd == self._wake_r:
                 self._drain_wake()
                 continue
