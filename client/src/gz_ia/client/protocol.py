@@ -108,7 +108,7 @@ class Batch(msgspec.Struct, tag="batch", kw_only=True):
 
 
 class TypedBatch(msgspec.Struct, tag="batch", kw_only=True):
-    """The collector's fast-path view of :class:`Batch`: every event decoded and validated at once."""
+    """A typed view of :class:`Batch`: every event decoded and fully validated in one call."""
 
     first: int
     events: list[LogEvent]
