@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -62,6 +63,7 @@ log = logging.getLogger("gz_ia.collector")
 
 _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
+_TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
@@ -201,12 +203,17 @@ class Connection(asyncio.Protocol):
         try:
             self.root = self.collector.writer.root(Path(hello.root), owner=self.uid)
             self.collector.known_roots.add(self.root.path, self.uid)
-        except LayoutError as exc:
+        except (LayoutError, OSError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
+                # A full or read-only disk is a fault that clears, not a refusal: the client keeps its
+                # events and comes back (backoff), instead of giving them up.
+                self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
+                self.fail(RejectReason.WRITE_FAILED, f"cannot prepare root {hello.root!r} now: {cause}")
+                return
             self.collector.metrics.events_rejected.labels(RejectReason.ROOT_NOT_ALLOWED.value).inc()
-            self.fail(RejectReason.ROOT_NOT_ALLOWED, str(exc))
-            return
-        except OSError as exc:
-            self.fail(RejectReason.ROOT_NOT_ALLOWED, f"cannot use root {hello.root!r}: {exc}")
+            detail = str(exc) if isinstance(exc, LayoutError) else f"cannot use root {hello.root!r}: {exc}"
+            self.fail(RejectReason.ROOT_NOT_ALLOWED, detail)
             return
         self.producer = hello.producer
         self.send(Welcome(proto=PROTOCOL_VERSION, version=self.collector.version))
@@ -489,7 +496,7 @@ class Collector:
             if job.items or job.retired:
                 written_data, failed = await asyncio.to_thread(writer.write, job, durable=durable)
             else:
-                written_data, failed = [], []
+                written_data, failed = [], list(job.failed)
             _written, failed, nbytes = writer.finish(job, written_data, failed)
             self._answer(replies, failed, nbytes)
 

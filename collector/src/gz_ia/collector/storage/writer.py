@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -90,12 +91,20 @@ _summary_decoder: Final = msgspec.json.Decoder(_Summary)
 class FlushJob:
     """Pending buffers detached for one write pass, with the descriptors retired by rotations."""
 
-    __slots__ = ("items", "now", "retired")
+    __slots__ = ("failed", "items", "now", "retired")
 
-    def __init__(self, items: list[tuple[AppendFile, bytearray]], retired: list[int], now: float) -> None:
+    def __init__(
+        self,
+        items: list[tuple[AppendFile, bytearray]],
+        retired: list[int],
+        now: float,
+        failed: list[tuple[AppendFile, OSError]],
+    ) -> None:
         self.items = items
         self.retired = retired
         self.now = now
+        self.failed = failed
+        """Targets failed before writing (their directory was removed)."""
 
 
 class AppendFile:
@@ -223,6 +232,7 @@ class Writer:
             raise ValueError("max_open_files must be at least 1")
         self.max_open_files = max_open_files
         self._roots: dict[tuple[Path, int], RootStore] = {}
+        self._stale_roots: list[RootStore] = []
         self._open: collections.OrderedDict[AppendFile, None] = collections.OrderedDict()
         self._dirty: dict[AppendFile, None] = {}
         self._retired: list[int] = []
@@ -312,12 +322,39 @@ class Writer:
         retired, self._retired = self._retired, []
         dirty, self._dirty = self._dirty, {}
         items: list[tuple[AppendFile, bytearray]] = []
+        gone: list[tuple[AppendFile, OSError]] = []
+        removed = self._removed_directories() if dirty else set()
         for target in dirty:
             data = target.pending
-            if data:
-                target.pending = bytearray()
+            if not data:
+                continue
+            target.pending = bytearray()
+            if target.dir_fd in removed:
+                gone.append((target, FileNotFoundError(errno.ENOENT, "the session root was removed", target.name)))
+            else:
                 items.append((target, data))
-        return FlushJob(items, retired, self.clock())
+        return FlushJob(items, retired, self.clock(), gone)
+
+    def _removed_directories(self) -> set[int]:
+        """Descriptors of root and sessions directories deleted under us (``rm -r .harness``).
+
+        Their stores are dropped, so that the next handshake opens the path afresh (a client recreates
+        a missing root before connecting); the old descriptors stay open until :meth:`close`, so that
+        their numbers can never be reused for another directory while stale state still names them.
+        """
+        removed: set[int] = set()
+        for key, store in list(self._roots.items()):
+            fds = (store.dirs.root_fd, store.dirs.sessions_fd)
+            try:
+                deleted = any(os.fstat(fd).st_nlink == 0 for fd in fds)
+            except OSError:
+                deleted = True
+            if deleted:
+                log.error("session root %s was removed; its unwritten events stay with their clients", store.path)
+                removed.update(fds)
+                del self._roots[key]
+                self._stale_roots.append(store)
+        return removed
 
     def write(
         self, job: FlushJob, *, durable: bool
@@ -333,7 +370,7 @@ class Writer:
                     os.fdatasync(fd)
                 os.close(fd)
         written: list[tuple[AppendFile, bytearray]] = []
-        failed: list[tuple[AppendFile, OSError]] = []
+        failed: list[tuple[AppendFile, OSError]] = list(job.failed)
         for target, data in job.items:
             try:
                 if target.fd is not None and job.now - target.last_write > _IDLE_CHECK:
@@ -439,9 +476,10 @@ class Writer:
         self._close_retired()
         for target in list(self._open):
             self._close(target)
-        for store in self._roots.values():
+        for store in (*self._roots.values(), *self._stale_roots):
             store.dirs.close()
         self._roots.clear()
+        self._stale_roots.clear()
 
     def wait_idle(self) -> None:
         """Wait until queued compression and retention work is done (tests, shutdown)."""

@@ -1,0 +1,88 @@
+"""A root removed or made read-only under a running collector: it stays up, keeps what it could not
+write with the clients, and resumes by itself when the fault clears."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gz_ia.client import Client
+
+
+def _metric(collector: Any, name: str) -> float:
+    for line in collector.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def _log(client: Any, first: int, count: int) -> None:
+    for n in range(first, first + count):
+        client.log(session_id="work", action="step", stage="PENDING", agent="agy", attrs={"n": n})
+
+
+def test_a_removed_root_is_recreated_and_nothing_sent_after_is_lost(collector: Any, schema_validator: Any) -> None:
+    """rm -r .harness mid-run: later events land once in the recreated root; the collector never restarts."""
+    client = collector.client()
+    _log(client, 0, 50)
+    assert client.flush(timeout=30)
+    pid = collector.proc.pid
+    shutil.rmtree(collector.root)
+    _log(client, 50, 50)
+    assert client.flush(timeout=60)
+    client.close()
+    lines = collector.session_lines("work")
+    for line in lines:
+        schema_validator.validate(line)
+    assert sorted(line["attrs"]["n"] for line in lines) == list(range(50, 100))
+    assert [line["seq"] for line in lines] == list(range(1, 51)), "a fresh session starts at seq 1"
+    assert collector.proc.pid == pid and collector.proc.poll() is None
+    assert _metric(collector, 'gzia_write_errors_total{kind="ENOENT"}') >= 1
+    assert "was removed" in collector.log()
+
+
+@pytest.fixture(name="small_disk")
+def _small_disk(short_tmp: Path) -> Any:
+    """A tmpfs mounted for the test (we are root), always unmounted at the end."""
+    mount_point = short_tmp / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_read_only_root_holds_events_until_it_is_writable_again(
+    collector: Any, small_disk: Path, schema_validator: Any
+) -> None:
+    """EROFS: nothing acknowledged that was not written, errors counted; after remount rw all lands once."""
+    root = small_disk / ".harness"
+    root.mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    client = Client(socket_path=collector.socket, root=root)
+    try:
+        _log(client, 0, 30)
+        assert client.flush(timeout=3) is False, "nothing can be acknowledged while the root is read-only"
+        stats = client.stats()
+        assert (stats.accepted, stats.rejected, stats.dropped) == (0, 0, 0)
+        deadline = time.monotonic() + 30
+        while _metric(collector, 'gzia_write_errors_total{kind="EROFS"}') < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _metric(collector, 'gzia_write_errors_total{kind="EROFS"}') >= 1
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    assert client.flush(timeout=60)
+    client.close()
+    lines = [json.loads(line) for line in (root / "sessions" / "work.events.jsonl").read_text().splitlines()]
+    for line in lines:
+        schema_validator.validate(line)
+    assert sorted(line["attrs"]["n"] for line in lines) == list(range(30))
+    assert [line["seq"] for line in lines] == list(range(1, 31))
+    assert collector.proc.poll() is None
