@@ -62,6 +62,17 @@ class KnownRoots:
         if key in self._entries:
             return
         self._entries[key] = None
+        self._save()
+
+    def discard(self, paths: list[tuple[Path, int]]) -> None:
+        """Forget roots that no longer exist (a removed workspace, a test's temporary directory)."""
+        before = len(self._entries)
+        for path, uid in paths:
+            self._entries.pop((str(path), uid), None)
+        if len(self._entries) != before:
+            self._save()
+
+    def _save(self) -> None:
         data = json.dumps([{"path": p, "uid": u} for p, u in self._entries], indent=1).encode()
         temporary = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
         try:
@@ -69,6 +80,6 @@ class KnownRoots:
             temporary.write_bytes(data)
             os.replace(temporary, self.file)
         except OSError as exc:
-            log.warning("cannot remember root %s in %s: %s", path, self.file, exc)
+            log.warning("cannot update %s: %s", self.file, exc)
             with contextlib.suppress(OSError):
                 temporary.unlink()

@@ -548,14 +548,19 @@ class Collector:
 
     def _repair_known_roots(self) -> None:
         """Move torn last lines aside in every root served before, before anyone reads them."""
+        gone: list[tuple[Path, int]] = []
         for path, uid in self.known_roots:
+            if not path.is_dir():
+                gone.append((path, uid))
+                continue
             try:
                 repaired = self.writer.repair_root(path, owner=uid)
             except (OSError, LayoutError) as exc:
-                log.info("not repairing %s at start: %s", path, exc)
+                log.warning("not repairing %s at start: %s", path, exc)
                 continue
             if repaired:
                 log.warning("repaired %d torn last line(s) under %s (moved to <id>.events.torn)", repaired, path)
+        self.known_roots.discard(gone)
 
     def adopt_spools(self) -> int:
         """Deliver the disk spools of clients that died (see :mod:`.adoption`)."""
