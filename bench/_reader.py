@@ -22,7 +22,7 @@ def session_files(system: Ours, session: str) -> list[Path]:
     """Every segment of ``session`` under the root: active file and archives, torn fragments excluded."""
     return sorted(
         path
-        for path in system.root.rglob(f"{session}*")
+        for path in (system.root / "sessions").glob(f"{session}.events*")
         if path.is_file() and not path.is_symlink() and ".torn" not in path.name
     )
 

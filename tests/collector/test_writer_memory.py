@@ -1,0 +1,56 @@
+"""Many sessions keep memory flat: idle session state is released and rebuilt from the files."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from gz_ia.client.protocol import Batch, encode_frame
+from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.validation import decode_batch
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def _batch(first: int, events: list[tuple[str, Stage]]) -> bytes:
+    now = datetime.now(UTC)
+    bodies = [
+        msgspec.Raw(
+            _encoder.encode(LogEvent(timestamp=now, session_id=s, action="a", stage=st, status=Status.OK, agent="agy"))
+        )
+        for s, st in events
+    ]
+    return encode_frame(Batch(first=first, events=bodies))[4:]
+
+
+def test_idle_sessions_are_released_and_come_back_with_their_state(tmp_path: Path) -> None:
+    """Past max_idle_sessions the oldest idle states leave memory; their next event continues seq and rules."""
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer(max_idle_sessions=10)
+    ingest = Ingest(writer)
+    store = writer.root(root, owner=os.getuid())
+    first = 1
+    for n in range(60):
+        events = [(f"s{n}", Stage.READ), (f"s{n}", Stage.FINISH)]
+        outcome = ingest.apply(store, "ab", decode_batch(_batch(first, events)))
+        first += 2
+        assert not outcome.rejections
+        writer.flush()
+    assert len(store.sessions) <= 10 + 10 // 8 + 1
+    assert "s0" not in store.sessions
+    # s0 comes back: seq continues at 3, and FINISH without an open cycle is still refused.
+    outcome = ingest.apply(store, "ab", decode_batch(_batch(first, [("s0", Stage.FINISH), ("s0", Stage.READ)])))
+    writer.flush()
+    assert [r.reason.value for r in outcome.rejections] == ["finish_without_start"]
+    lines = (root / "sessions" / "s0.events.jsonl").read_text().splitlines()
+    assert [msgspec.json.decode(line)["seq"] for line in lines] == [1, 2, 3]
+    # A resend of an event written before the release is still recognised as a duplicate.
+    again = ingest.apply(store, "ab", decode_batch(_batch(1, [("s0", Stage.READ), ("s0", Stage.FINISH)])))
+    assert again.duplicates == 2
+    writer.close()
