@@ -18,6 +18,7 @@ from __future__ import annotations
 import cProfile
 import json
 import logging
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -49,7 +50,9 @@ class JsonFormatter(logging.Formatter):
 
 def _calls(events: int) -> list[tuple[str, str | None, str, str, int | None]]:
     base = datetime(2025, 11, 29, tzinfo=UTC)
-    sessions = [f"agent-cpu-{s:03d}" for s in range(10)]
+    # Fresh sessions in every process: runs share one collector and root, and a cycle left open by
+    # an earlier run would make this run's READ a backward transition.
+    sessions = [f"agent-cpu-{os.getpid()}-{s:03d}" for s in range(10)]
     calls = []
     for k in range(events // len(sessions)):
         for sid in sessions:

@@ -65,6 +65,10 @@ _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
+_INLINE_ITEMS: Final = 2
+"""Write passes touching at most this many files run on the loop itself (latency at low rates)."""
+_MAX_STAGED_BYTES: Final = 16 << 20
+"""Received bytes staged for one write pass before the collector stops reading every connection."""
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
 
@@ -170,7 +174,7 @@ class Connection(asyncio.Protocol):
             except msgspec.DecodeError:
                 pass
             else:
-                self._handle_batch(decoded)
+                self._handle_batch(decoded, len(body))
                 return
         try:
             message = client_message_decoder.decode(body)
@@ -218,7 +222,7 @@ class Connection(asyncio.Protocol):
         self.producer = hello.producer
         self.send(Welcome(proto=PROTOCOL_VERSION, version=self.collector.version))
 
-    def _handle_batch(self, decoded: DecodedBatch) -> None:
+    def _handle_batch(self, decoded: DecodedBatch, size: int) -> None:
         collector = self.collector
         assert self.root is not None
         count = len(decoded.events)
@@ -235,7 +239,7 @@ class Connection(asyncio.Protocol):
             )
         outcome = collector.ingest.apply(self.root, self.producer, decoded)
         self.awaiting += 1
-        collector.enqueue(self, outcome)
+        collector.enqueue(self, outcome, size)
 
     # --- replies -------------------------------------------------------------------------------------
 
@@ -259,7 +263,11 @@ class Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.closing:
             return
-        should_pause = self._peer_not_reading or self.awaiting >= self.collector.config.max_backlog_batches
+        should_pause = (
+            self._peer_not_reading
+            or self.awaiting >= self.collector.config.max_backlog_batches
+            or self.collector.overloaded
+        )
         if should_pause and not self._paused_reading:
             self.transport.pause_reading()
             self._paused_reading = True
@@ -310,6 +318,9 @@ class Collector:
         self._replies: list[tuple[Connection, BatchOutcome]] = []
         self._work = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        self._staged = 0
+        self.overloaded = False
+        """Set while more than _MAX_STAGED_BYTES wait for the next write pass: nothing is read."""
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping = asyncio.Event()
         self._error_logged: set[str] = set()
@@ -467,10 +478,17 @@ class Collector:
 
     # --- flushing -------------------------------------------------------------------------------------
 
-    def enqueue(self, connection: Connection, outcome: BatchOutcome) -> None:
-        """Queue a batch's verdicts for after the next flush."""
+    def enqueue(self, connection: Connection, outcome: BatchOutcome, size: int) -> None:
+        """Queue a batch's verdicts for after the next flush; past the staging bound, stop reading."""
         self._replies.append((connection, outcome))
         self._work.set()
+        self._staged += size
+        if self._staged > _MAX_STAGED_BYTES and not self.overloaded:
+            # Global backpressure: while a write pass is in flight the loop could otherwise read
+            # and stage without bound from many busy clients. Every connection waits for the pass.
+            self.overloaded = True
+            for other in list(self.connections):
+                other._update_reading()
 
     async def _flush_loop(self) -> None:
         while not self._stopping.is_set():
@@ -492,13 +510,21 @@ class Collector:
             self._replies = []
             writer = self.writer
             job = writer.take()
+            self._staged = 0
             durable = self.config.durability == "fsync"
-            if job.items or job.retired:
+            if not durable and len(job.items) <= _INLINE_ITEMS and not job.retired:
+                # A light pass (a moderate rate): writing at once beats the hand-over to a thread.
+                written_data, failed = writer.write(job, durable=False)
+            elif job.items or job.retired:
                 written_data, failed = await asyncio.to_thread(writer.write, job, durable=durable)
             else:
                 written_data, failed = [], list(job.failed)
             _written, failed, nbytes = writer.finish(job, written_data, failed)
             self._answer(replies, failed, nbytes)
+            if self.overloaded:
+                self.overloaded = False
+                for connection in list(self.connections):
+                    connection._update_reading()
 
     def _answer(
         self, replies: list[tuple[Connection, BatchOutcome]], failed: list[tuple[AppendFile, OSError]], nbytes: int
