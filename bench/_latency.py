@@ -45,11 +45,11 @@ def round_trip(socket_path: str, root: str, events: int, rate: float) -> dict[st
     client = Client(socket_path=socket_path, root=root)
     base = datetime.now(UTC)
     for k in range(200):  # warm-up: connection, first file open, code paths
-        client.send(make_event("rtt-warmup", k, base=base))
+        client.send(make_event(f"rtt-warmup-{os.getpid()}", k, base=base))
     samples: list[float] = []
     start = time.perf_counter()
     for k in range(events):
-        event = make_event("rtt", k, base=base)
+        event = make_event(f"rtt-{os.getpid()}", k, base=base)
         delay = start + k / rate - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
@@ -83,7 +83,7 @@ def follow_latency(socket_path: Path, root: Path, events: int, rate: float) -> d
     from gz_ia.client import Client, LogEvent, Stage, Status
 
     env = {**os.environ, "GZ_IA_SOCKET": str(socket_path), "GZ_IA_ROOT": str(root), "NO_COLOR": "1"}
-    session = "follow-probe"
+    session = f"follow-probe-{os.getpid()}"
     client = Client(socket_path=socket_path, root=root)
 
     def probe(number: int) -> LogEvent:

@@ -102,7 +102,9 @@ class Metrics:
             "gzia_connections_refused_total", "Connections refused (other uid).", registry=registry
         )
         self.sessions_active = Gauge(
-            "gzia_sessions_active", "Sessions with at least one open action.", registry=registry
+            "gzia_sessions_active",
+            "Sessions held in memory with at least one open action (idle sessions are released past 20,000).",
+            registry=registry,
         )
         self.sessions_known = Gauge(
             "gzia_sessions_loaded", "Sessions whose state is held in memory.", registry=registry

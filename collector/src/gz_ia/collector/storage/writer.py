@@ -71,6 +71,7 @@ log = logging.getLogger("gz_ia.collector")
 
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_THREADS: Final = 8
+_RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
 _SCAN_CHUNK: Final = 1 << 20
 _IDLE_CHECK: Final = 60.0
 """A file not written for this long is checked for deletion (``gz-ia gc``) before the next write."""
@@ -478,26 +479,25 @@ class Writer:
     def _release_idle(self, now: float) -> None:
         """Let go of the least recently written idle sessions, keeping memory flat with many sessions.
 
-        Idle: nothing pending, no open action. Their state is rebuilt from checkpoint and file on their
-        next event (which is what recovery after a restart does anyway). Runs on the loop between write
+        Idle: nothing pending (open actions included: an agent may never come back to finish them).
+        Their state, open actions and watermarks are rebuilt from checkpoint and file on their next
+        event, which is what recovery after a restart does anyway. Runs on the loop between write
         passes, so no state in flight is touched.
         """
         idle: list[SessionState] = []
         loaded = 0
         for store in self._roots.values():
             loaded += len(store.sessions)
-            idle.extend(
-                state
-                for state in store.sessions.values()
-                if not state.pending and not state.open_actions and state not in self._dirty
-            )
+            idle.extend(state for state in store.sessions.values() if not state.pending and state not in self._dirty)
         excess = loaded - self.max_idle_sessions
         if excess <= 0:
             self._loaded = loaded
             return
         idle.sort(key=lambda state: state.last_write)
         for state in idle[:excess]:
-            if state.snapshot_size != state.size:
+            # A checkpoint only where replaying the segment on return would cost much: creating one
+            # file per released session would cost more than it saves.
+            if state.size - max(state.snapshot_size, 0) > _RELEASE_CHECKPOINT_BYTES:
                 self._snapshot(state, now)
             self._close(state)
             state.root.sessions.pop(state.session_id, None)
