@@ -493,9 +493,10 @@ class Collector:
     async def _flush_loop(self) -> None:
         while not self._stopping.is_set():
             await self._work.wait()
-            # One more loop pass first: every connection with data ready gets read, so that one
-            # write per session covers all of them (a batch costs at most one extra iteration).
-            await asyncio.sleep(0)
+            if len(self._replies) > 1 or len(self.connections) > 1:
+                # One more loop pass first: every connection with data ready gets read, so that one
+                # write per session covers all of them (a batch costs at most one extra iteration).
+                await asyncio.sleep(0)
             self._work.clear()
             await self._flush_once()
 
