@@ -133,13 +133,26 @@ def test_count_written_adds_per_stage_and_status(metrics: Metrics, registry: Col
 
 
 def test_action_duration_is_observed_in_seconds(metrics: Metrics, registry: CollectorRegistry) -> None:
-    """observe_action converts duration_ms to seconds, labelled by status."""
-    metrics.observe_action(Status.OK, 1500)
-    metrics.observe_action(Status.FAILED, 20)
+    """observe_actions converts duration_ms to seconds, labelled by status."""
+    metrics.observe_actions([(Status.OK, 1500), (Status.FAILED, 20)])
     value = registry.get_sample_value
     assert value("gzia_action_duration_seconds_sum", {"status": "OK"}) == pytest.approx(1.5)
+    assert value("gzia_action_duration_seconds_count", {"status": "OK"}) == 1
     assert value("gzia_action_duration_seconds_count", {"status": "FAILED"}) == 1
+    assert value("gzia_action_duration_seconds_bucket", {"status": "FAILED", "le": "0.01"}) == 0
     assert value("gzia_action_duration_seconds_bucket", {"status": "FAILED", "le": "0.1"}) == 1
+    assert value("gzia_action_duration_seconds_bucket", {"status": "OK", "le": "1.0"}) == 0
+    assert value("gzia_action_duration_seconds_bucket", {"status": "OK", "le": "2.5"}) == 1
+
+
+def test_action_duration_buckets_are_inclusive_and_cumulative(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """A duration equal to a bound counts in that bucket (le); beyond the last bound only in +Inf."""
+    metrics.observe_actions([(Status.OK, 10), (Status.OK, 3_600_001), (Status.OK, 0)])
+    value = registry.get_sample_value
+    assert value("gzia_action_duration_seconds_bucket", {"status": "OK", "le": "0.01"}) == 2
+    assert value("gzia_action_duration_seconds_bucket", {"status": "OK", "le": "3600.0"}) == 2
+    assert value("gzia_action_duration_seconds_bucket", {"status": "OK", "le": "+Inf"}) == 3
+    assert value("gzia_action_duration_seconds_count", {"status": "OK"}) == 3
 
 
 def test_mark_written_uses_the_injected_clock(metrics: Metrics, registry: CollectorRegistry) -> None:

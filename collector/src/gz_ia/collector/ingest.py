@@ -9,6 +9,8 @@ the root's rejects file. Nothing is written to disk here: the caller flushes, th
 from __future__ import annotations
 
 import base64
+import collections
+import operator
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,7 +22,8 @@ from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import LogEvent, Stage, Status, is_safe_session_id
 
-from .stages import Rejection, apply
+from .stages import NEXT_STAGE, REFUSED, Rejection
+from .stages import apply as apply_stage
 from .storage.writer import AppendFile, RootStore, SessionState, Writer
 from .validation import DecodedBatch, unsafe_id
 
@@ -30,6 +33,9 @@ DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
 _SAFE_PARENTS_KEPT: Final = 65_536
 LOSS_AGENT: Final = "gz-ia"
 """Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
+
+
+_stage_and_status: Final = operator.attrgetter("stage", "status")
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -67,7 +73,9 @@ class BatchOutcome:
         self.rejections: list[WireRejection] = []
         self.touched: dict[AppendFile, int] = {}
         self.written: dict[tuple[Stage, Status], int] = {}
+        """Events staged for writing, counted per (stage, status)."""
         self.durations: list[tuple[Status, int]] = []
+        """``(status, duration_ms)`` of the staged FINISH events that carry a duration."""
         self.duplicates = 0
         self.client_dropped = 0
         self.received_at = received_at
@@ -101,17 +109,25 @@ class Ingest:
         self._safe_parents: set[str] = set()
 
     def apply(self, root: RootStore, producer: str, batch: DecodedBatch) -> BatchOutcome:
-        """Stage every event of ``batch`` from ``producer`` and return the batch's outcome."""
+        """Stage every event of ``batch`` from ``producer`` and return the batch's outcome.
+
+        This loop runs for every event the collector receives, so it keeps per-event work to
+        attribute reads, dictionary lookups and one JSON encoding; whatever can be done once per
+        batch (delivery watermarks, metric counts, loss notices) is done after the loop.
+        """
         outcome = BatchOutcome(batch.first, len(batch.events), want_seqs=batch.verdicts, received_at=time.monotonic())
         writer = self.writer
         sessions = root.sessions
         encode_into = self._encoder.encode_into
         seqs = outcome.seqs
         touched = outcome.touched
-        written = outcome.written
-        tag = producer.encode()
+        accepted: list[LogEvent] = []
+        finished: list[LogEvent] = []
+        last_numbers: dict[SessionState, int] = {}
+        tail = b',"seq":%d,"delivery":"' + producer.encode() + b':%d"}\n'
         first = batch.first
         safe_parents = self._safe_parents
+        max_open_actions = self.max_open_actions
         for index, event in enumerate(batch.events):
             number = first + index
             if event is None:
@@ -132,71 +148,78 @@ class Ingest:
                     safe_parents.clear()
                 safe_parents.add(parent)
             if state is None:
-                if not is_safe_session_id(event.session_id):
-                    self._reject(
-                        root, outcome, producer, number, index, unsafe_id("session_id", event.session_id), event, None
-                    )
-                    continue
-                try:
-                    state = writer.session(root, event.session_id)
-                except (OSError, ValueError) as exc:
-                    # A planted symlink (ELOOP), a directory in the file's place, an unreadable file:
-                    # this session cannot be written safely. Refuse the event, keep the connection.
-                    unavailable = Rejection(
-                        RejectReason.SESSION_UNAVAILABLE,
-                        f"session {event.session_id!r} cannot be opened safely under {root.path}: {exc}",
-                    )
-                    self._reject(root, outcome, producer, number, index, unavailable, event, None)
+                state = self._open_session(root, outcome, producer, number, index, event)
+                if state is None:
                     continue
             if number <= state.marks.get(producer, 0):
                 outcome.duplicates += 1
                 if seqs is not None:
                     seqs.append(-1)
                 continue
-            verdict = self._transition(state, event)
-            if verdict is not None:
-                self._reject(root, outcome, producer, number, index, verdict, event, None)
+            # The stage protocol: the table holds every allowed move; anything else is refused.
+            open_actions = state.open_actions
+            action = event.action
+            stage = event.stage
+            current = open_actions.get(action)
+            following = NEXT_STAGE.get((current, stage), REFUSED)
+            if following is REFUSED:
+                refusal = apply_stage(current, stage, action)
+                assert isinstance(refusal, Rejection)
+                self._reject(root, outcome, producer, number, index, refusal, event, None)
                 continue
+            if following is None:
+                del open_actions[action]
+                finished.append(event)
+            elif current is None:
+                if len(open_actions) >= max_open_actions:
+                    self._reject(root, outcome, producer, number, index, _too_many(state), event, None)
+                    continue
+                open_actions[action] = following
+            elif following is not current:
+                open_actions[action] = following
             if event.timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
             state.seq += 1
             pending = state.pending
             encode_into(event, pending, len(pending))
-            pending[-1:] = b',"seq":%d,"delivery":"%s:%d"}\n' % (state.seq, tag, number)
-            state.note_delivery(producer, number)
-            if state not in touched:
+            del pending[-1]  # the closing brace: the collector's fields go after the event's own
+            pending += tail % (state.seq, number)
+            if state not in last_numbers:
                 touched[state] = state.generation
                 writer.mark_dirty(state)
-            key = (event.stage, event.status)
-            written[key] = written.get(key, 0) + 1
-            if event.stage is Stage.FINISH:
-                if event.duration_ms is not None:
-                    outcome.durations.append((event.status, event.duration_ms))
-                if event.agent == LOSS_AGENT and event.attrs:
-                    dropped = event.attrs.get("dropped")
-                    if isinstance(dropped, int):
-                        outcome.client_dropped += dropped
+            last_numbers[state] = number
+            accepted.append(event)
             if seqs is not None:
                 seqs.append(state.seq)
+        for state, number in last_numbers.items():
+            state.note_delivery(producer, number)
+        outcome.written = collections.Counter(map(_stage_and_status, accepted))
+        outcome.durations = [(event.status, event.duration_ms) for event in finished if event.duration_ms is not None]
+        for event in finished:
+            if event.agent == LOSS_AGENT and event.attrs:
+                dropped = event.attrs.get("dropped")
+                if isinstance(dropped, int):
+                    outcome.client_dropped += dropped
         return outcome
 
-    def _transition(self, state: SessionState, event: LogEvent) -> Rejection | None:
-        open_actions = state.open_actions
-        current = open_actions.get(event.action)
-        result = apply(current, event.stage, event.action)
-        if isinstance(result, Rejection):
-            return result
-        if result is None:
-            del open_actions[event.action]
-        else:
-            if current is None and len(open_actions) >= self.max_open_actions:
-                return Rejection(
-                    RejectReason.TOO_MANY_OPEN_ACTIONS,
-                    f"session {state.session_id!r} already has {len(open_actions)} open actions; "
-                    "FINISH some before starting more",
-                )
-            open_actions[event.action] = result
-        return None
+    def _open_session(
+        self, root: RootStore, outcome: BatchOutcome, producer: str, number: int, index: int, event: LogEvent
+    ) -> SessionState | None:
+        """Return the state of ``event``'s session, new or rebuilt from its files; None if refused."""
+        if not is_safe_session_id(event.session_id):
+            self._reject(root, outcome, producer, number, index, unsafe_id("session_id", event.session_id), event, None)
+            return None
+        try:
+            return self.writer.session(root, event.session_id)
+        except (OSError, ValueError) as exc:
+            # A planted symlink (ELOOP), a directory in the file's place, an unreadable file:
+            # this session cannot be written safely. Refuse the event, keep the connection.
+            unavailable = Rejection(
+                RejectReason.SESSION_UNAVAILABLE,
+                f"session {event.session_id!r} cannot be opened safely under {root.path}: {exc}",
+            )
+            self._reject(root, outcome, producer, number, index, unavailable, event, None)
+            return None
 
     def _reject(
         self,
@@ -239,3 +262,11 @@ def _presentable(raw: bytes) -> object:
     except (msgspec.DecodeError, msgspec.EncodeError, TypeError, ValueError):
         return {"base64": base64.b64encode(raw).decode()}
     return value
+
+
+def _too_many(state: SessionState) -> Rejection:
+    return Rejection(
+        RejectReason.TOO_MANY_OPEN_ACTIONS,
+        f"session {state.session_id!r} already has {len(state.open_actions)} open actions; "
+        "FINISH some before starting more",
+    )

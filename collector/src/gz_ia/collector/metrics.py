@@ -7,10 +7,12 @@ never a session id, an agent name or error text.
 
 from __future__ import annotations
 
+import bisect
 import errno
+import itertools
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final
 
 from prometheus_client import (
@@ -23,11 +25,14 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+from prometheus_client.metrics_core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 
-__all__ = ["RELOAD_RESULTS", "WRITE_ERROR_KINDS", "Metrics", "write_error_kind"]
+__all__ = ["RELOAD_RESULTS", "WRITE_ERROR_KINDS", "ActionDurations", "Metrics", "write_error_kind"]
 
 _LATENCY_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -39,6 +44,42 @@ def write_error_kind(exc: OSError) -> str:
     """Map an OSError to one of :data:`WRITE_ERROR_KINDS`."""
     name = errno.errorcode.get(exc.errno or 0, "other")
     return name if name in WRITE_ERROR_KINDS else "other"
+
+
+class ActionDurations(Collector):
+    """The histogram of FINISH durations by status, observed a batch at a time.
+
+    ``prometheus_client.Histogram.observe`` takes locks and walks the buckets in Python, which at
+    hundreds of thousands of events a second was a tenth of the collector's time. Here a batch's
+    durations are sorted into buckets with :func:`bisect.bisect_left` on the event loop, and the
+    family is built only when Prometheus scrapes (a custom collector, as prometheus_client allows).
+    """
+
+    def __init__(self, name: str, documentation: str, buckets_seconds: Sequence[float]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._bounds_ms = [bound * 1000 for bound in buckets_seconds]
+        self._labels = [floatToGoString(bound) for bound in buckets_seconds] + ["+Inf"]
+        self._counts = {status: [0] * (len(buckets_seconds) + 1) for status in Status}
+        self._sums_ms = dict.fromkeys(Status, 0)
+
+    def observe(self, durations: Iterable[tuple[Status, int]]) -> None:
+        """Count each ``(status, duration_ms)`` pair."""
+        bounds = self._bounds_ms
+        counts = self._counts
+        sums = self._sums_ms
+        for status, duration in durations:
+            counts[status][bisect.bisect_left(bounds, duration)] += 1
+            sums[status] += duration
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["status"])
+        for status, counts in self._counts.items():
+            cumulative = list(itertools.accumulate(counts))
+            family.add_metric(
+                [status.value], list(zip(self._labels, cumulative, strict=True)), self._sums_ms[status] / 1000
+            )
+        yield family
 
 
 class Metrics:
@@ -123,13 +164,10 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
-        self.action_duration = Histogram(
-            "gzia_action_duration_seconds",
-            "duration_ms of FINISH events, in seconds.",
-            ["status"],
-            buckets=_DURATION_BUCKETS,
-            registry=registry,
+        self.action_duration = ActionDurations(
+            "gzia_action_duration_seconds", "duration_ms of FINISH events, in seconds.", _DURATION_BUCKETS
         )
+        registry.register(self.action_duration)
         self.last_event = Gauge(
             "gzia_last_event_timestamp_seconds",
             "Unix time of the last event written (for staleness alerts).",
@@ -165,8 +203,6 @@ class Metrics:
             self.events_rejected.labels(reason.value)
         for kind in WRITE_ERROR_KINDS:
             self.write_errors.labels(kind)
-        for status in Status:
-            self.action_duration.labels(status.value)
         for result in RELOAD_RESULTS:
             self.config_reloads.labels(result)
         self._written_children = {
@@ -174,16 +210,15 @@ class Metrics:
             for stage in Stage
             for status in Status
         }
-        self._duration_children = {status: self.action_duration.labels(status.value) for status in Status}
 
     def count_written(self, counts: dict[tuple[Stage, Status], int]) -> None:
         """Add a batch's written events, counted per (stage, status)."""
         for key, value in counts.items():
             self._written_children[key].inc(value)
 
-    def observe_action(self, status: Status, duration_ms: int) -> None:
-        """Record a FINISH event's duration."""
-        self._duration_children[status].observe(duration_ms / 1000)
+    def observe_actions(self, durations: Iterable[tuple[Status, int]]) -> None:
+        """Record a batch's written FINISH events as ``(status, duration_ms)`` pairs."""
+        self.action_duration.observe(durations)
 
     def totals(self) -> dict[str, int]:
         """Return the main counters summed over their labels, cheaply (no process metrics read)."""

@@ -564,8 +564,7 @@ class Collector:
         """Count a batch whose lines are written: by stage/status, rejections, duplicates, drops."""
         metrics = self.metrics
         metrics.count_written(outcome.written)
-        for status, duration in outcome.durations:
-            metrics.observe_action(status, duration)
+        metrics.observe_actions(outcome.durations)
         for rejection in outcome.rejections:
             metrics.events_rejected.labels(rejection.reason.value).inc()
         if outcome.duplicates:

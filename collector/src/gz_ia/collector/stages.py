@@ -10,6 +10,7 @@ the new open stage, or a :class:`Rejection`. Rejections are expected outcomes, n
 
 from __future__ import annotations
 
+import enum
 from typing import Final
 
 import msgspec
@@ -17,7 +18,7 @@ import msgspec
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage
 
-__all__ = ["CLOSED", "Rejection", "apply"]
+__all__ = ["CLOSED", "NEXT_STAGE", "REFUSED", "Rejection", "apply"]
 
 CLOSED: Final = None
 """The open stage of an action with no cycle in progress."""
@@ -51,3 +52,25 @@ def apply(open_stage: Stage | None, stage: Stage, action: str) -> Stage | Reject
             f"READ after PENDING for action {action!r}: a cycle cannot go back; FINISH it first",
         )
     return stage
+
+
+class _Refused(enum.Enum):
+    """The type of :data:`REFUSED` alone, so that type checkers narrow ``x is REFUSED``."""
+
+    REFUSED = 0
+
+
+REFUSED: Final = _Refused.REFUSED
+"""What ``NEXT_STAGE.get(move, REFUSED)`` returns for a move the protocol refuses."""
+
+NEXT_STAGE: Final[dict[tuple[Stage | None, Stage], Stage | None]] = {
+    (open_stage, stage): result
+    for open_stage in (CLOSED, Stage.READ, Stage.PENDING)
+    for stage in Stage
+    if not isinstance(result := apply(open_stage, stage, ""), Rejection)
+}
+"""Every allowed move, ``(open stage, incoming stage) → open stage after it``, derived from :func:`apply`.
+
+The collector looks each event up here (one dictionary lookup) and calls :func:`apply` only for the
+moves it refuses, to get the reason and the sentence.
+"""
