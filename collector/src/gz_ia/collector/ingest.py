@@ -107,6 +107,7 @@ class Ingest:
         self.clock = clock
         self._encoder = msgspec.json.Encoder()
         self._safe_parents: set[str] = set()
+        self._line = bytearray()
 
     def apply(self, root: RootStore, producer: str, batch: DecodedBatch) -> BatchOutcome:
         """Stage every event of ``batch`` from ``producer`` and return the batch's outcome.
@@ -124,6 +125,7 @@ class Ingest:
         accepted: list[LogEvent] = []
         finished: list[LogEvent] = []
         last_numbers: dict[SessionState, int] = {}
+        line = self._line
         tail = b',"seq":%d,"delivery":"' + producer.encode() + b':%d"}\n'
         first = batch.first
         safe_parents = self._safe_parents
@@ -180,10 +182,12 @@ class Ingest:
             if event.timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
             state.seq += 1
-            pending = state.pending
-            encode_into(event, pending, len(pending))
-            del pending[-1]  # the closing brace: the collector's fields go after the event's own
-            pending += tail % (state.seq, number)
+            # Encoded into a small reused buffer, not at the end of the pending one: msgspec sizes
+            # the buffer for each call, which on a long pending buffer means a realloc per event.
+            encode_into(event, line, 0)
+            del line[-1]  # the closing brace: the collector's fields go after the event's own
+            line += tail % (state.seq, number)
+            state.pending += line
             if state not in last_numbers:
                 touched[state] = state.generation
                 writer.mark_dirty(state)
