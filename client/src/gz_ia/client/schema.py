@@ -11,7 +11,9 @@ these Structs never set ``forbid_unknown_fields`` so that older readers accept n
 
 from __future__ import annotations
 
+
 import enum
+import re
 from datetime import datetime
 from typing import Annotated, Final
 
@@ -78,12 +80,12 @@ AttrValue = (
 )
 Attrs = Annotated[dict[AttrKey, AttrValue], msgspec.Meta(max_length=MAX_ATTRS)]
 
-_SAFE_ID_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+_SAFE_ID: Final = re.compile(SESSION_ID_PATTERN)
 
 
 def is_safe_session_id(value: str) -> bool:
-    """Tell whether ``value`` may become a file name under a session root (same rule as the pattern)."""
-    return 0 < len(value) <= MAX_SESSION_ID_LENGTH and value[0] != "." and all(char in _SAFE_ID_CHARS for char in value)
+    """Tell whether ``value`` may become a file name under a session root (the pattern, matched in C)."""
+    return _SAFE_ID.match(value) is not None
 
 
 class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):

@@ -188,6 +188,12 @@ class Ingest:
             del line[-1]  # the closing brace: the collector's fields go after the event's own
             line += tail % (state.seq, number)
             state.pending += line
+            # The session's summary, for its checkpoints (a failed write rebuilds it from the file).
+            state.last_stamp = event.timestamp
+            if not state.first_time:
+                state.note_first(event)
+            if event.status is Status.FAILED:
+                state.failures += 1
             if state not in last_numbers:
                 touched[state] = state.generation
                 writer.mark_dirty(state)

@@ -31,12 +31,13 @@ import os
 import stat
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
-from gz_ia.client.schema import Stage
+from gz_ia.client.schema import LogEvent, Stage
 from gz_ia.collector.config import CollectorConfig
 
 from ._layout import (
@@ -75,19 +76,7 @@ _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
 _SCAN_CHUNK: Final = 1 << 20
 _IDLE_CHECK: Final = 60.0
 """A file not written for this long is checked for deletion (``gz-ia gc``) before the next write."""
-_FAILED: Final = b'"FAILED"'
-
-
-class _Summary(msgspec.Struct, gc=False):
-    """The fields of a line that a session summary keeps (first and last line of a write)."""
-
-    timestamp: str = ""
-    parent_session_id: str | None = None
-    agent: str = ""
-    status: str = "OK"
-
-
-_summary_decoder: Final = msgspec.json.Decoder(_Summary)
+_json: Final = msgspec.json.Encoder()
 
 
 class FlushJob:
@@ -130,6 +119,11 @@ class AppendFile:
         self.last_write = 0.0
 
 
+def format_timestamp(timestamp: datetime) -> str:
+    """``timestamp`` as the session file spells it (RFC 3339, as msgspec encodes it)."""
+    return _json.encode(timestamp)[1:-1].decode()
+
+
 class SessionState(AppendFile):
     """What the collector knows about one session between writes."""
 
@@ -137,6 +131,7 @@ class SessionState(AppendFile):
         "agent",
         "failures",
         "first_time",
+        "last_stamp",
         "last_time",
         "marks",
         "open_actions",
@@ -160,6 +155,8 @@ class SessionState(AppendFile):
         self.failures = 0
         self.first_time = ""
         self.last_time = ""
+        self.last_stamp: datetime | None = None
+        """Timestamp of the last event staged, formatted into ``last_time`` only when a checkpoint needs it."""
         self.parent = ""
         self.agent = ""
         self.snapshot_at = 0.0
@@ -170,8 +167,17 @@ class SessionState(AppendFile):
         """Record that ``producer``'s event ``number`` is in this session (bounded table)."""
         note_delivery(self.marks, producer, number)
 
+    def note_first(self, event: LogEvent) -> None:
+        """Take the session's summary fields from its first event."""
+        self.first_time = format_timestamp(event.timestamp)
+        self.parent = event.parent_session_id or ""
+        self.agent = event.agent
+
     def checkpoint(self) -> Checkpoint:
         """Return the state as of the end of the active file (pending bytes must be empty)."""
+        if self.last_stamp is not None:
+            self.last_time = format_timestamp(self.last_stamp)
+            self.last_stamp = None
         return Checkpoint(
             segment=self.segment,
             offset=self.size,
@@ -463,7 +469,6 @@ class Writer:
             total += len(data)
             done.append(target)
             if isinstance(target, SessionState):
-                _summarise(target, data)
                 if rotation.due(target.size, target.seq - target.segment_seq, utc_day(target.started), today):
                     self._rotate_session(target, now)
                 elif now - target.snapshot_at >= self.snapshot_interval:
@@ -818,22 +823,3 @@ class Writer:
             self._on_torn(len(fragment))
         return end
 
-
-def _summarise(state: SessionState, data: bytearray) -> None:
-    """Update a session's summary from the bytes just written: O(1) unless a line FAILED."""
-    if not state.first_time:
-        first = data[: data.find(b"\n")]
-        with contextlib.suppress(msgspec.DecodeError):
-            head = _summary_decoder.decode(first)
-            state.first_time = head.timestamp
-            state.parent = head.parent_session_id or ""
-            state.agent = head.agent
-    last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
-    with contextlib.suppress(msgspec.DecodeError):
-        state.last_time = _summary_decoder.decode(data[last_start:]).timestamp
-    if _FAILED in data:
-        for line in bytes(data).split(b"\n"):
-            if _FAILED in line:
-                with contextlib.suppress(msgspec.DecodeError):
-                    if _summary_decoder.decode(line).status == "FAILED":
-                        state.failures += 1
