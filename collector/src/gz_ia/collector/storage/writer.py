@@ -63,6 +63,7 @@ from ._layout import (
     torn_name,
     write_file_atomically,
 )
+from . import _syncfs
 from .retention import RetentionPolicy, RetentionReport, enforce_session
 from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
 
@@ -72,6 +73,8 @@ log = logging.getLogger("gz_ia.collector")
 
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_THREADS: Final = 8
+_SYNCFS_MIN_FILES: Final = 64
+"""A durable pass over this many files or more is synced with ``syncfs`` instead of file by file."""
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
 _SCAN_CHUNK: Final = 1 << 20
 _IDLE_CHECK: Final = 60.0
@@ -412,8 +415,8 @@ class Writer:
     def _sync_written(
         self, written: list[tuple[AppendFile, bytearray]]
     ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
-        """``fdatasync`` every written file, several at once: the kernel can commit them together, so
-        a pass over many sessions costs a few device flushes instead of one per file."""
+        """Make every written file durable: ``fdatasync`` several at once (the kernel can commit them
+        together), or one ``syncfs`` for a pass over many files, a single journal commit."""
 
         def sync(item: tuple[AppendFile, bytearray]) -> OSError | None:
             fd = item[0].fd
@@ -424,12 +427,12 @@ class Writer:
                 return exc
             return None
 
-        if len(written) == 1:
+        if len(written) >= _SYNCFS_MIN_FILES and _syncfs.AVAILABLE:
+            errors = self._sync_filesystems(written, sync)
+        elif len(written) == 1:
             errors = [sync(written[0])]
         else:
-            if self._sync_pool is None:
-                self._sync_pool = concurrent.futures.ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="gz-ia-sync")
-            errors = list(self._sync_pool.map(sync, written))
+            errors = list(self._sync_threads().map(sync, written))
         synced: list[tuple[AppendFile, bytearray]] = []
         failed: list[tuple[AppendFile, OSError]] = []
         for (target, data), error in zip(written, errors, strict=True):
@@ -441,6 +444,30 @@ class Writer:
                     os.ftruncate(target.fd, target.size)
             failed.append((target, error))
         return synced, failed
+
+    def _sync_threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._sync_pool is None:
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="gz-ia-sync")
+        return self._sync_pool
+
+    def _sync_filesystems(
+        self,
+        written: list[tuple[AppendFile, bytearray]],
+        sync: Callable[[tuple[AppendFile, bytearray]], OSError | None],
+    ) -> list[OSError | None]:
+        """Sync a pass over many files with one ``syncfs`` per directory (so per filesystem).
+
+        Where ``syncfs`` reports a write-back error, that directory's files are synced one by one,
+        which tells which of them failed; the others are acknowledged.
+        """
+        directories = {target.dir_fd for target, _data in written}
+        failing: set[int] = set()
+        for dir_fd in directories:
+            try:
+                _syncfs.syncfs(dir_fd)
+            except OSError:
+                failing.add(dir_fd)
+        return [sync(item) if item[0].dir_fd in failing else None for item in written]
 
     def finish(
         self,

@@ -1,0 +1,130 @@
+"""Durable write passes: many files synced with one syncfs, file by file when it reports an error;
+and the session summary that checkpoints carry."""
+
+from __future__ import annotations
+
+import errno
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gz_ia.client.protocol import Batch, encode_frame
+from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.storage import _syncfs
+from gz_ia.collector.storage._layout import read_checkpoint, state_name
+from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.validation import decode_batch
+
+_encoder = msgspec.msgpack.Encoder()
+_BASE = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+needs_syncfs = pytest.mark.skipif(not _syncfs.AVAILABLE, reason="syncfs(2) with error reporting needs Linux >= 5.8")
+
+
+def _batch(first: int, events: list[LogEvent]) -> bytes:
+    return encode_frame(Batch(first=first, events=[msgspec.Raw(_encoder.encode(e)) for e in events]))[4:]
+
+
+def _event(session: str, stage: Stage, *, at: int = 0, status: Status = Status.OK) -> LogEvent:
+    return LogEvent(
+        timestamp=_BASE + timedelta(seconds=at),
+        session_id=session,
+        parent_session_id="parent-1",
+        action="a",
+        stage=stage,
+        status=status,
+        agent="agy",
+        error="boom" if status is Status.FAILED else None,
+    )
+
+
+def _stage_many(tmp_path: Path, sessions: int) -> tuple[Writer, Ingest, Path]:
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer(max_open_files=4 * sessions)
+    ingest = Ingest(writer)
+    store = writer.root(root, owner=os.getuid())
+    outcome = ingest.apply(store, "ab", decode_batch(_batch(1, [_event(f"s{n}", Stage.READ) for n in range(sessions)])))
+    assert not outcome.rejections
+    return writer, ingest, root
+
+
+@needs_syncfs
+def test_a_pass_over_many_files_is_synced_with_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """100 files: one syncfs on the sessions directory (the real call), no per-file fdatasync, all acknowledged."""
+    calls: list[int] = []
+    real = _syncfs.syncfs
+    monkeypatch.setattr(_syncfs, "syncfs", lambda fd: (calls.append(fd), real(fd))[1])
+    datasyncs: list[int] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    writer, _ingest, root = _stage_many(tmp_path, 100)
+    written, failed, _ = writer.flush(durable=True)
+    assert len(written) == 100
+    assert failed == []
+    assert len(calls) == 1
+    assert datasyncs == []
+    assert all((root / "sessions" / f"s{n}.events.jsonl").stat().st_size > 0 for n in range(100))
+    writer.close()
+
+
+@needs_syncfs
+def test_a_syncfs_error_falls_back_to_syncing_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """syncfs reporting EIO (simulated: a real write-back error cannot be caused here) makes every file
+    of that directory go through its own fdatasync; those that succeed are acknowledged."""
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated write-back error")
+
+    monkeypatch.setattr(_syncfs, "syncfs", failing)
+    datasyncs: list[int] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    writer, _ingest, _root = _stage_many(tmp_path, 80)
+    written, failed, _ = writer.flush(durable=True)
+    assert len(written) == 80
+    assert failed == []
+    assert len(datasyncs) == 80
+    writer.close()
+
+
+def test_a_few_files_are_synced_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below the threshold no syncfs: each file gets its fdatasync."""
+    monkeypatch.setattr(_syncfs, "syncfs", lambda fd: pytest.fail("syncfs used for a small pass"))
+    datasyncs: list[int] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    writer, _ingest, _root = _stage_many(tmp_path, 5)
+    written, failed, _ = writer.flush(durable=True)
+    assert (len(written), failed, len(datasyncs)) == (5, [], 5)
+    writer.close()
+
+
+def test_checkpoints_carry_the_summary_kept_while_staging(tmp_path: Path) -> None:
+    """first/last timestamps, parent, agent and the FAILED count reach the checkpoint, as the file has them."""
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer()
+    ingest = Ingest(writer)
+    store = writer.root(root, owner=os.getuid())
+    events = [
+        _event("s", Stage.READ, at=0),
+        _event("s", Stage.FINISH, at=5, status=Status.FAILED),
+        _event("s", Stage.READ, at=9),
+    ]
+    ingest.apply(store, "ab", decode_batch(_batch(1, events)))
+    writer.flush()
+    ingest.apply(store, "ab", decode_batch(_batch(4, [_event("s", Stage.FINISH, at=12, status=Status.FAILED)])))
+    writer.flush()
+    writer.close()
+    checkpoint = read_checkpoint(os.open(root / "state", os.O_RDONLY), state_name("s"))
+    assert checkpoint is not None
+    lines = [msgspec.json.decode(line) for line in (root / "sessions" / "s.events.jsonl").read_bytes().splitlines()]
+    assert checkpoint.first_time == lines[0]["timestamp"] == "2026-03-01T12:00:00Z"
+    assert checkpoint.last_time == lines[-1]["timestamp"] == "2026-03-01T12:00:12Z"
+    assert checkpoint.failures == 2
+    assert (checkpoint.parent, checkpoint.agent) == ("parent-1", "agy")
