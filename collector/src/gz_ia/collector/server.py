@@ -69,6 +69,9 @@ _INLINE_ITEMS: Final = 2
 """Write passes touching at most this many files run on the loop itself (latency at low rates)."""
 _MAX_STAGED_BYTES: Final = 16 << 20
 """Received bytes staged for one write pass before the collector stops reading every connection."""
+_MAX_STAGED_FILES: Final = 16_384
+"""Files with lines staged for one write pass before the collector stops reading. With many sessions
+each staged event is a buffer of its own: this bound, not the byte bound, keeps memory flat there."""
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
 
@@ -483,7 +486,7 @@ class Collector:
         self._replies.append((connection, outcome))
         self._work.set()
         self._staged += size
-        if self._staged > _MAX_STAGED_BYTES and not self.overloaded:
+        if (self._staged > _MAX_STAGED_BYTES or self.writer.dirty_files > _MAX_STAGED_FILES) and not self.overloaded:
             # Global backpressure: while a write pass is in flight the loop could otherwise read
             # and stage without bound from many busy clients. Every connection waits for the pass.
             self.overloaded = True

@@ -315,6 +315,11 @@ class Writer:
         self._dirty[target] = None
 
     @property
+    def dirty_files(self) -> int:
+        """Files with lines staged for the next write pass."""
+        return len(self._dirty)
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes accepted but not yet written."""
         return sum(len(target.pending) for target in self._dirty)
