@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,6 +43,16 @@ def _event(session: str, stage: Stage, *, at: int = 0, status: Status = Status.O
     )
 
 
+def _counting(calls: list[int], function: Callable[[int], None]) -> Callable[[int], None]:
+    """Wrap a real system call so that the test sees which descriptors it was given."""
+
+    def wrapper(fd: int) -> None:
+        calls.append(fd)
+        function(fd)
+
+    return wrapper
+
+
 def _stage_many(tmp_path: Path, sessions: int) -> tuple[Writer, Ingest, Path]:
     root = tmp_path / ".harness"
     root.mkdir()
@@ -57,11 +68,9 @@ def _stage_many(tmp_path: Path, sessions: int) -> tuple[Writer, Ingest, Path]:
 def test_a_pass_over_many_files_is_synced_with_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """100 files: one syncfs on the sessions directory (the real call), no per-file fdatasync, all acknowledged."""
     calls: list[int] = []
-    real = _syncfs.syncfs
-    monkeypatch.setattr(_syncfs, "syncfs", lambda fd: (calls.append(fd), real(fd))[1])
+    monkeypatch.setattr(_syncfs, "syncfs", _counting(calls, _syncfs.syncfs))
     datasyncs: list[int] = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    monkeypatch.setattr(os, "fdatasync", _counting(datasyncs, os.fdatasync))
     writer, _ingest, root = _stage_many(tmp_path, 100)
     written, failed, _ = writer.flush(durable=True)
     assert len(written) == 100
@@ -82,8 +91,7 @@ def test_a_syncfs_error_falls_back_to_syncing_file_by_file(tmp_path: Path, monke
 
     monkeypatch.setattr(_syncfs, "syncfs", failing)
     datasyncs: list[int] = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    monkeypatch.setattr(os, "fdatasync", _counting(datasyncs, os.fdatasync))
     writer, _ingest, _root = _stage_many(tmp_path, 80)
     written, failed, _ = writer.flush(durable=True)
     assert len(written) == 80
@@ -94,10 +102,9 @@ def test_a_syncfs_error_falls_back_to_syncing_file_by_file(tmp_path: Path, monke
 
 def test_a_few_files_are_synced_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Below the threshold no syncfs: each file gets its fdatasync."""
-    monkeypatch.setattr(_syncfs, "syncfs", lambda fd: pytest.fail("syncfs used for a small pass"))
+    monkeypatch.setattr(_syncfs, "syncfs", lambda _fd: pytest.fail("syncfs used for a small pass"))
     datasyncs: list[int] = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    monkeypatch.setattr(os, "fdatasync", _counting(datasyncs, os.fdatasync))
     writer, _ingest, _root = _stage_many(tmp_path, 5)
     written, failed, _ = writer.flush(durable=True)
     assert (len(written), failed, len(datasyncs)) == (5, [], 5)

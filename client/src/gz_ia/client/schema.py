@@ -11,7 +11,6 @@ these Structs never set ``forbid_unknown_fields`` so that older readers accept n
 
 from __future__ import annotations
 
-
 import enum
 import re
 from datetime import datetime

@@ -27,7 +27,6 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
@@ -46,6 +45,11 @@ def write_error_kind(exc: OSError) -> str:
     return name if name in WRITE_ERROR_KINDS else "other"
 
 
+def _bound_label(bound: float) -> str:
+    """A bucket bound as prometheus_client writes ``le`` (``1.0``, ``0.01``, ``3600.0``)."""
+    return repr(float(bound))
+
+
 class ActionDurations(Collector):
     """The histogram of FINISH durations by status, observed a batch at a time.
 
@@ -59,7 +63,7 @@ class ActionDurations(Collector):
         self.name = name
         self.documentation = documentation
         self._bounds_ms = [bound * 1000 for bound in buckets_seconds]
-        self._labels = [floatToGoString(bound) for bound in buckets_seconds] + ["+Inf"]
+        self._labels = [_bound_label(bound) for bound in buckets_seconds] + ["+Inf"]
         self._counts = {status: [0] * (len(buckets_seconds) + 1) for status in Status}
         self._sums_ms = dict.fromkeys(Status, 0)
 

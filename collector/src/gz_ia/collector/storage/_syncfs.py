@@ -40,7 +40,7 @@ def _load() -> Callable[[int], int] | None:
         return None
     function.argtypes = [ctypes.c_int]
     function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 _syncfs: Final = _load()

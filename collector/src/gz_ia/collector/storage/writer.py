@@ -40,6 +40,7 @@ import msgspec
 from gz_ia.client.schema import LogEvent, Stage
 from gz_ia.collector.config import CollectorConfig
 
+from . import _syncfs
 from ._layout import (
     MAX_WATERMARKS,
     REJECTS_FILE,
@@ -63,7 +64,6 @@ from ._layout import (
     torn_name,
     write_file_atomically,
 )
-from . import _syncfs
 from .retention import RetentionPolicy, RetentionReport, enforce_session
 from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
 
@@ -854,4 +854,3 @@ class Writer:
         if self._on_torn is not None:
             self._on_torn(len(fragment))
         return end
-
