@@ -220,6 +220,9 @@ def _agent_cpu(variant: str, events: int, system: Ours, workdir: Path, profile: 
     return dict(json.loads(out.read_text()))
 
 
+_ROUND_TRIPS: Final = (("rtt", "rtt", "Client.send"), ("raw-rtt", "raw_rtt", "raw protocol, one thread"))
+
+
 def section_latency(suite: Suite) -> None:
     """Acknowledged round trip (p50/p99) at a moderate rate, and follow latency (p50/p99)."""
     from ._latency import follow_latency
@@ -230,20 +233,21 @@ def section_latency(suite: Suite) -> None:
         system.start()
         try:
             for run in range(settings.runs):
-                out = workdir / "rtt.json"
-                argv = [
-                    sys.executable, "-m", "bench._latency", "rtt", str(system.socket), str(system.root),
-                    str(settings.rtt_events), str(settings.rtt_rate), str(out),
-                ]  # fmt: skip
-                result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=BENCH.parent)
-                if result.returncode != 0:
-                    suite.failed(f"round trip, run {run + 1}", BenchError(result.stderr[-2000:]))
-                    continue
-                rtt = json.loads(out.read_text())
-                rate = f"at {settings.rtt_rate:,.0f} events/s"
-                suite.add("latency.rtt_p50", f"acknowledged round trip p50 {rate}", "ms", rtt["p50_ms"], higher=False)
-                suite.add("latency.rtt_p99", f"acknowledged round trip p99 {rate}", "ms", rtt["p99_ms"], higher=False)
-                say(f"  round trip run {run + 1}: p50 {rtt['p50_ms']:.3f} ms, p99 {rtt['p99_ms']:.3f} ms")
+                for kind, key, how in _ROUND_TRIPS:
+                    out = workdir / f"{kind}.json"
+                    argv = [
+                        sys.executable, "-m", "bench._latency", kind, str(system.socket), str(system.root),
+                        str(settings.rtt_events), str(settings.rtt_rate), str(out),
+                    ]  # fmt: skip
+                    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=BENCH.parent)
+                    if result.returncode != 0:
+                        suite.failed(f"round trip ({how}), run {run + 1}", BenchError(result.stderr[-2000:]))
+                        continue
+                    rtt = json.loads(out.read_text())
+                    label = f"acknowledged round trip ({how}) at {settings.rtt_rate:,.0f} events/s"
+                    suite.add(f"latency.{key}_p50", f"{label} p50", "ms", rtt["p50_ms"], higher=False)
+                    suite.add(f"latency.{key}_p99", f"{label} p99", "ms", rtt["p99_ms"], higher=False)
+                    say(f"  round trip ({how}) run {run + 1}: p50 {rtt['p50_ms']:.3f} ms, p99 {rtt['p99_ms']:.3f} ms")
             for run in range(settings.runs):
                 follow = follow_latency(system.socket, system.root, settings.follow_events, settings.follow_rate)
                 if "gap" in follow:

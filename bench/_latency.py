@@ -1,7 +1,9 @@
 """Latency: the acknowledged round trip, and how soon ``gz-ia logs -f`` prints a written event.
 
 Round trip: ``Client.send`` (which waits for the collector's verdict, sent after the write) at a
-steady moderate rate, in a fresh process (``python -m bench._latency rtt ...``).
+steady moderate rate, in a fresh process (``python -m bench._latency rtt ...``); and the same exchange
+over the wire protocol by hand in one thread (``raw-rtt``), which separates the collector's share from
+the client's thread hand-overs.
 
 Follow: the follow command runs on a pseudo-terminal, as a person would watch it, and prints the
 timeline; each probe event carries a numbered action that we look for in its output. The latency of a
@@ -26,6 +28,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from ._load import make_event
 
@@ -57,6 +61,51 @@ def round_trip(socket_path: str, root: str, events: int, rate: float) -> dict[st
         client.send(event)
         samples.append(time.perf_counter() - sent)
     client.close()
+    return {
+        "events": events,
+        "rate": rate,
+        "p50_ms": _percentile(samples, 0.50) * 1e3,
+        "p99_ms": _percentile(samples, 0.99) * 1e3,
+        "max_ms": max(samples) * 1e3,
+    }
+
+
+def raw_round_trip(socket_path: str, root: str, events: int, rate: float) -> dict[str, float]:
+    """The same round trip over the wire protocol by hand: one thread, one Batch frame per event.
+
+    Without the thin client's sender thread this is the collector's own share of the round trip
+    (read, validate, write, answer) plus one socket hop each way.
+    """
+    import socket
+
+    from gz_ia.client.protocol import Batch, FrameReader, encode_frame
+
+    from ._load import hello_frame
+
+    encoder = msgspec.msgpack.Encoder()
+    reader = FrameReader()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(socket_path)
+
+        def exchange(frame: bytes) -> None:
+            sock.sendall(frame)
+            while not reader.feed(sock.recv(1 << 16)):
+                pass
+
+        exchange(hello_frame(root))
+        base = datetime.now(UTC)
+        samples: list[float] = []
+        start = time.perf_counter()
+        for k in range(-200, events):  # 200 warm-up events first
+            event = make_event(f"raw-rtt-{os.getpid()}", k + 200, base=base)
+            frame = encode_frame(Batch(first=k + 201, events=[msgspec.Raw(encoder.encode(event))], verdicts=True))
+            delay = start + k / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            sent = time.perf_counter()
+            exchange(frame)
+            if k >= 0:
+                samples.append(time.perf_counter() - sent)
     return {
         "events": events,
         "rate": rate,
@@ -173,9 +222,10 @@ def follow_latency(socket_path: Path, root: Path, events: int, rate: float) -> d
 
 
 def main(argv: list[str]) -> None:
-    """``rtt SOCKET ROOT EVENTS RATE OUTFILE``: measure the round trip in this fresh process."""
-    _, socket_path, root, events, rate, out = argv[:6]
-    Path(out).write_text(json.dumps(round_trip(socket_path, root, int(events), float(rate))))
+    """``rtt|raw-rtt SOCKET ROOT EVENTS RATE OUTFILE``: measure the round trip in this fresh process."""
+    kind, socket_path, root, events, rate, out = argv[:6]
+    measure = raw_round_trip if kind == "raw-rtt" else round_trip
+    Path(out).write_text(json.dumps(measure(socket_path, root, int(events), float(rate))))
 
 
 if __name__ == "__main__":
