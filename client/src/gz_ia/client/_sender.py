@@ -63,6 +63,8 @@ WINDOW_EVENTS: Final = 8192
 WINDOW_BYTES: Final = 8 << 20
 _BATCH_BYTES: Final = MAX_FRAME // 2
 _HARD_FACTOR: Final = 4
+_INBOX_EVENTS: Final = 256
+"""Events an agent thread may add without taking the lock before it moves them into the queue itself."""
 """With a spool, the queue may briefly hold this many times its bound before the sender thread
 (which spills, off the agent's thread) catches up; past it the agent's call drops the oldest."""
 _BACKOFF_MIN: Final = 0.05
@@ -168,6 +170,10 @@ class Sender:
         self._changed = threading.Condition(self._lock)
         self._queue: collections.deque[_Item] = collections.deque()
         self._queued_bytes = 0
+        # Agent threads append here without the lock (deque.append is atomic); whoever next holds
+        # the lock moves these into the queue, in order (_absorb_locked).
+        self._inbox: collections.deque[_Item] = collections.deque()
+        self._inbox_bytes = 0
         self._window: collections.deque[_Item] = collections.deque()
         self._window_bytes = 0
         self._window_sent = 0
@@ -179,6 +185,7 @@ class Sender:
         self._wake_armed = False
         self._wake_wanted = True
         self._closing = False
+        self._closed = False
         self._sock: socket.socket | None = None
         self._connected = False
         self._accepted = 0
@@ -207,19 +214,42 @@ class Sender:
     # --- called from agent threads ----------------------------------------------------------------
 
     def submit(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
-        """Queue one encoded event; never blocks on the socket or the disk, never raises because of it."""
-        item = _Item(body, session_id, waiter)
+        """Queue one encoded event; never blocks on the socket or the disk, never raises because of it.
+
+        The common case takes no lock, so that agent threads and the sender thread do not contend
+        for it: the event goes into the inbox, and nothing else is needed while the sender thread is
+        sure to come round (``_wake_armed``, or backing off), the inbox is short and no bound is near.
+        """
+        inbox = self._inbox
+        inbox.append(_Item(body, session_id, waiter))
+        # Only a hint for taking the slow path in time (unlocked, so racy); the lock holder recounts.
+        self._inbox_bytes += len(body)
+        if (
+            waiter is None
+            and len(inbox) < _INBOX_EVENTS
+            and (self._wake_armed or not self._wake_wanted)
+            and not self._closing
+            and self._thread is not None
+            and len(self._queue) + len(inbox) <= self.max_events
+            and self._queued_bytes + self._inbox_bytes <= self.max_bytes
+        ):
+            return
         with self._lock:
-            if self._closing:
-                self._dropped += 1
-                if waiter is not None:
-                    waiter.set_exception(
-                        CollectorUnavailable("the client is closed", socket_path=str(self.socket_path))
-                    )
+            if self._closed:
+                # close() has taken its leftovers: what arrives now can only be counted as lost.
+                while inbox:
+                    item = inbox.popleft()
+                    self._dropped += 1
+                    if item.waiter is not None and not item.waiter.done():
+                        item.waiter.set_exception(
+                            CollectorUnavailable("the client is closed", socket_path=str(self.socket_path))
+                        )
                 return
+            if self._closing:
+                self._absorb_locked()  # close() spools or counts what it finds queued
+                return
+            self._absorb_locked()
             queue = self._queue
-            queue.append(item)
-            self._queued_bytes += len(body)
             if len(queue) > self._hard_events or self._queued_bytes > self._hard_bytes:
                 # The sender thread spills past 1x; dropping here is the last resort when it lags.
                 self._drop_oldest_locked(self._hard_factor)
@@ -242,9 +272,10 @@ class Sender:
         """Wait until every queued event has its verdict; return False if ``timeout`` ran out."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
+            self._absorb_locked()
             if self._queue and self._thread is None:
                 self._start_locked()
-            while self._queue or self._window or self._spooled or self._losses:
+            while self._inbox or self._queue or self._window or self._spooled or self._losses:
                 if self._permanent_error is not None:
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -263,6 +294,8 @@ class Sender:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
         with self._lock:
+            self._absorb_locked()
+            self._closed = True
             leftovers = [*self._window, *self._queue]
             self._window.clear()
             self._queue.clear()
@@ -284,7 +317,7 @@ class Sender:
         """Return a consistent snapshot of the counters."""
         with self._lock:
             return SenderStats(
-                queued=len(self._queue),
+                queued=len(self._queue) + len(self._inbox),
                 unacknowledged=len(self._window),
                 accepted=self._accepted,
                 rejected=self._rejected,
@@ -296,6 +329,16 @@ class Sender:
             )
 
     # --- internals shared by both sides -----------------------------------------------------------
+
+    def _absorb_locked(self) -> None:
+        """Move what agent threads added without the lock into the queue, oldest first."""
+        inbox = self._inbox
+        self._inbox_bytes = 0
+        if not inbox:
+            return
+        items = [inbox.popleft() for _ in range(len(inbox))]
+        self._queue.extend(items)
+        self._queued_bytes += sum(len(item.body) for item in items)
 
     def _over_bound_locked(self, factor: int) -> bool:
         return len(self._queue) > factor * self.max_events or self._queued_bytes > factor * self.max_bytes
@@ -325,6 +368,7 @@ class Sender:
         if spool is None:
             return
         with self._lock:
+            self._absorb_locked()
             if not self._over_bound_locked(1):
                 return
             spilled: list[_Item] = []
@@ -533,6 +577,7 @@ class Sender:
             f"no collector at {self.socket_path}: {self._last_error}", socket_path=str(self.socket_path)
         )
         with self._lock:
+            self._absorb_locked()
             for item in (*self._window, *self._queue):
                 if item.waiter is not None and not item.waiter.done():
                     item.waiter.set_exception(error)
@@ -547,9 +592,12 @@ class Sender:
             # More to send and room for it: go round again at once. Otherwise block; and only when
             # the queue is empty must the next submit() write to the wake-up pipe (under load the
             # thread never blocks on an empty queue, so agents never pay for a wake-up).
+            # Disarmed before the inbox is looked at: a submit() racing with this sees either its
+            # event taken here or the flag down (and then wakes the thread), never neither.
+            self._wake_armed = False
+            self._absorb_locked()
             runnable = bool(self._queue) and len(self._window) < WINDOW_EVENTS and len(self._out) < _BATCH_BYTES
-            if not runnable:
-                self._wake_armed = bool(self._queue)
+            self._wake_armed = runnable or bool(self._queue)
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
         for key, mask in selector.select(0 if runnable else 1.0):
@@ -605,6 +653,7 @@ class Sender:
             with self._lock:
                 if self._permanent_error is not None:
                     return
+                self._absorb_locked()
                 while self._window_sent < len(self._window) and len(items) < MAX_BATCH_EVENTS:
                     item = self._window[self._window_sent]
                     # A batch numbers its events first, first + 1, ...: it never spans a gap.
@@ -674,6 +723,7 @@ class Sender:
         exc = EventRejected(error.reason, error.detail)
         with self._lock:
             self._permanent_error = error.detail
+            self._absorb_locked()
             for item in (*self._window, *self._queue):
                 self._rejected += 1
                 if item.waiter is not None and not item.waiter.done():
