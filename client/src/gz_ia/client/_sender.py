@@ -671,28 +671,30 @@ class Sender:
                             self._queue.extendleft(reversed(self._loss_notices_locked()))
                             self._queued_bytes = sum(len(item.body) for item in self._queue)
                         source = self._queue
-                    while (
-                        source
-                        and len(items) < MAX_BATCH_EVENTS
-                        and len(self._window) < WINDOW_EVENTS
-                        and self._window_bytes < WINDOW_BYTES
-                    ):
+                    # Hot under load: counters kept in locals, written back once per batch.
+                    room = min(MAX_BATCH_EVENTS, WINDOW_EVENTS - len(self._window))
+                    byte_room = WINDOW_BYTES - self._window_bytes
+                    next_pseq = self._next_pseq
+                    last = 0
+                    while source and len(items) < room and size < byte_room:
                         item = source[0]
-                        if items and (
-                            size + len(item.body) > _BATCH_BYTES or (item.pseq != 0 and item.pseq != items[-1].pseq + 1)
-                        ):
+                        length = len(item.body)
+                        pseq = item.pseq
+                        if items and (size + length > _BATCH_BYTES or (pseq != 0 and pseq != last + 1)):
                             break
                         source.popleft()
-                        if source is self._queue:
-                            self._queued_bytes -= len(item.body)
-                        if item.pseq == 0:
-                            item.pseq = self._next_pseq
-                            self._next_pseq += 1
-                        self._window.append(item)
-                        self._window_bytes += len(item.body)
-                        self._window_sent += 1
+                        if pseq == 0:
+                            pseq = item.pseq = next_pseq
+                            next_pseq += 1
+                        last = pseq
                         items.append(item)
-                        size += len(item.body)
+                        size += length
+                    self._next_pseq = next_pseq
+                    if source is self._queue:
+                        self._queued_bytes -= size
+                    self._window.extend(items)
+                    self._window_bytes += size
+                    self._window_sent += len(items)
             if not items:
                 return
             batch = Batch(
@@ -748,25 +750,32 @@ class Sender:
     def _settle(self, verdicts: Verdicts) -> None:
         rejected = {rejection.index: rejection for rejection in verdicts.rejected}
         last = verdicts.first + verdicts.count
+        first = verdicts.first
         with self._lock:
-            while self._window and self._window[0].pseq < last:
-                item = self._window.popleft()
-                self._window_bytes -= len(item.body)
-                self._window_sent = max(0, self._window_sent - 1)
+            window = self._window
+            settled = refused = freed = 0
+            while window and window[0].pseq < last:
+                item = window.popleft()
+                settled += 1
+                freed += len(item.body)
                 if item.segment is not None:
                     self._settle_spooled_locked(item.segment)
-                offset = item.pseq - verdicts.first
+                if not rejected and item.waiter is None:
+                    continue  # the common case: accepted, nobody waiting
+                offset = item.pseq - first
                 rejection = rejected.get(offset)
                 if rejection is not None:
-                    self._rejected += 1
+                    refused += 1
                     self._last_error = f"event rejected: {rejection.reason}: {rejection.detail}"
                     if item.waiter is not None and not item.waiter.done():
                         item.waiter.set_exception(EventRejected(rejection.reason, rejection.detail))
-                else:
-                    self._accepted += 1
-                    if item.waiter is not None and not item.waiter.done():
-                        seq = verdicts.seqs[offset] if 0 <= offset < len(verdicts.seqs) else 0
-                        item.waiter.set_result(Verdict(seq=max(seq, 0), duplicate=seq < 0))
+                elif item.waiter is not None and not item.waiter.done():
+                    seq = verdicts.seqs[offset] if 0 <= offset < len(verdicts.seqs) else 0
+                    item.waiter.set_result(Verdict(seq=max(seq, 0), duplicate=seq < 0))
+            self._accepted += settled - refused
+            self._rejected += refused
+            self._window_bytes -= freed
+            self._window_sent = max(0, self._window_sent - settled)
             self._changed.notify_all()
 
 
