@@ -99,21 +99,19 @@ class SenderStats(msgspec.Struct, frozen=True):
     last_error: str | None
 
 
-class _Item:
+class _Item(msgspec.Struct, gc=False):
     """One encoded event on its way; ``waiter`` is set when a caller waits for the verdict.
 
     ``pseq`` is its producer number (0 until it is sent or spilled); ``segment`` names the spool
-    segment it was read back from, to delete once all of that segment is acknowledged.
+    segment it was read back from, to delete once all of that segment is acknowledged. A Struct,
+    not a class: one is made per event, and its constructor runs in C.
     """
 
-    __slots__ = ("body", "pseq", "segment", "session_id", "waiter")
-
-    def __init__(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
-        self.body = body
-        self.session_id = session_id
-        self.waiter = waiter
-        self.pseq = 0
-        self.segment: Path | None = None
+    body: bytes
+    session_id: str
+    waiter: concurrent.futures.Future[Verdict] | None = None
+    pseq: int = 0
+    segment: Path | None = None
 
 
 DROPPED_ACTION: Final = "gz-ia.dropped"
