@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from gz_ia.client import env
 
@@ -91,6 +93,7 @@ def run(
             return 1
         log.info("metrics on http://%s:%d/metrics", host, http.server_port)
     collector = Collector(config, metrics, version=version, load_config=load_config)
+    _tune_garbage_collector()
     try:
         uvloop.run(collector.serve(sockets))
     finally:
@@ -103,3 +106,18 @@ def run(
             for sock in sockets:
                 sock.close()
     return 0
+
+
+_GC_THRESHOLDS: Final = (10_000, 20, 100)
+
+
+def _tune_garbage_collector() -> None:
+    """Collect cycles less often, and never re-scan what start-up allocated.
+
+    The collector makes few reference cycles, but allocates several containers per batch; with the
+    default thresholds a young-generation pass ran every few hundred events and a full pass walked
+    every session's state, about a tenth of the CPU per event at 100 sessions. ``gc.freeze()`` moves
+    the modules, configuration and metrics allocated so far out of every future pass.
+    """
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLDS)
