@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -148,6 +149,9 @@ def section_ingest(suite: Suite) -> None:
                 with scratch_dir("gzb") as workdir:
                     system = make(workdir)
                     try:
+                        # The previous run's files are still being written back: flush them now, so
+                        # that no system pays for the one before it.
+                        os.sync()
                         system.start()
                         try:
                             result = run_ingest(system, load, mode=mode)
