@@ -42,6 +42,17 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+def _summary(samples: list[float], events: int, rate: float) -> dict[str, float]:
+    """p50, p99 and max of round-trip ``samples`` (seconds), in milliseconds."""
+    return {
+        "events": events,
+        "rate": rate,
+        "p50_ms": _percentile(samples, 0.50) * 1e3,
+        "p99_ms": _percentile(samples, 0.99) * 1e3,
+        "max_ms": max(samples) * 1e3,
+    }
+
+
 def round_trip(socket_path: str, root: str, events: int, rate: float) -> dict[str, float]:
     """Send ``events`` events with ``Client.send`` at ``rate`` per second; return p50/p99/max in ms."""
     from gz_ia.client import Client
@@ -61,13 +72,7 @@ def round_trip(socket_path: str, root: str, events: int, rate: float) -> dict[st
         client.send(event)
         samples.append(time.perf_counter() - sent)
     client.close()
-    return {
-        "events": events,
-        "rate": rate,
-        "p50_ms": _percentile(samples, 0.50) * 1e3,
-        "p99_ms": _percentile(samples, 0.99) * 1e3,
-        "max_ms": max(samples) * 1e3,
-    }
+    return _summary(samples, events, rate)
 
 
 def raw_round_trip(socket_path: str, root: str, events: int, rate: float) -> dict[str, float]:
@@ -106,13 +111,7 @@ def raw_round_trip(socket_path: str, root: str, events: int, rate: float) -> dic
             exchange(frame)
             if k >= 0:
                 samples.append(time.perf_counter() - sent)
-    return {
-        "events": events,
-        "rate": rate,
-        "p50_ms": _percentile(samples, 0.50) * 1e3,
-        "p99_ms": _percentile(samples, 0.99) * 1e3,
-        "max_ms": max(samples) * 1e3,
-    }
+    return _summary(samples, events, rate)
 
 
 def follow_command(env: dict[str, str], session: str) -> list[str] | None:
