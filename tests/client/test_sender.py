@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from gz_ia.client import Client, CollectorUnavailable, build_event
+from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, build_event
 
 
 def _event(n: int) -> dict[str, object]:
@@ -60,3 +62,36 @@ def test_invalid_arguments_are_counted_not_raised_unless_asked(short_tmp: Path) 
         strict.log(session_id="s", action="a", stage="FINISH", status="FAILED", agent="agy")
     client.close(timeout=0)
     strict.close(timeout=0)
+
+
+def test_log_encodes_the_same_event_as_a_log_event() -> None:
+    """log() builds a positional record; it must encode to the map a LogEvent encodes to."""
+    from gz_ia.client._client import _LogRecord
+
+    stamp = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    full = LogEvent(
+        timestamp=stamp,
+        session_id="s-1",
+        parent_session_id="p-1",
+        action="run the tests",
+        stage=Stage.FINISH,
+        status=Status.FAILED,
+        agent="agy",
+        role="tester",
+        duration_ms=1234,
+        error="two failed",
+        attrs={"tokens": 10, "ok": False, "ratio": 0.5, "note": "x"},
+    )
+    record = _LogRecord(
+        stamp, "s-1", "run the tests", Stage.FINISH, Status.FAILED, "agy", "p-1", "tester", 1234, "two failed",
+        {"tokens": 10, "ok": False, "ratio": 0.5, "note": "x"},
+    )  # fmt: skip
+    minimal = _LogRecord(stamp, "s-1", "a", Stage.READ, Status.OK, "agy", None, None, None, None, None)
+    decode = msgspec.msgpack.decode
+    assert decode(msgspec.msgpack.encode(record)) == decode(msgspec.msgpack.encode(full))
+    assert decode(msgspec.msgpack.encode(record), type=LogEvent) == full
+    assert decode(msgspec.msgpack.encode(minimal)) == decode(
+        msgspec.msgpack.encode(
+            LogEvent(timestamp=stamp, session_id="s-1", action="a", stage=Stage.READ, status=Status.OK, agent="agy")
+        )
+    )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -30,6 +31,29 @@ _STATUSES: Final[dict[object, Status]] = {
     **{status.value: status for status in Status},
     **{status: status for status in Status},
 }
+
+
+_RECORD_FIELDS: Final = (
+    "timestamp", "session_id", "action", "stage", "status", "agent",
+    "parent_session_id", "role", "duration_ms", "error", "attrs",
+)  # fmt: skip
+
+
+def _positional_record() -> Callable[..., msgspec.Struct]:
+    """A Struct with :class:`LogEvent`'s fields, the required ones first, that ``log()`` builds
+    positionally and only encodes: a positional constructor costs half of LogEvent's keyword one,
+    and the MessagePack map it encodes to is the same (field order aside), so the collector decodes
+    it as a LogEvent. Derived from LogEvent, so the two cannot drift apart."""
+    fields = msgspec.structs.fields(LogEvent)
+    required: list[Any] = [(field.name, object) for field in fields if field.required]
+    optional: list[Any] = [(field.name, object, field.default) for field in fields if not field.required]
+    record = msgspec.defstruct("_LogRecord", [*required, *optional], omit_defaults=True, gc=False)
+    if record.__struct_fields__ != _RECORD_FIELDS:  # log() passes them in this order
+        raise RuntimeError(f"LogEvent's fields changed: {record.__struct_fields__}; update log()")
+    return record
+
+
+_LogRecord: Final = _positional_record()
 
 
 def _stage(value: Stage | str) -> Stage:
@@ -149,20 +173,27 @@ class Client:
         attrs: dict[str, AttrValue] | None = None,
     ) -> None:
         """Queue one event for delivery; returns at once and never raises because of delivery."""
-        # The hot path of every agent: build_event() inlined, enum lookups through dicts.
+        # The hot path of every agent: build_event() inlined, enum lookups through dicts, and the
+        # event built positionally as a _LogRecord (same encoding as a LogEvent, half the cost).
         try:
-            event = LogEvent(
-                timestamp=datetime.now(UTC),
-                session_id=session_id,
-                parent_session_id=parent_session_id,
-                action=action,
-                stage=_STAGES[stage],
-                status=_STATUSES[status],
-                agent=agent,
-                role=role,
-                duration_ms=duration_ms,
-                error=error,
-                attrs=attrs,
+            stage = _STAGES[stage]
+            status = _STATUSES[status]
+            if status is Status.FAILED and not error:
+                raise ValueError("status FAILED requires a non-empty error")
+            body = _encode(
+                _LogRecord(
+                    datetime.now(UTC),
+                    session_id,
+                    action,
+                    stage,
+                    status,
+                    agent,
+                    parent_session_id,
+                    role,
+                    duration_ms,
+                    error,
+                    attrs,
+                )
             )
         except (KeyError, ValueError, TypeError) as exc:
             if self._raise_on_error:
@@ -172,7 +203,7 @@ class Client:
                 raise
             self._sender.count_invalid(exc)
             return
-        self._sender.submit(_encode(event), session_id)
+        self._sender.submit(body, session_id)
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""
