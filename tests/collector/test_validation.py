@@ -102,3 +102,19 @@ def test_offsets_are_kept_and_unknown_fields_ignored() -> None:
     assert event is not None
     assert event.timestamp.utcoffset() is not None
     assert not decoded.rejections
+
+
+def test_the_delivery_field_escapes_any_producer_id(tmp_path: Path) -> None:
+    """Adopted spools name their producer after a file: quotes, backslashes and "%" stay valid JSON."""
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer()
+    store = writer.root(root, owner=os.getuid())
+    ingest = Ingest(writer)
+    for producer in ("ab12", 'we"ird%d\\'):
+        outcome = ingest.apply(store, producer, decode_batch(_body(GOOD)))
+        assert not outcome.rejections
+    writer.flush()
+    writer.close()
+    lines = [msgspec.json.decode(line) for line in (root / "sessions" / "s1.events.jsonl").read_bytes().splitlines()]
+    assert [(line["delivery"], line["seq"]) for line in lines] == [("ab12:10", 1), ('we"ird%d\\:10', 2)]

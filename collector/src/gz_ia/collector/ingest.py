@@ -126,7 +126,10 @@ class Ingest:
         finished: list[LogEvent] = []
         last_numbers: dict[SessionState, int] = {}
         line = self._line
-        tail = b',"seq":%d,"delivery":"' + producer.encode() + b':%d"}\n'
+        # The producer as a JSON string without its closing quote (escaped, though hello admits only
+        # hex ids: adopted spools take theirs from a file name), with "%" doubled for the format.
+        quoted = self._encoder.encode(producer)[:-1].replace(b"%", b"%%")
+        tail = b',"seq":%d,"delivery":' + quoted + b':%d"}\n'
         first = batch.first
         safe_parents = self._safe_parents
         max_open_actions = self.max_open_actions
