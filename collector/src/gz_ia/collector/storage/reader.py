@@ -787,20 +787,21 @@ def read_session_lines(root: Path, session_id: str) -> Iterator[tuple[str, Store
 # --- following ---------------------------------------------------------------------------------------
 
 
-def _stat_key(dirs: RootDirs, session_id: str) -> tuple[int, int, int]:
+def _stat_key(dirs: RootDirs, session_id: str) -> tuple[int, ...]:
     """What tells a follower that a session changed: the active file's inode and size, and the
-    checkpoint's inode (replaced at every rotation, so a write followed at once by a rotation, which
-    leaves no active file before or after, is still noticed)."""
+    checkpoint's inode, size and mtime (replaced at every rotation, so a write followed at once by a
+    rotation, which leaves no active file before or after, is still noticed)."""
     try:
         info = os.stat(active_name(session_id), dir_fd=dirs.sessions_fd, follow_symlinks=False)
         active = (info.st_ino, info.st_size)
     except OSError:
         active = (0, -1)
-    checkpoint = 0
+    checkpoint = (0, 0, 0)
     if dirs.state_fd is not None:
         with contextlib.suppress(OSError):
-            checkpoint = os.stat(state_name(session_id), dir_fd=dirs.state_fd, follow_symlinks=False).st_ino
-    return active[0], active[1], checkpoint
+            state = os.stat(state_name(session_id), dir_fd=dirs.state_fd, follow_symlinks=False)
+            checkpoint = (state.st_ino, state.st_size, state.st_mtime_ns)
+    return (*active, *checkpoint)
 
 
 def _stored_session_ids(dirs: RootDirs) -> set[str]:
@@ -859,7 +860,8 @@ def follow(
                 positions[session_id] = None if cursor is not None else _current_end(dirs, session_id)
         if session_ids is not None:
             positions = {key: value for key, value in positions.items() if key in initial}
-        seen: dict[str, tuple[int, int, int] | bool] = dict.fromkeys(positions, True)
+        seen: dict[str, tuple[int, ...] | bool] = dict.fromkeys(positions, True)
+        drained_at: dict[str, float] = {}
         listed_at = time.monotonic()
         directory_mtime = os.fstat(dirs.sessions_fd).st_mtime_ns
         while stop is None or not stop():
@@ -872,11 +874,16 @@ def follow(
                         positions[session_id] = None  # a new session: from its first event
                         seen[session_id] = True
             batches: list[list[Entry]] = []
+            now = time.monotonic()
             for session_id in list(positions):
                 key = _stat_key(dirs, session_id)
-                if seen.get(session_id) == key:
+                # Without an active file (just rotated) only the checkpoint tells a change, and a new
+                # checkpoint can reuse the old one's inode within one mtime tick: drain such a session
+                # anyway once a second, so that its last events never wait for its next write.
+                if seen.get(session_id) == key and (key[0] != 0 or now - drained_at.get(session_id, 0.0) < 1.0):
                     continue
                 seen[session_id] = key
+                drained_at[session_id] = now
                 entries, positions[session_id] = _drain(dirs, session_id, positions[session_id], filters)
                 if entries:
                     batches.append(entries)
