@@ -32,12 +32,13 @@ from typing import Any, Final
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from gz_ia.client import Client, build_event, env
+from gz_ia.client import Client
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
 from gz_ia.client.protocol import RejectReason
 
 from . import _pages
 from .timeline import load_tree, summarize
+from .typed_event import typed_event
 
 __all__ = ["build_server", "serve"]
 
@@ -118,14 +119,12 @@ def build_server(*, socket_path: Path, root: Path) -> tuple[MCPServer[Any], Call
         stage is READ, PENDING or FINISH; status is OK or FAILED (FAILED needs error). Returns
         {"accepted": true, "seq": n} or {"accepted": false, "reason": ..., "detail": ...}.
         """
-        if parent_session_id is None:
-            parent_session_id = env.inherited_parent(session_id)
         try:
-            event = build_event(
+            event = typed_event(
                 session_id=session_id,
                 action=action,
-                stage=stage.upper(),
-                status=status.upper(),
+                stage=stage,
+                status=status,
                 agent=agent,
                 role=role,
                 parent_session_id=parent_session_id,

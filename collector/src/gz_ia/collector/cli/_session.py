@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from gz_ia.client import env
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
 from gz_ia.client.schema import Stage, Status
 
@@ -70,16 +69,15 @@ def session_log(
     quiet: bool,
 ) -> None:
     """Send one event to SESSION_ID and wait for the collector's verdict."""
-    from gz_ia.client import Client, build_event
+    from gz_ia.client import Client
+    from gz_ia.collector.typed_event import typed_event
 
-    if parent is None:
-        parent = env.inherited_parent(session_id)
     try:
-        event = build_event(
+        event = typed_event(
             session_id=session_id,
             action=action,
-            stage=stage.upper(),
-            status=status.upper(),
+            stage=stage,
+            status=status,
             agent=agent,
             role=role,
             parent_session_id=parent,

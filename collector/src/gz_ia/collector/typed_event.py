@@ -1,0 +1,46 @@
+"""An event from what a person or a tool typed: `gz-ia session log` and the MCP ``log_event`` tool.
+
+Both accept stage and status in any case and, without an explicit parent, take the one a parent
+process exported (``GZ_IA_PARENT_SESSION_ID``), exactly as the thin client's scopes do.
+"""
+
+from __future__ import annotations
+
+from gz_ia.client import LogEvent, build_event, env
+from gz_ia.client.schema import AttrValue
+
+__all__ = ["typed_event"]
+
+
+def typed_event(
+    *,
+    session_id: str,
+    action: str,
+    stage: str,
+    status: str,
+    agent: str,
+    role: str | None,
+    parent_session_id: str | None,
+    duration_ms: int | None,
+    error: str | None,
+    attrs: dict[str, AttrValue] | None,
+) -> LogEvent:
+    """Build the event, stamped now.
+
+    Raises:
+        ValueError: an unknown stage or status, or FAILED without an error.
+    """
+    if parent_session_id is None:
+        parent_session_id = env.inherited_parent(session_id)
+    return build_event(
+        session_id=session_id,
+        action=action,
+        stage=stage.upper(),
+        status=status.upper(),
+        agent=agent,
+        role=role,
+        parent_session_id=parent_session_id,
+        duration_ms=duration_ms,
+        error=error,
+        attrs=attrs,
+    )
