@@ -55,11 +55,13 @@ from gz_ia.client.schema import Stage, Status, StoredEvent, is_safe_session_id
 from ._layout import (
     ACTIVE_SUFFIX,
     STATE_SUFFIX,
+    Checkpoint,
     LayoutError,
     LayoutTooNew,
     RootDirs,
     Segment,
     SegmentUnreadable,
+    SessionFold,
     active_name,
     locate_active,
     open_archive,
@@ -969,16 +971,24 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: _Listing) -> Sessio
         size = info.st_size
     if size != checkpoint.offset:
         return None
+    return _summary_of(session_id, checkpoint, segments=number)
+
+
+def _summary_of(
+    session_id: str, state: Checkpoint | SessionFold, *, segments: int, incomplete: bool = False
+) -> SessionSummary:
+    """A summary from what a checkpoint stored or what a replay rebuilt (the same fields)."""
     return SessionSummary(
         session_id=session_id,
-        parent_session_id=checkpoint.parent or None,
-        agent=checkpoint.agent,
-        first_time=_time(checkpoint.first_time),
-        last_time=_time(checkpoint.last_time),
-        events=checkpoint.seq,
-        open_actions=len(checkpoint.open_actions),
-        failures=checkpoint.failures,
-        segments=number,
+        parent_session_id=state.parent or None,
+        agent=state.agent,
+        first_time=_time(state.first_time),
+        last_time=_time(state.last_time),
+        events=state.seq,
+        open_actions=len(state.open_actions),
+        failures=state.failures,
+        segments=segments,
+        incomplete=incomplete,
     )
 
 
@@ -1019,18 +1029,7 @@ def _summary(dirs: RootDirs, session_id: str) -> SessionSummary | None:
         )
     finally:
         view.close()
-    return SessionSummary(
-        session_id=session_id,
-        parent_session_id=fold.parent or None,
-        agent=fold.agent,
-        first_time=_time(fold.first_time),
-        last_time=_time(fold.last_time),
-        events=fold.seq,
-        open_actions=len(fold.open_actions),
-        failures=fold.failures,
-        segments=view.active_number,
-        incomplete=not complete or view.active_unreadable,
-    )
+    return _summary_of(session_id, fold, segments=view.active_number, incomplete=not complete or view.active_unreadable)
 
 
 def list_sessions(root: Path) -> list[SessionSummary]:
