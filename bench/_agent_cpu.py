@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._load import make_event
+from ._load import LogCall, log_all, log_calls
 
 
 class JsonFormatter(logging.Formatter):
@@ -48,17 +48,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields)
 
 
-def _calls(events: int) -> list[tuple[str, str | None, str, str, int | None]]:
-    base = datetime(2025, 11, 29, tzinfo=UTC)
+def _calls(events: int) -> list[LogCall]:
     # Fresh sessions in every process: runs share one collector and root, and a cycle left open by
     # an earlier run would make this run's READ a backward transition.
     sessions = [f"agent-cpu-{os.getpid()}-{s:03d}" for s in range(10)]
-    calls = []
-    for k in range(events // len(sessions)):
-        for sid in sessions:
-            event = make_event(sid, k, base=base)
-            calls.append((sid, event.parent_session_id, event.action, event.stage.value, event.duration_ms))
-    return calls
+    return log_calls(sessions, events // len(sessions))
 
 
 def measure(
@@ -107,17 +101,7 @@ def measure(
         cpu0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
         if profiler is not None:
             profiler.enable()
-        log = client.log
-        for sid, parent, action, stage, duration in calls:
-            log(
-                session_id=sid,
-                parent_session_id=parent,
-                action=action,
-                stage=stage,
-                agent="claude",
-                role="benchmark-runner",
-                duration_ms=duration,
-            )
+        log_all(client.log, calls)
         if profiler is not None:
             profiler.disable()
         if not client.flush(timeout=120):

@@ -32,7 +32,7 @@ import msgspec
 from gz_ia.client.protocol import Error, FrameReader, Verdicts, Welcome, collector_message_decoder
 
 from ._common import BenchError, cpu_seconds, rss_bytes
-from ._load import Load, hello_frame, make_event, session_id
+from ._load import Load, hello_frame, log_all, log_calls, session_id
 from ._systems import System
 
 _mp: Final = multiprocessing.get_context("fork")
@@ -153,37 +153,19 @@ def _frame_sender(
 def _agent(index: int, path: Path, root: str, ready: queue.Queue[int], go: Event, done: queue.Queue[_Done]) -> None:
     """An agent process: the real thin client, ``Client.log`` per event, then ``flush``."""
     assert _current is not None
-    from datetime import UTC, datetime
-
     from gz_ia.client import Client
 
     load = _current
     per_session = load.events // load.sessions
     ids = [session_id(s, load.sessions) for s in range(load.sessions)][index :: load.senders]
-    base = datetime(2025, 11, 29, tzinfo=UTC)
-    # The calls' arguments are prepared before the clock, as an agent has its own strings at hand.
-    calls = []
-    for k in range(per_session):
-        for sid in ids:
-            event = make_event(sid, k, base=base)
-            calls.append((sid, event.parent_session_id, event.action, event.stage.value, event.duration_ms))
+    calls = log_calls(ids, per_session)
     # A buffer that holds the whole share: log() must not drop under a benchmark's burst
     # (dropping oldest under overload is the client's documented behaviour, counted in stats).
     client = Client(socket_path=path, root=root, max_events=len(calls) + 1, max_bytes=1 << 30)
     ready.put(index)
     go.wait()
     cpu0 = time.process_time()
-    log = client.log
-    for sid, parent, action, stage, duration in calls:
-        log(
-            session_id=sid,
-            parent_session_id=parent,
-            action=action,
-            stage=stage,
-            agent="claude",
-            role="benchmark-runner",
-            duration_ms=duration,
-        )
+    log_all(client.log, calls)
     logged = time.monotonic()
     delivered = client.flush(timeout=_RUN_TIMEOUT)
     finished = time.monotonic()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -57,6 +58,36 @@ def make_event(session: str, k: int, *, base: datetime) -> LogEvent:
         role="benchmark-runner",
         duration_ms=(k * 37) % 5000 if stage is Stage.FINISH else None,
     )
+
+
+LogCall = tuple[str, str | None, str, str, int | None]
+"""The varying arguments of one ``log()`` call: session, parent, action, stage, duration."""
+
+
+def log_calls(ids: list[str], per_session: int) -> list[LogCall]:
+    """The ``log()`` arguments of ``per_session`` events for each of ``ids``, round-robin, prepared
+    before any clock starts (an agent has its own strings at hand)."""
+    base = datetime(2025, 11, 29, tzinfo=UTC)
+    calls: list[LogCall] = []
+    for k in range(per_session):
+        for sid in ids:
+            event = make_event(sid, k, base=base)
+            calls.append((sid, event.parent_session_id, event.action, event.stage.value, event.duration_ms))
+    return calls
+
+
+def log_all(log: Callable[..., None], calls: list[LogCall]) -> None:
+    """Make every call with the fields the load's events share (the measured loop of an agent)."""
+    for sid, parent, action, stage, duration in calls:
+        log(
+            session_id=sid,
+            parent_session_id=parent,
+            action=action,
+            stage=stage,
+            agent="claude",
+            role="benchmark-runner",
+            duration_ms=duration,
+        )
 
 
 class Load(msgspec.Struct, kw_only=True):
