@@ -7,9 +7,10 @@ burst costs a few syscalls instead of one per event, and lines never interleave 
 only writer. A failed write is undone (``ftruncate`` back to the last good size) and the session's
 in-memory state is dropped, to be rebuilt from the files, which stay the source of truth.
 
-Rotation (:mod:`.rotation`): right after a session's write, an O(1) check against the limits decides
-whether the active file becomes archive ``n``: it is renamed (never copied), and a checkpoint of the
-state at that exact point (``state/<id>.session.json``) is written atomically. The old descriptor is
+Rotation (:mod:`.rotation`): when a session's buffer is detached for a write, an O(1) check against
+the limits decides whether, once written, the active file becomes archive ``n``: it is renamed (never
+copied), and a checkpoint of the state at that exact point (``state/<id>.session.json``), taken as
+the buffer was detached, is written atomically. The old descriptor is
 kept until :meth:`Writer.sync` has synced it, so durability=fsync still acknowledges only synced data.
 Compression, fsyncs of checkpoints and retention (:mod:`.retention`) run in one worker thread.
 Checkpoints are also written every ``snapshot_interval`` seconds while a session is written to, and at
@@ -85,7 +86,7 @@ _json: Final = msgspec.json.Encoder()
 class FlushJob:
     """Pending buffers detached for one write pass, with the descriptors retired by rotations."""
 
-    __slots__ = ("failed", "items", "now", "retired")
+    __slots__ = ("checkpoints", "failed", "items", "now", "retired")
 
     def __init__(
         self,
@@ -93,12 +94,17 @@ class FlushJob:
         retired: list[int],
         now: float,
         failed: list[tuple[AppendFile, OSError]],
+        checkpoints: dict[SessionState, tuple[Checkpoint, bool]],
     ) -> None:
         self.items = items
         self.retired = retired
         self.now = now
         self.failed = failed
         """Targets failed before writing (their directory was removed)."""
+        self.checkpoints = checkpoints
+        """Sessions due a checkpoint once written: the state at the end of their buffer, and whether
+        the segment rotates. Taken when the buffer is detached, because lines staged while the pass
+        is in flight advance ``seq`` and the watermarks past what the file will hold."""
 
 
 class AppendFile:
@@ -176,17 +182,22 @@ class SessionState(AppendFile):
         self.parent = event.parent_session_id or ""
         self.agent = event.agent
 
-    def checkpoint(self) -> Checkpoint:
-        """Return the state as of the end of the active file (pending bytes must be empty)."""
+    def checkpoint(self, *, offset: int | None = None, started: float | None = None) -> Checkpoint:
+        """Return the state as of the end of what is staged, written at ``offset`` of the active file.
+
+        With no pending bytes the default ``offset`` (the file's size) is that end. A checkpoint
+        must never cover lines that are not in the file: recovery would take their producers'
+        numbers as delivered and drop the clients' resends as duplicates.
+        """
         if self.last_stamp is not None:
             self.last_time = format_timestamp(self.last_stamp)
             self.last_stamp = None
         return Checkpoint(
             segment=self.segment,
-            offset=self.size,
+            offset=self.size if offset is None else offset,
             seq=self.seq,
             segment_seq=self.segment_seq,
-            started=self.started,
+            started=self.started if started is None else started,
             open_actions=dict(self.open_actions),
             marks=dict(self.marks),
             failures=self.failures,
@@ -347,7 +358,10 @@ class Writer:
         dirty, self._dirty = self._dirty, {}
         items: list[tuple[AppendFile, bytearray]] = []
         gone: list[tuple[AppendFile, OSError]] = []
+        checkpoints: dict[SessionState, tuple[Checkpoint, bool]] = {}
         removed = self._removed_directories() if dirty else set()
+        now = self.clock()
+        today = utc_day(now) if self.rotation.daily else 0
         for target in dirty:
             data = target.pending
             if not data:
@@ -355,9 +369,28 @@ class Writer:
             target.pending = bytearray()
             if target.dir_fd in removed:
                 gone.append((target, FileNotFoundError(errno.ENOENT, "the session root was removed", target.name)))
-            else:
-                items.append((target, data))
-        return FlushJob(items, retired, self.clock(), gone)
+                continue
+            items.append((target, data))
+            if isinstance(target, SessionState):
+                due = self._checkpoint_due(target, len(data), now, today)
+                if due is not None:
+                    checkpoints[target] = due
+        return FlushJob(items, retired, now, gone, checkpoints)
+
+    def _checkpoint_due(
+        self, state: SessionState, added: int, now: float, today: int
+    ) -> tuple[Checkpoint, bool] | None:
+        """Decide whether ``state`` rotates or is checkpointed once ``added`` bytes are written.
+
+        Called as its buffer is detached, when the state in memory is exactly the state at the end
+        of that buffer; returns that state as a checkpoint and whether the segment rotates.
+        """
+        size = state.size + added
+        started = state.started if state.size else now
+        rotate = self.rotation.due(size, state.seq - state.segment_seq, utc_day(started), today)
+        if not rotate and now - state.snapshot_at < self.snapshot_interval:
+            return None
+        return state.checkpoint(offset=size, started=started), rotate
 
     def _removed_directories(self) -> set[int]:
         """Descriptors of root and sessions directories deleted under us (``rm -r .harness``).
@@ -491,6 +524,7 @@ class Writer:
         now = job.now
         rotation = self.rotation
         today = utc_day(now) if rotation.daily else 0
+        checkpoints = job.checkpoints
         total = 0
         done: list[AppendFile] = []
         for target, data in written:
@@ -501,10 +535,14 @@ class Writer:
             total += len(data)
             done.append(target)
             if isinstance(target, SessionState):
-                if rotation.due(target.size, target.seq - target.segment_seq, utc_day(target.started), today):
-                    self._rotate_session(target, now)
-                elif now - target.snapshot_at >= self.snapshot_interval:
-                    self._snapshot(target, now)
+                due = checkpoints.get(target)
+                if due is None:
+                    continue
+                checkpoint, rotate = due
+                if rotate:
+                    self._rotate_session(target, checkpoint, now)
+                else:
+                    self._snapshot(target, now, checkpoint)
             elif rotation.due(target.size, 0, utc_day(target.started), today):
                 self._rotate_rejects(target, now)
         self._loaded += self._new_states
@@ -651,20 +689,25 @@ class Writer:
             self._retired.append(target.fd)
             target.fd = None
 
-    def _snapshot(self, state: SessionState, now: float) -> None:
+    def _snapshot(self, state: SessionState, now: float, checkpoint: Checkpoint | None = None) -> None:
+        """Write ``checkpoint`` (default: the state now, which must have nothing pending) for ``state``."""
         dirs = state.root.dirs
         if dirs.state_fd is None:
             return
         try:
             write_file_atomically(
-                dirs.state_fd, state_name(state.session_id), encode_checkpoint(state.checkpoint()), durable=False
+                dirs.state_fd,
+                state_name(state.session_id),
+                encode_checkpoint(checkpoint if checkpoint is not None else state.checkpoint()),
+                durable=False,
             )
         except OSError as exc:
             log.warning("cannot write the checkpoint of %s: %s", state.session_id, exc)
         state.snapshot_at = now
         state.snapshot_size = state.size
 
-    def _rotate_session(self, state: SessionState, now: float) -> None:
+    def _rotate_session(self, state: SessionState, written: Checkpoint, now: float) -> None:
+        """Make the active file archive ``state.segment``; ``written`` is the state at its end."""
         dirs = state.root.dirs
         number = state.segment
         try:
@@ -680,9 +723,13 @@ class Writer:
         self._retire(state)
         state.segment = number + 1
         state.size = 0
-        state.segment_seq = state.seq
+        state.segment_seq = written.seq
         state.started = now
-        self._snapshot(state, now)
+        self._snapshot(
+            state,
+            now,
+            msgspec.structs.replace(written, segment=number + 1, offset=0, segment_seq=written.seq, started=now),
+        )
         self._rotated()
         session_id = state.session_id
         self._submit(lambda: self._after_rotation(dirs, session_id, number))
