@@ -66,19 +66,25 @@ def adopt_spools(
                         continue
                     header, records = read_segment(path)
                     root = writer.root(Path(header.root), owner=uid)
-                except (OSError, msgspec.DecodeError, LayoutError) as exc:
+                except msgspec.DecodeError as exc:
                     log.warning("cannot adopt spool %s: %s", path, exc)
                     complete = False
                     continue
+                except (OSError, LayoutError) as exc:
+                    log.warning("cannot adopt spool %s yet: %s; will retry", path, exc)
+                    complete = False
+                    break  # the later segments wait: they must not be written before this one
                 outcomes = []
                 for run in _runs(records):
                     frame = encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))
                     outcomes.append(ingest.apply(root, producer, decode_batch(frame[4:])))
                 _, failed, _ = writer.flush(durable=durable)
                 if failed or not all(outcome.intact() for outcome in outcomes):
+                    # Stop at this segment: written before it, the later ones would raise the
+                    # sessions' watermarks past its events, whose retry would then be duplicates.
                     log.warning("cannot write the events of spool %s yet; will retry", path)
                     complete = False
-                    continue
+                    break
                 for outcome in outcomes:
                     on_outcome(outcome)
                     adopted += outcome.count

@@ -157,6 +157,10 @@ class Ingest:
                 if state is None:
                     continue
             if number <= state.marks.get(producer, 0):
+                # Answered as delivered only if the original is still there when this batch is
+                # answered: it may be staged or in flight yet, and lost with a failed write.
+                if state not in touched:
+                    touched[state] = state.generation
                 outcome.duplicates += 1
                 if seqs is not None:
                     seqs.append(-1)

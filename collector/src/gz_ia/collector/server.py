@@ -66,6 +66,7 @@ _DRAIN_TIMEOUT: Final = 5.0
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
 _INLINE_ITEMS: Final = 2
+_WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 """Write passes touching at most this many files run on the loop itself (latency at low rates)."""
 _MAX_STAGED_BYTES: Final = 16 << 20
 """Received bytes staged for one write pass before the collector stops reading every connection."""
@@ -525,6 +526,8 @@ class Collector:
                 written_data, failed = [], list(job.failed)
             _written, failed, nbytes = writer.finish(job, written_data, failed)
             self._answer(replies, failed, nbytes)
+            if failed:
+                self._fail_lost_batches()
             if self.overloaded:
                 self.overloaded = False
                 for connection in list(self.connections):
@@ -543,10 +546,7 @@ class Collector:
         for connection, outcome in replies:
             if not outcome.intact():
                 connection.awaiting -= 1
-                connection.fail(
-                    RejectReason.WRITE_FAILED,
-                    "the collector could not write this batch (see its log); resend after reconnecting",
-                )
+                connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
                 continue
             self._count(outcome)
             any_written = any_written or bool(outcome.written)
@@ -562,6 +562,18 @@ class Collector:
             connection.answered()
         if any_written:
             metrics.mark_written()
+
+    def _fail_lost_batches(self) -> None:
+        """Close at once every connection with a staged batch that a failed write just dropped.
+
+        A producer's events must reach each session in order: a session's watermark takes every
+        number up to the highest one written as delivered. Left open until that batch's turn, the
+        connection could get a later batch written into the session rebuilt from its file, and the
+        dropped batch, resent, would then be answered as a duplicate without ever being written.
+        """
+        for connection, outcome in self._replies:
+            if not connection.closing and not outcome.intact():
+                connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
 
     def _count(self, outcome: BatchOutcome) -> None:
         """Count a batch whose lines are written: by stage/status, rejections, duplicates, drops."""
@@ -615,6 +627,7 @@ class Collector:
                     self.adopt_spools()
                 except Exception:  # pragma: no cover - never let a bad spool take the daemon down
                     log.exception("spool adoption failed; will retry")
+                self._fail_lost_batches()  # its write pass also wrote (or lost) what clients staged
 
     def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
         kind = write_error_kind(exc)

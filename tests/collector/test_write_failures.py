@@ -1,0 +1,272 @@
+"""A failed write never lets a producer's events be answered as delivered without being on disk.
+
+A session's watermark takes every producer number up to the highest one written as delivered, so
+a producer's events must reach each session in order, and a duplicate may be answered only while
+its original is still there. These tests run a real :class:`Collector` in this process, on a real
+Unix socket, with raw protocol frames, and hold its write pass at a gate to make it fail (ENOSPC) at
+the exact moment that matters. A real full disk hits that moment only by chance; the fault test
+``tests/integration/test_faults.py::test_full_disk_holds_events_until_space_returns`` does that
+with a real process on a real full tmpfs. This is the one place where the writer's system calls
+are replaced: no real disk fails on demand between two given frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import os
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import uvloop
+from prometheus_client import CollectorRegistry
+
+from gz_ia.client.protocol import (
+    PROTOCOL_VERSION,
+    Batch,
+    CollectorMessage,
+    Error,
+    FrameReader,
+    Hello,
+    RejectReason,
+    Verdicts,
+    Welcome,
+    collector_message_decoder,
+    encode_frame,
+)
+from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.collector.config import CollectorConfig
+from gz_ia.collector.metrics import Metrics
+from gz_ia.collector.server import Collector
+from gz_ia.collector.storage.writer import AppendFile, FlushJob
+
+_SESSION = "s1"
+_msgpack = msgspec.msgpack.Encoder()
+
+
+def _event(action: str, session: str) -> msgspec.Raw:
+    event = LogEvent(
+        timestamp=datetime.now(UTC), session_id=session, action=action, stage=Stage.READ, status=Status.OK, agent="t"
+    )
+    return msgspec.Raw(_msgpack.encode(event))
+
+
+class Peer:
+    """One client connection speaking the raw protocol (a plain socket: after the collector closes,
+    what it sent before is still read, as the real client reads it)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.frames = FrameReader()
+        self.received: list[CollectorMessage] = []
+
+    async def send(self, first: int, *actions: str, session: str = _SESSION) -> None:
+        """Send one batch; a connection the collector has closed takes nothing, as for the client."""
+        events = [_event(action, session) for action in actions]
+        frame = encode_frame(Batch(first=first, events=events, verdicts=True))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            await asyncio.get_running_loop().sock_sendall(self.sock, frame)
+
+    async def next(self) -> CollectorMessage | None:
+        """The next reply, or None once the collector has closed the connection."""
+        while not self.received:
+            try:
+                data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.sock, 1 << 16), 10)
+            except ConnectionResetError:  # closed with our last batch unread
+                data = b""
+            if not data:
+                return None
+            self.received += [collector_message_decoder.decode(body) for body in self.frames.feed(data)]
+        return self.received.pop(0)
+
+    async def rest(self) -> list[CollectorMessage]:
+        """Every reply until the collector closes the connection."""
+        replies = []
+        while (message := await self.next()) is not None:
+            replies.append(message)
+        return replies
+
+
+class HeldPass:
+    """One write pass to hold at a gate; ``fail``: then it fails every file in it (ENOSPC)."""
+
+    def __init__(self, *, fail: bool) -> None:
+        self.fail = fail
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+
+class ControlledWrites:
+    """Stands in for ``Writer.write``: the passes planned in ``held`` are held (and maybe failed) in
+    turn; every other pass writes for real."""
+
+    def __init__(self, write: Callable[..., Any]) -> None:
+        self.write = write
+        self.held: list[HeldPass] = []
+
+    def hold(self, *, fail: bool) -> HeldPass:
+        """Hold the next pass not planned yet."""
+        held = HeldPass(fail=fail)
+        self.held.append(held)
+        return held
+
+    def __call__(
+        self, job: FlushJob, *, durable: bool
+    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+        if not self.held:
+            return self.write(job, durable=durable)  # type: ignore[no-any-return]
+        held = self.held.pop(0)
+        held.entered.set()
+        held.gate.wait(10)
+        if not held.fail:
+            return self.write(job, durable=durable)  # type: ignore[no-any-return]
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return [], [(target, full) for target, _data in job.items]
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in 10 s")
+
+
+class Lab:
+    """A collector served on uvloop in this process, its write pass under control, and its clients."""
+
+    def __init__(self, base: Path) -> None:
+        self.root = base / ".harness"
+        self.root.mkdir()
+        self.socket_path = base / "collector.sock"
+        # Durable passes always run in the worker thread, where the gate can hold them.
+        config = CollectorConfig(
+            socket=str(self.socket_path), durability="fsync", metrics_address="off", spool_dir=str(base / "spool")
+        )
+        self.collector = Collector(
+            config, Metrics(CollectorRegistry(), version="test", process_metrics=False), version="test"
+        )
+        self.writes = ControlledWrites(self.collector.writer.write)
+        self.collector.writer.write = self.writes  # type: ignore[method-assign]
+        self.peers: list[Peer] = []
+
+    @property
+    def session_file(self) -> Path:
+        return self.root / "sessions" / f"{_SESSION}.events.jsonl"
+
+    async def connect(self, producer: str) -> Peer:
+        """A connection that has said hello as ``producer``."""
+        sock = socket.socket(socket.AF_UNIX)
+        sock.setblocking(False)
+        peer = Peer(sock)
+        self.peers.append(peer)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, str(self.socket_path))
+        hello = Hello(proto=PROTOCOL_VERSION, producer=producer, pid=os.getpid(), root=str(self.root))
+        await loop.sock_sendall(sock, encode_frame(hello))
+        assert isinstance(await peer.next(), Welcome)
+        return peer
+
+    def run(self, scenario: Callable[[Lab], Awaitable[None]]) -> None:
+        async def main() -> None:
+            listening = socket.socket(socket.AF_UNIX)
+            listening.bind(str(self.socket_path))
+            listening.listen()
+            serving = asyncio.create_task(self.collector.serve([listening]))
+            try:
+                await scenario(self)
+            finally:
+                for held in self.writes.held:
+                    held.gate.set()
+                for peer in self.peers:
+                    peer.sock.close()
+                self.collector.stop()
+                await serving
+                listening.close()
+
+        uvloop.run(main())
+
+
+@pytest.fixture(name="lab")
+def _lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lab:
+    monkeypatch.setenv("GZ_IA_STATE_DIR", str(tmp_path / "state"))
+    return Lab(tmp_path)
+
+
+def _deliveries(path: Path) -> list[tuple[str, str]]:
+    return [(line["delivery"], line["action"]) for line in map(json.loads, path.read_text().splitlines())]
+
+
+def test_a_producer_whose_staged_batch_was_lost_sends_nothing_more_until_it_reconnects(lab: Lab) -> None:
+    """Producer bb's batch is staged into s1 while a pass that fails for s1 is in flight. Its
+    connection is closed with that failure at once: a later batch read on it would be written into
+    s1 first, and the lost one, resent, would be answered as a duplicate and never written."""
+
+    async def scenario(lab: Lab) -> None:
+        collector = lab.collector
+        other, peer, third = await lab.connect("aa"), await lab.connect("bb"), await lab.connect("dd")
+        failing = lab.writes.hold(fail=True)
+        await other.send(1, "aa-1")  # its pass is held, then fails for s1
+        await _until(failing.entered.is_set)
+        await peer.send(1, "bb-1")  # staged in s1 while that pass is in flight: lost with it
+        await third.send(1, "dd-1", session="s2")  # something for the next pass to write
+        await _until(lambda: len(collector._replies) == 2)
+        following = lab.writes.hold(fail=False)
+        failing.gate.set()
+        await _until(following.entered.is_set)
+        failure = await other.next()
+        assert isinstance(failure, Error) and failure.reason is RejectReason.WRITE_FAILED
+        # Sent before bb learns that bb-1 was lost, while the next pass is in flight: read, it
+        # would be staged into s1 as rebuilt from its file, and written before bb-1's resend.
+        await peer.send(2, "bb-2")
+        await _until(
+            lambda: (
+                len(collector._replies) == 1
+                or not any(c.producer == "bb" and not c.closing for c in collector.connections)
+            )
+        )
+        following.gate.set()
+        replies = await peer.rest()
+        assert [type(message) for message in replies] == [Error]
+        again = await lab.connect("bb")
+        await again.send(1, "bb-1", "bb-2")  # the client resends everything unacknowledged, in order
+        verdicts = await again.next()
+        assert isinstance(verdicts, Verdicts)
+        assert all(seq > 0 for seq in verdicts.seqs), f"answered as duplicates, never written: {verdicts.seqs}"
+        assert isinstance(await third.next(), Verdicts)
+
+    lab.run(scenario)
+    assert _deliveries(lab.session_file) == [("bb:1", "bb-1"), ("bb:2", "bb-2")]
+
+
+def test_a_duplicate_is_answered_only_once_its_original_is_written(lab: Lab) -> None:
+    """A resend arriving while its original is still in flight is a duplicate only if that write
+    succeeds: when it fails, the resend fails too, and the next resend is written."""
+
+    async def scenario(lab: Lab) -> None:
+        first = await lab.connect("cc")
+        failing = lab.writes.hold(fail=True)
+        await first.send(1, "cc-1")
+        await _until(failing.entered.is_set)
+        resent = await lab.connect("cc")  # as after a dropped connection
+        await resent.send(1, "cc-1")
+        await _until(lambda: len(lab.collector._replies) == 1)
+        failing.gate.set()
+        for peer in (first, resent):
+            replies = await peer.rest()
+            assert [type(message) for message in replies] == [Error], replies
+        last = await lab.connect("cc")
+        await last.send(1, "cc-1")
+        verdicts = await last.next()
+        assert isinstance(verdicts, Verdicts) and verdicts.seqs == [1]
+
+    lab.run(scenario)
+    assert _deliveries(lab.session_file) == [("cc:1", "cc-1")]
