@@ -111,6 +111,28 @@ def test_a_few_files_are_synced_one_by_one(tmp_path: Path, monkeypatch: pytest.M
     writer.close()
 
 
+def test_files_closed_by_the_open_file_bound_during_a_pass_are_synced_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more files in a durable pass than may be open, the ones closed again before the sync
+    are synced through a new descriptor: none is acknowledged unsynced."""
+    synced: set[int] = set()
+
+    def fdatasync(fd: int) -> None:
+        synced.add(os.fstat(fd).st_ino)
+        real_fdatasync(fd)
+
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    writer, _ingest, root = _stage_many(tmp_path, 6)
+    writer.max_open_files = 2
+    written, failed, _ = writer.flush(durable=True)
+    assert (len(written), failed) == (6, [])
+    assert writer.open_files <= 2
+    assert synced == {(root / "sessions" / f"s{n}.events.jsonl").stat().st_ino for n in range(6)}
+    writer.close()
+
+
 def test_checkpoints_carry_the_summary_kept_while_staging(tmp_path: Path) -> None:
     """first/last timestamps, parent, agent and the FAILED count reach the checkpoint, as the file has them."""
     root = tmp_path / ".harness"

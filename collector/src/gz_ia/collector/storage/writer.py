@@ -457,10 +457,18 @@ class Writer:
         together), or one ``syncfs`` for a pass over many files, a single journal commit."""
 
         def sync(item: tuple[AppendFile, bytearray]) -> OSError | None:
-            fd = item[0].fd
+            target = item[0]
             try:
-                if fd is not None:
-                    os.fdatasync(fd)
+                if target.fd is not None:
+                    os.fdatasync(target.fd)
+                else:
+                    # Closed since this pass wrote it (the open-file bound evicted it): its bytes
+                    # are in the inode's page cache, which any descriptor of the file syncs.
+                    fd = os.open(target.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=target.dir_fd)
+                    try:
+                        os.fdatasync(fd)
+                    finally:
+                        os.close(fd)
             except OSError as exc:
                 return exc
             return None
