@@ -586,6 +586,10 @@ class Sender:
         assert self._sock is not None
         sock = self._sock
         self._fill_output()
+        # The socket nearly always takes a new batch at once: sending it now, not after one more
+        # select round, is a good part of a lone send()'s round trip.
+        if self._out and not self._send_out(sock, selector):
+            return
         with self._lock:
             # More to send and room for it: go round again at once. Otherwise block; and only when
             # the queue is empty must the next submit() write to the wake-up pipe (under load the
@@ -602,16 +606,8 @@ class Sender:
             if key.fd == self._wake_r:
                 self._drain_wake()
                 continue
-            if mask & selectors.EVENT_WRITE and self._out:
-                try:
-                    sent = sock.send(self._out)
-                except BlockingIOError:
-                    sent = 0
-                except OSError as exc:
-                    self._note_error(f"send failed: {exc}")
-                    self._drop_connection(selector)
-                    return
-                del self._out[:sent]
+            if mask & selectors.EVENT_WRITE and self._out and not self._send_out(sock, selector):
+                return
             if mask & selectors.EVENT_READ:
                 try:
                     data = sock.recv(1 << 16)
@@ -633,6 +629,19 @@ class Sender:
                     return
                 if self._sock is None:
                     return
+
+    def _send_out(self, sock: socket.socket, selector: selectors.BaseSelector) -> bool:
+        """Send what the socket takes of the output now; False if the connection failed (dropped)."""
+        try:
+            sent = sock.send(self._out)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            self._note_error(f"send failed: {exc}")
+            self._drop_connection(selector)
+            return False
+        del self._out[:sent]
+        return True
 
     def _note_error(self, message: str) -> None:
         with self._lock:
@@ -708,7 +717,8 @@ class Sender:
             case Welcome():
                 self._backoff = _BACKOFF_MIN
             case Verdicts():
-                self._settle(message)
+                if self._settle(message):
+                    time.sleep(0)  # let the woken send() take the GIL now, not after this round
             case Report():
                 pass
             case Error():
@@ -745,13 +755,15 @@ class Sender:
         if self._spool is not None:
             self._spool.release(segment)
 
-    def _settle(self, verdicts: Verdicts) -> None:
+    def _settle(self, verdicts: Verdicts) -> bool:
+        """Settle the window's events up to the end of ``verdicts``; tell whether a waiter was woken."""
         rejected = {rejection.index: rejection for rejection in verdicts.rejected}
         last = verdicts.first + verdicts.count
         first = verdicts.first
         with self._lock:
             window = self._window
             settled = refused = freed = 0
+            woke = False
             while window and window[0].pseq < last:
                 item = window.popleft()
                 settled += 1
@@ -770,11 +782,13 @@ class Sender:
                 elif item.waiter is not None and not item.waiter.done():
                     seq = verdicts.seqs[offset] if 0 <= offset < len(verdicts.seqs) else 0
                     item.waiter.set_result(Verdict(seq=max(seq, 0), duplicate=seq < 0))
+                    woke = True
             self._accepted += settled - refused
             self._rejected += refused
             self._window_bytes -= freed
             self._window_sent = max(0, self._window_sent - settled)
             self._changed.notify_all()
+        return woke
 
 
 def _drain_all_at_exit() -> None:
