@@ -22,9 +22,9 @@ def _metric(collector: Any, name: str) -> float:
     raise AssertionError(f"{name} not exported")
 
 
-def _log(client: Any, first: int, count: int) -> None:
+def _log(client: Any, first: int, count: int, session_id: str = "work") -> None:
     for n in range(first, first + count):
-        client.log(session_id="work", action="step", stage="PENDING", agent="agy", attrs={"n": n})
+        client.log(session_id=session_id, action="step", stage="PENDING", agent="agy", attrs={"n": n})
 
 
 def test_a_removed_root_is_recreated_and_nothing_sent_after_is_lost(collector: Any, schema_validator: Any) -> None:
@@ -45,6 +45,26 @@ def test_a_removed_root_is_recreated_and_nothing_sent_after_is_lost(collector: A
     assert collector.proc.pid == pid and collector.proc.poll() is None
     assert _metric(collector, 'gzia_write_errors_total{kind="ENOENT"}') >= 1
     assert "was removed" in collector.log()
+
+
+def test_a_client_idle_while_its_root_was_removed_loses_nothing_sent_after(collector: Any) -> None:
+    """Client b says nothing while the removal is noticed (through client a's events); what it sends
+    next lands in the recreated root, not in the removed file it had open."""
+    first, second = collector.client(), collector.client()
+    _log(first, 0, 20, "work-a")
+    _log(second, 0, 20, "work-b")
+    assert first.flush(timeout=30) and second.flush(timeout=30)
+    shutil.rmtree(collector.root)
+    _log(first, 20, 20, "work-a")
+    assert first.flush(timeout=60)
+    assert "was removed" in collector.log()
+    _log(second, 20, 20, "work-b")
+    assert second.flush(timeout=60)
+    for client in (first, second):
+        client.close()
+    for session_id in ("work-a", "work-b"):
+        lines = collector.session_lines(session_id)
+        assert sorted(line["attrs"]["n"] for line in lines) == list(range(20, 40)), session_id
 
 
 @pytest.fixture(name="small_disk")

@@ -229,6 +229,11 @@ class Connection(asyncio.Protocol):
     def _handle_batch(self, decoded: DecodedBatch, size: int) -> None:
         collector = self.collector
         assert self.root is not None
+        if self.root.removed:
+            # Its directories were deleted (``rm -r .harness``) while this connection was idle:
+            # the client recreates the root when it reconnects, and the next hello opens it afresh.
+            self.fail(RejectReason.WRITE_FAILED, f"the session root {self.root.path} was removed; reconnect")
+            return
         count = len(decoded.events)
         collector.metrics.events_received.inc(count)
         if count > MAX_BATCH_EVENTS:

@@ -211,12 +211,15 @@ class SessionState(AppendFile):
 class RootStore:
     """One session root: its directories, its sessions' state and its rejects file."""
 
-    __slots__ = ("dirs", "rejects", "sessions")
+    __slots__ = ("dirs", "rejects", "removed", "sessions")
 
     def __init__(self, dirs: RootDirs) -> None:
         self.dirs = dirs
         self.sessions: dict[str, SessionState] = {}
         self.rejects = AppendFile(dirs.root_fd, REJECTS_FILE)
+        self.removed = False
+        """Set once its directories were found deleted: nothing more may be staged into it (its
+        open files are unlinked ones, where lines would be written and lost)."""
 
     @property
     def path(self) -> Path:
@@ -409,6 +412,7 @@ class Writer:
             if deleted:
                 log.error("session root %s was removed; its unwritten events stay with their clients", store.path)
                 removed.update(fds)
+                store.removed = True
                 del self._roots[key]
                 self._stale_roots.append(store)
         return removed
