@@ -4,8 +4,9 @@ Builds sessions with the real writer (rotation at ``--segment-bytes``, gzip arch
 ``--no-compress``), then measures, each as the median of ``--repeat`` runs:
 
 * ``last_page``: ``read_page(..., reverse=True, limit=100)`` on a small session (``--small`` events)
-  and on a huge one (``--events``, default 10,000,000 over about 600 segments, as the issue asks). The ratio huge/small is the
-  figure: reading from the end keeps it near 1, a scan of the history would make it grow with size.
+  and on a huge one (``--events``, default 10,000,000: 500 segments, as the issue asks). The ratio
+  huge/small is the figure: reading from the end keeps it near 1, a scan of the history would make
+  it grow with size.
 * ``first_page`` and ``resume``: the first page, and a page resumed from a cursor taken early (after
   every later rotation).
 * ``sessions``: :func:`list_sessions` and :func:`session_tree` over ``--sessions`` sessions (10,000).
