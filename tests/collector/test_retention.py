@@ -183,6 +183,11 @@ def test_gc_removes_idle_sessions_and_dry_run_only_reports(tmp_path: Path) -> No
     assert [item.session_id for item in reader.list_sessions(harness.root)] == ["fresh"]
     bad = runner.invoke(main, ["gc", "--older-than", "soon"], env=env)
     assert bad.exit_code == 2
+    # "fresh" was written just now: a collector may still hold it open.
+    too_recent = runner.invoke(main, ["gc", "--older-than", "5m"], env=env)
+    assert too_recent.exit_code == 2
+    assert "too recent" in too_recent.output
+    assert [item.session_id for item in reader.list_sessions(harness.root)] == ["fresh"]
 
 
 @pytest.mark.parametrize("compress", [False, True])

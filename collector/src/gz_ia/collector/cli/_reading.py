@@ -494,12 +494,18 @@ def gc_command(ctx: click.Context, older_than: str, dry_run: bool, config_path: 
     """
     from gz_ia.collector.config import ConfigError, load_config
     from gz_ia.collector.storage._layout import LayoutError, open_root
-    from gz_ia.collector.storage.retention import RetentionPolicy, apply_retention, collect_idle
+    from gz_ia.collector.storage.retention import MIN_IDLE_AGE, RetentionPolicy, apply_retention, collect_idle
 
     try:
         threshold = parse_duration(older_than)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from exc
+    if threshold < MIN_IDLE_AGE:
+        raise click.BadParameter(
+            f"{older_than!r} is too recent: a running collector may still be writing a session idle for "
+            f"less than {MIN_IDLE_AGE / 60:g} minutes",
+            param_hint="--older-than",
+        )
     try:
         config = load_config(config_path)
     except ConfigError as exc:

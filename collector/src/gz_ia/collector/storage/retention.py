@@ -26,6 +26,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from gz_ia.collector.config import RetentionConfig
 
@@ -45,7 +46,20 @@ from ._layout import (
     torn_name,
 )
 
-__all__ = ["Deletion", "RetentionPolicy", "RetentionReport", "apply_retention", "collect_idle", "enforce_session"]
+__all__ = [
+    "MIN_IDLE_AGE",
+    "Deletion",
+    "RetentionPolicy",
+    "RetentionReport",
+    "apply_retention",
+    "collect_idle",
+    "enforce_session",
+]
+
+MIN_IDLE_AGE: Final = 600.0
+"""The least idle time after which ``gz-ia gc`` may remove a whole session. The collector checks that
+a file it holds open still exists only before writing to one idle for more than a minute, so a
+younger session could be removed under it and its next events written into the deleted file."""
 
 _DAY = 86_400.0
 
