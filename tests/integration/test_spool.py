@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -98,6 +99,38 @@ def test_a_client_that_exits_before_delivering_is_adopted_by_the_collector(make_
     again = collector.session_lines("orphan")
     assert len(again) == 250
     assert _metric(collector, "gzia_events_duplicate_total") == 250
+
+
+FLOOD = """
+import sys, time
+from gz_ia.client import Client
+client = Client(max_events=10)
+for n in range(int(sys.argv[1])):
+    client.log(session_id="orphan", action="work", stage="PENDING", agent="agy", attrs={"n": n})
+    if n % 10 == 9:
+        time.sleep(0.001)  # lets the sender thread spill: faster, it would have to drop
+"""
+
+
+def test_events_in_flight_when_the_collector_froze_are_adopted_with_the_rest(make_collector: Any) -> None:
+    """The collector stops answering (SIGSTOP) while events are in flight; the agent spills what
+    follows, then exits and spools the unanswered window after the spilled segments. The next
+    collector adopts every event: the spool is applied in producer order, not segment order, or the
+    window's events would come after higher numbers of the same session and pass as duplicates."""
+    collector = make_collector()
+    assert collector.proc is not None
+    os.kill(collector.proc.pid, signal.SIGSTOP)
+    try:
+        environment = {**collector.env, "GZ_IA_EXIT_TIMEOUT": "0.2"}
+        subprocess.run([sys.executable, "-c", FLOOD, "3000"], env=environment, check=True, timeout=60)
+    finally:
+        os.kill(collector.proc.pid, signal.SIGKILL)
+        collector.proc.wait()
+    assert list(_spool_dir().glob("*.spool")), "what could not be delivered was spooled"
+    collector.start()
+    lines = collector.session_lines("orphan")
+    assert sorted(line["attrs"]["n"] for line in lines) == list(range(3000))
+    assert [line["seq"] for line in lines] == list(range(1, 3001))
 
 
 def test_a_living_clients_spool_is_left_alone(make_collector: Any) -> None:

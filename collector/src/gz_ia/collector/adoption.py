@@ -3,7 +3,8 @@
 A client spills events to ``<spool dir>/<producer>.<n>.spool`` while the collector is unreachable
 and holds ``<producer>.lock`` while it lives. A spool whose lock is free belongs to a dead process:
 the collector ingests its events under the dead producer's id (so anything already written is
-recognised as a duplicate), writes them, and only then deletes the segments. A crash in between
+recognised as a duplicate), in the order of their producer numbers, writes them, and only then
+deletes the segments. A crash in between
 only means the next adoption finds the same events again and drops them as duplicates.
 """
 
@@ -58,42 +59,77 @@ def adopt_spools(
     adopted = 0
     for producer, lock_fd, segments in orphaned_spools(directory):
         try:
-            complete = True
-            for path in segments:
-                try:
-                    if os.stat(path, follow_symlinks=False).st_uid != uid:
-                        complete = False
-                        continue
-                    header, records = read_segment(path)
-                    root = writer.root(Path(header.root), owner=uid)
-                except msgspec.DecodeError as exc:
-                    log.warning("cannot adopt spool %s: %s", path, exc)
-                    complete = False
-                    continue
-                except (OSError, LayoutError) as exc:
-                    log.warning("cannot adopt spool %s yet: %s; will retry", path, exc)
-                    complete = False
-                    break  # the later segments wait: they must not be written before this one
-                outcomes = []
-                for run in _runs(records):
-                    frame = encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))
-                    outcomes.append(ingest.apply(root, producer, decode_batch(frame[4:])))
-                _, failed, _ = writer.flush(durable=durable)
-                if failed or not all(outcome.intact() for outcome in outcomes):
-                    # Stop at this segment: written before it, the later ones would raise the
-                    # sessions' watermarks past its events, whose retry would then be duplicates.
-                    log.warning("cannot write the events of spool %s yet; will retry", path)
-                    complete = False
-                    break
-                for outcome in outcomes:
-                    on_outcome(outcome)
-                    adopted += outcome.count
-                path.unlink(missing_ok=True)
-            if complete:
-                with contextlib.suppress(OSError):
-                    (directory / f"{producer}.lock").unlink()
+            adopted += _adopt(
+                directory, producer, segments, ingest, writer, uid=uid, durable=durable, on_outcome=on_outcome
+            )
         finally:
             os.close(lock_fd)
     if adopted:
         log.info("adopted %d spooled events of clients that exited before delivering them", adopted)
+    return adopted
+
+
+def _adopt(
+    directory: Path,
+    producer: str,
+    segments: list[Path],
+    ingest: Ingest,
+    writer: Writer,
+    *,
+    uid: int,
+    durable: bool,
+    on_outcome: Callable[[BatchOutcome], None],
+) -> int:
+    """Write one dead producer's spooled events in the order of their numbers, then delete them.
+
+    Segment order is not that order: at exit a client spools its unanswered window, older numbers,
+    after the events it spilled while waiting. Applied segment by segment, those older numbers would
+    follow higher ones of the same session and be taken for duplicates. So every segment is read
+    first (a spool is bounded by the client's ``max_spool_bytes``), and nothing is deleted until all
+    of it is written.
+    """
+    readable: list[Path] = []
+    by_root: dict[str, dict[int, SpoolRecord]] = {}
+    complete = True
+    for path in segments:
+        try:
+            if os.stat(path, follow_symlinks=False).st_uid != uid:
+                complete = False
+                continue
+            header, records = read_segment(path)
+        except msgspec.DecodeError as exc:
+            log.warning("cannot adopt spool %s: %s", path, exc)
+            complete = False
+            continue
+        except OSError as exc:
+            log.warning("cannot adopt spool %s yet: %s; will retry", path, exc)
+            return 0
+        readable.append(path)
+        numbered = by_root.setdefault(header.root, {})
+        for record in records:
+            numbered.setdefault(record.pseq, record)  # a resent window may repeat a spooled event
+    adopted = 0
+    for root_path, numbered in by_root.items():
+        try:
+            root = writer.root(Path(root_path), owner=uid)
+        except (OSError, LayoutError) as exc:
+            log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root_path, exc)
+            return adopted
+        ordered = [numbered[number] for number in sorted(numbered)]
+        outcomes = []
+        for run in _runs(ordered):
+            frame = encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))
+            outcomes.append(ingest.apply(root, producer, decode_batch(frame[4:])))
+        _, failed, _ = writer.flush(durable=durable)
+        if failed or not all(outcome.intact() for outcome in outcomes):
+            log.warning("cannot write the spooled events of %s yet; will retry", producer)
+            return adopted
+        for outcome in outcomes:
+            on_outcome(outcome)
+            adopted += outcome.count
+    for path in readable:
+        path.unlink(missing_ok=True)
+    if complete:
+        with contextlib.suppress(OSError):
+            (directory / f"{producer}.lock").unlink()
     return adopted
