@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import queue
+import re
+import signal
 import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from click.testing import CliRunner
@@ -215,3 +221,198 @@ def test_the_root_can_come_from_the_flag(busy: Any, tmp_path: Path) -> None:
                            env={"GZ_IA_ROOT": str(tmp_path)})  # fmt: skip
     assert result.exit_code == 0
     assert len(result.output.splitlines()) == 3
+
+
+# --- -o/--output, -g/--grep, --utc, --pager ------------------------------------------------------------------
+
+_BOUND = 30.0
+"""Safety bound (seconds) on waiting for a follower's output; a passing run needs a fraction of it."""
+_ZONE = "GZT-5:30"
+"""A POSIX TZ string (no tz database needed): local time is UTC+05:30, a half-hour offset on purpose."""
+
+
+def _stored(collector: Any, session_id: str) -> bytes:
+    """The active segment of a session that never rotated: every line it holds, as written."""
+    sessions = collector.root / "sessions"
+    assert not list(sessions.glob(f"{session_id}.events.0*")), f"{session_id} rotated"
+    return bytes((sessions / f"{session_id}.events.jsonl").read_bytes())
+
+
+def _in_zone(collector: Any, zone: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run gz-ia as a real process whose local time zone is ``zone`` (TZ is read at start-up)."""
+    return subprocess.run(
+        [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+        env={**collector.env, "TZ": zone, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def test_output_json_is_the_stored_lines_byte_for_byte(busy: Any) -> None:
+    """-o json, --json and both print the stored bytes; --utc does not touch them; filters keep lines whole."""
+    stored = _stored(busy, "lone")
+    for flags in (["-o", "json"], ["--output", "json"], ["--json"], ["--json", "-o", "json"], ["-o", "json", "--utc"]):
+        result = _run(busy, "session", "logs", "lone", *flags)
+        assert result.exit_code == 0, result.output
+        assert result.stdout_bytes == stored, flags
+    lines = _stored(busy, "sub").splitlines(keepends=True)
+    finished = _run(busy, "session", "logs", "sub", "-o", "json", "--stage", "FINISH")
+    assert finished.stdout_bytes == b"".join(line for line in lines if json.loads(line)["stage"] == "FINISH")
+    merged = _run(busy, "logs", "-o", "json", "-g", "exit 1")
+    assert merged.stdout_bytes == lines[-1]
+
+
+def test_json_with_another_output_format_is_a_usage_error(busy: Any) -> None:
+    """--json is -o json: combined with a different -o it exits 2 and prints no events; an unknown -o exits 2."""
+    for other in ("short", "short-iso", "json-pretty", "cat"):
+        result = _run(busy, "session", "logs", "lone", "--json", "-o", other)
+        assert result.exit_code == 2, other
+        assert result.stdout == ""
+        assert "--json" in result.output
+    assert _run(busy, "logs", "-o", "yaml").exit_code == 2
+
+
+def test_output_json_pretty_is_the_stored_records_indented(busy: Any) -> None:
+    """-o json-pretty prints one indented object per event, parsing back to exactly the stored records."""
+    result = _run(busy, "session", "logs", "sub", "-o", "json-pretty")
+    assert result.exit_code == 0, result.output
+    decoder = json.JSONDecoder()
+    text, position, objects = result.stdout, 0, []
+    while text[position:].strip():
+        position += len(text[position:]) - len(text[position:].lstrip())
+        value, position = decoder.raw_decode(text, position)
+        objects.append(value)
+    assert objects == [json.loads(line) for line in _stored(busy, "sub").splitlines()]
+    assert '\n  "session_id": "sub",\n' in text
+    assert all(line.startswith(("{", "}", "  ")) for line in text.splitlines())
+    none = _run(busy, "session", "logs", "sub", "-o", "json-pretty", "--agent", "nobody")
+    assert (none.exit_code, none.output) == (0, "")  # a format for programs: no banner
+
+
+def test_short_iso_and_utc_show_the_stored_instant(busy: Any) -> None:
+    """--utc shows the stored instant with Z; the default is local time with its offset; short-iso is RFC 3339."""
+    instants = [_instant(json.loads(line)["timestamp"]) for line in _stored(busy, "lone").splitlines()]
+    in_ms = [moment.replace(microsecond=moment.microsecond // 1000 * 1000) for moment in instants]
+
+    iso_utc = _in_zone(busy, _ZONE, "session", "logs", "lone", "-o", "short-iso", "--utc")
+    stamps = [line.split()[0] for line in iso_utc.stdout.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp) for stamp in stamps), stamps
+    assert [_instant(stamp) for stamp in stamps] == instants
+
+    iso_local = _in_zone(busy, _ZONE, "session", "logs", "lone", "-o", "short-iso")
+    stamps = [line.split()[0] for line in iso_local.stdout.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+05:30", stamp) for stamp in stamps), stamps
+    assert [_instant(stamp) for stamp in stamps] == instants
+
+    short_utc = _in_zone(busy, _ZONE, "session", "logs", "lone", "--utc")
+    stamps = [" ".join(line.split()[:2]) for line in short_utc.stdout.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z", stamp) for stamp in stamps), stamps
+    assert [_instant(stamp) for stamp in stamps] == in_ms
+
+    short_local = _in_zone(busy, _ZONE, "session", "logs", "lone")
+    stamps = [" ".join(line.split()[:2]) for line in short_local.stdout.splitlines()]
+    assert all(stamp.endswith("+05:30") for stamp in stamps), stamps
+    assert [_instant(stamp) for stamp in stamps] == in_ms
+    assert short_local.stdout != short_utc.stdout  # the same instants, written differently
+
+
+def test_cat_prints_only_what_happened(busy: Any) -> None:
+    """-o cat: stage, status, action and error; no time, agent/role, duration, nor session unless --prefix."""
+    result = _run(busy, "session", "logs", "sub", "-o", "cat", "--color", "never")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 9
+    assert lines[0] == "READ    OK     task-0"
+    assert lines[-1] == "FINISH  FAILED task-2 error: exit 1"
+    assert not [line for line in lines if re.search(r"\d\d:\d\d|claude|planner|coder|ms\)", line)]
+    merged = _run(busy, "logs", "-o", "cat", "--color", "never").stdout.splitlines()
+    assert len(merged) == 150 + 9 + 4 + 3
+    assert all(line.startswith(("READ ", "PENDING ", "FINISH ")) for line in merged)
+    prefixed = _run(busy, "logs", "-o", "cat", "--failed", "--prefix", "--color", "never")
+    assert prefixed.stdout.splitlines() == [f"{'sub':<16} FINISH  FAILED task-2 error: exit 1"]
+
+
+def test_grep_matches_action_or_error_before_lines(busy: Any) -> None:
+    """-g keeps events whose action or error matches (re.search), then -n and -r apply to the matches."""
+    hits = [
+        json.loads(line)
+        for line in _run(busy, "session", "logs", "main", "--json", "-g", r"^task-4\d$").stdout.splitlines()
+    ]
+    assert len(hits) == 30
+    assert {record["action"] for record in hits} == {f"task-{number}" for number in range(40, 50)}
+    on_error = _run(busy, "logs", "--json", "--grep", "exit 1")  # no action contains it: only the error does
+    assert [(json.loads(line)["session_id"], json.loads(line)["seq"]) for line in on_error.stdout.splitlines()] == [
+        ("sub", 9)
+    ]
+    last = _run(busy, "session", "logs", "main", "--json", "-g", "^task-3$", "-n", "2")
+    assert [json.loads(line)["seq"] for line in last.stdout.splitlines()] == [11, 12]
+    newest = _run(busy, "session", "logs", "main", "--json", "-g", "^task-3$", "-n", "2", "-r")
+    assert [json.loads(line)["seq"] for line in newest.stdout.splitlines()] == [12, 11]
+    human = _run(busy, "session", "logs", "main", "--tree", "-g", "exit", "--color", "never")
+    assert human.exit_code == 0
+    assert [line.split()[-3:] for line in human.stdout.splitlines()] == [["error:", "exit", "1"]]
+
+
+def test_grep_exit_codes(busy: Any) -> None:
+    """No match exits 1 (with the banner unless -q), a bad regex exits 2, an unknown session stays 1."""
+    none = _run(busy, "session", "logs", "main", "-g", "no-such-action")
+    assert none.exit_code == 1
+    assert none.stdout == ""
+    assert "-- No entries --" in none.output
+    quiet = _run(busy, "logs", "--json", "-g", "task", "--agent", "nobody", "-q")
+    assert (quiet.exit_code, quiet.output) == (1, "")
+    bad = _run(busy, "session", "logs", "main", "-g", "task-(")
+    assert bad.exit_code == 2
+    assert "--grep" in bad.output
+    assert _run(busy, "session", "logs", "nobody", "-g", "task").exit_code == 1
+    assert _run(busy, "session", "logs", "main", "-g", "task-49").exit_code == 0
+
+
+def test_grep_while_following_filters_and_exits_0(busy: Any) -> None:
+    """-f -g prints only matching new events (none matched before) and ends with 0 on Ctrl-C, never 1."""
+    follower = subprocess.Popen(
+        [sys.executable, "-c", "from gz_ia.collector.cli import main; main()",
+         "session", "logs", "lone", "-f", "-n", "all", "--json", "-g", "^needle"],
+        env=busy.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump(stream: IO[str]) -> None:
+        for line in stream:
+            lines.put(line)
+
+    assert follower.stdout is not None
+    reading = threading.Thread(target=pump, args=(follower.stdout,), daemon=True)
+    reading.start()
+    try:
+        client = busy.client()
+        try:
+            for action in ("hay-1", "needle-1", "hay-2", "needle-2"):
+                client.send(build_event(session_id="lone", action=action, stage="READ", agent="claude"), timeout=10)
+        finally:
+            client.close()
+        shown = [json.loads(lines.get(timeout=_BOUND))["action"] for _ in range(2)]
+        assert shown == ["needle-1", "needle-2"]
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(_BOUND) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+        reading.join(_BOUND)  # the pipe is at its end once the process has gone
+        follower.stdout.close()
+    assert follower.stderr is not None
+    stderr = follower.stderr.read()
+    follower.stderr.close()
+    assert "Traceback" not in stderr
+    assert lines.empty()
+
+
+def test_pager_flags_are_accepted_and_never_page(busy: Any) -> None:
+    """--pager and --no-pager are accepted (journalctl habits) and change nothing in the output."""
+    plain = _run(busy, "session", "logs", "sub", "--utc")
+    for flag in ("--pager", "--no-pager"):
+        result = _run(busy, "session", "logs", "sub", "--utc", flag)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == plain.stdout

@@ -2,20 +2,27 @@
 
 Colour is decided by the caller (``gz-ia --color auto|always|never``, ``NO_COLOR``, TTY detection);
 these functions only apply it. FAILED stands out: bold red status and error.
+
+Event times follow journalctl: the local zone by default, shown with its offset so that a line is
+never ambiguous, or UTC with a ``Z`` (``--utc``). The JSON formats are the stored lines themselves
+and are not rendered here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
-from typing import TYPE_CHECKING, Final
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final, Literal
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
 
 if TYPE_CHECKING:
     from gz_ia.collector.storage.reader import SessionSummary, TreeNode
 
-__all__ = ["format_event", "format_sessions", "format_tree"]
+__all__ = ["EventStyle", "format_event", "format_sessions", "format_time", "format_tree"]
+
+EventStyle = Literal["short", "short-iso", "cat"]
+"""The human ``-o`` formats of ``gz-ia logs``: a timeline line, the same with an RFC 3339 time, or the message only."""
 
 _STAGE_COLOURS: Final = {Stage.READ: "\x1b[36m", Stage.PENDING: "\x1b[33m", Stage.FINISH: "\x1b[32m"}
 _FAILED: Final = "\x1b[1;31m"
@@ -31,19 +38,45 @@ def _paint(text: str, code: str, colour: bool) -> str:
     return code + text + _RESET if colour else text
 
 
-def format_event(event: StoredEvent, *, colour: bool = False, show_session: bool = False) -> str:
-    """Return one line: time, [session], agent/role, stage, status, action, duration, error."""
-    time_text = event.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+def format_time(moment: datetime, *, iso: bool = False, utc: bool = True) -> str:
+    """Return ``moment`` as a timeline shows it, in UTC (``Z``) or in the local zone (``+HH:MM``).
+
+    ``iso`` gives full RFC 3339 (``T`` separator, microseconds) for ``-o short-iso``; otherwise a space
+    and milliseconds, which read better in a column. Both always carry the zone, so a local time can be
+    pasted into ``--since`` as it is.
+    """
+    shown = moment.astimezone(UTC) if utc else moment.astimezone()
+    text = shown.isoformat(sep="T" if iso else " ", timespec="microseconds" if iso else "milliseconds")
+    return text.removesuffix("+00:00") + "Z" if utc else text
+
+
+def format_event(
+    event: StoredEvent,
+    *,
+    colour: bool = False,
+    show_session: bool = False,
+    style: EventStyle = "short",
+    utc: bool = True,
+) -> str:
+    """Return one line: time, [session], agent/role, stage, status, action, duration, error.
+
+    ``style="short-iso"`` writes the time as full RFC 3339; ``style="cat"`` keeps only what happened
+    (stage, status, action, error), without time, agent/role or duration, like ``journalctl -o cat``
+    keeps only the message. ``utc`` chooses between UTC and local time (see :func:`format_time`).
+    """
     who = event.agent + (f"/{event.role}" if event.role else "")
     failed = event.status is Status.FAILED
-    parts = [_paint(time_text, _DIM, colour)]
+    parts = []
+    if style != "cat":
+        parts.append(_paint(format_time(event.timestamp, iso=style == "short-iso", utc=utc), _DIM, colour))
     if show_session:
         parts.append(_paint(f"{event.session_id:<16}", _SESSION, colour))
-    parts.append(f"{who:<20}")
+    if style != "cat":
+        parts.append(f"{who:<20}")
     parts.append(_paint(f"{event.stage.value:<7}", _STAGE_COLOURS[event.stage], colour))
     parts.append(_paint(f"{event.status.value:<6}", _FAILED if failed else _OK, colour))
     parts.append(_paint(event.action, _BOLD, colour) if failed else event.action)
-    if event.duration_ms is not None:
+    if event.duration_ms is not None and style != "cat":
         parts.append(f"({_duration(event.duration_ms)})")
     if event.error:
         parts.append(_paint(f"error: {event.error}", _FAILED, colour))

@@ -9,10 +9,20 @@ import click
 
 from gz_ia.client import env
 
-__all__ = ["EXIT_NOT_FOUND", "EXIT_REJECTED", "EXIT_UNAVAILABLE", "root_of", "socket_path_of", "version"]
+__all__ = [
+    "EXIT_NOT_FOUND",
+    "EXIT_NO_MATCH",
+    "EXIT_REJECTED",
+    "EXIT_UNAVAILABLE",
+    "root_of",
+    "socket_path_of",
+    "version",
+]
 
 EXIT_REJECTED: Final = 1
 EXIT_NOT_FOUND: Final = 1
+EXIT_NO_MATCH: Final = 1
+"""``gz-ia logs --grep`` matched nothing (journalctl -g does the same), so scripts can test for a hit."""
 EXIT_UNAVAILABLE: Final = 69
 """``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable."""
 

@@ -1,16 +1,18 @@
 """Reading commands: ``gz-ia session logs``, ``gz-ia logs``, ``gz-ia sessions``, ``gz-ia session tree``, ``gz-ia gc``.
 
 Conventions follow journalctl, kubectl and docker logs (ECOSYSTEM.md §2): ``-f`` follows like
-``tail -F``, ``-n`` limits to the last N events (10 with ``-f`` and no ``--since``), ``--json`` prints
-exactly the stored line, field filters OR within a flag and AND across flags. Exit codes: 0 success
-(an empty result included), 1 unknown session (or a root of a newer layout), 2 usage error. Ctrl-C
-and a closed pipe (``| head``) end quietly.
+``tail -F``, ``-n`` limits to the last N events (10 with ``-f`` and no ``--since``), ``-o`` picks the
+format (``--json`` is ``-o json``: exactly the stored line), ``-g`` keeps events whose action or error
+matches a regex, times are local unless ``--utc``, field filters OR within a flag and AND across
+flags. Exit codes: 0 success (an empty result included), 1 unknown session (or a root of a newer
+layout) or no ``--grep`` match, 2 usage error. Ctrl-C and a closed pipe (``| head``) end quietly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import json
 import os
 import re
@@ -19,19 +21,27 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import click
 
-from gz_ia.client.schema import Stage, Status
+from gz_ia.client.schema import Stage, Status, StoredEvent
 
 from . import main, session
-from ._common import EXIT_NOT_FOUND, root_of
+from ._common import EXIT_NO_MATCH, EXIT_NOT_FOUND, root_of
+
+if TYPE_CHECKING:
+    from gz_ia.collector.view import EventStyle
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _RELATIVE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _STAGES: Final = [stage.value for stage in Stage]
 _STATUSES: Final = [status.value for status in Status]
+_OUTPUTS: Final = ["short", "short-iso", "json", "json-pretty", "cat"]
+_MACHINE_OUTPUTS: Final = frozenset({"json", "json-pretty"})
+"""Formats for programs: no banner on stdout or stderr, the cursor on stderr."""
+_STYLES: Final[dict[str, EventStyle]] = {"short": "short", "short-iso": "short-iso", "cat": "cat"}
+"""The human formats, rendered by :func:`gz_ia.collector.view.format_event`."""
 
 
 # --- parsing -----------------------------------------------------------------------------------------
@@ -132,7 +142,26 @@ def _log_options(function: Any) -> Any:
         click.option("-S", "--since", default=None, help="Only events at or after T (RFC 3339, epoch, or 10m ago)."),
         click.option("-U", "--until", default=None, help="Only events before T (RFC 3339, epoch, or 10m ago)."),
         click.option("-r", "--reverse", is_flag=True, help="Newest first (not with --follow)."),
-        click.option("--json", "as_json", is_flag=True, help="Print each stored JSON line exactly (for jq)."),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Choice(_OUTPUTS),
+            default=None,
+            help="short: a timeline line; short-iso: the same with an RFC 3339 time; json: the stored line "
+            "exactly; json-pretty: the stored record indented; cat: stage, status, action and error only "
+            "[default: short].",
+        ),
+        click.option(
+            "--json", "as_json", is_flag=True, help="Same as -o json: each stored JSON line exactly (for jq)."
+        ),
+        click.option(
+            "-g",
+            "--grep",
+            default=None,
+            metavar="REGEX",
+            help="Only events whose action or error matches the Python regex; exit 1 if none does (not with -f).",
+        ),
+        click.option("--utc", is_flag=True, help="Show times in UTC (Z) instead of local time with its offset."),
         click.option("--agent", multiple=True, help="Only this agent (repeat: any of them)."),
         click.option("--role", multiple=True, help="Only this role (repeat: any of them)."),
         click.option(
@@ -155,7 +184,9 @@ def _log_options(function: Any) -> Any:
             help="Colour the timeline (auto: on a terminal, unless NO_COLOR is set).",
         ),
         click.option("--prefix/--no-prefix", default=None, help="Show the session id on each line."),
-        click.option("--no-pager", is_flag=True, hidden=True, help="Accepted for journalctl habits; never pages."),
+        click.option(
+            "--pager/--no-pager", default=False, help="Accepted for journalctl habits: the output is never paged."
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No '-- No entries --' banner or notices."),
     ]
     for option in reversed(options):
@@ -219,29 +250,70 @@ def _line_count(value: str | None, *, follow: bool, since: str | None) -> int | 
     return count
 
 
-def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, **options: Any) -> None:
-    from gz_ia.collector.storage import reader
+def _output_format(choice: str | None, *, as_json: bool) -> str:
+    """The ``-o`` format; ``--json`` is its alias, so a different ``-o`` with it is a contradiction."""
+    if as_json and choice not in (None, "json"):
+        raise click.UsageError(f"--json means -o json; it cannot be combined with -o {choice}")
+    return "json" if as_json else choice or "short"
+
+
+def _grep(pattern: str | None) -> Callable[[StoredEvent], bool] | None:
+    """``--grep``: a predicate on an event's action and error (``re.search``), None without the flag."""
+    if pattern is None:
+        return None
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise click.BadParameter(
+            f"{pattern!r} is not a valid regular expression: {exc}", param_hint="-g/--grep"
+        ) from exc
+
+    def matches(event: StoredEvent) -> bool:
+        return compiled.search(event.action) is not None or (
+            event.error is not None and compiled.search(event.error) is not None
+        )
+
+    return matches
+
+
+def _renderer(output: str, *, colour: bool, show_session: bool, utc: bool) -> Callable[[Any], str]:
+    """How one entry is printed in the ``-o`` format."""
     from gz_ia.collector.view import format_event
 
+    if output == "json":
+        return lambda entry: str(entry.line)
+    if output == "json-pretty":
+        return lambda entry: json.dumps(json.loads(entry.line), indent=2, ensure_ascii=False)
+    style = _STYLES[output]
+    return lambda entry: format_event(entry.event, colour=colour, show_session=show_session, style=style, utc=utc)
+
+
+def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, **options: Any) -> None:
+    from gz_ia.collector.storage import reader
+
     follow: bool = options["follow"]
+    output = _output_format(options["output"], as_json=options["as_json"])
     if follow and options["reverse"]:
         raise click.UsageError("--reverse cannot be combined with --follow")
     count = _line_count(options["lines"], follow=follow, since=options["since"])
     filters = _filters(options, datetime.now(UTC))
+    grep = _grep(options["grep"])
     root = root_of(ctx)
     out = _Output(flush_each=follow)
     colour = use_colour(options["color"], out.stream)
     multi = session_ids is None or tree
-    show_session = options["prefix"] if options["prefix"] is not None else multi
+    # `cat` is the message only: the session column appears there only when asked for.
+    show_session = options["prefix"] if options["prefix"] is not None else multi and output != "cat"
     quiet: bool = options["quiet"]
+    machine = output in _MACHINE_OUTPUTS
+    render = _renderer(output, colour=colour, show_session=show_session, utc=options["utc"])
 
     def show(entry: Any) -> None:
-        out.line(
-            entry.line if options["as_json"] else format_event(entry.event, colour=colour, show_session=show_session)
-        )
+        out.line(render(entry))
 
     plain_copy = (
-        options["as_json"]
+        output == "json"
+        and grep is None
         and session_ids is not None
         and len(session_ids) == 1
         and not tree
@@ -265,17 +337,20 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
         anchors = {session_id: reader.end_cursor(root, session_id) for session_id in members}
         anchors = {key: value for key, value in anchors.items() if value is not None}
         shown = 0
-        for entry in _history(root, members, start, anchors, filters, count, reverse=options["reverse"]):
+        history = _history(root, members, start, anchors, filters, count, grep=grep, reverse=options["reverse"])
+        for entry in history:
             show(entry)
             shown += 1
         out.flush()
-        if not shown and not quiet and not options["as_json"] and not follow:
+        if not shown and not quiet and not machine and not follow:
             click.echo("-- No entries --", err=True)
         resume = reader.combine_cursors(anchors.values()) if multi else anchors.get(members[0]) if members else None
         if not follow:
             if options["show_cursor"] and resume is not None:
                 text = f"-- cursor: {resume}"
-                click.echo(text, err=options["as_json"])
+                click.echo(text, err=machine)
+            if grep is not None and not shown:
+                ctx.exit(EXIT_NO_MATCH)
             return
         watched = None if session_ids is None or tree else members
         follow_cursor = resume
@@ -290,7 +365,8 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
                 if entry.session_id not in family and (parent is None or parent not in family):
                     continue
                 family.add(entry.session_id)
-            show(entry)
+            if grep is None or grep(entry.event):
+                show(entry)
     except reader.SessionNotFound as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
@@ -344,12 +420,19 @@ def _history(
     filters: Any,
     count: int | None,
     *,
+    grep: Callable[[StoredEvent], bool] | None,
     reverse: bool,
 ) -> Iterator[Any]:
-    """Yield what is stored up to the anchors, oldest first (newest first with ``reverse``)."""
+    """Yield what is stored up to the anchors, oldest first (newest first with ``reverse``).
+
+    ``grep`` selects before ``count`` does: ``-n 5 -g X`` is the last five events matching X.
+    """
     from gz_ia.collector.storage import reader
 
     limits = {key: reader._single_position(value, key).seq for key, value in anchors.items()}
+
+    def kept(entries: Iterator[Any]) -> Iterator[Any]:
+        return entries if grep is None else (entry for entry in entries if grep(entry.event))
 
     def session_events(session_id: str) -> Iterator[Any]:
         if session_id not in anchors:
@@ -360,15 +443,19 @@ def _history(
             # The last `count`: read backwards from the anchor, no further.
             if count == 0:
                 return
-            page = reader.read_page(
-                root, session_id, cursor=anchors[session_id], limit=count, reverse=True, filters=filters
+            # Without --grep the first page is the answer; with it, larger pages save round trips.
+            newest = reader.iter_events(
+                root,
+                session_id,
+                cursor=anchors[session_id],
+                reverse=True,
+                filters=filters,
+                page_size=count if grep is None else max(count, 1000),
             )
-            yield from reversed(page.entries)
+            yield from reversed(list(itertools.islice(kept(newest), count)))
             return
-        for entry in reader.iter_events(root, session_id, cursor=after, filters=filters):
-            if entry.event.seq > limit:
-                return
-            yield entry
+        stored = reader.iter_events(root, session_id, cursor=after, filters=filters)
+        yield from kept(itertools.takewhile(lambda entry: entry.event.seq <= limit, stored))
 
     if count is not None and start and all(value is not None for value in start.values()):
         # --after-cursor with -n: the first `count` events after the cursor.
