@@ -318,6 +318,20 @@ def test_short_iso_and_utc_show_the_stored_instant(busy: Any) -> None:
     assert short_local.stdout != short_utc.stdout  # the same instants, written differently
 
 
+def test_sessions_show_times_like_logs(busy: Any) -> None:
+    """gz-ia sessions writes first/last times in the local zone with its offset, or in UTC with --utc,
+    as the logs do; both denote the instants that --json gives in UTC."""
+    rows = {row["session_id"]: row for row in map(json.loads, _run(busy, "sessions", "--json").output.splitlines())}
+    expected = _instant(rows["lone"]["first_time"]).replace(microsecond=0)
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    for flags, zone in (((), r"\+05:30"), (("--utc",), "Z")):
+        table = _in_zone(busy, _ZONE, "sessions", *flags).stdout.splitlines()
+        line = next(line for line in table if line.startswith("lone "))
+        first, last = re.findall(stamp + zone, line)
+        assert _instant(first) == expected, (flags, line)
+        assert _instant(last) >= _instant(first)
+
+
 def test_cat_prints_only_what_happened(busy: Any) -> None:
     """-o cat: stage, status, action and error; no time, agent/role, duration, nor session unless --prefix."""
     result = _run(busy, "session", "logs", "sub", "-o", "cat", "--color", "never")

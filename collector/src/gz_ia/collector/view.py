@@ -96,12 +96,18 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else _duration(round(value * 1000))
 
 
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S") + "Z"
+def _when(value: datetime | None, *, utc: bool) -> str:
+    """A session's first or last time to the second, in UTC (``Z``) or local time with its offset."""
+    if value is None:
+        return "-"
+    shown = value.astimezone(UTC) if utc else value.astimezone()
+    text = shown.isoformat(sep=" ", timespec="seconds")
+    return text.removesuffix("+00:00") + "Z" if utc else text
 
 
-def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False) -> list[str]:
-    """Return the ``gz-ia sessions`` table: a header line, then one line per session."""
+def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False, utc: bool = True) -> list[str]:
+    """Return the ``gz-ia sessions`` table: a header line, then one line per session (times as in
+    :func:`format_time`: UTC, or the local zone with its offset)."""
     rows = [("SESSION", "PARENT", "AGENT", "FIRST", "LAST", "EVENTS", "OPEN", "FAILED")]
     for item in summaries:
         rows.append(
@@ -109,8 +115,8 @@ def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False
                 item.session_id,
                 item.parent_session_id or "-",
                 item.agent or "-",
-                _when(item.first_time),
-                _when(item.last_time),
+                _when(item.first_time, utc=utc),
+                _when(item.last_time, utc=utc),
                 str(item.events),
                 str(item.open_actions),
                 str(item.failures),

@@ -491,13 +491,17 @@ def _summary_json(summary: Any) -> dict[str, Any]:
 
 
 @main.command("sessions")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session (times in UTC).")
+@click.option("--utc", is_flag=True, help="Show times in UTC (Z) instead of local time with its offset.")
 @click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="No '-- No sessions --' banner.")
 @click.pass_context
 @_quietly
-def sessions_command(ctx: click.Context, as_json: bool, color: str, quiet: bool) -> None:
-    """List the sessions of the root: id, parent, agent, first/last time, events, open actions, failures."""
+def sessions_command(ctx: click.Context, as_json: bool, utc: bool, color: str, quiet: bool) -> None:
+    """List the sessions of the root: id, parent, agent, first/last time, events, open actions, failures.
+
+    Times are local with their offset, as in gz-ia logs, unless --utc.
+    """
     from gz_ia.collector.storage import reader
     from gz_ia.collector.view import format_sessions
 
@@ -511,7 +515,7 @@ def sessions_command(ctx: click.Context, as_json: bool, color: str, quiet: bool)
         for summary in summaries:
             out.line(json.dumps(_summary_json(summary)))
     elif summaries:
-        for line in format_sessions(summaries, colour=use_colour(color, out.stream)):
+        for line in format_sessions(summaries, colour=use_colour(color, out.stream), utc=utc):
             out.line(line)
     elif not quiet:
         click.echo("-- No sessions --", err=True)
