@@ -190,6 +190,39 @@ def test_gc_removes_idle_sessions_and_dry_run_only_reports(tmp_path: Path) -> No
     assert [item.session_id for item in reader.list_sessions(harness.root)] == ["fresh"]
 
 
+def test_gc_cannot_remove_a_session_between_the_collectors_check_and_its_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer checks that a long-idle file still exists, then appends to it. A gz-ia gc run at
+    that exact moment (played here from inside the check, against the same files) leaves the session
+    alone, so the new line lands in the session file instead of in a deleted one."""
+    harness = Harness(tmp_path)
+    harness.now = time.time()
+    harness.emit("s1", 3)
+    for path in harness.root.rglob("s1*"):
+        _age(path, 40 * _DAY, harness.now)
+    harness.now += 3600  # idle for the writer too: it checks the file before its next write
+    harness.stage("s1", 1)
+    state = harness.store.sessions["s1"]
+    real_fstat = os.fstat
+    reports = []
+
+    def fstat_then_gc(fd: int) -> os.stat_result:
+        result = real_fstat(fd)
+        if fd == state.fd and not reports:
+            reports.append(collect_idle(harness.store.dirs, 30 * _DAY, now=time.time()))
+        return result
+
+    monkeypatch.setattr(os, "fstat", fstat_then_gc)
+    harness.writer.flush()
+    monkeypatch.undo()
+    assert reports and reports[0].sessions_removed == []
+    assert len((harness.sessions_dir() / "s1.events.jsonl").read_text().splitlines()) == 4
+    # Once the write is done, the lock is released: a later gc (the session idle again) removes it.
+    assert collect_idle(harness.store.dirs, 0, now=time.time() + 1).sessions_removed == ["s1"]
+    harness.writer.close()
+
+
 @pytest.mark.parametrize("compress", [False, True])
 def test_rejects_archives_are_retained_like_sessions(tmp_path: Path, compress: bool) -> None:
     """The rejects file's archives obey max_archives too."""

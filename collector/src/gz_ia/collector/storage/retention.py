@@ -22,9 +22,10 @@ non-regular file with a generated name is not deleted either.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -308,12 +309,38 @@ def collect_idle(
     for session_id, group in sorted(_inventory(dirs).items(), key=lambda item: item[0] or ""):
         if session_id is None or group.last_write >= limit or (keep is not None and keep(session_id)):
             continue
-        for number in sorted(group.archives):
-            for item in group.archives[number]:
-                _delete(item, "idle", report, dry_run=dry_run)
-        order = {active_name(session_id): 0, torn_name(session_id): 1, state_name(session_id): 2}
-        for item in sorted(group.others, key=lambda item: order.get(item.name, 3)):
-            with contextlib.suppress(OSError):
-                _delete(item, "idle", report, dry_run=dry_run)
+        with _still_idle(dirs, session_id, limit) as idle:
+            if not idle:
+                continue
+            for number in sorted(group.archives):
+                for item in group.archives[number]:
+                    _delete(item, "idle", report, dry_run=dry_run)
+            order = {active_name(session_id): 0, torn_name(session_id): 1, state_name(session_id): 2}
+            for item in sorted(group.others, key=lambda item: order.get(item.name, 3)):
+                with contextlib.suppress(OSError):
+                    _delete(item, "idle", report, dry_run=dry_run)
         report.sessions_removed.append(session_id)
     return report
+
+
+@contextlib.contextmanager
+def _still_idle(dirs: RootDirs, session_id: str, limit: float) -> Iterator[bool]:
+    """Hold the session's active file under an exclusive ``flock`` while it is removed.
+
+    Yields False when the collector is writing to it right now (it holds a shared lock from its
+    last check to its write: see ``Writer._check_unlinked``) or wrote to it since the inventory.
+    """
+    try:
+        fd = os.open(active_name(session_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirs.sessions_fd)
+    except OSError:
+        yield True  # no active file: nothing is being appended to
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield os.fstat(fd).st_mtime < limit
+    finally:
+        os.close(fd)

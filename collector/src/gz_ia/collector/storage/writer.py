@@ -27,6 +27,7 @@ import collections
 import concurrent.futures
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import stat
@@ -433,9 +434,10 @@ class Writer:
         written: list[tuple[AppendFile, bytearray]] = []
         failed: list[tuple[AppendFile, OSError]] = list(job.failed)
         for target, data in job.items:
+            guarded: int | None = None
             try:
                 if target.fd is not None and job.now - target.last_write > _IDLE_CHECK:
-                    self._check_unlinked(target)
+                    guarded = self._check_unlinked(target)
                 fd = self._ensure_open(target)
                 # Released even when write() fails, before anything else touches the buffer.
                 with memoryview(data) as view:
@@ -448,6 +450,10 @@ class Writer:
                         os.ftruncate(target.fd, target.size)
                 failed.append((target, exc))
                 continue
+            finally:
+                if guarded is not None and guarded == target.fd:
+                    with contextlib.suppress(OSError):
+                        fcntl.flock(guarded, fcntl.LOCK_UN)
             written.append((target, data))
         if durable and written:
             written, unsynced = self._sync_written(written)
@@ -660,13 +666,22 @@ class Writer:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def _check_unlinked(self, target: AppendFile) -> None:
-        """Reopen a file that was deleted under us (``gz-ia gc`` removed an idle session)."""
+    def _check_unlinked(self, target: AppendFile) -> int | None:
+        """Before writing to a file idle for a while: reopen it if ``gz-ia gc`` removed it.
+
+        Returns the descriptor left under a shared ``flock``, which the caller releases after its
+        write (None if the file was gone and closed). ``gz-ia gc`` removes a session only under an
+        exclusive lock of its active file, so it cannot remove it between this check and the write.
+        """
         assert target.fd is not None
-        if os.fstat(target.fd).st_nlink == 0:
+        fd = target.fd
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if os.fstat(fd).st_nlink == 0:
             log.info("%s was removed while idle; starting it again", target.name)
             self._close(target)
             target.size = 0
+            return None
+        return fd
 
     def _ensure_open(self, target: AppendFile) -> int:
         fd = target.fd
