@@ -15,7 +15,7 @@ from gz_ia.collector.cli import main
 from gz_ia.collector.config import RetentionConfig
 from gz_ia.collector.storage import reader
 from gz_ia.collector.storage._layout import open_root
-from gz_ia.collector.storage.retention import RetentionPolicy, apply_retention, collect_idle
+from gz_ia.collector.storage.retention import RetentionPolicy, RetentionReport, apply_retention, collect_idle
 
 _spec = importlib.util.spec_from_file_location("rotation_harness", Path(__file__).with_name("test_rotation.py"))
 assert _spec is not None and _spec.loader is not None
@@ -205,7 +205,7 @@ def test_gc_cannot_remove_a_session_between_the_collectors_check_and_its_write(
     harness.stage("s1", 1)
     state = harness.store.sessions["s1"]
     real_fstat = os.fstat
-    reports = []
+    reports: list[RetentionReport] = []
 
     def fstat_then_gc(fd: int) -> os.stat_result:
         result = real_fstat(fd)
