@@ -38,15 +38,15 @@ def _paint(text: str, code: str, colour: bool) -> str:
     return code + text + _RESET if colour else text
 
 
-def format_time(moment: datetime, *, iso: bool = False, utc: bool = True) -> str:
-    """Return ``moment`` as a timeline shows it, in UTC (``Z``) or in the local zone (``+HH:MM``).
+def format_time(moment: datetime, *, utc: bool, sep: str = " ", timespec: str = "milliseconds") -> str:
+    """Return ``moment`` as the reading commands show it, in UTC (``Z``) or the local zone (``+HH:MM``).
 
-    ``iso`` gives full RFC 3339 (``T`` separator, microseconds) for ``-o short-iso``; otherwise a space
-    and milliseconds, which read better in a column. Both always carry the zone, so a local time can be
-    pasted into ``--since`` as it is.
+    A space and milliseconds read better in a column; ``-o short-iso`` asks for ``T`` and
+    microseconds (full RFC 3339), ``gz-ia sessions`` for seconds. The zone is always written, so a
+    local time can be pasted into ``--since`` as it is.
     """
     shown = moment.astimezone(UTC) if utc else moment.astimezone()
-    text = shown.isoformat(sep="T" if iso else " ", timespec="microseconds" if iso else "milliseconds")
+    text = shown.isoformat(sep=sep, timespec=timespec)
     return text.removesuffix("+00:00") + "Z" if utc else text
 
 
@@ -66,17 +66,22 @@ def format_event(
     """
     who = event.agent + (f"/{event.role}" if event.role else "")
     failed = event.status is Status.FAILED
+    full = style != "cat"
     parts = []
-    if style != "cat":
-        parts.append(_paint(format_time(event.timestamp, iso=style == "short-iso", utc=utc), _DIM, colour))
+    if full:
+        iso = style == "short-iso"
+        time_text = format_time(
+            event.timestamp, utc=utc, sep="T" if iso else " ", timespec="microseconds" if iso else "milliseconds"
+        )
+        parts.append(_paint(time_text, _DIM, colour))
     if show_session:
         parts.append(_paint(f"{event.session_id:<16}", _SESSION, colour))
-    if style != "cat":
+    if full:
         parts.append(f"{who:<20}")
     parts.append(_paint(f"{event.stage.value:<7}", _STAGE_COLOURS[event.stage], colour))
     parts.append(_paint(f"{event.status.value:<6}", _FAILED if failed else _OK, colour))
     parts.append(_paint(event.action, _BOLD, colour) if failed else event.action)
-    if event.duration_ms is not None and style != "cat":
+    if event.duration_ms is not None and full:
         parts.append(f"({_duration(event.duration_ms)})")
     if event.error:
         parts.append(_paint(f"error: {event.error}", _FAILED, colour))
@@ -97,12 +102,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _when(value: datetime | None, *, utc: bool) -> str:
-    """A session's first or last time to the second, in UTC (``Z``) or local time with its offset."""
-    if value is None:
-        return "-"
-    shown = value.astimezone(UTC) if utc else value.astimezone()
-    text = shown.isoformat(sep=" ", timespec="seconds")
-    return text.removesuffix("+00:00") + "Z" if utc else text
+    return "-" if value is None else format_time(value, utc=utc, timespec="seconds")
 
 
 def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False, utc: bool = True) -> list[str]:
