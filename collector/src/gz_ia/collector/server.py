@@ -66,8 +66,8 @@ _DRAIN_TIMEOUT: Final = 5.0
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
 _INLINE_ITEMS: Final = 2
-_WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 """Write passes touching at most this many files run on the loop itself (latency at low rates)."""
+_WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 _MAX_STAGED_BYTES: Final = 16 << 20
 """Received bytes staged for one write pass before the collector stops reading every connection."""
 _MAX_STAGED_FILES: Final = 16_384
