@@ -48,6 +48,7 @@ from ._layout import (
 )
 
 __all__ = [
+    "IDLE_RECHECK",
     "MIN_IDLE_AGE",
     "Deletion",
     "RetentionPolicy",
@@ -57,10 +58,12 @@ __all__ = [
     "enforce_session",
 ]
 
-MIN_IDLE_AGE: Final = 600.0
-"""The least idle time after which ``gz-ia gc`` may remove a whole session. The collector checks that
-a file it holds open still exists only before writing to one idle for more than a minute, so a
-younger session could be removed under it and its next events written into the deleted file."""
+IDLE_RECHECK: Final = 60.0
+"""Before writing to a file idle longer than this, the writer checks (under a shared ``flock``) that
+``gz-ia gc`` has not removed it; fresher files are written without the check."""
+MIN_IDLE_AGE: Final = 10 * IDLE_RECHECK
+"""The least idle time after which ``gz-ia gc`` may remove a whole session: well past
+:data:`IDLE_RECHECK`, so that the writer always checks a file gc may remove."""
 
 _DAY = 86_400.0
 
@@ -339,8 +342,9 @@ def _still_idle(dirs: RootDirs, session_id: str, limit: float) -> Iterator[bool]
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
-        yield os.fstat(fd).st_mtime < limit
+            idle = False  # the collector is between its check and its write
+        else:
+            idle = os.fstat(fd).st_mtime < limit
+        yield idle
     finally:
         os.close(fd)

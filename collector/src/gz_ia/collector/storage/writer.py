@@ -66,7 +66,7 @@ from ._layout import (
     torn_name,
     write_file_atomically,
 )
-from .retention import RetentionPolicy, RetentionReport, enforce_session
+from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport, enforce_session
 from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
 
 __all__ = ["MAX_WATERMARKS", "AppendFile", "FlushJob", "RootStore", "SessionState", "Writer"]
@@ -79,8 +79,6 @@ _SYNCFS_MIN_FILES: Final = 64
 """A durable pass over this many files or more is synced with ``syncfs`` instead of file by file."""
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
 _SCAN_CHUNK: Final = 1 << 20
-_IDLE_CHECK: Final = 60.0
-"""A file not written for this long is checked for deletion (``gz-ia gc``) before the next write."""
 _json: Final = msgspec.json.Encoder()
 
 
@@ -436,7 +434,7 @@ class Writer:
         for target, data in job.items:
             guarded: int | None = None
             try:
-                if target.fd is not None and job.now - target.last_write > _IDLE_CHECK:
+                if target.fd is not None and job.now - target.last_write > IDLE_RECHECK:
                     guarded = self._check_unlinked(target)
                 fd = self._ensure_open(target)
                 # Released even when write() fails, before anything else touches the buffer.
