@@ -24,7 +24,7 @@ from gz_ia.client.protocol import MAX_BATCH_EVENTS, Batch, encode_frame
 from .ingest import BatchOutcome, Ingest
 from .storage._layout import LayoutError
 from .storage.writer import Writer
-from .validation import decode_batch
+from .validation import DecodedBatch, decode_batch
 
 __all__ = ["adopt_spools"]
 
@@ -55,13 +55,36 @@ def adopt_spools(
 
     Only spool files owned by ``uid`` are read; ``durable`` syncs what is written before the spool
     is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics).
+
+    A producer's events are written in the order of their numbers, not of its segments: at exit a
+    client spools its unanswered window, older numbers, after what it spilled while waiting, and
+    applied segment by segment those would follow higher numbers of the same session and be taken
+    for duplicates. So the whole spool is read first (it is bounded by the client's
+    ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
     """
     adopted = 0
     for producer, lock_fd, segments in orphaned_spools(directory):
         try:
-            adopted += _adopt(
-                directory, producer, segments, ingest, writer, uid=uid, durable=durable, on_outcome=on_outcome
-            )
+            spool = _read_spool(segments, uid)
+            if spool is None:
+                continue
+            outcomes = []
+            for root_path, records in spool.by_root.items():
+                try:
+                    root = writer.root(Path(root_path), owner=uid)
+                except (OSError, LayoutError) as exc:
+                    log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root_path, exc)
+                    break
+                outcomes += [ingest.apply(root, producer, batch) for batch in _batches(records)]
+            else:  # every root could be opened: write the lot, then answer for it
+                _, failed, _ = writer.flush(durable=durable)
+                if failed or not all(outcome.intact() for outcome in outcomes):
+                    log.warning("cannot write the spooled events of %s yet; will retry", producer)
+                    continue
+                for outcome in outcomes:
+                    on_outcome(outcome)
+                    adopted += outcome.count
+                spool.remove(directory, producer)
         finally:
             os.close(lock_fd)
     if adopted:
@@ -69,67 +92,51 @@ def adopt_spools(
     return adopted
 
 
-def _adopt(
-    directory: Path,
-    producer: str,
-    segments: list[Path],
-    ingest: Ingest,
-    writer: Writer,
-    *,
-    uid: int,
-    durable: bool,
-    on_outcome: Callable[[BatchOutcome], None],
-) -> int:
-    """Write one dead producer's spooled events in the order of their numbers, then delete them.
+class _Spool:
+    """What could be read of one dead producer's spool: its records by root, each event once."""
 
-    Segment order is not that order: at exit a client spools its unanswered window, older numbers,
-    after the events it spilled while waiting. Applied segment by segment, those older numbers would
-    follow higher ones of the same session and be taken for duplicates. So every segment is read
-    first (a spool is bounded by the client's ``max_spool_bytes``), and nothing is deleted until all
-    of it is written.
-    """
-    readable: list[Path] = []
-    by_root: dict[str, dict[int, SpoolRecord]] = {}
-    complete = True
+    def __init__(self) -> None:
+        self.by_root: dict[str, dict[int, SpoolRecord]] = {}
+        self.read: list[Path] = []
+        self.complete = True
+        """False when a segment was skipped (someone else's, or not a spool): the lock stays."""
+
+    def remove(self, directory: Path, producer: str) -> None:
+        """Delete the segments read (their events are written), and the lock if nothing is left."""
+        for path in self.read:
+            path.unlink(missing_ok=True)
+        if self.complete:
+            with contextlib.suppress(OSError):
+                (directory / f"{producer}.lock").unlink()
+
+
+def _read_spool(segments: list[Path], uid: int) -> _Spool | None:
+    """Read every segment owned by ``uid``; None when one cannot be read now (retried later)."""
+    spool = _Spool()
     for path in segments:
         try:
             if os.stat(path, follow_symlinks=False).st_uid != uid:
-                complete = False
+                spool.complete = False
                 continue
             header, records = read_segment(path)
         except msgspec.DecodeError as exc:
             log.warning("cannot adopt spool %s: %s", path, exc)
-            complete = False
+            spool.complete = False
             continue
         except OSError as exc:
             log.warning("cannot adopt spool %s yet: %s; will retry", path, exc)
-            return 0
-        readable.append(path)
-        numbered = by_root.setdefault(header.root, {})
+            return None
+        spool.read.append(path)
+        numbered = spool.by_root.setdefault(header.root, {})
         for record in records:
             numbered.setdefault(record.pseq, record)  # a resent window may repeat a spooled event
-    adopted = 0
-    for root_path, numbered in by_root.items():
-        try:
-            root = writer.root(Path(root_path), owner=uid)
-        except (OSError, LayoutError) as exc:
-            log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root_path, exc)
-            return adopted
-        ordered = [numbered[number] for number in sorted(numbered)]
-        outcomes = []
-        for run in _runs(ordered):
-            frame = encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))
-            outcomes.append(ingest.apply(root, producer, decode_batch(frame[4:])))
-        _, failed, _ = writer.flush(durable=durable)
-        if failed or not all(outcome.intact() for outcome in outcomes):
-            log.warning("cannot write the spooled events of %s yet; will retry", producer)
-            return adopted
-        for outcome in outcomes:
-            on_outcome(outcome)
-            adopted += outcome.count
-    for path in readable:
-        path.unlink(missing_ok=True)
-    if complete:
-        with contextlib.suppress(OSError):
-            (directory / f"{producer}.lock").unlink()
-    return adopted
+    return spool
+
+
+def _batches(numbered: dict[int, SpoolRecord]) -> list[DecodedBatch]:
+    """The records in the order of their numbers, as decoded batches of consecutive numbers."""
+    ordered = [numbered[number] for number in sorted(numbered)]
+    return [
+        decode_batch(encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))[4:])
+        for run in _runs(ordered)
+    ]
