@@ -129,8 +129,10 @@ class Ours(System):
             if nofile is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-        # A private config home: a user's collector.toml must not change what we measure.
-        self._spawn(argv, env={"XDG_CONFIG_HOME": str(self.workdir / "config"), **self.env}, preexec=limit)
+        # Private config and state homes: a user's collector.toml must not change what we measure,
+        # and neither must the roots other collectors served (each start repairs every known root).
+        private = {"XDG_CONFIG_HOME": str(self.workdir / "config"), "XDG_STATE_HOME": str(self.workdir / "state")}
+        self._spawn(argv, env={**private, **self.env}, preexec=limit)
 
 
 class Rsyslog(System):
