@@ -7,7 +7,8 @@ Unix socket, with raw protocol frames, and hold its write pass at a gate to make
 the exact moment that matters. A real full disk hits that moment only by chance; the fault test
 ``tests/integration/test_faults.py::test_full_disk_holds_events_until_space_returns`` does that
 with a real process on a real full tmpfs. This is the one place where the writer's system calls
-are replaced: no real disk fails on demand between two given frames.
+are replaced: no real disk fails on demand between two given frames. The same gate shows when the
+collector stops and resumes reading around a held pass (its global backpressure).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.collector import server
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.server import Collector
@@ -270,3 +272,34 @@ def test_a_duplicate_is_answered_only_once_its_original_is_written(lab: Lab) -> 
 
     lab.run(scenario)
     assert _deliveries(lab.session_file) == [("cc:1", "cc-1")]
+
+
+def test_past_the_staging_bound_reading_resumes_as_soon_as_a_pass_takes_what_was_staged(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the staging bound every connection waits; the batches it waits for are detached by the
+    next pass, which may take long (file creation, a slow disk). From then on nothing waits to be
+    taken, so the collector reads again while that pass is in flight instead of idling through it."""
+    monkeypatch.setattr(server, "_MAX_STAGED_BYTES", 1)  # any staged batch is past it
+
+    async def scenario(lab: Lab) -> None:
+        collector = lab.collector
+        first, second, third = await lab.connect("aa"), await lab.connect("bb"), await lab.connect("cc")
+        held = lab.writes.hold(fail=False)
+        await first.send(1, "aa-1")
+        await _until(held.entered.is_set)
+        await second.send(1, "bb-1")  # staged while the first pass is held: past the bound
+        await _until(lambda: collector.overloaded)
+        taking = lab.writes.hold(fail=False)
+        held.gate.set()
+        await _until(taking.entered.is_set)  # the second pass has taken bb-1 and is held
+        await third.send(1, "cc-1", session="s2")
+        # Read and staged beside the held pass (well before the gate gives up after 10 s).
+        await asyncio.wait_for(_until(lambda: len(collector._replies) == 1), 3)
+        assert collector._replies[0][0].producer == "cc"
+        taking.gate.set()
+        for peer in (first, second, third):
+            assert isinstance(await peer.next(), Verdicts)
+
+    lab.run(scenario)
+    assert _deliveries(lab.session_file) == [("aa:1", "aa-1"), ("bb:1", "bb-1")]
