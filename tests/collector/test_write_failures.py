@@ -108,11 +108,15 @@ class HeldPass:
 
 class ControlledWrites:
     """Stands in for ``Writer.write``: the passes planned in ``held`` are held (and maybe failed) in
-    turn; every other pass writes for real."""
+    turn; every other pass writes for real. ``calls`` records each call's file count and thread."""
 
     def __init__(self, write: Callable[..., Any]) -> None:
         self.write = write
         self.held: list[HeldPass] = []
+        self.calls: list[tuple[int, bool]] = []
+        """``(files, on the main thread)`` of every call."""
+        self.hook: Callable[[], None] | None = None
+        """Called at the start of every call (after recording it)."""
 
     def hold(self, *, fail: bool) -> HeldPass:
         """Hold the next pass not planned yet."""
@@ -123,6 +127,9 @@ class ControlledWrites:
     def __call__(
         self, job: FlushJob, *, durable: bool
     ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+        self.calls.append((len(job.items), threading.current_thread() is threading.main_thread()))
+        if self.hook is not None:
+            self.hook()
         if not self.held:
             return self.write(job, durable=durable)  # type: ignore[no-any-return]
         held = self.held.pop(0)
@@ -145,13 +152,13 @@ async def _until(condition: Callable[[], bool]) -> None:
 class Lab:
     """A collector served on uvloop in this process, its write pass under control, and its clients."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, durability: str = "fsync") -> None:
         self.root = base / ".harness"
         self.root.mkdir()
         self.socket_path = base / "collector.sock"
         # Durable passes always run in the worker thread, where the gate can hold them.
         config = CollectorConfig(
-            socket=str(self.socket_path), durability="fsync", metrics_address="off", spool_dir=str(base / "spool")
+            socket=str(self.socket_path), durability=durability, metrics_address="off", spool_dir=str(base / "spool")
         )
         self.collector = Collector(
             config, Metrics(CollectorRegistry(), version="test", process_metrics=False), version="test"
@@ -303,3 +310,40 @@ def test_past_the_staging_bound_reading_resumes_as_soon_as_a_pass_takes_what_was
 
     lab.run(scenario)
     assert _deliveries(lab.session_file) == [("aa:1", "aa-1"), ("bb:1", "bb-1")]
+
+
+def test_a_wide_pass_of_appends_is_written_on_the_loop_in_parts_that_let_it_read_between(tmp_path: Path) -> None:
+    """Creating 600 files goes to the worker thread; the next pass, appends to those 600 open files,
+    is written on the loop (a worker thread would wait for the GIL at every write), at most
+    _INLINE_ITEMS files at a time, and a batch sent meanwhile is read and staged between the parts."""
+    lab = Lab(tmp_path, durability="os")
+    wide = [f"w{index:03d}" for index in range(600)]
+
+    async def scenario(lab: Lab) -> None:
+        collector = lab.collector
+        first, second = await lab.connect("aa"), await lab.connect("bb")
+        staged_between: list[int] = []
+
+        def between_parts() -> None:
+            if len(lab.writes.calls) == 2:  # the first part on the loop: bb-1 arrives now
+                second.sock.send(encode_frame(Batch(first=1, events=[_event("bb-1", "s2")], verdicts=True)))
+            if len(lab.writes.calls) == 3:
+                staged_between.append(len(collector._replies))
+
+        lab.writes.hook = between_parts
+        for number, prefix in ((1, "a"), (601, "b")):
+            events = [_event(f"{prefix}-{session}", session) for session in wide]
+            frame = encode_frame(Batch(first=number, events=events, verdicts=True))
+            await asyncio.get_running_loop().sock_sendall(first.sock, frame)
+            assert isinstance(await first.next(), Verdicts)
+        assert isinstance(await second.next(), Verdicts)
+        calls = lab.writes.calls
+        assert calls[0] == (600, False)  # 600 files to create: the worker thread
+        assert [files for files, _ in calls[1:4]] == [server._INLINE_ITEMS, server._INLINE_ITEMS, 88]
+        assert all(on_loop for _, on_loop in calls[1:4])
+        assert staged_between == [1], "bb-1 was not read between the parts of the pass"
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GZ_IA_STATE_DIR", str(tmp_path / "state"))
+        lab.run(scenario)
+    assert _deliveries(lab.root / "sessions" / "w599.events.jsonl") == [("aa:600", "a-w599"), ("aa:1200", "b-w599")]

@@ -65,13 +65,13 @@ _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
-_INLINE_ITEMS: Final = 256
 _INLINE_OPENS: Final = 2
-"""A write pass runs on the loop itself when it appends to at most ``_INLINE_ITEMS`` files and has at
-most ``_INLINE_OPENS`` of them to open: then it is a few plain ``write(2)`` calls into the page cache,
-and in a worker thread each of them would wait for the GIL, which a busy loop holds for up to the
-switch interval (5 ms): a pass of 100 files took 0.4 s there instead of 11 ms. File creation (100 µs
-or more on a busy ext4) and ``fdatasync`` stay in the thread, where they overlap with the loop."""
+_INLINE_ITEMS: Final = 256
+"""A write pass with at most ``_INLINE_OPENS`` files to open runs on the loop itself, in parts of
+``_INLINE_ITEMS`` files between which the loop reads and stages: it is plain ``write(2)`` calls into
+the page cache, and in a worker thread each of them would wait for the GIL, which a busy loop holds
+for up to the switch interval (5 ms): a pass of 100 files took 0.4 s there instead of 11 ms. File
+creation (100 µs or more on a busy ext4) and ``fdatasync`` stay in the thread."""
 _WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 _MAX_STAGED_BYTES: Final = 16 << 20
 """Received bytes staged for one write pass before the collector stops reading every connection."""
@@ -82,11 +82,10 @@ _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
 
 
-def _light(job: FlushJob) -> bool:
-    """Tell whether a (non-durable) write pass is cheap enough to run on the loop (see _INLINE_ITEMS)."""
-    if job.retired or len(job.items) > _INLINE_ITEMS:
-        return False
-    return sum(target.fd is None for target, _ in job.items) <= _INLINE_OPENS
+def _plain(job: FlushJob) -> bool:
+    """Tell whether a (non-durable) write pass only appends to open files, give or take a couple to
+    open, and can run on the loop (see _INLINE_ITEMS)."""
+    return not job.retired and sum(target.fd is None for target, _ in job.items) <= _INLINE_OPENS
 
 
 def file_budget(configured: int) -> int:
@@ -522,10 +521,11 @@ class Collector:
             await self._flush_once()
 
     async def _flush_once(self) -> None:
-        """Write what is staged in a worker thread, then answer the batches it holds.
+        """Write what is staged, then answer the batches it holds.
 
-        The system calls run off the loop, so decoding and staging the next batches goes on while
-        they block; the flush lock keeps a single write pass in flight (adoption takes it too).
+        Decoding and staging the next batches goes on while a pass is written, between its parts on
+        the loop or beside the worker thread; the flush lock keeps a single write pass in flight
+        (adoption takes it too).
         """
         async with self._flush_lock:
             replies = self._replies
@@ -535,8 +535,8 @@ class Collector:
             self._staged = 0
             self._resume_reading()
             durable = self.config.durability == "fsync"
-            if not durable and _light(job):
-                written_data, failed = writer.write(job, durable=False)
+            if not durable and _plain(job):
+                written_data, failed = await self._write_on_loop(job)
             elif job.items or job.retired:
                 written_data, failed = await asyncio.to_thread(writer.write, job, durable=durable)
             else:
@@ -545,6 +545,22 @@ class Collector:
             self._answer(replies, failed, nbytes)
             if failed:
                 self._fail_lost_batches()
+
+    async def _write_on_loop(
+        self, job: FlushJob
+    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+        """Write a plain pass on the loop, ``_INLINE_ITEMS`` files at a time, reading in between."""
+        if len(job.items) <= _INLINE_ITEMS:
+            return self.writer.write(job, durable=False)
+        written: list[tuple[AppendFile, bytearray]] = []
+        failed = list(job.failed)
+        for start in range(0, len(job.items), _INLINE_ITEMS):
+            part = FlushJob(job.items[start : start + _INLINE_ITEMS], [], job.now, [], {})
+            done, lost = self.writer.write(part, durable=False)
+            written += done
+            failed += lost
+            await asyncio.sleep(0)
+        return written, failed
 
     def _resume_reading(self) -> None:
         """Read every connection again once what they staged is detached for a write pass."""
