@@ -23,7 +23,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -152,7 +152,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 class Lab:
     """A collector served on uvloop in this process, its write pass under control, and its clients."""
 
-    def __init__(self, base: Path, *, durability: str = "fsync") -> None:
+    def __init__(self, base: Path, *, durability: Literal["os", "fsync"] = "fsync") -> None:
         self.root = base / ".harness"
         self.root.mkdir()
         self.socket_path = base / "collector.sock"
