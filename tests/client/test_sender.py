@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
-from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, build_event
+from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, _sender, build_event
 
 
 def _event(n: int) -> dict[str, object]:
@@ -95,3 +98,40 @@ def test_log_encodes_the_same_event_as_a_log_event() -> None:
             LogEvent(timestamp=stamp, session_id="s-1", action="a", stage=Stage.READ, status=Status.OK, agent="agy")
         )
     )
+
+
+def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
+    collector: Any, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy agent thread holds the GIL but for the switch interval, and the sender thread needs it
+    after every system call: log() gives it a turn, from the agent's thread, once per inbox of events
+    while the queue lags behind the connection (here: the collector is stopped, the window full)."""
+    turns: list[bool] = []
+
+    def give_way() -> None:
+        turns.append(threading.current_thread() is threading.main_thread())
+
+    monkeypatch.setattr(_sender, "_give_way", give_way)
+    client = collector.client(max_events=100_000)
+    client.log(**_event(0))
+    assert client.flush(timeout=10) and client.stats().connected
+    collector.proc.send_signal(signal.SIGSTOP)
+    try:
+        for n in range(1, 20_001):  # spread over sessions: each may hold 10,000 open actions
+            client.log(session_id=f"s{n % 50}", action=f"a{n}", stage="READ", agent="agy")
+    finally:
+        collector.proc.send_signal(signal.SIGCONT)
+    lagging = 20_000 - _sender.WINDOW_EVENTS - _sender._LAGGING_EVENTS
+    assert lagging // _sender._INBOX_EVENTS - 1 <= len(turns) <= 20_000 // _sender._INBOX_EVENTS
+    assert all(turns)
+    assert client.flush(timeout=30)
+    assert client.stats().accepted == 20_001
+    client.close()
+
+    # Not connected, the sender has nothing to send: an agent is not slowed for it.
+    turns.clear()
+    offline = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", max_events=100_000)
+    for n in range(20_000):
+        offline.log(**_event(n))  # type: ignore[arg-type]
+    assert turns == []
+    offline.close(timeout=0)
