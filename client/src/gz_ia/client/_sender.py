@@ -63,13 +63,13 @@ WINDOW_EVENTS: Final = 8192
 WINDOW_BYTES: Final = 8 << 20
 _BATCH_BYTES: Final = MAX_FRAME // 2
 _HARD_FACTOR: Final = 4
+"""With a spool, the queue may briefly hold this many times its bound before the sender thread
+(which spills, off the agent's thread) catches up; past it the agent's call drops the oldest."""
 _INBOX_EVENTS: Final = 256
+"""Events an agent thread may add without taking the lock before it moves them into the queue itself."""
 _LAGGING_EVENTS: Final = 4096
 """Queued events past which an agent thread that moves its inbox into the queue gives the sender
 thread a turn (:func:`_give_way`): once per ``_INBOX_EVENTS`` events, while connected."""
-"""Events an agent thread may add without taking the lock before it moves them into the queue itself."""
-"""With a spool, the queue may briefly hold this many times its bound before the sender thread
-(which spills, off the agent's thread) catches up; past it the agent's call drops the oldest."""
 _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 # Reasons after which retrying the same connection cannot succeed: the events are refused.
