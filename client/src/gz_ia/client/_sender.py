@@ -125,12 +125,12 @@ _live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
 
 
 def _give_way() -> None:
-    """Release the GIL for a moment, so that a sender thread waiting for it runs now.
+    """Release the GIL for a moment, so that the other side's thread, waiting for it, runs now.
 
-    An agent thread that logs in a busy loop holds the GIL but for the switch interval (5 ms), and the
-    sender thread waits for it again after each of its system calls: measured with 8 such agents,
-    nearly all events were still queued when the agents finished logging, and delivery only began
-    then. Given a turn every ``_INBOX_EVENTS`` events, the sender sends while the agent logs.
+    A busy thread holds the GIL but for the switch interval (5 ms). An agent thread logging in a busy
+    loop gives the sender thread a turn every ``_INBOX_EVENTS`` events while the queue lags (with 8
+    such agents, nearly all events were still queued when they finished logging, and delivery only
+    began then); the sender thread gives a ``send()`` it has just woken its turn at once.
     """
     time.sleep(0)
 
@@ -741,7 +741,7 @@ class Sender:
                 self._backoff = _BACKOFF_MIN
             case Verdicts():
                 if self._settle(message):
-                    time.sleep(0)  # let the woken send() take the GIL now, not after this round
+                    _give_way()  # the woken send() returns now, not after this round
             case Report():
                 pass
             case Error():
