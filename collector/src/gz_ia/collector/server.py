@@ -550,16 +550,15 @@ class Collector:
         self, job: FlushJob
     ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
         """Write a plain pass on the loop, ``_INLINE_ITEMS`` files at a time, reading in between."""
-        if len(job.items) <= _INLINE_ITEMS:
-            return self.writer.write(job, durable=False)
         written: list[tuple[AppendFile, bytearray]] = []
         failed = list(job.failed)
         for start in range(0, len(job.items), _INLINE_ITEMS):
+            if start:
+                await asyncio.sleep(0)  # one loop round: ready connections are read and staged
             part = FlushJob(job.items[start : start + _INLINE_ITEMS], [], job.now, [], {})
             done, lost = self.writer.write(part, durable=False)
             written += done
             failed += lost
-            await asyncio.sleep(0)
         return written, failed
 
     def _resume_reading(self) -> None:
