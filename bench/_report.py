@@ -194,7 +194,8 @@ def markdown(samples: dict[str, Sample], targets: list[Target], meta: dict[str, 
     out = ["# gz-ia benchmark results", ""]
     out += [f"- {key}: {value}" for key, value in meta["machine"].items()]
     out += [f"- command: `{meta['command']}`", f"- runs per configuration: {meta['runs']}"]
-    out += [f"- 1-minute load average before the run: {meta.get('load_average_before', '?')}", ""]
+    out += [f"- 1-minute load average before the run: {meta.get('load_average_before', '?')}"]
+    out += [f"- file creation in /tmp before the run: {meta.get('file_creation_us_before', '?')} µs", ""]
     out += [
         f"## Figures (median [min{DASH}max] over the runs)",
         "",
