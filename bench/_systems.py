@@ -58,6 +58,10 @@ class System:
                 stderr=log,
                 env={**os.environ, **(env or {})},
                 preexec_fn=preexec,  # noqa: PLW1509
+                # A session of its own, as systemd gives every service: with autogroup scheduling
+                # (Debian's default) the kernel then shares the CPU between the collector and the
+                # agents' session as it does in production, rather than thread by thread.
+                start_new_session=True,
             )
         try:
             wait_until(lambda: self._alive() and socket_accepts(self.socket), _START_TIMEOUT, f"{self.name} to listen")
