@@ -59,7 +59,7 @@ class System:
                 env={**os.environ, **(env or {})},
                 preexec_fn=preexec,  # noqa: PLW1509
                 # A session of its own, as systemd gives every service: with autogroup scheduling
-                # (Debian's default) the kernel then shares the CPU between the collector and the
+                # (on this machine) the kernel then shares the CPU between the collector and the
                 # agents' session as it does in production, rather than thread by thread.
                 start_new_session=True,
             )
