@@ -66,12 +66,14 @@ _DRAIN_TIMEOUT: Final = 5.0
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
 _INLINE_OPENS: Final = 2
+"""Files a write pass may have to create (or reopen) and still be written on the loop."""
 _INLINE_ITEMS: Final = 256
 """A write pass with at most ``_INLINE_OPENS`` files to open runs on the loop itself, in parts of
 ``_INLINE_ITEMS`` files between which the loop reads and stages: it is plain ``write(2)`` calls into
 the page cache, and in a worker thread each of them would wait for the GIL, which a busy loop holds
 for up to the switch interval (5 ms): a pass of 100 files took 0.4 s there instead of 11 ms. File
-creation (20-650 µs a file on this machine's ext4) and ``fdatasync`` stay in the thread."""
+creation (20 µs a file on this machine's ext4, over 1 ms where many files were removed in the last
+minutes) and ``fdatasync`` stay in the thread."""
 _WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 _MAX_STAGED_BYTES: Final = 16 << 20
 """Received bytes staged for one write pass before the collector stops reading every connection."""
