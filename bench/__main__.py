@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"creating a file in /tmp takes {creation * 1e6:.0f} µs")
         if creation > _SLOW_CREATION:
             suite.gaps.append(
-                f"creating a file in /tmp took {creation * 1e6:.0f} µs before the run (about 30 µs is usual): files "
+                f"creating a file in /tmp took {creation * 1e6:.0f} µs before the run (20-60 µs is usual): files "
                 "removed in the last minutes slow ext4 without a journal; the 10,000-session figures are low"
             )
         for name in chosen:
