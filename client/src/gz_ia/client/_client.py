@@ -19,7 +19,7 @@ import msgspec
 from . import env
 from ._sender import Sender, SenderStats, Verdict
 from .errors import CollectorUnavailable
-from .schema import AttrValue, LogEvent, Stage, Status
+from .schema import FAILED, AttrValue, LogEvent, Stage, Status
 
 __all__ = ["AsyncClient", "Client"]
 
@@ -178,7 +178,7 @@ class Client:
         try:
             stage = _STAGES[stage]
             status = _STATUSES[status]
-            if status is Status.FAILED and not error:
+            if status is FAILED and not error:
                 raise ValueError("status FAILED requires a non-empty error")
             body = _encode(
                 _LogRecord(

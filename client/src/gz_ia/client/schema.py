@@ -50,6 +50,11 @@ class Status(enum.StrEnum):
     FAILED = "FAILED"
 
 
+FAILED: Final = Status.FAILED
+"""``Status.FAILED`` for the per-event paths: on Python 3.11 every attribute lookup on an enum class
+goes through ``EnumType.__getattr__``'s hook (about 0.17 µs, twenty times a global's), once per event."""
+
+
 MAX_SESSION_ID_LENGTH: Final = 128
 MAX_ACTION_LENGTH: Final = 512
 MAX_AGENT_LENGTH: Final = 128
@@ -108,7 +113,7 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
 
     def __post_init__(self) -> None:
         # Raised during decoding, msgspec turns this into a ValidationError for the event.
-        if self.status is Status.FAILED and not self.error:
+        if self.status is FAILED and not self.error:
             raise ValueError("status FAILED requires a non-empty error")
 
 

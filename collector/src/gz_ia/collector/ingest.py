@@ -20,7 +20,7 @@ import msgspec
 
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
-from gz_ia.client.schema import LogEvent, Stage, Status, is_safe_session_id
+from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id
 
 from .stages import NEXT_STAGE, REFUSED, Rejection
 from .stages import apply as apply_stage
@@ -199,7 +199,7 @@ class Ingest:
             state.last_stamp = event.timestamp
             if not state.first_time:
                 state.note_first(event)
-            if event.status is Status.FAILED:
+            if event.status is FAILED:
                 state.failures += 1
             if state not in last_numbers:
                 touched[state] = state.generation
