@@ -24,6 +24,7 @@ from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session
 
 from .stages import NEXT_STAGE, REFUSED, Rejection
 from .stages import apply as apply_stage
+from .storage._layout import note_delivery
 from .storage.writer import AppendFile, RootStore, SessionState, Writer
 from .validation import DecodedBatch, unsafe_id
 
@@ -35,7 +36,7 @@ LOSS_AGENT: Final = "gz-ia"
 """Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
 
 
-_stage_and_status: Final = operator.attrgetter("stage", "status")
+_stage_of: Final = operator.attrgetter("stage")
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -124,6 +125,7 @@ class Ingest:
         touched = outcome.touched
         accepted: list[LogEvent] = []
         finished: list[LogEvent] = []
+        failed_stages: list[Stage] = []
         last_numbers: dict[SessionState, int] = {}
         line = self._line
         # The producer as a JSON string without its closing quote (escaped, though hello admits only
@@ -189,28 +191,29 @@ class Ingest:
             if event.timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
             state.seq += 1
-            # Encoded into a small reused buffer, not at the end of the pending one: msgspec sizes
-            # the buffer for each call, which on a long pending buffer means a realloc per event.
+            # Encoded into a small reused buffer (msgspec sizes its buffer for each call), then
+            # copied out as the session's next pending line.
             encode_into(event, line, 0)
             del line[-1]  # the closing brace: the collector's fields go after the event's own
             line += tail % (state.seq, number)
-            state.pending += line
+            state.pending.append(line[:])
             # The session's summary, for its checkpoints (a failed write rebuilds it from the file).
             state.last_stamp = event.timestamp
             if not state.first_time:
                 state.note_first(event)
             if event.status is FAILED:
                 state.failures += 1
-            if state not in last_numbers:
-                touched[state] = state.generation
-                writer.mark_dirty(state)
+                failed_stages.append(stage)
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:
                 seqs.append(state.seq)
+        # Once per session of the batch, not per event: with many sessions that is nearly per event.
         for state, number in last_numbers.items():
-            state.note_delivery(producer, number)
-        outcome.written = collections.Counter(map(_stage_and_status, accepted))
+            note_delivery(state.marks, producer, number)
+            touched[state] = state.generation
+        writer.mark_dirty_all(last_numbers)
+        outcome.written = _count_written(accepted, failed_stages)
         outcome.durations = [(event.status, event.duration_ms) for event in finished if event.duration_ms is not None]
         for event in finished:
             if event.agent == LOSS_AGENT and event.attrs:
@@ -262,7 +265,7 @@ class Ingest:
             raw=_presentable(raw) if raw is not None else None,
         )
         target = root.rejects
-        target.pending += self._encoder.encode(record) + b"\n"
+        target.pending.append(self._encoder.encode(record) + b"\n")
         if target not in outcome.touched:
             outcome.touched[target] = target.generation
             self.writer.mark_dirty(target)
@@ -279,6 +282,17 @@ def _presentable(raw: bytes) -> object:
     except (msgspec.DecodeError, msgspec.EncodeError, TypeError, ValueError):
         return {"base64": base64.b64encode(raw).decode()}
     return value
+
+
+def _count_written(accepted: list[LogEvent], failed_stages: list[Stage]) -> dict[tuple[Stage, Status], int]:
+    """Count a batch's staged events per (stage, status): by stage alone, then move the few FAILED
+    ones over (a (stage, status) key per event costs twice as much, a tuple built and hashed)."""
+    by_stage = collections.Counter(map(_stage_of, accepted))
+    written = {(stage, Status.OK): count for stage, count in by_stage.items()}
+    for stage in failed_stages:
+        written[stage, Status.OK] -= 1
+        written[stage, Status.FAILED] = written.get((stage, Status.FAILED), 0) + 1
+    return written
 
 
 def _too_many(state: SessionState) -> Rejection:

@@ -550,9 +550,9 @@ class Collector:
 
     async def _write_on_loop(
         self, job: FlushJob
-    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+    ) -> tuple[list[tuple[AppendFile, bytes]], list[tuple[AppendFile, OSError]]]:
         """Write a plain pass on the loop, ``_INLINE_ITEMS`` files at a time, reading in between."""
-        written: list[tuple[AppendFile, bytearray]] = []
+        written: list[tuple[AppendFile, bytes]] = []
         failed = list(job.failed)
         for start in range(0, len(job.items), _INLINE_ITEMS):
             if start:

@@ -32,7 +32,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -53,7 +53,6 @@ from ._layout import (
     active_name,
     archive_name,
     encode_checkpoint,
-    note_delivery,
     open_root,
     read_checkpoint,
     rejects_archive,
@@ -89,7 +88,7 @@ class FlushJob:
 
     def __init__(
         self,
-        items: list[tuple[AppendFile, bytearray]],
+        items: list[tuple[AppendFile, bytes]],
         retired: list[int],
         now: float,
         failed: list[tuple[AppendFile, OSError]],
@@ -118,7 +117,9 @@ class AppendFile:
         # bump was lost with the pending buffer and must not be acknowledged.
         self.generation = 0
         self.fd: int | None = None
-        self.pending = bytearray()
+        self.pending: list[bytes | bytearray] = []
+        """Lines staged for the next write pass, joined once when it detaches them: appending to a
+        growing buffer instead reallocates and copies it over and over (1 in 8 appends)."""
         self.size = 0
         self.segment = 1
         """Number of the active segment (the archive number it gets when rotated)."""
@@ -170,10 +171,6 @@ class SessionState(AppendFile):
         self.snapshot_at = 0.0
         self.snapshot_size = -1
         """Active-segment size at the last checkpoint (-1: none for this segment)."""
-
-    def note_delivery(self, producer: str, number: int) -> None:
-        """Record that ``producer``'s event ``number`` is in this session (bounded table)."""
-        note_delivery(self.marks, producer, number)
 
     def note_first(self, event: LogEvent) -> None:
         """Take the session's summary fields from its first event."""
@@ -327,6 +324,10 @@ class Writer:
         """Note that ``target`` has pending bytes for the next flush."""
         self._dirty[target] = None
 
+    def mark_dirty_all(self, targets: Iterable[AppendFile]) -> None:
+        """Note that each of ``targets`` has pending bytes (one call per batch)."""
+        self._dirty.update(dict.fromkeys(targets))
+
     @property
     def dirty_files(self) -> int:
         """Files with lines staged for the next write pass."""
@@ -335,7 +336,7 @@ class Writer:
     @property
     def pending_bytes(self) -> int:
         """Bytes accepted but not yet written."""
-        return sum(len(target.pending) for target in self._dirty)
+        return sum(len(line) for target in self._dirty for line in target.pending)
 
     @property
     def open_files(self) -> int:
@@ -358,17 +359,17 @@ class Writer:
         """
         retired, self._retired = self._retired, []
         dirty, self._dirty = self._dirty, {}
-        items: list[tuple[AppendFile, bytearray]] = []
+        items: list[tuple[AppendFile, bytes]] = []
         gone: list[tuple[AppendFile, OSError]] = []
         checkpoints: dict[SessionState, tuple[Checkpoint, bool]] = {}
         removed = self._removed_directories() if dirty else set()
         now = self.clock()
         today = utc_day(now) if self.rotation.daily else 0
         for target in dirty:
-            data = target.pending
-            if not data:
+            if not target.pending:
                 continue
-            target.pending = bytearray()
+            data = b"".join(target.pending)
+            target.pending = []
             if target.dir_fd in removed:
                 gone.append((target, FileNotFoundError(errno.ENOENT, "the session root was removed", target.name)))
                 continue
@@ -418,7 +419,7 @@ class Writer:
 
     def write(
         self, job: FlushJob, *, durable: bool
-    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+    ) -> tuple[list[tuple[AppendFile, bytes]], list[tuple[AppendFile, OSError]]]:
         """Append the detached buffers (safe in a worker thread); return (written, failed).
 
         It touches only descriptors, sizes and the open-file LRU, which the loop leaves alone while
@@ -429,7 +430,7 @@ class Writer:
                 if durable:
                     os.fdatasync(fd)
                 os.close(fd)
-        written: list[tuple[AppendFile, bytearray]] = []
+        written: list[tuple[AppendFile, bytes]] = []
         failed: list[tuple[AppendFile, OSError]] = list(job.failed)
         for target, data in job.items:
             guarded: int | None = None
@@ -459,12 +460,12 @@ class Writer:
         return written, failed
 
     def _sync_written(
-        self, written: list[tuple[AppendFile, bytearray]]
-    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+        self, written: list[tuple[AppendFile, bytes]]
+    ) -> tuple[list[tuple[AppendFile, bytes]], list[tuple[AppendFile, OSError]]]:
         """Make every written file durable: ``fdatasync`` several at once (the kernel can commit them
         together), or one ``syncfs`` for a pass over many files, a single journal commit."""
 
-        def sync(item: tuple[AppendFile, bytearray]) -> OSError | None:
+        def sync(item: tuple[AppendFile, bytes]) -> OSError | None:
             target = item[0]
             try:
                 if target.fd is not None:
@@ -487,7 +488,7 @@ class Writer:
             errors = [sync(written[0])]
         else:
             errors = list(self._sync_threads().map(sync, written))
-        synced: list[tuple[AppendFile, bytearray]] = []
+        synced: list[tuple[AppendFile, bytes]] = []
         failed: list[tuple[AppendFile, OSError]] = []
         for (target, data), error in zip(written, errors, strict=True):
             if error is None:
@@ -506,8 +507,8 @@ class Writer:
 
     def _sync_filesystems(
         self,
-        written: list[tuple[AppendFile, bytearray]],
-        sync: Callable[[tuple[AppendFile, bytearray]], OSError | None],
+        written: list[tuple[AppendFile, bytes]],
+        sync: Callable[[tuple[AppendFile, bytes]], OSError | None],
     ) -> list[OSError | None]:
         """Sync a pass over many files with one ``syncfs`` per directory (so per filesystem).
 
@@ -526,7 +527,7 @@ class Writer:
     def finish(
         self,
         job: FlushJob,
-        written: list[tuple[AppendFile, bytearray]],
+        written: list[tuple[AppendFile, bytes]],
         failed: list[tuple[AppendFile, OSError]],
     ) -> tuple[list[AppendFile], list[tuple[AppendFile, OSError]], int]:
         """Account for a written job (event loop): sizes, summaries, rotation, checkpoints, failures.
