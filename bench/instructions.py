@@ -1,0 +1,116 @@
+"""Instructions per event of the collector's per-event work, counted by callgrind: a figure that noise cannot move.
+
+On a shared 2-core VM the wall clock of the same code varies up to 2x from one minute to the next,
+wider than most optimisations; callgrind counts the same instructions to 0.03 % run to run. It counts
+decode (``decode_batch``) and staging (``Ingest.apply``, with its write passes detached every 16
+batches) of the suite's own load, in process and without disk, after a warm-up in which every
+session got its state. Instructions are not time (a cache miss costs no instruction, which is most
+of what 10,000 sessions add), so this guides work on the code; ``bench/run`` says what it is worth.
+
+Usage (needs ``valgrind``, e.g. ``apt-get install valgrind``; about 30 s per count)::
+
+    uv run python -m bench.instructions                      # 100,000 events over 100 and 10,000 sessions
+    uv run python -m bench.instructions --sessions 100 --events 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+from gz_ia.client.protocol import FrameReader
+from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.validation import decode_batch
+
+from ._load import build_load, session_id
+
+_SENDERS: Final = 8
+_TAKE_EVERY: Final = 16
+_REFS: Final = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def _control(switch: str) -> None:
+    """Turn callgrind's instrumentation of this process on or off."""
+    subprocess.run(["callgrind_control", "-i", switch, str(os.getpid())], stdout=subprocess.DEVNULL, check=True)
+
+
+def measure(events: int, sessions: int) -> None:
+    """Decode and stage ``events`` events over ``sessions`` sessions; count only the second half."""
+    load = build_load(events, sessions, _SENDERS, with_json=False)
+    per_sender = [FrameReader().feed(bytes(frames)) for frames in load.frames]
+    bodies = [  # interleaved sender by sender, as the collector reads them
+        (f"{sender:016x}", per_sender[sender][index])
+        for index in range(max(map(len, per_sender)))
+        for sender in range(_SENDERS)
+        if index < len(per_sender[sender])
+    ]
+    scratch = Path(tempfile.mkdtemp(prefix="gz-ia-instructions-"))
+    try:
+        (scratch / "root").mkdir()
+        writer = Writer(background=False)
+        root = writer.root(scratch / "root", owner=os.getuid())
+        for index in range(sessions):
+            writer.session(root, session_id(index, sessions))
+        ingest = Ingest(writer)
+
+        def stage(part: list[tuple[str, bytes]]) -> int:
+            staged = 0
+            for count, (producer, body) in enumerate(part, 1):
+                outcome = ingest.apply(root, producer, decode_batch(body))
+                if outcome.rejections or outcome.duplicates:
+                    raise SystemExit(f"the load was not staged as it should be: {outcome.rejections[:3]}")
+                staged += outcome.count
+                if count % _TAKE_EVERY == 0:
+                    for target, data in writer.take().items:
+                        target.size += len(data)
+            return staged
+
+        half = len(bodies) // 2
+        stage(bodies[:half])
+        _control("on")
+        counted = stage(bodies[half:])
+        _control("off")
+        print(counted)
+    finally:
+        shutil.rmtree(scratch)
+
+
+def count(events: int, sessions: int) -> float:
+    """Run :func:`measure` under callgrind in a child process; return instructions per counted event."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is missing: apt-get install valgrind")
+    argv = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
+        sys.executable, "-m", "bench.instructions", "--child", str(events), str(sessions),
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=Path(__file__).parent.parent)
+    found = _REFS.search(result.stderr)
+    if result.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return int(found.group(1)) / int(result.stdout.split()[-1])
+
+
+def main() -> None:
+    """Print instructions per event for each session count asked for."""
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--sessions", type=int, action="append", help="default: 100 and 10,000")
+    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        measure(*args.child)
+        return
+    for sessions in args.sessions or [100, 10_000]:
+        print(f"{sessions:>7,} sessions: {count(args.events, sessions):,.0f} instructions per event", flush=True)
+
+
+if __name__ == "__main__":
+    main()
