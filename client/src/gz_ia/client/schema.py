@@ -52,7 +52,7 @@ class Status(enum.StrEnum):
 
 FAILED: Final = Status.FAILED
 """``Status.FAILED`` for the per-event paths: on Python 3.11 every attribute lookup on an enum class
-goes through ``EnumType.__getattr__``'s hook (about 0.17 µs, twenty times a global's), once per event."""
+goes through ``EnumType.__getattr__``'s hook (0.175 µs against 0.010 µs for a global)."""
 
 
 MAX_SESSION_ID_LENGTH: Final = 128
