@@ -18,7 +18,7 @@ def _job(opened: int, unopened: int, *, retired: int = 0) -> FlushJob:
     for index in range(opened + unopened):
         target = AppendFile(-1, f"f{index}")
         target.fd = 1000 + index if index < opened else None
-        items.append((target, bytearray(b"{}\n")))
+        items.append((target, b"{}\n"))
     return FlushJob(items, list(range(retired)), 0.0, [], {})
 
 

@@ -126,7 +126,7 @@ class ControlledWrites:
 
     def __call__(
         self, job: FlushJob, *, durable: bool
-    ) -> tuple[list[tuple[AppendFile, bytearray]], list[tuple[AppendFile, OSError]]]:
+    ) -> tuple[list[tuple[AppendFile, bytes]], list[tuple[AppendFile, OSError]]]:
         self.calls.append((len(job.items), threading.current_thread() is threading.main_thread()))
         if self.hook is not None:
             self.hook()
