@@ -118,3 +118,29 @@ def test_the_delivery_field_escapes_any_producer_id(tmp_path: Path) -> None:
     writer.close()
     lines = [msgspec.json.decode(line) for line in (root / "sessions" / "s1.events.jsonl").read_bytes().splitlines()]
     assert [(line["delivery"], line["seq"]) for line in lines] == [("ab12:10", 1), ('we"ird%d\\:10', 2)]
+
+
+def test_written_events_are_counted_per_stage_and_status(tmp_path: Path) -> None:
+    """A batch's written counts split each stage by status, FAILED ones included; refused events count nowhere."""
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer()
+    store = writer.root(root, owner=os.getuid())
+    failed = {"status": "FAILED", "error": "boom"}
+    events = [
+        {**GOOD, "action": "a"},
+        {**GOOD, "action": "b", **failed},
+        {**GOOD, "action": "c", "stage": "PENDING"},
+        {**GOOD, "action": "a", "stage": "FINISH", **failed},
+        {**GOOD, "action": "c", "stage": "FINISH", **failed},
+        {**GOOD, "action": "d", "stage": "FINISH"},  # no open cycle: refused
+    ]
+    outcome = Ingest(writer).apply(store, "ab", decode_batch(_body(*events)))
+    assert [r.reason for r in outcome.rejections] == [RejectReason.FINISH_WITHOUT_START]
+    assert {key: count for key, count in outcome.written.items() if count} == {
+        ("READ", "OK"): 1,
+        ("READ", "FAILED"): 1,
+        ("PENDING", "OK"): 1,
+        ("FINISH", "FAILED"): 2,
+    }
+    writer.close()

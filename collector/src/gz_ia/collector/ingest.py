@@ -287,11 +287,10 @@ def _presentable(raw: bytes) -> object:
 def _count_written(accepted: list[LogEvent], failed_stages: list[Stage]) -> dict[tuple[Stage, Status], int]:
     """Count a batch's staged events per (stage, status): by stage alone, then move the few FAILED
     ones over (a (stage, status) key per event costs twice as much, a tuple built and hashed)."""
-    by_stage = collections.Counter(map(_stage_of, accepted))
-    written = {(stage, Status.OK): count for stage, count in by_stage.items()}
-    for stage in failed_stages:
-        written[stage, Status.OK] -= 1
-        written[stage, Status.FAILED] = written.get((stage, Status.FAILED), 0) + 1
+    written = {(stage, Status.OK): count for stage, count in collections.Counter(map(_stage_of, accepted)).items()}
+    for stage, count in collections.Counter(failed_stages).items():
+        written[stage, Status.OK] -= count
+        written[stage, Status.FAILED] = count
     return written
 
 
