@@ -416,11 +416,18 @@ class SessionFold:
 
 
 def note_delivery(marks: dict[str, int], producer: str, number: int) -> None:
-    """Record that ``producer``'s event ``number`` is stored (bounded table of watermarks)."""
+    """Record that ``producer``'s event ``number`` is stored (bounded table of watermarks).
+
+    The table is kept in the order of each producer's last write (re-setting a key would leave it
+    where it was first inserted), so past the bound it forgets the producers idle longest, never
+    one that keeps writing.
+    """
+    if len(marks) > 1:
+        marks.pop(producer, None)
     marks[producer] = number
     if len(marks) > MAX_WATERMARKS:
-        # Forget the producers written longest ago; a resend from one of them after this many
-        # newer producers is the only case that could slip through as a duplicate.
+        # A resend from a producer forgotten here, after this many newer producers wrote to the
+        # session, is the only case that could be taken as new instead of as a duplicate.
         for stale in list(marks)[: MAX_WATERMARKS // 2]:
             del marks[stale]
 

@@ -1,0 +1,84 @@
+"""The per-session table of delivery watermarks is bounded and forgets the producers idle longest.
+
+A session remembers the highest event number written for each producer (at most ``MAX_WATERMARKS``
+of them), so that a resent event is acknowledged as a duplicate instead of being written twice. Past
+the bound it must forget producers that stopped writing, never one that is still writing: such a
+producer's resend after a reconnect would otherwise be written again.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from gz_ia.client.protocol import Batch, encode_frame
+from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.storage.writer import MAX_WATERMARKS, RootStore, Writer
+from gz_ia.collector.validation import decode_batch
+
+_encoder = msgspec.msgpack.Encoder()
+_SESSION = "s1"
+
+
+def _read(number: int, action: str) -> bytes:
+    """The body of a one-event batch: event ``number`` of its producer, READ of ``action``."""
+    event = LogEvent(
+        timestamp=datetime.now(UTC), session_id=_SESSION, action=action, stage=Stage.READ, status=Status.OK, agent="t"
+    )
+    return encode_frame(Batch(first=number, events=[msgspec.Raw(_encoder.encode(event))]))[4:]
+
+
+def _fill(ingest: Ingest, store: RootStore) -> None:
+    """Producer "early" writes second and keeps writing while one more than the bound of others write once.
+
+    Its last write comes shortly before the table overflows: among the most recent, but it was
+    inserted first after "idle".
+    """
+    ingest.apply(store, "idle", decode_batch(_read(1, "idle")))
+    for n in range(MAX_WATERMARKS + 1):
+        if n % 500 == 0 and n <= 4000:
+            assert not ingest.apply(store, "early", decode_batch(_read(n + 1, f"early {n}"))).rejections
+        assert not ingest.apply(store, f"p{n}", decode_batch(_read(1, f"p{n}"))).rejections
+    ingest.writer.flush()
+
+
+def _resend_is_duplicate(ingest: Ingest, store: RootStore, producer: str, number: int, action: str) -> bool:
+    outcome = ingest.apply(store, producer, decode_batch(_read(number, action)))
+    assert not outcome.rejections
+    return outcome.duplicates == 1
+
+
+def test_a_producer_that_keeps_writing_keeps_its_watermark(tmp_path: Path) -> None:
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer()
+    store = writer.root(root, owner=os.getuid())
+    ingest = Ingest(writer)
+    _fill(ingest, store)
+    marks = store.sessions[_SESSION].marks
+    assert len(marks) <= MAX_WATERMARKS
+    assert "early" in marks
+    assert "idle" not in marks
+    # early's last event, resent after a reconnect, is a duplicate, not written again.
+    assert _resend_is_duplicate(ingest, store, "early", 4001, "early 4000")
+    writer.close()
+
+
+def test_the_watermarks_rebuilt_from_the_file_forget_the_same_producers(tmp_path: Path) -> None:
+    """After a restart the table is rebuilt line by line in the file's order: the same order of last writes."""
+    root = tmp_path / ".harness"
+    root.mkdir()
+    writer = Writer()
+    _fill(Ingest(writer), writer.root(root, owner=os.getuid()))
+    writer.close()
+
+    restarted = Writer()
+    store = restarted.root(root, owner=os.getuid())
+    ingest = Ingest(restarted)
+    assert _resend_is_duplicate(ingest, store, "early", 4001, "early 4000")
+    assert "idle" not in store.sessions[_SESSION].marks
+    restarted.close()
