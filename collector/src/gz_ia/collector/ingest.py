@@ -210,7 +210,11 @@ class Ingest:
                 seqs.append(state.seq)
         # Once per session of the batch, not per event: with many sessions that is nearly per event.
         for state, number in last_numbers.items():
-            note_delivery(state.marks, producer, number)
+            marks = state.marks
+            if len(marks) > 1:
+                note_delivery(marks, producer, number)
+            else:  # one producer or none: already in last-write order, and far below the bound
+                marks[producer] = number
             touched[state] = state.generation
         writer.mark_dirty_all(last_numbers)
         outcome.written = _count_written(accepted, failed_stages)
