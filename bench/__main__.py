@@ -31,7 +31,7 @@ from typing import Any, Final
 import msgspec
 
 from ._common import BENCH, BenchError, Sample, creation_cost, removals_deferred, rss_bytes, scratch_dir
-from ._ingest import run_ingest, verify
+from ._ingest import run_ingest, run_verified, verify
 from ._load import build_load, session_id
 from ._peers import Peers, ensure_peers
 from ._report import chart, evaluate, machine, markdown
@@ -154,12 +154,7 @@ def section_ingest(suite: Suite) -> None:
                         # The previous run's files are still being written back: flush them now, so
                         # that no system pays for the one before it.
                         os.sync()
-                        system.start()
-                        try:
-                            result = run_ingest(system, load, mode=mode)
-                        finally:
-                            system.stop()
-                        verify(system, load.expected, with_seq=mode != "json")
+                        result = run_verified(system, load, mode=mode)
                     except Exception as exc:
                         suite.failed(f"ingest {sessions} sessions, {label}, run {run + 1}", exc)
                         continue
@@ -362,12 +357,7 @@ def section_flood(suite: Suite) -> None:
         with scratch_dir("gzb") as workdir:
             system = Ours(workdir)
             try:
-                system.start()
-                try:
-                    result = run_ingest(system, load, mode="frames")
-                finally:
-                    system.stop()
-                verify(system, load.expected, with_seq=True)
+                result = run_verified(system, load)
             except Exception as exc:
                 suite.failed(f"flood, run {run + 1}", exc)
                 continue

@@ -23,6 +23,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Final
@@ -178,11 +179,13 @@ def _agent(index: int, path: Path, root: str, ready: queue.Queue[int], go: Event
     client.close(timeout=1.0)
 
 
-def run_ingest(system: System, load: Load, *, mode: str = "frames") -> IngestRun:
+def run_ingest(system: System | Sequence[System], load: Load, *, mode: str = "frames") -> IngestRun:
     """Feed ``load`` to the running ``system`` and return the verified run.
 
     Args:
-        system: a started system.
+        system: a started system, or several of ours (frames and client modes): sender ``i`` then
+            feeds ``system[i % len(system)]``, so each one holds a disjoint share of the sessions
+            (see :func:`share`). CPU is their sum, peak RSS their sum of peaks.
         load: the pre-encoded load.
         mode: ``json`` (peers), ``frames`` (ours, pre-encoded) or ``client`` (ours, real thin client).
 
@@ -190,43 +193,47 @@ def run_ingest(system: System, load: Load, *, mode: str = "frames") -> IngestRun
         BenchError: a sender failed, the run timed out, or verification failed.
     """
     global _current  # noqa: PLW0603 - how a forked sender finds the load without pickling it
+    systems = [system] if isinstance(system, System) else list(system)
+    if mode == "json" and len(systems) != 1:
+        raise ValueError("the peers' json mode feeds one system")
     _current = load
     ready: queue.Queue[int] = _mp.Queue()  # type: ignore[assignment]
     done: queue.Queue[_Done] = _mp.Queue()  # type: ignore[assignment]
     go = _mp.Event()
     finish = _mp.Event()
-    root = str(system.root)
     procs = []
     for index in range(load.senders):
+        fed = systems[index % len(systems)]
         if mode == "json":
-            target, args = _peer_sender, (index, system.socket, ready, go, done, finish)
+            target, args = _peer_sender, (index, fed.socket, ready, go, done, finish)
         elif mode == "frames":
-            target, args = _frame_sender, (index, system.socket, root, ready, go, done)  # type: ignore[assignment]
+            target, args = _frame_sender, (index, fed.socket, str(fed.root), ready, go, done)  # type: ignore[assignment]
         else:
-            target, args = _agent, (index, system.socket, root, ready, go, done)  # type: ignore[assignment]
+            target, args = _agent, (index, fed.socket, str(fed.root), ready, go, done)  # type: ignore[assignment]
         proc = _mp.Process(target=target, args=args, daemon=True)
         proc.start()
         procs.append(proc)
     try:
         for _ in procs:
             ready.get(timeout=120)
-        cpu0 = cpu_seconds(system.pid)
+        cpu0 = sum(cpu_seconds(one.pid) for one in systems)
         start = time.monotonic()
         go.set()
         results: list[_Done] = []
         for _ in procs:
             results.append(done.get(timeout=_RUN_TIMEOUT))
         errors = [f"sender {r.index}: {r.error}" for r in results if r.error]
+        name = systems[0].name
         if errors:
-            raise BenchError(f"{system.name}: " + "; ".join(errors[:3]))
+            raise BenchError(f"{name}: " + "; ".join(errors[:3]))
         if mode == "json":
-            end = _wait_for_bytes(system, load.json_bytes, start + _RUN_TIMEOUT)
+            end = _wait_for_bytes(systems[0], load.json_bytes, start + _RUN_TIMEOUT)
         else:
             end = max(r.finished for r in results)
             acknowledged = sum(r.acknowledged for r in results)
             if acknowledged != load.events:
-                raise BenchError(f"{system.name}: {acknowledged} events acknowledged, {load.events} sent")
-        cpu = cpu_seconds(system.pid) - cpu0
+                raise BenchError(f"{name}: {acknowledged} events acknowledged, {load.events} sent")
+        cpu = sum(cpu_seconds(one.pid) for one in systems) - cpu0
     finally:
         go.set()
         finish.set()
@@ -245,9 +252,29 @@ def run_ingest(system: System, load: Load, *, mode: str = "frames") -> IngestRun
         events=load.events,
         bytes_in=load.json_bytes if mode == "json" else sum(len(f) for f in load.frames),
         collector_cpu=cpu,
-        collector_peak_rss=rss_bytes(system.pid, peak=True),
+        collector_peak_rss=sum(rss_bytes(one.pid, peak=True) for one in systems),
         extra=extra,
     )
+
+
+def run_verified(system: System, load: Load, *, mode: str = "frames") -> IngestRun:
+    """Start ``system``, feed it ``load`` (:func:`run_ingest`), stop it and :func:`verify` its files."""
+    system.start()
+    try:
+        result = run_ingest(system, load, mode=mode)
+    finally:
+        system.stop()
+    verify(system, load.expected, with_seq=mode != "json")
+    return result
+
+
+def share(load: Load, part: int, parts: int) -> dict[str, int]:
+    """The sessions (and their event counts) that system ``part`` of ``parts`` receives from
+    :func:`run_ingest`: those of senders ``part``, ``part + parts``, … (session ``s`` is sender
+    ``s % senders``'s)."""
+    if load.senders % parts:
+        raise ValueError(f"{load.senders} senders do not split evenly over {parts} systems")
+    return {sid: count for index, (sid, count) in enumerate(load.expected.items()) if index % parts == part}
 
 
 def _wait_for_bytes(system: System, expected: int, deadline: float) -> float:
