@@ -13,10 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from gz_ia.client.protocol import Batch, encode_frame
 from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.storage._layout import state_name
 from gz_ia.collector.storage.writer import MAX_WATERMARKS, RootStore, Writer
 from gz_ia.collector.validation import decode_batch
 
@@ -68,13 +70,22 @@ def test_a_producer_that_keeps_writing_keeps_its_watermark(tmp_path: Path) -> No
     writer.close()
 
 
-def test_the_watermarks_rebuilt_from_the_file_forget_the_same_producers(tmp_path: Path) -> None:
-    """After a restart the table is rebuilt line by line in the file's order: the same order of last writes."""
+@pytest.mark.parametrize("from_checkpoint", [True, False], ids=["from its checkpoint", "from the lines"])
+def test_the_watermarks_rebuilt_after_a_restart_forget_the_same_producers(
+    tmp_path: Path, from_checkpoint: bool
+) -> None:
+    """After a restart the table comes back in the same order of last writes: read from the checkpoint
+    a clean stop writes, or, without one, rebuilt line by line in the file's order."""
     root = tmp_path / ".harness"
     root.mkdir()
     writer = Writer()
     _fill(Ingest(writer), writer.root(root, owner=os.getuid()))
     writer.close()
+    checkpoint = root / "state" / state_name(_SESSION)
+    lines = len((root / "sessions" / f"{_SESSION}.events.jsonl").read_bytes().splitlines())
+    assert msgspec.json.decode(checkpoint.read_bytes())["seq"] == lines
+    if not from_checkpoint:
+        checkpoint.unlink()
 
     restarted = Writer()
     store = restarted.root(root, owner=os.getuid())
