@@ -54,11 +54,9 @@ def _resend_is_duplicate(ingest: Ingest, store: RootStore, producer: str, number
     return outcome.duplicates == 1
 
 
-def test_a_producer_that_keeps_writing_keeps_its_watermark(tmp_path: Path) -> None:
-    root = tmp_path / ".harness"
-    root.mkdir()
+def test_a_producer_that_keeps_writing_keeps_its_watermark(harness: Path) -> None:
     writer = Writer()
-    store = writer.root(root, owner=os.getuid())
+    store = writer.root(harness, owner=os.getuid())
     ingest = Ingest(writer)
     _fill(ingest, store)
     marks = store.sessions[_SESSION].marks
@@ -71,24 +69,20 @@ def test_a_producer_that_keeps_writing_keeps_its_watermark(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("from_checkpoint", [True, False], ids=["from its checkpoint", "from the lines"])
-def test_the_watermarks_rebuilt_after_a_restart_forget_the_same_producers(
-    tmp_path: Path, from_checkpoint: bool
-) -> None:
+def test_the_watermarks_rebuilt_after_a_restart_forget_the_same_producers(harness: Path, from_checkpoint: bool) -> None:
     """After a restart the table comes back in the same order of last writes: read from the checkpoint
     a clean stop writes, or, without one, rebuilt line by line in the file's order."""
-    root = tmp_path / ".harness"
-    root.mkdir()
     writer = Writer()
-    _fill(Ingest(writer), writer.root(root, owner=os.getuid()))
+    _fill(Ingest(writer), writer.root(harness, owner=os.getuid()))
     writer.close()
-    checkpoint = root / "state" / state_name(_SESSION)
-    lines = len((root / "sessions" / f"{_SESSION}.events.jsonl").read_bytes().splitlines())
+    checkpoint = harness / "state" / state_name(_SESSION)
+    lines = len((harness / "sessions" / f"{_SESSION}.events.jsonl").read_bytes().splitlines())
     assert msgspec.json.decode(checkpoint.read_bytes())["seq"] == lines
     if not from_checkpoint:
         checkpoint.unlink()
 
     restarted = Writer()
-    store = restarted.root(root, owner=os.getuid())
+    store = restarted.root(harness, owner=os.getuid())
     ingest = Ingest(restarted)
     assert _resend_is_duplicate(ingest, store, "early", 4001, "early 4000")
     assert "idle" not in store.sessions[_SESSION].marks

@@ -53,36 +53,34 @@ def _counting(calls: list[int], function: Callable[[int], None]) -> Callable[[in
     return wrapper
 
 
-def _stage_many(tmp_path: Path, sessions: int) -> tuple[Writer, Ingest, Path]:
-    root = tmp_path / ".harness"
-    root.mkdir()
+def _stage_many(harness: Path, sessions: int) -> Writer:
+    """A writer with one READ staged in each of ``sessions`` new sessions of ``harness``."""
     writer = Writer(max_open_files=4 * sessions)
-    ingest = Ingest(writer)
-    store = writer.root(root, owner=os.getuid())
-    outcome = ingest.apply(store, "ab", decode_batch(_batch(1, [_event(f"s{n}", Stage.READ) for n in range(sessions)])))
-    assert not outcome.rejections
-    return writer, ingest, root
+    store = writer.root(harness, owner=os.getuid())
+    batch = decode_batch(_batch(1, [_event(f"s{n}", Stage.READ) for n in range(sessions)]))
+    assert not Ingest(writer).apply(store, "ab", batch).rejections
+    return writer
 
 
 @needs_syncfs
-def test_a_pass_over_many_files_is_synced_with_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_over_many_files_is_synced_with_one_syncfs(harness: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """100 files: one syncfs on the sessions directory (the real call), no per-file fdatasync, all acknowledged."""
     calls: list[int] = []
     monkeypatch.setattr(_syncfs, "syncfs", _counting(calls, _syncfs.syncfs))
     datasyncs: list[int] = []
     monkeypatch.setattr(os, "fdatasync", _counting(datasyncs, os.fdatasync))
-    writer, _ingest, root = _stage_many(tmp_path, 100)
+    writer = _stage_many(harness, 100)
     written, failed, _ = writer.flush(durable=True)
     assert len(written) == 100
     assert failed == []
     assert len(calls) == 1
     assert datasyncs == []
-    assert all((root / "sessions" / f"s{n}.events.jsonl").stat().st_size > 0 for n in range(100))
+    assert all((harness / "sessions" / f"s{n}.events.jsonl").stat().st_size > 0 for n in range(100))
     writer.close()
 
 
 @needs_syncfs
-def test_a_syncfs_error_falls_back_to_syncing_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_syncfs_error_falls_back_to_syncing_file_by_file(harness: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """syncfs reporting EIO (simulated: a real write-back error cannot be caused here) makes every file
     of that directory go through its own fdatasync; those that succeed are acknowledged."""
 
@@ -92,7 +90,7 @@ def test_a_syncfs_error_falls_back_to_syncing_file_by_file(tmp_path: Path, monke
     monkeypatch.setattr(_syncfs, "syncfs", failing)
     datasyncs: list[int] = []
     monkeypatch.setattr(os, "fdatasync", _counting(datasyncs, os.fdatasync))
-    writer, _ingest, _root = _stage_many(tmp_path, 80)
+    writer = _stage_many(harness, 80)
     written, failed, _ = writer.flush(durable=True)
     assert len(written) == 80
     assert failed == []
@@ -100,19 +98,19 @@ def test_a_syncfs_error_falls_back_to_syncing_file_by_file(tmp_path: Path, monke
     writer.close()
 
 
-def test_a_few_files_are_synced_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_few_files_are_synced_one_by_one(harness: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Below the threshold no syncfs: each file gets its fdatasync."""
     monkeypatch.setattr(_syncfs, "syncfs", lambda _fd: pytest.fail("syncfs used for a small pass"))
     datasyncs: list[int] = []
     monkeypatch.setattr(os, "fdatasync", _counting(datasyncs, os.fdatasync))
-    writer, _ingest, _root = _stage_many(tmp_path, 5)
+    writer = _stage_many(harness, 5)
     written, failed, _ = writer.flush(durable=True)
     assert (len(written), failed, len(datasyncs)) == (5, [], 5)
     writer.close()
 
 
 def test_files_closed_by_the_open_file_bound_during_a_pass_are_synced_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    harness: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With more files in a durable pass than may be open, the ones closed again before the sync
     are synced through a new descriptor: none is acknowledged unsynced."""
@@ -124,22 +122,20 @@ def test_files_closed_by_the_open_file_bound_during_a_pass_are_synced_too(
 
     real_fdatasync = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", fdatasync)
-    writer, _ingest, root = _stage_many(tmp_path, 6)
+    writer = _stage_many(harness, 6)
     writer.max_open_files = 2
     written, failed, _ = writer.flush(durable=True)
     assert (len(written), failed) == (6, [])
     assert writer.open_files <= 2
-    assert synced == {(root / "sessions" / f"s{n}.events.jsonl").stat().st_ino for n in range(6)}
+    assert synced == {(harness / "sessions" / f"s{n}.events.jsonl").stat().st_ino for n in range(6)}
     writer.close()
 
 
-def test_checkpoints_carry_the_summary_kept_while_staging(tmp_path: Path) -> None:
+def test_checkpoints_carry_the_summary_kept_while_staging(harness: Path) -> None:
     """first/last timestamps, parent, agent and the FAILED count reach the checkpoint, as the file has them."""
-    root = tmp_path / ".harness"
-    root.mkdir()
     writer = Writer()
     ingest = Ingest(writer)
-    store = writer.root(root, owner=os.getuid())
+    store = writer.root(harness, owner=os.getuid())
     events = [
         _event("s", Stage.READ, at=0),
         _event("s", Stage.FINISH, at=5, status=Status.FAILED),
@@ -150,9 +146,9 @@ def test_checkpoints_carry_the_summary_kept_while_staging(tmp_path: Path) -> Non
     ingest.apply(store, "ab", decode_batch(_batch(4, [_event("s", Stage.FINISH, at=12, status=Status.FAILED)])))
     writer.flush()
     writer.close()
-    checkpoint = read_checkpoint(os.open(root / "state", os.O_RDONLY), state_name("s"))
+    checkpoint = read_checkpoint(os.open(harness / "state", os.O_RDONLY), state_name("s"))
     assert checkpoint is not None
-    lines = [msgspec.json.decode(line) for line in (root / "sessions" / "s.events.jsonl").read_bytes().splitlines()]
+    lines = [msgspec.json.decode(line) for line in (harness / "sessions" / "s.events.jsonl").read_bytes().splitlines()]
     assert checkpoint.first_time == lines[0]["timestamp"] == "2026-03-01T12:00:00Z"
     assert checkpoint.last_time == lines[-1]["timestamp"] == "2026-03-01T12:00:12Z"
     assert checkpoint.failures == 2

@@ -65,19 +65,17 @@ def test_each_problem_gets_its_reason_and_the_others_pass(change: dict[str, Any]
 @pytest.mark.parametrize(
     "change", [{"session_id": "../x"}, {"session_id": ".h"}, {"session_id": "ok\n"}, {"parent_session_id": "a/b"}]
 )
-def test_unsafe_ids_in_an_otherwise_valid_batch_are_rejected_by_ingest(tmp_path: Path, change: dict[str, Any]) -> None:
+def test_unsafe_ids_in_an_otherwise_valid_batch_are_rejected_by_ingest(harness: Path, change: dict[str, Any]) -> None:
     """The fast decode only length-checks ids; Ingest refuses an unsafe one before it can become a path."""
-    root = tmp_path / ".harness"
-    root.mkdir()
     writer = Writer()
-    store = writer.root(root, owner=os.getuid())
+    store = writer.root(harness, owner=os.getuid())
     decoded = decode_batch(_body(GOOD, {**GOOD, **change}))
     assert not decoded.rejections, "the whole batch took the fast path"
     outcome = Ingest(writer).apply(store, "ab", decoded)
     assert [(r.index, r.reason) for r in outcome.rejections] == [(1, RejectReason.INVALID_SESSION_ID)]
     writer.flush()
     writer.close()
-    assert sorted(p.name for p in (root / "sessions").iterdir()) == ["s1.events.jsonl"]
+    assert sorted(p.name for p in (harness / "sessions").iterdir()) == ["s1.events.jsonl"]
 
 
 def test_a_missing_field_is_named() -> None:
@@ -104,28 +102,24 @@ def test_offsets_are_kept_and_unknown_fields_ignored() -> None:
     assert not decoded.rejections
 
 
-def test_the_delivery_field_escapes_any_producer_id(tmp_path: Path) -> None:
+def test_the_delivery_field_escapes_any_producer_id(harness: Path) -> None:
     """Adopted spools name their producer after a file: quotes, backslashes and "%" stay valid JSON."""
-    root = tmp_path / ".harness"
-    root.mkdir()
     writer = Writer()
-    store = writer.root(root, owner=os.getuid())
+    store = writer.root(harness, owner=os.getuid())
     ingest = Ingest(writer)
     for producer in ("ab12", 'we"ird%d\\'):
         outcome = ingest.apply(store, producer, decode_batch(_body(GOOD)))
         assert not outcome.rejections
     writer.flush()
     writer.close()
-    lines = [msgspec.json.decode(line) for line in (root / "sessions" / "s1.events.jsonl").read_bytes().splitlines()]
+    lines = [msgspec.json.decode(line) for line in (harness / "sessions" / "s1.events.jsonl").read_bytes().splitlines()]
     assert [(line["delivery"], line["seq"]) for line in lines] == [("ab12:10", 1), ('we"ird%d\\:10', 2)]
 
 
-def test_written_events_are_counted_per_stage_and_status(tmp_path: Path) -> None:
+def test_written_events_are_counted_per_stage_and_status(harness: Path) -> None:
     """A batch's written counts split each stage by status, FAILED ones included; refused events count nowhere."""
-    root = tmp_path / ".harness"
-    root.mkdir()
     writer = Writer()
-    store = writer.root(root, owner=os.getuid())
+    store = writer.root(harness, owner=os.getuid())
     failed = {"status": "FAILED", "error": "boom"}
     events = [
         {**GOOD, "action": "a"},

@@ -28,13 +28,11 @@ def _batch(first: int, events: list[tuple[str, Stage]]) -> bytes:
     return encode_frame(Batch(first=first, events=bodies))[4:]
 
 
-def test_idle_sessions_are_released_and_come_back_with_their_state(tmp_path: Path) -> None:
+def test_idle_sessions_are_released_and_come_back_with_their_state(harness: Path) -> None:
     """Past max_idle_sessions the oldest idle states leave memory; their next event continues seq and rules."""
-    root = tmp_path / ".harness"
-    root.mkdir()
     writer = Writer(max_idle_sessions=10)
     ingest = Ingest(writer)
-    store = writer.root(root, owner=os.getuid())
+    store = writer.root(harness, owner=os.getuid())
     first = 1
     for n in range(60):
         events = [(f"s{n}", Stage.READ), (f"s{n}", Stage.FINISH)]
@@ -48,7 +46,7 @@ def test_idle_sessions_are_released_and_come_back_with_their_state(tmp_path: Pat
     outcome = ingest.apply(store, "ab", decode_batch(_batch(first, [("s0", Stage.FINISH), ("s0", Stage.READ)])))
     writer.flush()
     assert [r.reason.value for r in outcome.rejections] == ["finish_without_start"]
-    lines = (root / "sessions" / "s0.events.jsonl").read_text().splitlines()
+    lines = (harness / "sessions" / "s0.events.jsonl").read_text().splitlines()
     assert [msgspec.json.decode(line)["seq"] for line in lines] == [1, 2, 3]
     # A resend of an event written before the release is still recognised as a duplicate.
     again = ingest.apply(store, "ab", decode_batch(_batch(1, [("s0", Stage.READ), ("s0", Stage.FINISH)])))
