@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from gz_ia.collector.storage.writer import Writer
 from gz_ia.collector.validation import decode_batch
 
 _encoder = msgspec.msgpack.Encoder()
+_CYCLE = (Stage.READ, Stage.PENDING, Stage.FINISH)
 
 
 def _batch(first: int, events: list[tuple[str, Stage]]) -> bytes:
@@ -52,3 +54,50 @@ def test_idle_sessions_are_released_and_come_back_with_their_state(harness: Path
     again = ingest.apply(store, "ab", decode_batch(_batch(1, [("s0", Stage.READ), ("s0", Stage.FINISH)])))
     assert again.duplicates == 2
     writer.close()
+
+
+def test_the_backlog_can_be_read_from_another_thread_while_the_loop_stages(harness: Path) -> None:
+    """``pending_bytes`` backs the ``gzia_backlog_bytes`` gauge, read by the metrics server's thread
+    while the event loop adds sessions to the dirty set: it must never see the set change under it
+    (nor must the session gauges, read the same way).
+
+    The sessions are opened and written first, so that staging makes no system call: the two
+    threads then take turns only at Python's switch interval, which lands inside a read of the set.
+    """
+    writer = Writer()
+    ingest = Ingest(writer)
+    store = writer.root(harness, owner=os.getuid())
+    groups = [[f"s{group}-{k}" for k in range(8)] for group in range(100)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            try:
+                assert writer.pending_bytes >= 0
+                assert writer.sessions_active <= writer.sessions_known == 800
+            except BaseException as exc:  # reported by the assertion below, on the test's thread
+                errors.append(exc)
+                return
+
+    scraper = threading.Thread(target=scrape)
+    first = 1
+    try:
+        for round_ in range(11):
+            for sessions in groups:
+                batch = _batch(first, [(session, _CYCLE[round_ % 3]) for session in sessions])
+                assert not ingest.apply(store, "ab", decode_batch(batch)).rejections
+                first += len(sessions)
+            if round_ == 0:
+                writer.flush()
+                scraper.start()
+            else:
+                writer.take()  # detached and dropped: the dirty set starts empty again
+            if errors:
+                break
+    finally:
+        done.set()
+        if scraper.is_alive():
+            scraper.join()
+        writer.close()
+    assert errors == []

@@ -360,11 +360,11 @@ class Collector:
         metrics.paused_connections.set_function(lambda: len(self.paused))
         metrics.open_files.set_function(lambda: writer.open_files)
         metrics.backlog_bytes.set_function(lambda: writer.pending_bytes)
-        metrics.backlog_batches.set_function(lambda: sum(c.awaiting for c in self.connections))
-        metrics.sessions_known.set_function(lambda: sum(len(root.sessions) for root in writer.roots))
-        metrics.sessions_active.set_function(
-            lambda: sum(1 for root in writer.roots for state in root.sessions.values() if state.open_actions)
-        )
+        # These run on the metrics server's thread while the loop changes what they read: they
+        # iterate copies (list() of a set or dict holds the GIL), never the live containers.
+        metrics.backlog_batches.set_function(lambda: sum(c.awaiting for c in list(self.connections)))
+        metrics.sessions_known.set_function(lambda: writer.sessions_known)
+        metrics.sessions_active.set_function(lambda: writer.sessions_active)
 
     # --- lifecycle ------------------------------------------------------------------------------------
 

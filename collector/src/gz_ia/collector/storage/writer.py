@@ -335,8 +335,23 @@ class Writer:
 
     @property
     def pending_bytes(self) -> int:
-        """Bytes accepted but not yet written."""
-        return sum(len(line) for target in self._dirty for line in target.pending)
+        """Bytes accepted but not yet written.
+
+        Read by the metrics server's thread while the loop stages: it iterates a copy of the dirty
+        set (``list()`` of a dict holds the GIL throughout), as iterating the set itself fails when
+        the loop adds a session meanwhile.
+        """
+        return sum(len(line) for target in list(self._dirty) for line in target.pending)
+
+    @property
+    def sessions_known(self) -> int:
+        """Sessions whose state is in memory (safe from the metrics thread, like :attr:`pending_bytes`)."""
+        return sum(len(root.sessions) for root in self.roots)
+
+    @property
+    def sessions_active(self) -> int:
+        """Sessions in memory with an open action (iterates copies: the loop may add sessions meanwhile)."""
+        return sum(1 for root in self.roots for state in list(root.sessions.values()) if state.open_actions)
 
     @property
     def open_files(self) -> int:
