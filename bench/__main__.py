@@ -3,8 +3,8 @@
 Use ``bench/run``, which installs the ``bench`` dependency group first. Sections run in this order,
 each system and configuration interleaved run by run so that drift on the machine hits all alike:
 
-* ``ingest``: 100 and 10,000 sessions; rsyslog, syslog-ng, ours, ours with fsync, ours through the
-  real thin client in 8 agent processes;
+* ``ingest``: 100 and 10,000 sessions; rsyslog, syslog-ng, ours, ours with 2 shards, ours with
+  fsync, ours through the real thin client in 8 agent processes;
 * ``agent``: agent CPU per event for the client, the null client and stdlib ``logging``;
 * ``latency``: acknowledged round trip at a moderate rate, and follow latency;
 * ``reader``: ``--json`` dump of a big session against ``cat``; ``bench/reader_tail.py``;
@@ -143,6 +143,7 @@ def section_ingest(suite: Suite) -> None:
             ("rsyslog", "rsyslog 8 (tuned)", "json", partial(_rsyslog, peers=peers, sessions=sessions)),
             ("syslog-ng", "syslog-ng 3.38 (tuned)", "json", lambda d: SyslogNg(d, peers)),
             ("gz-ia", "gz-ia", "frames", Ours),
+            ("gz-ia-shards", "gz-ia, shards = 2", "frames", partial(Ours, shards=2)),
             ("gz-ia-fsync", "gz-ia --durability fsync", "frames", lambda d: Ours(d, durability="fsync")),
             ("gz-ia-client", "gz-ia via Client.log, 8 agents", "client", Ours),
         ]

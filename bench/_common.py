@@ -122,26 +122,42 @@ def creation_cost(count: int = 1_000) -> float:
             os.close(directory)
 
 
+def process_tree(pid: int) -> list[int]:
+    """Return ``pid`` and every process below it (a sharded collector's front and its shares)."""
+    tree = [pid]
+    for parent in tree:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{parent}/task").iterdir():
+                tree += [int(child) for child in (task / "children").read_text().split()]
+    return tree
+
+
 def cpu_seconds(pid: int) -> float:
-    """Return user + system CPU time of every thread of ``pid`` so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # Fields after the command name start at index 3 ("state"); utime and stime are 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    """Return user + system CPU time of every thread of ``pid`` and its children so far (0 when gone)."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # Fields after the command name start at index 3 ("state"); utime and stime are 14 and 15.
+        total += int(fields[11]) + int(fields[12])
+    return total / _CLOCK_TICKS
 
 
 def rss_bytes(pid: int, *, peak: bool = False) -> int:
-    """Return the resident set size of ``pid`` (``VmHWM``, the peak so far, when ``peak``)."""
+    """Return the resident set size of ``pid`` and its children (``VmHWM``, each one's peak so far,
+    when ``peak``)."""
     key = "VmHWM:" if peak else "VmRSS:"
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return 0
+    total = 0
+    for member in process_tree(pid):
+        try:
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith(key):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:

@@ -97,6 +97,8 @@ class Ours(System):
         nofile: when set, the collector runs under ``ulimit -n`` of this value.
         extra: more command-line flags.
         env: more environment (``GZ_IA_ROTATION_MAX_BYTES``...).
+        shards: ``shards`` setting: above 1, a front and that many share processes (CPU and memory
+            are then counted over all of them).
     """
 
     speaks_frames = True
@@ -109,10 +111,11 @@ class Ours(System):
         nofile: int | None = None,
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        shards: int = 1,
     ) -> None:
         super().__init__(workdir)
-        self.env = env or {}
-        self.name = "gz-ia" if durability == "os" else f"gz-ia ({durability})"
+        self.env = {**(env or {}), "GZ_IA_SHARDS": str(shards)}
+        self.name = ("gz-ia" if durability == "os" else f"gz-ia ({durability})") + (f" x{shards}" if shards > 1 else "")
         self.durability = durability
         self.nofile = nofile
         self.extra = extra

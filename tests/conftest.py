@@ -43,7 +43,7 @@ def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.02, mess
 class CollectorProcess:
     """A real ``gz-ia-collector`` process on a private socket and session root."""
 
-    def __init__(self, base: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, base: Path, *args: str, env: dict[str, str] | None = None, shards: int = 1) -> None:
         self.base = base
         self.socket = base / "run" / "collector.sock"
         self.workspace = base / "ws"
@@ -54,6 +54,8 @@ class CollectorProcess:
         self.log_path = base / "collector.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_env = env or {}
+        self.shards = shards
+        """The ``shards`` setting: above 1, a front process and that many share processes."""
         self.starts = 0
         self.prefix: list[str] = []
         """Prepended to the command line, e.g. ["prlimit", "--nofile=256", "--"]."""
@@ -84,6 +86,7 @@ class CollectorProcess:
         environment = self.env
         environment.update(self.extra_env)
         environment.setdefault("XDG_CONFIG_HOME", str(self.base / "config"))
+        environment.setdefault("GZ_IA_SHARDS", str(self.shards))
         environment.setdefault("GZ_IA_STATE_DIR", str(self.base.parent / f"{self.base.name}-state"))
         self.starts += 1
         log = self.log_path.open("ab")
@@ -150,8 +153,11 @@ class CollectorProcess:
         }
 
     def rejects(self) -> list[dict[str, Any]]:
-        path = self.root / "rejects.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        """Every rejects record, of every share's rejects file, in the order received."""
+        records = [
+            json.loads(line) for path in self.root.glob("rejects*.jsonl") for line in path.read_text().splitlines()
+        ]
+        return sorted(records, key=lambda record: str(record["received"]))
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -196,15 +202,29 @@ def _short_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that starts collectors twice: one process, and a front with two shares."""
+    if "shards" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("shards")
+        values = marker.args if marker is not None else (1, 2)
+        metafunc.parametrize("shards", values, ids=[f"shards{value}" for value in values])
+
+
+@pytest.fixture(name="shards")
+def _shards() -> int:
+    """The ``shards`` setting of the collectors a test starts (parametrized: see above)."""
+    return 1
+
+
 @pytest.fixture(name="make_collector")
-def _make_collector(short_tmp: Path) -> Iterator[Any]:
+def _make_collector(short_tmp: Path, shards: int) -> Iterator[Any]:
     """Factory of real collector processes, each on its own socket and root; all killed at the end."""
     made: list[CollectorProcess] = []
 
     def make(*args: str, start: bool = True, env: dict[str, str] | None = None) -> CollectorProcess:
         base = short_tmp / f"c{len(made)}"
         base.mkdir()
-        process = CollectorProcess(base, *args, env=env)
+        process = CollectorProcess(base, *args, env=env, shards=shards)
         made.append(process)
         if start:
             process.start()

@@ -97,6 +97,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "max_open_actions": "9",
         "max_backlog_batches": "9",
         "log_level": "debug",
+        "shards": "3",
         "rotation.max_bytes": "9999",
         "rotation.max_events": "9",
         "rotation.daily": "true",
@@ -136,6 +137,8 @@ def _get(config: CollectorConfig, key: str) -> object:
         ("[retention]\nmax_age_days = -1\n", "bad value for retention.max_age_days"),
         ('metrics_address = "nowhere"\n', "bad value for metrics_address"),
         ('log_level = "loud"\n', "bad value for log_level"),
+        ("shards = 0\n", "bad value for shards"),
+        ("shards = 65\n", "bad value for shards"),
         ("max_open_files = \n", "cannot read config file"),
     ],
 )

@@ -13,20 +13,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
 from gz_ia.client._spool import SpoolRecord, orphaned_spools, read_segment
-from gz_ia.client.protocol import MAX_BATCH_EVENTS, Batch, encode_frame
+from gz_ia.client.protocol import (
+    MAX_BATCH_EVENTS,
+    PROTOCOL_VERSION,
+    Batch,
+    Error,
+    FrameReader,
+    FrameTooLarge,
+    Hello,
+    Verdicts,
+    collector_message_decoder,
+    encode_frame,
+)
 
 from .ingest import BatchOutcome, Ingest
 from .storage._layout import LayoutError
 from .storage.writer import Writer
 from .validation import DecodedBatch, decode_batch
 
-__all__ = ["adopt_spools"]
+__all__ = ["adopt_spools", "adopt_spools_through"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -90,6 +102,68 @@ def adopt_spools(
     if adopted:
         log.info("adopted %d spooled events of clients that exited before delivering them", adopted)
     return adopted
+
+
+def adopt_spools_through(socket_path: Path, directory: Path, *, uid: int, timeout: float = 60.0) -> int:
+    """Deliver every orphaned spool under ``directory`` as a client of the collector on ``socket_path``.
+
+    This is adoption in a sharded collector, whose front holds no sessions: it sends each dead
+    producer's events, under that producer's id and numbers, through its own socket like any client
+    (one connection per root, batches in the order of their numbers), and deletes the spool only
+    once every batch has its verdicts. Runs in a thread: the front's loop serves the connection.
+    """
+    adopted = 0
+    for producer, lock_fd, segments in orphaned_spools(directory):
+        try:
+            spool = _read_spool(segments, uid)
+            if spool is None:
+                continue
+            try:
+                count = sum(
+                    _send_spool(socket_path, producer, root_path, records, timeout)
+                    for root_path, records in spool.by_root.items()
+                )
+            except (OSError, FrameTooLarge, msgspec.DecodeError, _NotDelivered) as exc:
+                log.warning("cannot adopt the spool of %s yet: %s; will retry", producer, exc)
+                continue
+            adopted += count
+            spool.remove(directory, producer)
+        finally:
+            os.close(lock_fd)
+    if adopted:
+        log.info("adopted %d spooled events of clients that exited before delivering them", adopted)
+    return adopted
+
+
+class _NotDelivered(Exception):
+    """The collector answered a spooled batch with an error."""
+
+
+def _send_spool(socket_path: Path, producer: str, root: str, numbered: dict[int, SpoolRecord], timeout: float) -> int:
+    """Send one root's spooled events; return how many were answered (written, duplicate or rejected)."""
+    ordered = [numbered[number] for number in sorted(numbered)]
+    frames = [encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run])) for run in _runs(ordered)]
+    reader = FrameReader()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(socket_path))
+        sock.sendall(encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=0, root=root)))
+        for frame in frames:
+            sock.sendall(frame)
+        replies = 0
+        answered = 0
+        while replies < len(frames) + 1:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise _NotDelivered("the collector closed the connection")
+            for body in reader.feed(data):
+                message = collector_message_decoder.decode(body)
+                if isinstance(message, Error):
+                    raise _NotDelivered(f"{message.reason}: {message.detail}")
+                replies += 1
+                if isinstance(message, Verdicts):
+                    answered += message.count
+    return answered
 
 
 class _Spool:

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 ENV_PREFIX: Final = "GZ_IA_"
+_MAX_SHARDS: Final = 64
 
 
 class ConfigError(Exception):
@@ -90,6 +91,10 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     max_backlog_batches: int = 64
     """Batches awaiting their verdict per connection before the collector stops reading it."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shards: int = 1
+    """Processes the sessions are divided between. 1: one process does everything. n > 1: a front
+    process takes the connections and n share processes each write their part of the sessions, for
+    many sessions on several cores (see docs/architecture.md)."""
     rotation: RotationConfig = RotationConfig()
     retention: RetentionConfig = RetentionConfig()
 
@@ -98,6 +103,8 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ValueError("max_open_files must be at least 4")
         if self.max_open_actions < 1:
             raise ValueError("max_open_actions must be at least 1")
+        if not 1 <= self.shards <= _MAX_SHARDS:
+            raise ValueError(f"shards must be between 1 and {_MAX_SHARDS}")
         if self.max_backlog_batches < 1:
             raise ValueError("max_backlog_batches must be at least 1")
         if self.metrics_address not in ("", "off"):

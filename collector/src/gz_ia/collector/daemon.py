@@ -43,26 +43,32 @@ def run(
     *,
     version: str,
     load_config: Callable[[], CollectorConfig] | None = None,
+    share: int | None = None,
+    shares: int = 1,
 ) -> int:
     """Run the collector until SIGTERM/SIGINT; return the process exit code.
+
+    With ``shards`` above 1 this process is the front of a sharded collector (:mod:`.front`), which
+    starts the share processes; ``share`` is set only in those (:mod:`.shares`).
 
     Args:
         config: the configuration to start with.
         version: the collector's version.
         load_config: builds the configuration again for a reload (SIGHUP), from the same file,
             environment and start-up flags.
+        share: which share of the sessions this process owns, of ``shares``.
+        shares: how many processes share the sessions.
     """
     import uvloop
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from .front import Front
     from .metrics import Metrics
     from .server import Collector
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=config.log_level.upper(),
-        format="gz-ia-collector: %(levelname)s %(message)s",
-    )
+    front = share is None and config.shards > 1
+    name = "gz-ia-collector" if share is None else f"gz-ia-collector[share {share}]"
+    logging.basicConfig(stream=sys.stderr, level=config.log_level.upper(), format=f"{name}: %(levelname)s %(message)s")
     listener: Listener | None = None
     sockets = _usable(listen_fds())
     if sockets:
@@ -81,21 +87,29 @@ def run(
         log.info("listening on %s", listener.path)
     registry = CollectorRegistry()
     metrics = Metrics(registry, version=version)
+    server: Front | Collector
+    if front:
+        server = Front(config, metrics, version=version, load_config=load_config, near=Path(sockets[0].getsockname()))
+        served = server.registry
+    else:
+        server = Collector(config, metrics, version=version, load_config=load_config, share=share or 0, shares=shares)
+        served = registry
     http = None
     if config.metrics_enabled:
         host, _, port = config.metrics_address.rpartition(":")
         try:
-            http, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+            http, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=served)
         except OSError as exc:
             log.error("cannot serve metrics on %s: %s (set metrics_address, or 'off')", config.metrics_address, exc)
+            if isinstance(server, Front):
+                server.shares.stop()
             if listener is not None:
                 listener.close()
             return 1
         log.info("metrics on http://%s:%d/metrics", host, http.server_port)
-    collector = Collector(config, metrics, version=version, load_config=load_config)
     _tune_garbage_collector()
     try:
-        uvloop.run(collector.serve(sockets))
+        uvloop.run(server.serve(sockets))
     finally:
         if http is not None:
             http.shutdown()

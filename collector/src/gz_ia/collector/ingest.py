@@ -138,9 +138,11 @@ class Ingest:
         for index, event in enumerate(batch.events):
             number = first + index
             if event is None:
-                self._reject(
-                    root, outcome, producer, number, index, batch.rejections[index], None, batch.raw.get(index)
-                )
+                rejection = batch.rejections.get(index)
+                if rejection is not None:
+                    self._reject(root, outcome, producer, number, index, rejection, None, batch.raw.get(index))
+                elif seqs is not None:
+                    seqs.append(0)  # another share's event: its owner gives its seq
                 continue
             state = sessions.get(event.session_id)
             parent = event.parent_session_id

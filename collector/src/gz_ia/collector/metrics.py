@@ -24,6 +24,7 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
+    generate_latest,
 )
 from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -244,6 +245,10 @@ class Metrics:
             "duplicates": total(self.duplicates),
             "write_errors": total(self.write_errors),
         }
+
+    def exposition(self) -> str:
+        """This process's metrics in the Prometheus text format (what a sharded collector's front merges)."""
+        return generate_latest(self.registry).decode()
 
     def count_reload(self, *, applied: bool) -> None:
         """Count one configuration reload and remember whether it was applied."""

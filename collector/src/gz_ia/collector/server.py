@@ -51,11 +51,12 @@ from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
 from .listener import peer_credentials
 from .metrics import Metrics, write_error_kind
+from .shares import peer_decoder
 from .stages import Rejection
 from .storage._layout import LayoutError
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
 from .systemd import Notifier, watchdog_interval
-from .validation import DecodedBatch, decode_batch
+from .validation import DecodedBatch, Owners, decode_batch, decode_share
 
 __all__ = ["Collector"]
 
@@ -80,8 +81,17 @@ _MAX_STAGED_BYTES: Final = 16 << 20
 _MAX_STAGED_FILES: Final = 16_384
 """Files with lines staged for one write pass before the collector stops reading. With many sessions
 each staged event is a buffer of its own: this bound, not the byte bound, keeps memory flat there."""
+_RESTART_SETTINGS: Final = ("socket", "metrics_address", "shards")
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
+
+
+def keep_restart_settings(old: CollectorConfig, new: CollectorConfig) -> CollectorConfig:
+    """Return ``new`` with the settings that only a restart changes (socket, metrics, shards) kept."""
+    for key in _RESTART_SETTINGS:
+        if getattr(new, key) != getattr(old, key):
+            log.warning("reload: %s changed to %r; it takes effect at the next restart", key, getattr(new, key))
+    return msgspec.structs.replace(new, **{key: getattr(old, key) for key in _RESTART_SETTINGS})
 
 
 def _plain(job: FlushJob) -> bool:
@@ -128,6 +138,7 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self._paused_reading = False
         self._peer_not_reading = False
+        self._from_front = False
 
     # --- asyncio callbacks --------------------------------------------------------------------------
 
@@ -146,6 +157,9 @@ class Connection(asyncio.Protocol):
             return
         collector.connections.add(self)
         collector.metrics.connections_total.inc()
+        # A share's connections come from its front, whose first frame names the real client
+        # (or is a query of the front's own: readiness, metrics).
+        self._from_front = collector.shares > 1 and self.uid == collector.uid
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -168,7 +182,7 @@ class Connection(asyncio.Protocol):
         try:
             bodies = self.reader.feed(data)
         except FrameTooLarge as exc:
-            self.collector.metrics.events_rejected.labels(RejectReason.FRAME_TOO_LARGE.value).inc()
+            self._count_refused(RejectReason.FRAME_TOO_LARGE)
             self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
             return
         for body in bodies:
@@ -176,7 +190,7 @@ class Connection(asyncio.Protocol):
                 self._handle(body)
             except Exception:  # a bug must cost this connection, never the collector or its clients
                 log.exception("internal error while handling a frame from pid %d", self.pid)
-                self.collector.metrics.events_rejected.labels(RejectReason.INTERNAL_ERROR.value).inc()
+                self._count_refused(RejectReason.INTERNAL_ERROR)
                 self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
             if self.closing:
                 return
@@ -185,9 +199,20 @@ class Connection(asyncio.Protocol):
     # --- frames --------------------------------------------------------------------------------------
 
     def _handle(self, body: bytes) -> None:
+        if self._from_front:
+            self._from_front = False
+            with contextlib.suppress(msgspec.DecodeError):  # else the front's own query
+                peer = peer_decoder.decode(body)
+                self.uid, self.pid = peer.uid, peer.pid
+                return
         if self.root is not None:
+            collector = self.collector
             try:
-                decoded = decode_batch(body)
+                decoded = (
+                    decode_batch(body)
+                    if collector.owners is None
+                    else decode_share(body, collector.share, collector.owners)
+                )
             except msgspec.DecodeError:
                 pass
             else:
@@ -196,16 +221,18 @@ class Connection(asyncio.Protocol):
         try:
             message = client_message_decoder.decode(body)
         except msgspec.DecodeError as exc:
-            self.collector.metrics.events_rejected.labels(RejectReason.MALFORMED.value).inc()
+            self._count_refused(RejectReason.MALFORMED)
             self.send(Error(reason=RejectReason.MALFORMED, detail=f"undecodable frame: {exc}"))
             return
         match message:
             case Hello():
                 self._handle_hello(message)
+            case Query(what="metrics"):
+                self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
             case Query():
                 self.send(Report(data=self.collector.status()))
             case Batch():
-                self.collector.metrics.events_rejected.labels(RejectReason.HANDSHAKE_REQUIRED.value).inc()
+                self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
                 self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
 
     def _handle_hello(self, hello: Hello) -> None:
@@ -223,7 +250,8 @@ class Connection(asyncio.Protocol):
             return
         try:
             self.root = self.collector.writer.root(Path(hello.root), owner=self.uid)
-            self.collector.known_roots.add(self.root.path, self.uid)
+            if self.collector.share == 0:
+                self.collector.known_roots.add(self.root.path, self.uid)
         except (LayoutError, OSError) as exc:
             cause = exc if isinstance(exc, OSError) else exc.__cause__
             if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
@@ -232,7 +260,7 @@ class Connection(asyncio.Protocol):
                 self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
                 self.fail(RejectReason.WRITE_FAILED, f"cannot prepare root {hello.root!r} now: {cause}")
                 return
-            self.collector.metrics.events_rejected.labels(RejectReason.ROOT_NOT_ALLOWED.value).inc()
+            self._count_refused(RejectReason.ROOT_NOT_ALLOWED)
             detail = str(exc) if isinstance(exc, LayoutError) else f"cannot use root {hello.root!r}: {exc}"
             self.fail(RejectReason.ROOT_NOT_ALLOWED, detail)
             return
@@ -248,20 +276,23 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.WRITE_FAILED, f"the session root {self.root.path} was removed; reconnect")
             return
         count = len(decoded.events)
-        collector.metrics.events_received.inc(count)
+        if collector.share == 0:
+            collector.metrics.events_received.inc(count)
         if count > MAX_BATCH_EVENTS:
             reason = RejectReason.TOO_MANY_EVENTS
             detail = f"a batch holds at most {MAX_BATCH_EVENTS} events"
-            decoded = DecodedBatch(
-                decoded.first,
-                decoded.verdicts,
-                [None] * count,
-                dict.fromkeys(range(count), Rejection(reason, detail)),
-                {},
-            )
+            rejection = Rejection(reason, detail)
+            # In a sharded collector share 0 answers for the whole batch (one rejects record each).
+            rejections = dict.fromkeys(range(count), rejection) if collector.share == 0 else {}
+            decoded = DecodedBatch(decoded.first, decoded.verdicts, [None] * count, rejections, {})
         outcome = collector.ingest.apply(self.root, self.producer, decoded)
         self.awaiting += 1
         collector.enqueue(self, outcome, size)
+
+    def _count_refused(self, reason: RejectReason) -> None:
+        """Count a frame refused as a whole; in a sharded collector every share sees it, share 0 counts it."""
+        if self.collector.share == 0:
+            self.collector.metrics.events_rejected.labels(reason.value).inc()
 
     # --- replies -------------------------------------------------------------------------------------
 
@@ -309,6 +340,9 @@ class Collector:
         version: reported to clients and in ``gz-ia status``.
         load_config: re-reads the configuration on SIGHUP (same file, environment and start-up
             flags); None: SIGHUP only logs that there is nothing to reload.
+        share: which share of the sessions this process owns, of ``shares`` (see :mod:`.front`):
+            it then takes only its sessions' events of each batch, and leaves spool adoption to
+            the front and the known-roots file to share 0.
     """
 
     def __init__(
@@ -318,8 +352,13 @@ class Collector:
         *,
         version: str,
         load_config: Callable[[], CollectorConfig] | None = None,
+        share: int = 0,
+        shares: int = 1,
     ) -> None:
         self.config = config
+        self.share = share
+        self.shares = shares
+        self.owners = Owners(shares) if shares > 1 else None
         self._load_config = load_config
         self.metrics = metrics
         self.version = version
@@ -331,6 +370,7 @@ class Collector:
             config=config,
             on_rotated=metrics.rotations.inc,
             on_deleted=self._count_retention,
+            share=share,
         )
         self.ingest = Ingest(self.writer, max_open_actions=config.max_open_actions)
         self.connections: set[Connection] = set()
@@ -371,22 +411,31 @@ class Collector:
     async def serve(self, sockets: list[socket.socket]) -> None:
         """Serve on the given listening sockets until SIGTERM/SIGINT, then drain and return."""
         loop = asyncio.get_running_loop()
+        if self.share == 0:
+            # Before any connection is served (in a sharded collector, before the front starts
+            # the other shares' clients: it waits for every share to answer).
+            self._repair_known_roots()
         for sock in sockets:
             sock.setblocking(False)
             self._servers.append(await loop.create_unix_server(lambda: Connection(self), sock=sock))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
-        self._repair_known_roots()
-        try:
-            self.adopt_spools()
-        except Exception:  # pragma: no cover - a bad spool must not stop the start
-            log.exception("spool adoption failed; will retry")
+        if self.shares == 1:
+            try:
+                self.adopt_spools()
+            except Exception:  # pragma: no cover - a bad spool must not stop the start
+                log.exception("spool adoption failed; will retry")
         flusher = asyncio.create_task(self._flush_loop(), name="gz-ia-flush")
         watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
-        adopter = asyncio.create_task(self._adoption_loop(), name="gz-ia-adoption")
+        adopter = asyncio.create_task(
+            self._adoption_loop() if self.shares == 1 else asyncio.sleep(0), name="gz-ia-adoption"
+        )
         self.notifier.notify("READY=1", f"STATUS=serving on {len(sockets)} socket(s)")
-        log.info("gz-ia collector %s ready (durability=%s)", self.version, self.config.durability)
+        if self.shares == 1:
+            log.info("gz-ia collector %s ready (durability=%s)", self.version, self.config.durability)
+        else:  # the front says when the collector is ready
+            log.info("share %d of %d serving the front", self.share, self.shares)
         try:
             await self._stopping.wait()
         finally:
@@ -481,13 +530,10 @@ class Collector:
         """Switch to ``new`` without dropping connections or events.
 
         Limits, durability, log level and the rotation/retention settings take effect at once; the
-        socket and the metrics address need a restart, so their running values are kept.
+        socket, the metrics address and the shards need a restart, so their running values are kept.
         """
         old = self.config
-        for key in ("socket", "metrics_address"):
-            if getattr(new, key) != getattr(old, key):
-                log.warning("reload: %s changed to %r; it takes effect at the next restart", key, getattr(new, key))
-        new = msgspec.structs.replace(new, socket=old.socket, metrics_address=old.metrics_address)
+        new = keep_restart_settings(old, new)
         self.writer.configure(new)  # rotation and retention, from the next write on
         self.config = new
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open

@@ -17,7 +17,7 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 
-__all__ = ["StatusUnavailable", "query_status"]
+__all__ = ["StatusUnavailable", "query", "query_status"]
 
 
 class StatusUnavailable(Exception):
@@ -30,12 +30,24 @@ def query_status(path: Path, *, timeout: float) -> dict[str, object]:
     Raises:
         StatusUnavailable: nothing listens on ``path``, or it did not answer in time.
     """
+    return query(path, timeout=timeout)
+
+
+def query(path: Path, *, timeout: float, what: str = "status") -> dict[str, object]:
+    """Ask the collector on ``path`` a :class:`Query` and return its report.
+
+    ``what`` is ``"status"`` (:func:`query_status`) or ``"metrics"``: ``{"metrics": <text>}``, the
+    Prometheus exposition of that process (how a sharded collector's front reads its shares).
+
+    Raises:
+        StatusUnavailable: nothing listens on ``path``, or it did not answer in time.
+    """
     reader = FrameReader()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(str(path))
-            sock.sendall(encode_frame(Query()))
+            sock.sendall(encode_frame(Query(what=what)))
             while True:
                 data = sock.recv(1 << 16)
                 if not data:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import typing
+import zlib
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
@@ -30,7 +31,7 @@ from gz_ia.client.schema import (
 
 from .stages import Rejection
 
-__all__ = ["DecodedBatch", "decode_batch", "normalise_timestamp", "unsafe_id"]
+__all__ = ["DecodedBatch", "Owners", "decode_batch", "decode_share", "normalise_timestamp", "owner_of", "unsafe_id"]
 
 
 def _with_loose_ids() -> type[LogEvent]:
@@ -63,6 +64,19 @@ _fast_batch_decoder: Final = msgspec.msgpack.Decoder(
     )
 )
 _event_decoder: Final = msgspec.msgpack.Decoder(LogEvent)
+_fast_events_decoder: Final = msgspec.msgpack.Decoder(list[_WireLogEvent])  # type: ignore[valid-type]
+
+
+class _SessionOf(msgspec.Struct, gc=False):
+    """Just the session id of an event: the other fields are skipped without being built."""
+
+    session_id: str
+
+
+_session_ids_decoder: Final[msgspec.msgpack.Decoder[Any]] = msgspec.msgpack.Decoder(
+    msgspec.defstruct("SessionIds", [("events", list[_SessionOf])], tag="batch", kw_only=True)
+)
+_session_of_decoder: Final = msgspec.msgpack.Decoder(_SessionOf)
 _any_decoder: Final = msgspec.msgpack.Decoder()
 _raw_batch_decoder: Final = msgspec.msgpack.Decoder(Batch)
 _SESSION_ID: Final = re.compile(SESSION_ID_PATTERN)
@@ -76,7 +90,11 @@ _LENGTHS: Final = {
 
 
 class DecodedBatch(msgspec.Struct):
-    """A batch with each event either decoded or rejected (``events[i]`` is None when rejected)."""
+    """A batch with each event either decoded or rejected (``events[i]`` is None when rejected).
+
+    In a share (:func:`decode_share`), ``events[i]`` is also None, without a rejection, for an
+    event that another process owns.
+    """
 
     first: int
     verdicts: bool
@@ -110,6 +128,86 @@ def decode_batch(body: bytes) -> DecodedBatch:
             bodies[index] = bytes(item)
             rejections[index] = classify(bodies[index], exc)
     return DecodedBatch(raw.first, raw.verdicts, events, rejections, bodies)
+
+
+def owner_of(session_id: str, shares: int) -> int:
+    """Return which of ``shares`` processes owns ``session_id``: the same in every process and run."""
+    return zlib.crc32(session_id.encode()) % shares
+
+
+class Owners(dict[str, int]):
+    """:func:`owner_of` for one number of shares, remembered per session id.
+
+    A lookup costs half of hashing the id again, and it runs for every event of every batch in
+    every share. Bounded: forgotten all at once past ``_OWNERS_KEPT`` ids.
+    """
+
+    def __init__(self, shares: int) -> None:
+        super().__init__()
+        self.shares = shares
+
+    def __missing__(self, session_id: str) -> int:
+        owner = self[session_id] = owner_of(session_id, self.shares)
+        return owner
+
+
+_OWNERS_KEPT: Final = 65_536
+
+
+def decode_share(body: bytes, share: int, owners: Owners) -> DecodedBatch:
+    """Decode only the events of a Batch frame body whose sessions belong to ``share``.
+
+    Every process of a sharded collector receives every batch and takes its own share of it: the
+    others' events are None without a rejection, and their seqs are left to their owners. An event
+    whose session id cannot even be read belongs to share 0, which rejects it.
+
+    Raises:
+        msgspec.DecodeError: the frame is not a well-formed batch (maybe another message).
+    """
+    raw = _raw_batch_decoder.decode(body)
+    bodies = raw.events
+    if len(owners) > _OWNERS_KEPT:
+        owners.clear()
+    try:
+        mine = [
+            index
+            for index, event in enumerate(_session_ids_decoder.decode(body).events)
+            if owners[event.session_id] == share
+        ]
+    except msgspec.ValidationError:
+        ids = [_readable_session_id(item) for item in bodies]
+        mine = [
+            index
+            for index, session_id in enumerate(ids)
+            if (owners[session_id] == share if session_id is not None else share == 0)
+        ]
+    events: list[LogEvent | None] = [None] * len(bodies)
+    try:
+        decoded = _fast_events_decoder.decode(
+            b"\xdd" + len(mine).to_bytes(4, "big") + b"".join([bodies[index] for index in mine])
+        )
+    except msgspec.ValidationError:
+        pass
+    else:
+        for index, event in zip(mine, decoded, strict=True):
+            events[index] = event
+        return DecodedBatch(raw.first, raw.verdicts, events, {}, {})
+    rejections: dict[int, Rejection] = {}
+    kept: dict[int, bytes] = {}
+    for index in mine:
+        try:
+            events[index] = _event_decoder.decode(bodies[index])
+        except msgspec.DecodeError as exc:
+            kept[index] = bytes(bodies[index])
+            rejections[index] = classify(kept[index], exc)
+    return DecodedBatch(raw.first, raw.verdicts, events, rejections, kept)
+
+
+def _readable_session_id(body: msgspec.Raw) -> str | None:
+    try:
+        return _session_of_decoder.decode(body).session_id
+    except msgspec.DecodeError:
+        return None
 
 
 def unsafe_id(name: str, value: object) -> Rejection:

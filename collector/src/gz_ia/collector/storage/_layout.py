@@ -10,6 +10,7 @@ A root is a workspace's ``.harness`` directory::
     <root>/state/rejects.state.json             the rejects file's checkpoint
     <root>/rejects.jsonl                        refused events, each with its reason
     <root>/rejects.<n>.jsonl[.gz]               archived rejects segment n
+    <root>/rejects-<k>.jsonl, ...               the same, of share k of a sharded collector (k >= 1)
 
 Segments are numbered per session, monotonically: the active file is always the highest number, and
 rotation renames it to its archive name (never copies). Order is always the number, never an mtime.
@@ -73,10 +74,13 @@ TORN_SUFFIX: Final = ".events.torn"
 STATE_DIR: Final = "state"
 STATE_SUFFIX: Final = ".session.json"
 REJECTS_STATE: Final = "rejects.state.json"
+REJECTS_STEM: Final = "rejects"
 MAX_WATERMARKS: Final = 4096
 
 _ARCHIVE: Final = re.compile(r"\.events\.([0-9]{6,})\.jsonl(\.gz)?\Z")
-_REJECTS_ARCHIVE: Final = re.compile(r"\Arejects\.([0-9]{6,})\.jsonl(\.gz)?\Z")
+_REJECTS_ARCHIVE: Final = re.compile(r"\Arejects(?:-[0-9]+)?\.([0-9]{6,})\.jsonl(\.gz)?\Z")
+_REJECTS_FILE: Final = re.compile(r"\Arejects(?:-[0-9]+)?\.jsonl\Z")
+_REJECTS_STATE: Final = re.compile(r"\Arejects(?:-[0-9]+)?\.state\.json\Z")
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -138,13 +142,28 @@ def parse_archive_name(file_name: str) -> tuple[str, int, bool] | None:
     return session_id, int(match.group(1)), match.group(2) is not None
 
 
-def rejects_archive_name(segment: int, *, compressed: bool = False) -> str:
+def rejects_stem(share: int) -> str:
+    """The stem of the rejects file that share ``share`` writes: each file has a single writer."""
+    return REJECTS_STEM if share == 0 else f"{REJECTS_STEM}-{share}"
+
+
+def rejects_archive_name(segment: int, *, compressed: bool = False, stem: str = REJECTS_STEM) -> str:
     """Return the file name of the rejects file's archived segment ``segment``."""
-    return f"rejects.{segment:06d}.jsonl" + (".gz" if compressed else "")
+    return f"{stem}.{segment:06d}.jsonl" + (".gz" if compressed else "")
+
+
+def is_rejects_file(file_name: str) -> bool:
+    """Tell whether ``file_name`` is an active rejects file (any share's)."""
+    return _REJECTS_FILE.match(file_name) is not None
+
+
+def is_rejects_state(file_name: str) -> bool:
+    """Tell whether ``file_name`` is a rejects file's checkpoint (any share's)."""
+    return _REJECTS_STATE.match(file_name) is not None
 
 
 def parse_rejects_archive_name(file_name: str) -> tuple[int, bool] | None:
-    """Return ``(segment, compressed)`` of a rejects archive's file name, or None."""
+    """Return ``(segment, compressed)`` of a rejects archive's file name (any share's), or None."""
     match = _REJECTS_ARCHIVE.match(file_name)
     return None if match is None else (int(match.group(1)), match.group(2) is not None)
 
@@ -590,9 +609,9 @@ def session_archive(session_id: str, number: int) -> Callable[[bool], str]:
     return lambda compressed: packed if compressed else plain
 
 
-def rejects_archive(number: int) -> Callable[[bool], str]:
+def rejects_archive(number: int, stem: str = REJECTS_STEM) -> Callable[[bool], str]:
     """Return a ``compressed -> file name`` function of one archived rejects segment."""
-    return lambda compressed: rejects_archive_name(number, compressed=compressed)
+    return lambda compressed: rejects_archive_name(number, compressed=compressed, stem=stem)
 
 
 def locate_active(sessions_fd: int, session_id: str, hint: int) -> tuple[int, Segment | None, bool]:

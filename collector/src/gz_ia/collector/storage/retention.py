@@ -32,12 +32,13 @@ from typing import Final
 from gz_ia.collector.config import RetentionConfig
 
 from ._layout import (
-    REJECTS_FILE,
-    REJECTS_STATE,
+    REJECTS_STEM,
     TORN_SUFFIX,
     RootDirs,
     active_name,
     archive_name,
+    is_rejects_file,
+    is_rejects_state,
     parse_archive_name,
     parse_rejects_archive_name,
     rejects_archive_name,
@@ -150,7 +151,7 @@ def _regular(dir_fd: int, name: str) -> os.stat_result | None:
 
 
 def _inventory(dirs: RootDirs, only: str | None = None) -> dict[str | None, _Group]:
-    """Group every generated file under the root by session (None: the rejects file)."""
+    """Group every generated file under the root by session (None: the rejects files, of every share)."""
     groups: dict[str | None, _Group] = {}
 
     def add(key: str | None, directory: str, dir_fd: int, name: str, segment: int | None) -> None:
@@ -187,10 +188,12 @@ def _inventory(dirs: RootDirs, only: str | None = None) -> dict[str | None, _Gro
             rejects = parse_rejects_archive_name(name)
             if rejects is not None:
                 add(None, ".", dirs.root_fd, name, rejects[0])
-            elif name == REJECTS_FILE:
+            elif is_rejects_file(name):
                 add(None, ".", dirs.root_fd, name, None)
-        if dirs.state_fd is not None and _regular(dirs.state_fd, REJECTS_STATE) is not None:
-            add(None, "state", dirs.state_fd, REJECTS_STATE, None)
+        if dirs.state_fd is not None:
+            for name in os.listdir(dirs.state_fd):
+                if is_rejects_state(name):
+                    add(None, "state", dirs.state_fd, name, None)
     return groups
 
 
@@ -242,6 +245,7 @@ def enforce_session(
     policy: RetentionPolicy,
     *,
     now: float,
+    rejects_stem: str = REJECTS_STEM,
 ) -> RetentionReport:
     """Apply the per-session limits to one session (None: the rejects file) right after a rotation.
 
@@ -264,7 +268,7 @@ def enforce_session(
                 if session_id is not None:
                     name = archive_name(session_id, number, compressed=compressed)
                 else:
-                    name = rejects_archive_name(number, compressed=compressed)
+                    name = rejects_archive_name(number, compressed=compressed, stem=rejects_stem)
                 info = _regular(dir_fd, name)
                 if info is not None:
                     found = True

@@ -45,8 +45,7 @@ from gz_ia.collector.config import CollectorConfig
 from . import _syncfs
 from ._layout import (
     MAX_WATERMARKS,
-    REJECTS_FILE,
-    REJECTS_STATE,
+    REJECTS_STEM,
     Checkpoint,
     RootDirs,
     Segment,
@@ -57,6 +56,7 @@ from ._layout import (
     read_checkpoint,
     rejects_archive,
     rejects_archive_name,
+    rejects_stem,
     replay_session,
     segment_exists,
     session_archive,
@@ -74,6 +74,8 @@ log = logging.getLogger("gz_ia.collector")
 
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_THREADS: Final = 8
+_STATE: Final = ".state.json"
+"""Suffix of a rejects file's checkpoint in ``state/`` (``rejects.state.json``, ``rejects-1.state.json``)."""
 _SYNCFS_MIN_FILES: Final = 64
 """A durable pass over this many files or more is synced with ``syncfs`` instead of file by file."""
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
@@ -207,12 +209,13 @@ class SessionState(AppendFile):
 class RootStore:
     """One session root: its directories, its sessions' state and its rejects file."""
 
-    __slots__ = ("dirs", "rejects", "removed", "sessions")
+    __slots__ = ("dirs", "rejects", "rejects_stem", "removed", "sessions")
 
-    def __init__(self, dirs: RootDirs) -> None:
+    def __init__(self, dirs: RootDirs, rejects_stem: str = REJECTS_STEM) -> None:
         self.dirs = dirs
         self.sessions: dict[str, SessionState] = {}
-        self.rejects = AppendFile(dirs.root_fd, REJECTS_FILE)
+        self.rejects_stem = rejects_stem
+        self.rejects = AppendFile(dirs.root_fd, rejects_stem + ".jsonl")
         self.removed = False
         """Set once its directories were found deleted: nothing more may be staged into it (its
         open files are unlinked ones, where lines would be written and lost)."""
@@ -237,6 +240,8 @@ class Writer:
         on_deleted: called from the worker thread with (files, bytes) removed by retention.
         snapshot_interval: seconds between checkpoints of a session that keeps being written.
         background: run compression and retention in a worker thread (False: at once, inline).
+        share: in a sharded collector, the share this writer belongs to: it names the rejects file
+            (each has one writer), while the sessions it writes are chosen by the caller.
     """
 
     def __init__(
@@ -251,10 +256,12 @@ class Writer:
         on_deleted: Callable[[int, int], None] | None = None,
         snapshot_interval: float = 30.0,
         background: bool = True,
+        share: int = 0,
     ) -> None:
         if max_open_files < 1:
             raise ValueError("max_open_files must be at least 1")
         self.max_open_files = max_open_files
+        self._rejects_stem = rejects_stem(share)
         self.max_idle_sessions = max_idle_sessions
         self._loaded = 0
         self._new_states = 0
@@ -300,7 +307,7 @@ class Writer:
         key = (path, owner)
         store = self._roots.get(key)
         if store is None:
-            store = RootStore(open_root(path, owner=owner))
+            store = RootStore(open_root(path, owner=owner), self._rejects_stem)
             self._recover_rejects(store)
             self._roots[key] = store
         return store
@@ -781,10 +788,12 @@ class Writer:
             return
         dirs = store.dirs
         number = target.segment
+        stem = store.rejects_stem
         try:
-            os.rename(REJECTS_FILE, rejects_archive_name(number), src_dir_fd=dirs.root_fd, dst_dir_fd=dirs.root_fd)
+            archived = rejects_archive_name(number, stem=stem)
+            os.rename(target.name, archived, src_dir_fd=dirs.root_fd, dst_dir_fd=dirs.root_fd)
         except OSError as exc:
-            log.error("cannot rotate %s: %s (it keeps growing)", REJECTS_FILE, exc)
+            log.error("cannot rotate %s: %s (it keeps growing)", target.name, exc)
             return
         self._retire(target)
         target.segment = number + 1
@@ -793,10 +802,10 @@ class Writer:
         if dirs.state_fd is not None:
             with contextlib.suppress(OSError):
                 write_file_atomically(
-                    dirs.state_fd, REJECTS_STATE, encode_checkpoint(Checkpoint(segment=target.segment, started=now))
+                    dirs.state_fd, stem + _STATE, encode_checkpoint(Checkpoint(segment=target.segment, started=now))
                 )
         self._rotated()
-        self._submit(lambda: self._after_rotation(dirs, None, number))
+        self._submit(lambda: self._after_rotation(dirs, None, number, stem))
 
     def _rotated(self) -> None:
         self.rotations += 1
@@ -810,21 +819,24 @@ class Writer:
         self._jobs = [pending for pending in self._jobs if not pending.done()]
         self._jobs.append(self._executor.submit(job))
 
-    def _after_rotation(self, dirs: RootDirs, session_id: str | None, number: int) -> None:
-        """Worker thread: make the rotation durable, compress the archive, apply retention."""
+    def _after_rotation(self, dirs: RootDirs, session_id: str | None, number: int, stem: str = REJECTS_STEM) -> None:
+        """Worker thread: make the rotation durable, compress the archive, apply retention.
+
+        ``session_id`` None: the rejects file named by ``stem``.
+        """
         try:
             if dirs.state_fd is not None:
-                fsync_names(dirs.state_fd, [state_name(session_id) if session_id is not None else REJECTS_STATE])
+                fsync_names(dirs.state_fd, [state_name(session_id) if session_id is not None else stem + _STATE])
             dir_fd = dirs.sessions_fd if session_id is not None else dirs.root_fd
-            name_of = session_archive(session_id, number) if session_id is not None else rejects_archive(number)
+            name_of = session_archive(session_id, number) if session_id is not None else rejects_archive(number, stem)
             if self.rotation.compress:
                 compress_archive(dir_fd, name_of)
             else:
                 os.fsync(dir_fd)
-            report = enforce_session(dirs, session_id, number, self.retention, now=self.clock())
+            report = enforce_session(dirs, session_id, number, self.retention, now=self.clock(), rejects_stem=stem)
             self._count_deleted(report)
         except OSError as exc:
-            log.error("after rotating segment %d of %s: %s", number, session_id or REJECTS_FILE, exc)
+            log.error("after rotating segment %d of %s: %s", number, session_id or stem + ".jsonl", exc)
 
     def _count_deleted(self, report: RetentionReport) -> None:
         if not report.deleted:
@@ -839,14 +851,15 @@ class Writer:
     def _recover_rejects(self, store: RootStore) -> None:
         dirs = store.dirs
         target = store.rejects
-        checkpoint = read_checkpoint(dirs.state_fd, REJECTS_STATE)
+        stem = store.rejects_stem
+        checkpoint = read_checkpoint(dirs.state_fd, stem + _STATE)
         number = checkpoint.segment if checkpoint is not None else 1
-        while segment_exists(dirs.root_fd, rejects_archive(number)):
+        while segment_exists(dirs.root_fd, rejects_archive(number, stem)):
             number += 1
         target.segment = number
         target.started = checkpoint.started if checkpoint is not None and checkpoint.segment == number else 0.0
         with contextlib.suppress(OSError):
-            info = os.stat(REJECTS_FILE, dir_fd=dirs.root_fd, follow_symlinks=False)
+            info = os.stat(target.name, dir_fd=dirs.root_fd, follow_symlinks=False)
             if stat.S_ISREG(info.st_mode):
                 target.size = info.st_size
         if target.size and not target.started:

@@ -1,0 +1,522 @@
+"""The front of a sharded collector: the clients' socket, copied to every share, replies merged.
+
+With ``shards = n`` (n > 1) the sessions are divided between n share processes by a hash of their
+id (:func:`.validation.owner_of`); each share is a whole collector on a private socket
+(:mod:`.shares`). The front accepts the clients and checks their uid, then opens one connection to
+every share for each client and copies the client's bytes to all of them unparsed. Each share reads
+that stream as a client's (the hello, then batches) and takes, of each batch, only the events of
+its own sessions (:func:`.validation.decode_share`), so the per-event work, the file writes and
+the syncs are spread over the shares, one core each.
+
+Every frame gets exactly one reply from every share, in order. The front merges the n replies to
+a frame into the one the client gets: for a batch, the verdicts once every share has written its
+part (each ``seq`` comes from the session's owner; rejections are listed by their owner); an error
+from any share wins, and a fatal one closes the client's connection.
+
+The delivery guarantees hold because each session lives in exactly one share, which sees each
+producer's batches in order on one connection and closes that connection when a write fails
+(docs/architecture.md, step 6). When a share fails or exits, the front closes the client's
+connection once the earlier replies are passed on; the client resends what has no verdict, and
+what the other shares had already written of it is answered as a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import msgspec
+from prometheus_client import CollectorRegistry
+
+from gz_ia.client import env
+from gz_ia.client.protocol import (
+    MAX_FRAME,
+    Error,
+    FrameReader,
+    FrameTooLarge,
+    RejectReason,
+    Report,
+    Verdicts,
+    Welcome,
+    collector_message_decoder,
+    encode_frame,
+)
+
+from .adoption import adopt_spools_through
+from .config import CollectorConfig, ConfigError
+from .listener import peer_credentials
+from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
+from .metrics import Metrics
+from .server import keep_restart_settings
+from .shares import ShareFailed, Shares, peer_frame
+from .systemd import Notifier, watchdog_interval
+
+__all__ = ["Front"]
+
+log = logging.getLogger("gz_ia.collector")
+
+_SHARE_BUFFER: Final = 4 << 20
+"""Bytes buffered towards a share before the front stops reading the client (the share's own
+backpressure shows here first)."""
+_SHARE_LOST: Final = "a share of the collector stopped; reconnect and resend"
+_STATUS_INTERVAL: Final = 10.0
+_ADOPTION_INTERVAL: Final = 30.0
+
+CollectorMessage = Welcome | Verdicts | Error | Report
+
+
+class _ShareLink(asyncio.Protocol):
+    """The front's connection to one share on behalf of one client: bytes out, replies queued."""
+
+    def __init__(self, client: _Client, share: int) -> None:
+        self.client = client
+        self.share = share
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader(MAX_FRAME)
+        self.verdicts: deque[Verdicts] = deque()
+        """Verdicts not yet merged: a share sends them in the order of the batches."""
+        self.answers: deque[CollectorMessage] = deque()
+        """Every other reply not yet merged (welcome, report, error), sent as soon as a frame is
+        read: an error about a later frame may come before the verdicts of an earlier batch."""
+        self.fatal: Error | None = None
+        """A fatal error of this share alone (a failed write): passed on once its link is gone."""
+        self.lost = False
+        self.full = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        transport.set_write_buffer_limits(high=_SHARE_BUFFER)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for body in self.reader.feed(data):
+                reply = collector_message_decoder.decode(body)
+                if isinstance(reply, Verdicts):
+                    self.verdicts.append(reply)
+                else:
+                    self.answers.append(reply)
+        except (FrameTooLarge, msgspec.DecodeError) as exc:  # pragma: no cover - a bug in a share
+            log.error("share %d sent a frame that cannot be read (%s); closing its connection", self.share, exc)
+            assert self.transport is not None
+            self.transport.close()
+            return
+        self.client.merge()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.client.merge()
+
+    def pause_writing(self) -> None:
+        self.full = True
+        self.client.update_reading()
+
+    def resume_writing(self) -> None:
+        self.full = False
+        self.client.update_reading()
+
+
+class _Client(asyncio.Protocol):
+    """One client connection at the front: its bytes go to every share, their replies come back merged."""
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.transport: asyncio.Transport | None = None
+        self.links: list[_ShareLink] = []
+        self.ready = False
+        self.early = bytearray()
+        self.eof = False
+        """The client sent EOF (a half-close): it sends no more, and may still read."""
+        self.closing = False
+        self.peer_full = False
+        self._paused = False
+        self.pid = 0
+        self.uid = -1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        front = self.front
+        sock: socket.socket = transport.get_extra_info("socket")
+        try:
+            self.pid, uid, _ = peer_credentials(sock)
+        except OSError:
+            uid = -1
+        self.uid = uid
+        if uid != front.uid and uid not in front.config.allow_uids:
+            front.metrics.connections_refused.inc()
+            log.warning("refused a connection from uid %d (pid %d): not allowed", uid, self.pid)
+            self.fail(RejectReason.PERMISSION_DENIED, f"uid {uid} may not use this collector")
+            return
+        front.clients.add(self)
+        front.metrics.connections_total.inc()
+        transport.pause_reading()  # type: ignore[attr-defined]  # until every share is connected
+        self._paused = True
+        connecting = asyncio.ensure_future(self._connect())
+        front.connecting.add(connecting)
+        connecting.add_done_callback(front.connected)
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for share, path in enumerate(self.front.shares.sockets):
+                transport, link = await loop.create_unix_connection(
+                    functools.partial(_ShareLink, self, share), str(path)
+                )
+                transport.write(peer_frame(self.uid, self.pid))
+                self.links.append(link)
+        except OSError as exc:
+            log.warning("cannot reach a share for pid %d: %s", self.pid, exc)
+            self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
+            return
+        if self.closing:
+            self._close_links()
+            return
+        self.ready = True
+        if self.early:
+            for link in self.links:
+                assert link.transport is not None
+                link.transport.write(bytes(self.early))
+            self.early.clear()
+        if self.eof:
+            self._pass_eof()
+        self.update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.front.metrics.received_bytes.inc(len(data))
+        if not self.ready:
+            # Read before every share was connected (reading is paused meanwhile, but a first
+            # chunk may already be in): kept, and sent on once they are.
+            self.early += data
+            return
+        for link in self.links:
+            assert link.transport is not None
+            link.transport.write(data)
+        self.update_reading()
+
+    def eof_received(self) -> bool:
+        # Passed on: each share answers what it read and closes, as a single collector does on
+        # EOF, and the front closes this connection once those answers are passed on.
+        self.eof = True
+        if self.ready:
+            self._pass_eof()
+        return True
+
+    def _pass_eof(self) -> None:
+        for link in self.links:
+            if link.transport is not None and link.transport.can_write_eof():
+                link.transport.write_eof()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.front.clients.discard(self)
+        self.front.paused.discard(self)
+        self._close_links()
+
+    def stop_reading(self) -> None:
+        """Take no more frames (the front is stopping); the replies to what was sent still pass."""
+        self.ready = False
+        if self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self.peer_full = True
+        self.update_reading()
+
+    def resume_writing(self) -> None:
+        self.peer_full = False
+        self.update_reading()
+
+    def update_reading(self) -> None:
+        """Read the client only while every share takes more and the client reads its replies."""
+        if self.transport is None or self.closing or not self.ready:
+            return
+        pause = self.peer_full or any(link.full or link.lost for link in self.links)
+        if pause and not self._paused:
+            self.transport.pause_reading()
+            self.front.paused.add(self)
+        elif not pause and self._paused:
+            self.transport.resume_reading()
+            self.front.paused.discard(self)
+        self._paused = pause
+        # Replies wait in the shares while the client does not read them.
+        for link in self.links:
+            if link.transport is not None and not link.lost:
+                if self.peer_full:
+                    link.transport.pause_reading()
+                else:
+                    link.transport.resume_reading()
+
+    def merge(self) -> None:
+        """Pass on what every share has answered, merged; close once a share is gone.
+
+        Verdicts pair up batch by batch, and the other replies among themselves. A fatal error
+        that only some shares sent (a failed write) waits until their links are closed and every
+        batch answered before it has its verdicts passed on: then it goes to the client, which
+        resends the rest.
+        """
+        links = self.links
+        if self.closing or len(links) < self.front.shares.count:
+            return
+        try:
+            while all(link.verdicts for link in links):
+                self.send(merge_replies([link.verdicts.popleft() for link in links], self.front))
+            while all(link.answers for link in links):
+                reply = merge_replies([link.answers.popleft() for link in links], self.front)
+                self.send(reply)
+                if isinstance(reply, Error) and reply.fatal:
+                    self.close()
+                    return
+        except ValueError as exc:  # pragma: no cover - a bug in a share
+            log.error("cannot merge the shares' replies for pid %d: %s", self.pid, exc)
+            self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
+            return
+        for link in links:
+            while link.answers and isinstance(head := link.answers[0], Error) and head.fatal:
+                link.answers.popleft()
+                link.fatal = link.fatal or head
+        gone = [link for link in links if link.lost and not link.verdicts]
+        if gone:
+            fatal = next((link.fatal for link in gone if link.fatal is not None), None)
+            if fatal is not None:
+                self.send(fatal)
+                self.close()
+            elif self.front.stopping or self.eof:
+                self.close()  # as a collector that stops, or closes after EOF
+            else:
+                self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
+
+    def send(self, message: CollectorMessage) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_frame(message))
+
+    def fail(self, reason: RejectReason, detail: str) -> None:
+        """Send a fatal error and close the connection (and its links to the shares)."""
+        self.send(Error(reason=reason, detail=detail, fatal=True))
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+        self._close_links()
+
+    def _close_links(self) -> None:
+        for link in self.links:
+            if link.transport is not None:
+                link.transport.close()
+
+
+def merge_replies(replies: list[CollectorMessage], front: Front) -> CollectorMessage:
+    """The one reply a client gets for a frame, from every share's reply to it.
+
+    Raises:
+        ValueError: the shares answered the same frame with different kinds of message.
+    """
+    for reply in replies:
+        if isinstance(reply, Error):
+            return reply  # the first share's error: every share decodes the same frame alike
+    first = replies[0]
+    if isinstance(first, Verdicts):
+        verdicts = [reply for reply in replies if isinstance(reply, Verdicts)]
+        if len(verdicts) != len(replies):
+            raise ValueError("the shares answered one batch differently")
+        seqs = first.seqs
+        for other in verdicts[1:]:
+            if other.seqs:
+                # Each event's seq comes from its session's owner; the others leave 0 there.
+                seqs = [mine or theirs for mine, theirs in zip(seqs, other.seqs, strict=True)]
+        rejected = [rejection for reply in verdicts for rejection in reply.rejected]
+        if len(verdicts) > 1 and rejected:
+            rejected.sort(key=lambda rejection: rejection.index)
+        return Verdicts(first=first.first, count=first.count, seqs=seqs, rejected=rejected)
+    if isinstance(first, Report):
+        reports = [reply.data for reply in replies if isinstance(reply, Report)]
+        if "metrics" in first.data:
+            texts = [str(report.get("metrics", "")) for report in reports]
+            return Report(data={"metrics": merged_exposition(front.metrics.registry, texts)})
+        return Report(data=front.status(reports))
+    return first  # Welcome: the same from every share
+
+
+class Front:
+    """The front process of a sharded collector (see the module's docstring).
+
+    Args: as :class:`.server.Collector`, and ``near``: the listening socket's path, beside which the
+    shares' private directory is made.
+    """
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        metrics: Metrics,
+        *,
+        version: str,
+        load_config: Callable[[], CollectorConfig] | None = None,
+        near: Path,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.version = version
+        self._load_config = load_config
+        self.uid = os.getuid()
+        self.started = time.time()
+        self.socket_path = near
+        self.shares = Shares(config.shards, config, near=near)
+        self.clients: set[_Client] = set()
+        self.paused: set[_Client] = set()
+        """Clients not read for backpressure: a share's backlog is full, or they do not read."""
+        self.connecting: set[asyncio.Future[None]] = set()
+        self.notifier = Notifier()
+        self._stopping = asyncio.Event()
+        self.registry = CollectorRegistry()
+        """What the metrics endpoint serves: this process's metrics merged with every share's."""
+        self.registry.register(MergedMetrics(metrics.registry, self.shares.sockets))
+        metrics.connections.set_function(lambda: len(self.clients))
+        metrics.paused_connections.set_function(lambda: len(self.paused))
+
+    async def serve(self, sockets: list[socket.socket]) -> None:
+        """Start the shares, serve the clients until SIGTERM/SIGINT, then drain and return."""
+        loop = asyncio.get_running_loop()
+        try:
+            await self.shares.start()
+        except ShareFailed as exc:
+            log.error("cannot start the collector's shares: %s", exc)
+            self.shares.stop()
+            raise SystemExit(1) from exc
+        servers = []
+        for sock in sockets:
+            sock.setblocking(False)
+            servers.append(await loop.create_unix_server(lambda: _Client(self), sock=sock))
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        watcher = asyncio.create_task(self.shares.watch(), name="gz-ia-shares")
+        await self._adopt()  # before READY, as a single collector does
+        adopter = asyncio.create_task(self._adoption_loop(), name="gz-ia-adoption")
+        watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
+        self.notifier.notify("READY=1", f"STATUS=serving on {len(sockets)} socket(s) with {self.shares.count} shares")
+        log.info(
+            "gz-ia collector %s ready (durability=%s, %d shares)",
+            self.version,
+            self.config.durability,
+            self.shares.count,
+        )
+        try:
+            await self._stopping.wait()
+        finally:
+            self.notifier.notify("STOPPING=1", "STATUS=draining")
+            log.info("stopping: draining connections")
+            for server in servers:
+                server.close()
+            for client in list(self.clients):
+                client.stop_reading()
+            for task in (watcher, watchdog, adopter):
+                task.cancel()
+            for task in (watcher, watchdog, adopter):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            # Each share drains: it writes what it staged and answers it, which reaches the
+            # clients through their links, and then closes its connections.
+            await asyncio.to_thread(self.shares.stop)
+            await asyncio.sleep(0)
+            for client in list(self.clients):
+                client.close()
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+            log.info("stopped")
+            self.notifier.close()
+
+    async def _adopt(self) -> None:
+        """Deliver the spools of clients that died, through the front's own socket (see adoption)."""
+        directory = Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
+        try:
+            adopted = await asyncio.to_thread(adopt_spools_through, self.socket_path, directory, uid=self.uid)
+        except Exception:  # pragma: no cover - never let a bad spool take the daemon down
+            log.exception("spool adoption failed; will retry")
+        else:
+            if adopted:
+                self.metrics.spool_adopted.inc(adopted)
+
+    async def _adoption_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_ADOPTION_INTERVAL)
+            await self._adopt()
+
+    async def _watchdog_loop(self) -> None:
+        if not self.notifier.enabled:
+            return
+        interval = watchdog_interval()
+        while True:
+            # Pinged only while every share runs: one that keeps failing to start shows in systemd.
+            lines = ["WATCHDOG=1"] if interval is not None and self.shares.alive() else []
+            lines.append(f"STATUS=serving: {len(self.clients)} connection(s), {self.shares.count} shares")
+            self.notifier.notify(*lines)
+            await asyncio.sleep(interval if interval is not None else _STATUS_INTERVAL)
+
+    def connected(self, connecting: asyncio.Future[None]) -> None:
+        """Forget a finished connection attempt; log it if it failed on a bug."""
+        self.connecting.discard(connecting)
+        if not connecting.cancelled() and connecting.exception() is not None:
+            log.error("connecting a client to the shares failed", exc_info=connecting.exception())
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the front is draining."""
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Ask :meth:`serve` to drain and return (as SIGTERM does)."""
+        self._stopping.set()
+
+    def reload(self) -> bool:
+        """Re-read the configuration, hand it to the shares and have them apply it (SIGHUP)."""
+        if self._load_config is None:
+            log.warning("SIGHUP: no configuration source to reload from; nothing changed")
+            return False
+        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        try:
+            new = self._load_config()
+        except ConfigError as exc:
+            self.metrics.count_reload(applied=False)
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            self.notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
+            return False
+        new = keep_restart_settings(self.config, new)
+        self.config = new
+        logging.getLogger().setLevel(new.log_level.upper())
+        self.shares.write_config(new)
+        self.shares.signal(signal.SIGHUP)
+        self.metrics.count_reload(applied=True)
+        log.info("configuration reloaded and passed to the shares")
+        self.notifier.notify("READY=1", f"STATUS=serving with {self.shares.count} shares")
+        return True
+
+    def status(self, reports: list[dict[str, object]]) -> dict[str, object]:
+        """``gz-ia status`` of the whole collector: the shares' reports merged, with the front's facts."""
+        merged = merge_reports(reports)
+        merged.update(
+            {
+                "version": self.version,
+                "pid": os.getpid(),
+                "uptime_seconds": round(time.time() - self.started, 3),
+                "config": msgspec.to_builtins(self.config),
+                "connections": len(self.clients),
+                "shares": {
+                    "count": self.shares.count,
+                    "pids": [report.get("pid") for report in reports],
+                    "restarts": self.shares.restarts,
+                },
+            }
+        )
+        return merged

@@ -1,0 +1,238 @@
+"""The share processes of a sharded collector (``shards = n``): started, watched and stopped by the front.
+
+Each share is a whole collector (:class:`.server.Collector`) on a private socket, owning the
+sessions whose id hashes to it (:func:`.validation.owner_of`). The front (:mod:`.front`) hands
+each of them every client's bytes, and is the only one to connect to them. They live in a private
+directory the front makes (0700) beside its own socket (``.<socket name>.shares``), with the
+front's configuration in ``config.json``, which they read again on SIGHUP.
+
+``python -m gz_ia.collector.shares <directory> <share> <shares> <front pid>`` runs one share; only
+the front starts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from .config import CollectorConfig, ConfigError
+from .status import StatusUnavailable, query
+
+__all__ = ["Peer", "Shares", "main", "peer_decoder", "peer_frame"]
+
+log = logging.getLogger("gz_ia.collector")
+
+CONFIG_FILE: Final = "config.json"
+_START_TIMEOUT: Final = 60.0
+"""Seconds a share may take to start, repair what a crash left and answer: a root with many torn
+files takes a while."""
+_STOP_TIMEOUT: Final = 30.0
+_RESTART_DELAY: Final = 1.0
+_PR_SET_PDEATHSIG: Final = 1
+_UNSET: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+"""Environment of the front's service manager that is the front's alone."""
+
+
+def share_socket(directory: Path, share: int) -> Path:
+    """The private socket of share ``share``."""
+    return directory / f"share-{share}.sock"
+
+
+def share_config(config: CollectorConfig, directory: Path, share: int) -> CollectorConfig:
+    """A share's configuration: the front's, on the share's private socket and without metrics server."""
+    return msgspec.structs.replace(config, socket=str(share_socket(directory, share)), metrics_address="off")
+
+
+class Peer(msgspec.Struct, tag="peer", kw_only=True):
+    """The first frame on each of the front's connections to a share: who the client is.
+
+    The share's ``SO_PEERCRED`` names the front; the share uses these instead, for the same checks
+    (a root must belong to the client's uid). Only a process of the collector's own user can reach
+    a share's socket, and such a process could write any root of that user's anyway.
+    """
+
+    uid: int
+    pid: int
+
+
+peer_decoder: Final = msgspec.msgpack.Decoder(Peer)
+
+
+def peer_frame(uid: int, pid: int) -> bytes:
+    """The :class:`Peer` frame the front sends first on a connection to a share."""
+    body = msgspec.msgpack.encode(Peer(uid=uid, pid=pid))
+    return len(body).to_bytes(4, "big") + body
+
+
+class ShareFailed(Exception):
+    """A share process did not start or answer."""
+
+
+class Shares:
+    """The ``count`` share processes of a sharded collector.
+
+    Args:
+        count: how many shares the sessions are divided into.
+        config: the front's configuration, which every share runs with.
+        near: the front's socket; the shares' private directory is created beside it.
+    """
+
+    def __init__(self, count: int, config: CollectorConfig, *, near: Path) -> None:
+        self.count = count
+        # One per socket, made afresh: the front holds the socket (its lock, or systemd's), so
+        # whatever is there was left by a front that died.
+        self.directory = near.parent / f".{near.name}.shares"
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(mode=0o700)
+        self.sockets = [share_socket(self.directory, share) for share in range(count)]
+        self._processes: list[subprocess.Popen[bytes] | None] = [None] * count
+        self._stopping = False
+        self.restarts = 0
+        self.write_config(config)
+
+    def write_config(self, config: CollectorConfig) -> None:
+        """Write the configuration the shares read at start and on SIGHUP (atomically)."""
+        staged = self.directory / (CONFIG_FILE + ".new")
+        staged.write_bytes(msgspec.json.encode(config))
+        staged.replace(self.directory / CONFIG_FILE)
+
+    async def start(self) -> None:
+        """Start every share and wait until each answers on its socket.
+
+        The processes are started from the calling (main) thread: the kernel stops a share when
+        the thread that started it ends (``PR_SET_PDEATHSIG``), and a pool thread may end any time.
+
+        Raises:
+            ShareFailed: a share exited or did not answer within a minute.
+        """
+        for share in range(self.count):
+            self._spawn(share)
+        for share in range(self.count):
+            await asyncio.to_thread(self._wait_ready, share)
+
+    def _spawn(self, share: int) -> None:
+        environ = {key: value for key, value in os.environ.items() if key not in _UNSET}
+        self.sockets[share].unlink(missing_ok=True)
+        self._processes[share] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gz_ia.collector.shares",
+                str(self.directory),
+                str(share),
+                str(self.count),
+                str(os.getpid()),
+            ],
+            env=environ,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def _wait_ready(self, share: int) -> None:
+        process = self._processes[share]
+        assert process is not None
+        deadline = time.monotonic() + _START_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                raise ShareFailed(f"share {share} exited with status {process.returncode} while starting")
+            try:
+                query(self.sockets[share], timeout=1.0)
+            except StatusUnavailable as exc:
+                if time.monotonic() > deadline:
+                    raise ShareFailed(f"share {share} did not answer within {_START_TIMEOUT:.0f} s: {exc}") from exc
+                time.sleep(0.02)
+            else:
+                return
+
+    async def watch(self) -> None:
+        """Restart any share that exits, until :meth:`stop`: the front's clients reconnect and resend."""
+        while not self._stopping:
+            await asyncio.sleep(0.2)
+            for share, process in enumerate(self._processes):
+                if self._stopping or process is None or process.poll() is None:
+                    continue
+                log.error("share %d exited with status %s; restarting it", share, process.returncode)
+                self.restarts += 1
+                await asyncio.sleep(_RESTART_DELAY)
+                if self._stopping:
+                    return
+                self._spawn(share)
+                try:
+                    await asyncio.to_thread(self._wait_ready, share)
+                except ShareFailed as exc:
+                    log.error("%s; trying again", exc)
+
+    def alive(self) -> bool:
+        """Whether every share process is running."""
+        return all(process is not None and process.poll() is None for process in self._processes)
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to every running share (SIGHUP: re-read ``config.json``)."""
+        for process in self._processes:
+            if process is not None and process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signum)
+
+    def stop(self) -> None:
+        """Stop every share (each drains what it holds, as at SIGTERM) and remove the directory."""
+        self._stopping = True
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_TIMEOUT
+        for share, process in enumerate(self._processes):
+            if process is None:
+                continue
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("share %d did not stop within %.0f s; killing it", share, _STOP_TIMEOUT)
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _stop_with(front: int) -> None:
+    """Have the kernel send this share SIGTERM when the front dies (even by SIGKILL): a share left
+    behind would hold its sessions' files with nobody to feed it. It drains and exits as usual."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        log.warning("cannot ask to be stopped with the front; a share may outlive a killed front")
+    if os.getppid() != front:  # the front died before the request took effect
+        sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one share: ``<directory> <share> <shares> <front pid>`` (started by the front only)."""
+    from .cli._common import version
+    from .daemon import run
+
+    directory_arg, share_arg, count_arg, front_arg = argv if argv is not None else sys.argv[1:]
+    directory = Path(directory_arg)
+    share = int(share_arg)
+    count = int(count_arg)
+    _stop_with(int(front_arg))
+
+    def load() -> CollectorConfig:
+        try:
+            config = msgspec.json.decode((directory / CONFIG_FILE).read_bytes(), type=CollectorConfig)
+        except (OSError, msgspec.DecodeError) as exc:
+            raise ConfigError(f"cannot read the front's configuration: {exc}") from exc
+        return share_config(config, directory, share)
+
+    return run(load(), version=version(), load_config=load, share=share, shares=count)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

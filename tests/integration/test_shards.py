@@ -1,0 +1,258 @@
+"""A sharded collector (``shards = 2``) for real: a front process, two share processes, real sockets.
+
+Every other test that starts a collector runs twice, with one process and with two shares
+(``tests/conftest.py``); these check what only a sharded collector has: the split, the merged
+replies, the shares' lifecycle and the merged metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from tests.conftest import CollectorProcess, wait_for
+
+from gz_ia.client.protocol import (
+    PROTOCOL_VERSION,
+    Batch,
+    FrameReader,
+    Hello,
+    RejectReason,
+    Verdicts,
+    Welcome,
+    collector_message_decoder,
+    encode_frame,
+)
+from gz_ia.collector.validation import owner_of
+
+pytestmark = pytest.mark.shards(2)
+NOW = "2026-11-30T12:00:00Z"
+
+
+def _event(session_id: str, action: str, stage: str) -> msgspec.Raw:
+    event = {"timestamp": NOW, "session_id": session_id, "action": action, "stage": stage, "status": "OK", "agent": "t"}
+    return msgspec.Raw(msgspec.msgpack.encode(event))
+
+
+class RawClient:
+    """The wire protocol by hand, to see exactly what the front answers."""
+
+    def __init__(self, collector: CollectorProcess, producer: str = "abc") -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(20)
+        self.sock.connect(str(collector.socket))
+        self.reader = FrameReader()
+        self.pending: list[bytes] = []
+        self.sock.sendall(
+            encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=1, root=str(collector.root)))
+        )
+        assert isinstance(self.receive(), Welcome)
+
+    def receive(self) -> Any:
+        while not self.pending:
+            self.pending += self.reader.feed(self.sock.recv(1 << 16))
+        return collector_message_decoder.decode(self.pending.pop(0))
+
+    def batch(self, first: int, events: list[msgspec.Raw]) -> Verdicts:
+        self.sock.sendall(encode_frame(Batch(first=first, events=events, verdicts=True)))
+        reply = self.receive()
+        assert isinstance(reply, Verdicts), reply
+        return reply
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _status(collector: CollectorProcess) -> dict[str, Any]:
+    result = collector.gz_ia("status", "--json")
+    assert result.returncode == 0, result.stderr + collector.log()
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_batch_over_both_shares_is_written_once_and_answered_as_one(make_collector: Any) -> None:
+    collector = make_collector()
+    sessions = [f"split-{index}" for index in range(40)]
+    assert {owner_of(session, 2) for session in sessions} == {0, 1}
+    events = [_event(session, "work", "READ") for session in sessions for _ in range(3)]
+    # A FINISH with no open cycle in a session of each share, and an event with no session id.
+    strays = [next(s for s in sessions if owner_of(s, 2) == share) for share in (0, 1)]
+    events += [_event(stray, "never-started", "FINISH") for stray in strays]
+    events.append(msgspec.Raw(msgspec.msgpack.encode({"action": "no session"})))
+    client = RawClient(collector)
+    try:
+        verdicts = client.batch(1, events)
+        assert verdicts.count == len(events)
+        rejected = {rejection.index: rejection.reason for rejection in verdicts.rejected}
+        assert rejected == {
+            120: RejectReason.FINISH_WITHOUT_START,
+            121: RejectReason.FINISH_WITHOUT_START,
+            122: RejectReason.MISSING_FIELD,
+        }
+        # Each seq is the one in the session's file; every session counts 1, 2, 3.
+        assert verdicts.seqs[:120] == [seq for _ in sessions for seq in (1, 2, 3)]
+        assert verdicts.seqs[120:] == [0, 0, 0]
+        written = collector.all_sessions()
+        assert sorted(written) == sorted(sessions)
+        for session in sessions:
+            lines = written[session]
+            assert [line["seq"] for line in lines] == [1, 2, 3]
+            first = 1 + 3 * sessions.index(session)
+            assert [line["delivery"] for line in lines] == [f"abc:{first + offset}" for offset in range(3)]
+        # Each share wrote its own rejects file: share 0 the two of its session and the unreadable one.
+        by_file = {path.name: path.read_text().count("\n") for path in collector.root.glob("rejects*.jsonl")}
+        assert by_file == {"rejects.jsonl": 2, "rejects-1.jsonl": 1}
+        assert sorted(record["delivery"] for record in collector.rejects()) == ["abc:121", "abc:122", "abc:123"]
+
+        # The same batch again: what each share wrote is a duplicate there, nothing is written twice.
+        again = client.batch(1, events)
+        assert again.seqs == [-1] * 120 + [0, 0, 0]
+        assert collector.all_sessions() == written
+    finally:
+        client.close()
+
+
+def test_a_bad_frame_between_batches_gets_its_error_and_costs_no_verdict(make_collector: Any) -> None:
+    """The shares answer a bad frame at once and a batch after its write, so their replies can
+    cross: the front pairs errors with errors and verdicts with verdicts, never one with the other."""
+    collector = make_collector()
+    heavy = [f"heavy-{index}" for index in range(400) if owner_of(f"heavy-{index}", 2) == 1]
+    client = RawClient(collector)
+    try:
+        first = 1
+        for round_ in range(30):
+            # A batch that only share 1 has work for: share 0 answers it at once, share 1 after
+            # writing 1,000 events, and the bad frame right behind it reaches both meanwhile.
+            big = [_event(heavy[index % len(heavy)], f"a{round_}-{index}", "READ") for index in range(1000)]
+            small = [_event(heavy[0], f"b{round_}", "READ")]
+            client.sock.sendall(encode_frame(Batch(first=first, events=big, verdicts=True)))
+            time.sleep(0.002)
+            client.sock.sendall(b"\x00\x00\x00\x01\xc1" + encode_frame(Batch(first=first + 1000, events=small)))
+            replies = [client.receive() for _ in range(3)]
+            errors = [reply for reply in replies if not isinstance(reply, Verdicts)]
+            assert len(errors) == 1 and errors[0].reason is RejectReason.MALFORMED and not errors[0].fatal
+            verdicts = [reply for reply in replies if isinstance(reply, Verdicts)]
+            assert [verdict.first for verdict in verdicts] == [first, first + 1000]
+            assert 0 not in verdicts[0].seqs
+            first += 1001
+    finally:
+        client.close()
+
+
+def test_the_metrics_and_status_of_both_shares_add_up(make_collector: Any) -> None:
+    collector = make_collector()
+    events = [_event(f"m-{index}", "work", "READ") for index in range(50)]
+    events.append(_event("m-0", "other", "FINISH"))
+    client = RawClient(collector)
+    try:
+        client.batch(1, events)
+        exposition = collector.metrics()
+        status = _status(collector)
+    finally:
+        client.close()
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert samples['gzia_events_written_total{stage="READ",status="OK"}'] == 50
+    assert samples['gzia_events_rejected_total{reason="finish_without_start"}'] == 1
+    assert samples["gzia_events_received_total"] == 51  # once, not once per share
+    assert samples["gzia_connections_active"] == 1  # the front's clients, not its links to the shares
+    assert samples["gzia_shares_answering"] == 2
+    assert samples["gzia_sessions_loaded"] == 50
+    assert status["shares"]["count"] == 2 and len(status["shares"]["pids"]) == 2
+    assert status["counters"]["written"] == 50 and status["counters"]["rejected"] == 1
+    assert status["counters"]["received"] == 51
+    (root,) = status["roots"]
+    assert root["sessions_loaded"] == 50
+
+
+def test_a_share_that_dies_is_restarted_and_its_clients_resend(make_collector: Any, tmp_path: Path) -> None:
+    """SIGKILL one share under load: the client reconnects and resends; every event lands once."""
+    collector = make_collector()
+    victim = _status(collector)["shares"]["pids"][1]
+    total = 20_000
+    client = collector.client()
+    third = threading.Event()
+
+    def produce() -> None:
+        for index in range(total):
+            client.log(session_id=f"die-{index % 30}", action=f"a{index}", stage="READ", agent="t")
+            if index == total // 3:
+                third.set()
+            if index % 200 == 0:
+                time.sleep(0.01)  # about 2 s in all: the share dies mid-stream
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        assert third.wait(30)
+        os.kill(victim, signal.SIGKILL)
+        producer.join(60)
+        assert client.flush(timeout=60)
+    finally:
+        client.close()
+    written = collector.all_sessions()
+    actions = Counter(line["action"] for lines in written.values() for line in lines)
+    assert len(actions) == total and set(actions.values()) == {1}
+    for lines in written.values():
+        assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    wait_for(lambda: collector.gz_ia("status").returncode == 0, message="the front to answer with both shares")
+    status = _status(collector)
+    assert status["shares"]["restarts"] == 1
+    assert victim not in status["shares"]["pids"]
+    assert "share 1 exited" in collector.log()
+
+
+def test_the_shares_stop_with_the_front_even_when_it_is_killed(make_collector: Any) -> None:
+    collector = make_collector()
+    pids = _status(collector)["shares"]["pids"]
+    private = collector.socket.parent / ".collector.sock.shares"
+    assert sorted(path.name for path in private.iterdir()) == [
+        "config.json", "share-0.sock", "share-0.sock.lock", "share-1.sock", "share-1.sock.lock"
+    ]  # fmt: skip
+    collector.kill()
+    for pid in pids:
+        wait_for(lambda pid=pid: not _running(pid), timeout=20, message=f"share {pid} to stop")
+    collector.start()
+    assert set(_status(collector)["shares"]["pids"]).isdisjoint(pids)
+    assert collector.stop() == 0
+    assert not private.exists()  # made afresh by each front (the socket's lock makes it the only one)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_drains_through_the_shares(make_collector: Any) -> None:
+    """What the client had acknowledged is on disk after SIGTERM; the front and its shares exit 0."""
+    collector = make_collector()
+    from gz_ia.client import build_event
+
+    client = collector.client()
+    try:
+        for index in range(200):
+            client.send(
+                build_event(session_id=f"t-{index % 9}", action=f"a{index}", stage="READ", agent="t"), timeout=20
+            )
+    finally:
+        client.close()
+    pids = _status(collector)["shares"]["pids"]
+    assert collector.stop() == 0
+    assert not any(_running(pid) for pid in pids)
+    assert sum(len(lines) for lines in collector.all_sessions().values()) == 200
+    assert "stopped" in collector.log()
+    assert not (collector.socket.parent / ".collector.sock.shares").exists()
