@@ -11,6 +11,7 @@ Usage (needs ``valgrind``, e.g. ``apt-get install valgrind``; about 30 s per cou
 
     uv run python -m bench.instructions                      # 100,000 events over 100 and 10,000 sessions
     uv run python -m bench.instructions --sessions 100 --events 200000
+    uv run python -m bench.instructions --shares 2          # each share of a sharded collector, summed
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Final
 from gz_ia.client.protocol import FrameReader
 from gz_ia.collector.ingest import Ingest
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import decode_batch
+from gz_ia.collector.validation import DecodedBatch, Owners, decode_batch, decode_share
 
 from ._load import build_load, session_id
 
@@ -42,8 +43,17 @@ def _control(switch: str) -> None:
     subprocess.run(["callgrind_control", "-i", switch, str(os.getpid())], stdout=subprocess.DEVNULL, check=True)
 
 
-def measure(events: int, sessions: int) -> None:
-    """Decode and stage ``events`` events over ``sessions`` sessions; count only the second half."""
+def measure(events: int, sessions: int, share: int = 0, shares: int = 1) -> None:
+    """Decode and stage ``events`` events over ``sessions`` sessions; count only the second half.
+
+    With ``shares`` above 1, as share ``share`` of a sharded collector does: every batch is read,
+    only the share's own events are decoded and staged (the count is still per event of the batch).
+    """
+    owners = Owners(shares) if shares > 1 else None
+
+    def decode(body: bytes) -> DecodedBatch:
+        return decode_batch(body) if owners is None else decode_share(body, share, owners)
+
     load = build_load(events, sessions, _SENDERS, with_json=False)
     per_sender = [FrameReader().feed(bytes(frames)) for frames in load.frames]
     bodies = [  # interleaved sender by sender, as the collector reads them
@@ -64,7 +74,7 @@ def measure(events: int, sessions: int) -> None:
         def stage(part: list[tuple[str, bytes]]) -> int:
             staged = 0
             for count, (producer, body) in enumerate(part, 1):
-                outcome = ingest.apply(root, producer, decode_batch(body))
+                outcome = ingest.apply(root, producer, decode(body))
                 if outcome.rejections or outcome.duplicates:
                     raise SystemExit(f"the load was not staged as it should be: {outcome.rejections[:3]}")
                 staged += outcome.count
@@ -83,13 +93,13 @@ def measure(events: int, sessions: int) -> None:
         shutil.rmtree(scratch)
 
 
-def count(events: int, sessions: int) -> float:
+def count(events: int, sessions: int, share: int = 0, shares: int = 1) -> float:
     """Run :func:`measure` under callgrind in a child process; return instructions per counted event."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is missing: apt-get install valgrind")
     argv = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
-        sys.executable, "-m", "bench.instructions", "--child", str(events), str(sessions),
+        sys.executable, "-m", "bench.instructions", "--child", str(events), str(sessions), str(share), str(shares),
     ]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=Path(__file__).parent.parent)
     found = _REFS.search(result.stderr)
@@ -103,13 +113,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, action="append", help="default: 100 and 10,000")
-    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--shares", type=int, default=1, help="count each share of a sharded collector (default 1)")
+    parser.add_argument("--child", nargs=4, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         measure(*args.child)
         return
     for sessions in args.sessions or [100, 10_000]:
-        print(f"{sessions:>7,} sessions: {count(args.events, sessions):,.0f} instructions per event", flush=True)
+        counts = [count(args.events, sessions, share, args.shares) for share in range(args.shares)]
+        parts = f" ({' + '.join(f'{part:,.0f}' for part in counts)} in the shares)" if args.shares > 1 else ""
+        print(f"{sessions:>7,} sessions: {sum(counts):,.0f} instructions per event{parts}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 The collector does all its per-event work on one thread, and at 10,000 sessions that one core is
 what stands between it and twice syslog-ng (docs/performance.md, "What limits it now"). Sharding by
-session (one process per share of the sessions, each with its own writer) is the step that would use
-the second core. Before building it, this measures its upper bound: ``--shards`` independent
-collectors, each on its own socket and root, each fed by its share of the 8 senders (so each holds a
-disjoint share of the sessions), against one collector and syslog-ng, alternating run by run in the
-same minutes. No router splits the batches here, so a real sharded collector would reach less.
+session (one process per share of the sessions, each with its own writer) is the step that uses the
+second core. This measures its upper bound, as it was measured before ``shards`` was built:
+``--shards`` independent collectors, each on its own socket and root, each fed by its share of the 8
+senders (so each holds a disjoint share of the sessions), against one collector and syslog-ng,
+alternating run by run in the same minutes. No front copies the batches here, so the real sharded
+collector (``shards = 2``, measured by ``bench/run``) reaches less.
 
 Usage (installs the peers like ``bench/run``; about 40 s per round and system at 1,000,000 events)::
 

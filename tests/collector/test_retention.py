@@ -223,15 +223,16 @@ def test_gc_cannot_remove_a_session_between_the_collectors_check_and_its_write(
     harness.writer.close()
 
 
-@pytest.mark.parametrize("compress", [False, True])
-def test_rejects_archives_are_retained_like_sessions(tmp_path: Path, compress: bool) -> None:
-    """The rejects file's archives obey max_archives too."""
+@pytest.mark.parametrize(("compress", "share"), [(False, 0), (True, 0), (True, 1)])
+def test_rejects_archives_are_retained_like_sessions(tmp_path: Path, compress: bool, share: int) -> None:
+    """The rejects file's archives obey max_archives too (each share's, in a sharded collector)."""
     from datetime import UTC, datetime
 
     from gz_ia.client.schema import LogEvent, Stage, Status
     from gz_ia.collector.validation import DecodedBatch
 
-    harness = Harness(tmp_path, max_archives=2, compress=compress)
+    harness = Harness(tmp_path, max_archives=2, compress=compress, share=share)
+    stem = "rejects" if share == 0 else f"rejects-{share}"
     bad = LogEvent(
         timestamp=datetime.now(UTC), session_id="s1", action="never-opened", stage=Stage.FINISH,
         status=Status.OK, agent="claude",
@@ -240,6 +241,6 @@ def test_rejects_archives_are_retained_like_sessions(tmp_path: Path, compress: b
         harness.ingest.apply(harness.store, "ab12", DecodedBatch(number, True, [bad], {}, {}))
         harness.writer.flush()
     harness.writer.close()
-    archives = sorted(name for name in os.listdir(harness.root) if name.startswith("rejects.0"))
+    archives = sorted(name for name in os.listdir(harness.root) if name.startswith(f"{stem}.0"))
     assert len(archives) == 2
     assert harness.rotated > 2

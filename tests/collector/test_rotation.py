@@ -26,8 +26,9 @@ _CYCLE = (Stage.READ, Stage.PENDING, Stage.FINISH)
 class Harness:
     """A writer with an injected clock on a temporary root, fed through the real ingest path."""
 
-    def __init__(self, base: Path, *, background: bool = False, **limits: Any) -> None:
+    def __init__(self, base: Path, *, background: bool = False, share: int = 0, **limits: Any) -> None:
         self.limits = limits
+        self.share = share
         self.root = base / ".harness"
         self.root.mkdir(parents=True, exist_ok=True)
         self.now = 1_800_000_000.0
@@ -39,6 +40,7 @@ class Harness:
             background=background,
             on_rotated=self._count_rotation,
             on_deleted=lambda files, nbytes: self.deleted.append((files, nbytes)),
+            share=share,
         )
         self.ingest = Ingest(self.writer, clock=lambda: self.now)
         self.store = self.writer.root(self.root, owner=os.getuid())
@@ -92,6 +94,7 @@ class Harness:
             clock=lambda: self.now,
             background=False,
             on_rotated=self._count_rotation,
+            share=self.share,
         )
         self.ingest = Ingest(self.writer, clock=lambda: self.now)
         self.store = self.writer.root(self.root, owner=os.getuid())
@@ -310,9 +313,11 @@ def test_a_damaged_checkpoint_falls_back_to_the_segments(harness: Harness) -> No
     assert writer.session(harness.store, "s1").seq == seq
 
 
-def test_rejects_file_rotates_into_numbered_archives(tmp_path: Path) -> None:
-    """The rejects file rotates by rename like a session (rejects.<n>.jsonl), keeping every record."""
-    harness = Harness(tmp_path)
+@pytest.mark.parametrize(("share", "stem"), [(0, "rejects"), (1, "rejects-1")])
+def test_rejects_file_rotates_into_numbered_archives(tmp_path: Path, share: int, stem: str) -> None:
+    """The rejects file rotates by rename like a session (rejects.<n>.jsonl), keeping every record;
+    share k of a sharded collector has its own (rejects-k.jsonl), with its own archives and state."""
+    harness = Harness(tmp_path, share=share)
     bad = LogEvent(
         timestamp=datetime.now(UTC), session_id="s1", action="never-opened", stage=Stage.FINISH,
         status=Status.OK, agent="claude",
@@ -322,10 +327,14 @@ def test_rejects_file_rotates_into_numbered_archives(tmp_path: Path) -> None:
         harness.writer.flush()
     harness.writer.close()
     names = sorted(os.listdir(harness.root))
-    archives = [name for name in names if name.startswith("rejects.0")]
-    assert archives and archives[0] == "rejects.000001.jsonl"
+    archives = [name for name in names if name.startswith(f"{stem}.0")]
+    assert archives and archives[0] == f"{stem}.000001.jsonl"
+    assert [name for name in names if name.startswith("rejects")] == [*archives, f"{stem}.jsonl"]
+    assert [name for name in os.listdir(harness.root / "state") if name.startswith("rejects")] == [f"{stem}.state.json"]
+    writer = harness.restart()  # the next segment number is found again, in this share's names
+    assert writer.root(harness.root, owner=os.getuid()).rejects.segment == len(archives) + 1
     records = []
-    for name in [*archives, "rejects.jsonl"]:
+    for name in [*archives, f"{stem}.jsonl"]:
         path = harness.root / name
         if path.exists():
             records += [json.loads(line) for line in path.read_text().splitlines()]
