@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -10,9 +11,19 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from gz_ia.client.protocol import Batch, Error, Rejection, RejectReason, Verdicts, Welcome, encode_frame
+from gz_ia.client.protocol import (
+    Batch,
+    Error,
+    FrameReader,
+    Rejection,
+    RejectReason,
+    Verdicts,
+    Welcome,
+    collector_message_decoder,
+    encode_frame,
+)
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.front import merge_replies
+from gz_ia.collector.front import _Client, _ShareLink, merge_replies
 from gz_ia.collector.merged_metrics import merge_reports, merged_exposition
 from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.validation import Owners, decode_batch, decode_share, owner_of
@@ -134,3 +145,63 @@ def test_metrics_of_the_shares_are_summed_except_the_fronts_own_and_the_highest(
     # One family per name: what promtool and Prometheus require.
     names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
     assert len(names) == len(set(names))
+
+
+class _Wire:
+    """Stands in for the client's transport: keeps what the front would send."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sent += [collector_message_decoder.decode(body) for body in FrameReader().feed(data)]
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _front_client() -> tuple[Any, list[Any], _Wire]:
+    front = SimpleNamespace(shares=SimpleNamespace(count=2), stopping=False)
+    client = _Client(front)  # type: ignore[arg-type]
+    wire = _Wire()
+    client.transport = wire  # type: ignore[assignment]
+    client.links = [_ShareLink(client, 0), _ShareLink(client, 1)]
+    return client, client.links, wire
+
+
+def test_the_front_passes_the_welcome_before_any_verdicts_whatever_arrives_first() -> None:
+    client, (first, second), wire = _front_client()
+    first.replies.extend([Welcome(proto=1, version="v"), Verdicts(first=1, count=1, seqs=[1, 0])])
+    client.merge()
+    assert wire.sent == []  # the other share has not answered yet
+    second.replies.extend([Welcome(proto=1, version="v"), Verdicts(first=1, count=1, seqs=[0, 4])])
+    client.merge()
+    assert [type(reply).__name__ for reply in wire.sent] == ["Welcome", "Verdicts"]
+    assert wire.sent[1].seqs == [1, 4]
+
+
+def test_crossed_replies_pair_error_with_error_and_verdicts_with_verdicts() -> None:
+    client, (first, second), wire = _front_client()
+    bad = Error(reason=RejectReason.MALFORMED, detail="bad frame")
+    first.replies.extend([Verdicts(first=1, count=2, seqs=[5, 0]), bad])
+    second.replies.extend([bad, Verdicts(first=1, count=2, seqs=[0, 9])])
+    client.merge()
+    assert [type(reply).__name__ for reply in wire.sent] == ["Error", "Verdicts"]
+    assert wire.sent[1].seqs == [5, 9]
+    assert not wire.closed
+
+
+def test_a_write_failed_in_one_share_comes_after_the_verdicts_both_gave() -> None:
+    client, (first, second), wire = _front_client()
+    failed = Error(reason=RejectReason.WRITE_FAILED, detail="disk full", fatal=True)
+    first.replies.extend([Verdicts(first=1, count=1, seqs=[3]), failed])
+    first.lost = True
+    second.replies.extend([Verdicts(first=1, count=1, seqs=[0]), Verdicts(first=2, count=1, seqs=[7])])
+    client.merge()
+    # Batch 2 has no verdict from the failed share: it is not acknowledged; the client resends it.
+    assert wire.sent == [Verdicts(first=1, count=1, seqs=[3]), failed]
+    assert wire.closed

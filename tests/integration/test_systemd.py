@@ -247,8 +247,9 @@ def test_install_without_user_is_a_usage_error(short_tmp: Path) -> None:
 # --- socket activation ----------------------------------------------------------------------------------
 
 
-def test_socket_activation_serves_a_real_client(short_tmp: Path, notify_path: NotifySocket) -> None:
-    """Under systemd-socket-activate the collector serves the inherited socket and a client logs through it."""
+def test_socket_activation_serves_a_real_client(short_tmp: Path, notify_path: NotifySocket, shards: int) -> None:
+    """Under systemd-socket-activate the collector serves the inherited socket and a client logs through it
+    (with shards, the front serves it and starts its shares beside it)."""
     sock = short_tmp / "activated.sock"
     root = short_tmp / "ws" / ".harness"
     root.mkdir(parents=True)
@@ -264,6 +265,8 @@ def test_socket_activation_serves_a_real_client(short_tmp: Path, notify_path: No
         f"XDG_CONFIG_HOME={short_tmp / 'config'}",
         "-E",
         f"NOTIFY_SOCKET={notify_path.address}",
+        "-E",
+        f"GZ_IA_SHARDS={shards}",
         sys.executable,
         "-m",
         "gz_ia.collector",
@@ -287,11 +290,14 @@ def test_socket_activation_serves_a_real_client(short_tmp: Path, notify_path: No
         log_text = log_path.read_text()
         assert "using 1 socket(s) passed by the service manager" in log_text
         assert str(sock) in log_text
+        assert ("share 1 of 2 serving the front" in log_text) == (shards == 2)
+        assert (short_tmp / ".activated.sock.shares").is_dir() == (shards == 2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
         notify_path.wait_for("STOPPING=1")
         # The socket belongs to the service manager: the collector must not unlink it.
         assert sock.exists()
+        assert not (short_tmp / ".activated.sock.shares").exists()
     finally:
         if client is not None:
             client.close(timeout=0)

@@ -83,13 +83,8 @@ class _ShareLink(asyncio.Protocol):
         self.share = share
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader(MAX_FRAME)
-        self.verdicts: deque[Verdicts] = deque()
-        """Verdicts not yet merged: a share sends them in the order of the batches."""
-        self.answers: deque[CollectorMessage] = deque()
-        """Every other reply not yet merged (welcome, report, error), sent as soon as a frame is
-        read: an error about a later frame may come before the verdicts of an earlier batch."""
-        self.fatal: Error | None = None
-        """A fatal error of this share alone (a failed write): passed on once its link is gone."""
+        self.replies: deque[CollectorMessage] = deque()
+        """Replies not yet merged, in the order the share sent them."""
         self.lost = False
         self.full = False
 
@@ -100,11 +95,7 @@ class _ShareLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             for body in self.reader.feed(data):
-                reply = collector_message_decoder.decode(body)
-                if isinstance(reply, Verdicts):
-                    self.verdicts.append(reply)
-                else:
-                    self.answers.append(reply)
+                self.replies.append(collector_message_decoder.decode(body))
         except (FrameTooLarge, msgspec.DecodeError) as exc:  # pragma: no cover - a bug in a share
             log.error("share %d sent a frame that cannot be read (%s); closing its connection", self.share, exc)
             assert self.transport is not None
@@ -260,19 +251,31 @@ class _Client(asyncio.Protocol):
     def merge(self) -> None:
         """Pass on what every share has answered, merged; close once a share is gone.
 
-        Verdicts pair up batch by batch, and the other replies among themselves. A fatal error
-        that only some shares sent (a failed write) waits until their links are closed and every
-        batch answered before it has its verdicts passed on: then it goes to the client, which
-        resends the rest.
+        A share sends a batch's verdicts after its write and every other reply (welcome, report,
+        error) as soon as it reads the frame, so a reply to a later frame can come before the
+        verdicts of an earlier batch, and not at the same point in every share. So verdicts pair
+        with verdicts, only when every share has them first in line (nothing may overtake a
+        welcome), and every other reply with each share's first such reply, which may overtake
+        verdicts, as it may in one process. A fatal error that only some shares sent (a failed
+        write) is passed on once every verdict the others can pair with it is.
         """
         links = self.links
         if self.closing or len(links) < self.front.shares.count:
             return
         try:
-            while all(link.verdicts for link in links):
-                self.send(merge_replies([link.verdicts.popleft() for link in links], self.front))
-            while all(link.answers for link in links):
-                reply = merge_replies([link.answers.popleft() for link in links], self.front)
+            while True:
+                if all(link.replies and isinstance(link.replies[0], Verdicts) for link in links):
+                    self.send(merge_replies([link.replies.popleft() for link in links], self.front))
+                    continue
+                positions = [_first_answer(link.replies) for link in links]
+                if any(position is None for position in positions):
+                    break
+                answers = []
+                for link, position in zip(links, positions, strict=True):
+                    assert position is not None
+                    answers.append(link.replies[position])
+                    del link.replies[position]
+                reply = merge_replies(answers, self.front)
                 self.send(reply)
                 if isinstance(reply, Error) and reply.fatal:
                     self.close()
@@ -281,13 +284,9 @@ class _Client(asyncio.Protocol):
             log.error("cannot merge the shares' replies for pid %d: %s", self.pid, exc)
             self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
             return
-        for link in links:
-            while link.answers and isinstance(head := link.answers[0], Error) and head.fatal:
-                link.answers.popleft()
-                link.fatal = link.fatal or head
-        gone = [link for link in links if link.lost and not link.verdicts]
+        gone = [link for link in links if link.lost and not any(isinstance(r, Verdicts) for r in link.replies)]
         if gone:
-            fatal = next((link.fatal for link in gone if link.fatal is not None), None)
+            fatal = next((r for link in gone for r in link.replies if isinstance(r, Error) and r.fatal), None)
             if fatal is not None:
                 self.send(fatal)
                 self.close()
@@ -315,6 +314,11 @@ class _Client(asyncio.Protocol):
         for link in self.links:
             if link.transport is not None:
                 link.transport.close()
+
+
+def _first_answer(replies: deque[CollectorMessage]) -> int | None:
+    """The position of the first reply that is not a batch's verdicts, or None."""
+    return next((position for position, reply in enumerate(replies) if not isinstance(reply, Verdicts)), None)
 
 
 def merge_replies(replies: list[CollectorMessage], front: Front) -> CollectorMessage:
