@@ -60,6 +60,13 @@ def test_status_text_is_readable(busy: CollectorProcess) -> None:
     assert f"root {busy.root}: 3 sessions loaded, 2 with open actions" in lines
     assert "events: received 4, written 3, rejected 1, duplicates 0, write_errors 0" in lines
     assert "  rejected finish_without_start: 1" in lines
+    shares = [line for line in lines if line.startswith("shares: ")]
+    if busy.shards > 1:  # the shares' pids are theirs, the front's is on the first line
+        (line,) = shares
+        assert line.startswith(f"shares: {busy.shards}, restarts 0, pids ")
+        assert str(_proc(busy).pid) not in line.split("pids ")[1].split(", ")
+    else:
+        assert shares == []
 
 
 def test_status_without_collector_exits_69(short_tmp: Path, collector: CollectorProcess) -> None:

@@ -28,10 +28,15 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
         return
+    health = "healthy" if report.get("healthy", True) else "UNHEALTHY"
     click.echo(
-        f"gz-ia collector {report['version']}: healthy, pid {report['pid']}, "
+        f"gz-ia collector {report['version']}: {health}, pid {report['pid']}, "
         f"up {report['uptime_seconds']:.0f} s, durability {report['durability']}"
     )
+    shares = report.get("shares")
+    if isinstance(shares, dict):  # a sharded collector (shards > 1)
+        pids = ", ".join(str(pid) for pid in shares["pids"])
+        click.echo(f"shares: {shares['count']}, restarts {shares['restarts']}, pids {pids}")
     click.echo(f"connections: {report['connections']}")
     for root in report["roots"]:
         click.echo(
