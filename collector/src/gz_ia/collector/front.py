@@ -8,10 +8,12 @@ that stream as a client's (the hello, then batches) and takes, of each batch, on
 its own sessions (:func:`.validation.decode_share`), so the per-event work, the file writes and
 the syncs are spread over the shares, one core each.
 
-Every frame gets exactly one reply from every share, in order. The front merges the n replies to
-a frame into the one the client gets: for a batch, the verdicts once every share has written its
-part (each ``seq`` comes from the session's owner; rejections are listed by their owner); an error
-from any share wins, and a fatal one closes the client's connection.
+Every frame gets exactly one reply from every share (the ``Peer`` frame the front sends first on
+each link gets none). The front merges the n replies to a frame into the one the client gets: for
+a batch, the verdicts once every share has written its part (each ``seq`` comes from the session's
+owner; rejections are listed by their owner); an error from any share wins, and a fatal one closes
+the client's connection. Which replies belong together is decided in :meth:`_Client.merge`: a
+share answers a batch after its write, anything else at once.
 
 The delivery guarantees hold because each session lives in exactly one share, which sees each
 producer's batches in order on one connection and closes that connection when a write fails
