@@ -7,7 +7,8 @@ second core. This measures its upper bound, as it was measured before ``shards``
 ``--shards`` independent collectors, each on its own socket and root, each fed by its share of the 8
 senders (so each holds a disjoint share of the sessions), against one collector and syslog-ng,
 alternating run by run in the same minutes. No front copies the batches here, so the real sharded
-collector (``shards = 2``, measured by ``bench/run``) reaches less.
+collector (``shards = 2``, measured by ``bench/run``) reaches less. It runs in the same rounds here
+(``gz-ia shards=N``), so the two can be compared minute for minute.
 
 Usage (installs the peers like ``bench/run``; about 40 s per round and system at 1,000,000 events)::
 
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     load = build_load(args.events, args.sessions, 8)
-    names = ("syslog-ng", "gz-ia", f"gz-ia x{args.shards}")
+    sharded = f"gz-ia shards={args.shards}"
+    names = ("syslog-ng", "gz-ia", sharded, f"gz-ia x{args.shards}")
     rates: dict[str, list[float]] = {name: [] for name in names}
     with removals_deferred():
         print(f"creating a file in /tmp takes {creation_cost() * 1e6:.0f} µs", flush=True)
@@ -66,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
                     os.sync()  # the previous run's files are still being written back
                     if name == "syslog-ng":
                         result = run_verified(SyslogNg(workdir, ensure_peers()), load, mode="json")
+                    elif name == sharded:
+                        result = run_verified(Ours(workdir, shards=args.shards), load)
                     else:
                         result = _ours(workdir, load, 1 if name == "gz-ia" else args.shards)
                 rates[name].append(result.events_per_second)
                 print(
-                    f"round {round_ + 1} {name:<12} {result.events_per_second:>10,.0f} events/s, "
+                    f"round {round_ + 1} {name:<16} {result.events_per_second:>10,.0f} events/s, "
                     f"{result.collector_cpu / result.events * 1e6:.1f} µs CPU/event, {result.cores:.2f} cores",
                     flush=True,
                 )
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.events:,} events over {args.sessions:,} sessions, medians of {args.rounds}:")
     for name in names:
         median = statistics.median(rates[name])
-        print(f"  {name:<12} {median:>10,.0f} events/s  {median / peer:.2f} x syslog-ng")
+        print(f"  {name:<16} {median:>10,.0f} events/s  {median / peer:.2f} x syslog-ng")
     return 0
 
 
