@@ -36,7 +36,7 @@ from gz_ia.client.protocol import (
 from .ingest import BatchOutcome, Ingest
 from .storage._layout import LayoutError
 from .storage.writer import Writer
-from .validation import DecodedBatch, decode_batch
+from .validation import decode_batch
 
 __all__ = ["adopt_spools", "adopt_spools_through"]
 
@@ -74,34 +74,26 @@ def adopt_spools(
     for duplicates. So the whole spool is read first (it is bounded by the client's
     ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
     """
-    adopted = 0
-    for producer, lock_fd, segments in orphaned_spools(directory):
-        try:
-            spool = _read_spool(segments, uid)
-            if spool is None:
-                continue
-            outcomes = []
-            for root_path, records in spool.by_root.items():
-                try:
-                    root = writer.root(Path(root_path), owner=uid)
-                except (OSError, LayoutError) as exc:
-                    log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root_path, exc)
-                    break
-                outcomes += [ingest.apply(root, producer, batch) for batch in _batches(records)]
-            else:  # every root could be opened: write the lot, then answer for it
-                _, failed, _ = writer.flush(durable=durable)
-                if failed or not all(outcome.intact() for outcome in outcomes):
-                    log.warning("cannot write the spooled events of %s yet; will retry", producer)
-                    continue
-                for outcome in outcomes:
-                    on_outcome(outcome)
-                    adopted += outcome.count
-                spool.remove(directory, producer)
-        finally:
-            os.close(lock_fd)
-    if adopted:
-        log.info("adopted %d spooled events of clients that exited before delivering them", adopted)
-    return adopted
+
+    def deliver(producer: str, spool: _Spool) -> int | None:
+        outcomes = []
+        for root_path, records in spool.by_root.items():
+            try:
+                root = writer.root(Path(root_path), owner=uid)
+            except (OSError, LayoutError) as exc:
+                log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root_path, exc)
+                return None
+            outcomes += [ingest.apply(root, producer, decode_batch(frame[4:])) for frame in _batch_frames(records)]
+        # Every root could be opened: write the lot, then answer for it.
+        _, failed, _ = writer.flush(durable=durable)
+        if failed or not all(outcome.intact() for outcome in outcomes):
+            log.warning("cannot write the spooled events of %s yet; will retry", producer)
+            return None
+        for outcome in outcomes:
+            on_outcome(outcome)
+        return sum(outcome.count for outcome in outcomes)
+
+    return _adopt_each(directory, uid, deliver)
 
 
 def adopt_spools_through(socket_path: Path, directory: Path, *, uid: int, timeout: float = 60.0) -> int:
@@ -112,21 +104,32 @@ def adopt_spools_through(socket_path: Path, directory: Path, *, uid: int, timeou
     (one connection per root, batches in the order of their numbers), and deletes the spool only
     once every batch has its verdicts. Runs in a thread: the front's loop serves the connection.
     """
+
+    def deliver(producer: str, spool: _Spool) -> int | None:
+        try:
+            return sum(
+                _send_spool(socket_path, producer, root_path, records, timeout)
+                for root_path, records in spool.by_root.items()
+            )
+        except (OSError, FrameTooLarge, msgspec.DecodeError, _NotDelivered) as exc:
+            log.warning("cannot adopt the spool of %s yet: %s; will retry", producer, exc)
+            return None
+
+    return _adopt_each(directory, uid, deliver)
+
+
+def _adopt_each(directory: Path, uid: int, deliver: Callable[[str, _Spool], int | None]) -> int:
+    """Read each orphaned spool, ``deliver`` it (None: not now), and delete it once delivered."""
     adopted = 0
     for producer, lock_fd, segments in orphaned_spools(directory):
         try:
             spool = _read_spool(segments, uid)
             if spool is None:
                 continue
-            try:
-                count = sum(
-                    _send_spool(socket_path, producer, root_path, records, timeout)
-                    for root_path, records in spool.by_root.items()
-                )
-            except (OSError, FrameTooLarge, msgspec.DecodeError, _NotDelivered) as exc:
-                log.warning("cannot adopt the spool of %s yet: %s; will retry", producer, exc)
+            delivered = deliver(producer, spool)
+            if delivered is None:
                 continue
-            adopted += count
+            adopted += delivered
             spool.remove(directory, producer)
         finally:
             os.close(lock_fd)
@@ -141,8 +144,7 @@ class _NotDelivered(Exception):
 
 def _send_spool(socket_path: Path, producer: str, root: str, numbered: dict[int, SpoolRecord], timeout: float) -> int:
     """Send one root's spooled events; return how many were answered (written, duplicate or rejected)."""
-    ordered = [numbered[number] for number in sorted(numbered)]
-    frames = [encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run])) for run in _runs(ordered)]
+    frames = _batch_frames(numbered)
     reader = FrameReader()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
@@ -207,10 +209,7 @@ def _read_spool(segments: list[Path], uid: int) -> _Spool | None:
     return spool
 
 
-def _batches(numbered: dict[int, SpoolRecord]) -> list[DecodedBatch]:
-    """The records in the order of their numbers, as decoded batches of consecutive numbers."""
+def _batch_frames(numbered: dict[int, SpoolRecord]) -> list[bytes]:
+    """The records in the order of their numbers, as Batch frames of consecutive numbers."""
     ordered = [numbered[number] for number in sorted(numbered)]
-    return [
-        decode_batch(encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run]))[4:])
-        for run in _runs(ordered)
-    ]
+    return [encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run])) for run in _runs(ordered)]

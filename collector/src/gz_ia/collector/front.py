@@ -55,11 +55,11 @@ from gz_ia.client.protocol import (
 )
 
 from .adoption import adopt_spools_through
-from .config import CollectorConfig, ConfigError
+from .config import CollectorConfig
 from .listener import peer_credentials
 from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
 from .metrics import Metrics
-from .server import keep_restart_settings
+from .server import keep_restart_settings, reload_with
 from .shares import ShareFailed, Shares, peer_frame
 from .systemd import Notifier, watchdog_interval
 
@@ -487,26 +487,16 @@ class Front:
 
     def reload(self) -> bool:
         """Re-read the configuration, hand it to the shares and have them apply it (SIGHUP)."""
-        if self._load_config is None:
-            log.warning("SIGHUP: no configuration source to reload from; nothing changed")
-            return False
-        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
-        try:
-            new = self._load_config()
-        except ConfigError as exc:
-            self.metrics.count_reload(applied=False)
-            log.error("reload refused, keeping the running configuration: %s", exc)
-            self.notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
-            return False
+        return reload_with(self._load_config, self.notifier, self.metrics, self._pass_on)
+
+    def _pass_on(self, new: CollectorConfig) -> str:
         new = keep_restart_settings(self.config, new)
         self.config = new
         logging.getLogger().setLevel(new.log_level.upper())
         self.shares.write_config(new)
         self.shares.signal(signal.SIGHUP)
-        self.metrics.count_reload(applied=True)
         log.info("configuration reloaded and passed to the shares")
-        self.notifier.notify("READY=1", f"STATUS=serving with {self.shares.count} shares")
-        return True
+        return f"serving with {self.shares.count} shares"
 
     def status(self, reports: list[dict[str, object]]) -> dict[str, object]:
         """``gz-ia status`` of the whole collector: the shares' reports merged, with the front's facts."""

@@ -94,6 +94,32 @@ def keep_restart_settings(old: CollectorConfig, new: CollectorConfig) -> Collect
     return msgspec.structs.replace(new, **{key: getattr(old, key) for key in _RESTART_SETTINGS})
 
 
+def reload_with(
+    load: Callable[[], CollectorConfig] | None,
+    notifier: Notifier,
+    metrics: Metrics,
+    apply: Callable[[CollectorConfig], str],
+) -> bool:
+    """SIGHUP, for a collector and for a sharded collector's front alike: tell systemd, build the
+    configuration again, keep the running one on any error, else ``apply`` it (which returns the new
+    ``STATUS=`` line). Returns whether it was applied."""
+    if load is None:
+        log.warning("SIGHUP: no configuration source to reload from; nothing changed")
+        return False
+    notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+    try:
+        new = load()
+    except ConfigError as exc:
+        metrics.count_reload(applied=False)
+        log.error("reload refused, keeping the running configuration: %s", exc)
+        notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
+        return False
+    status = apply(new)
+    metrics.count_reload(applied=True)
+    notifier.notify("READY=1", f"STATUS={status}")
+    return True
+
+
 def _plain(job: FlushJob) -> bool:
     """Tell whether a (non-durable) write pass only appends to open files, give or take a couple to
     open, and can run on the loop (see _INLINE_ITEMS)."""
@@ -510,21 +536,11 @@ class Collector:
         Returns:
             Whether the new configuration was applied.
         """
-        if self._load_config is None:
-            log.warning("SIGHUP: no configuration source to reload from; nothing changed")
-            return False
-        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
-        try:
-            new = self._load_config()
-        except ConfigError as exc:
-            self.metrics.count_reload(applied=False)
-            log.error("reload refused, keeping the running configuration: %s", exc)
-            self.notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
-            return False
+        return reload_with(self._load_config, self.notifier, self.metrics, self._apply_and_describe)
+
+    def _apply_and_describe(self, new: CollectorConfig) -> str:
         self.apply_config(new)
-        self.metrics.count_reload(applied=True)
-        self.notifier.notify("READY=1", f"STATUS={self._status_line()}")
-        return True
+        return self._status_line()
 
     def apply_config(self, new: CollectorConfig) -> None:
         """Switch to ``new`` without dropping connections or events.
