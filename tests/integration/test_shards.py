@@ -199,6 +199,8 @@ def test_a_share_that_dies_is_restarted_and_its_clients_resend(make_collector: A
         os.kill(victim, signal.SIGKILL)
         producer.join(60)
         assert client.flush(timeout=60)
+        # It reconnected with events still unanswered: the share died mid-stream, not after it.
+        assert client.stats().reconnects >= 1
     finally:
         client.close()
     written = collector.all_sessions()
