@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import signal
@@ -70,6 +71,9 @@ log = logging.getLogger("gz_ia.collector")
 _SHARE_BUFFER: Final = 4 << 20
 """Bytes buffered towards a share before the front stops reading the client (the share's own
 backpressure shows here first)."""
+_CONNECT_RETRIES: Final = 500
+_CONNECT_RETRY_DELAY: Final = 0.01
+"""Up to 5 s of retries while a share's accept queue is full."""
 _SHARE_LOST: Final = "a share of the collector stopped; reconnect and resend"
 _STATUS_INTERVAL: Final = 10.0
 _ADOPTION_INTERVAL: Final = 30.0
@@ -161,9 +165,18 @@ class _Client(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             for share, path in enumerate(self.front.shares.sockets):
-                transport, link = await loop.create_unix_connection(
-                    functools.partial(_ShareLink, self, share), str(path)
-                )
+                for attempt in itertools.count():
+                    try:
+                        transport, link = await loop.create_unix_connection(
+                            functools.partial(_ShareLink, self, share), str(path)
+                        )
+                        break
+                    except BlockingIOError:
+                        # The share's accept queue is full (a burst of clients, each needing a
+                        # link to every share): wait for it to drain rather than refuse the client.
+                        if attempt >= _CONNECT_RETRIES or self.closing:
+                            raise
+                        await asyncio.sleep(_CONNECT_RETRY_DELAY)
                 transport.write(peer_frame(self.uid, self.pid))
                 self.links.append(link)
         except OSError as exc:
