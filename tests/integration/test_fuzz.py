@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import re
+import signal
 import socket
 import threading
 import time
@@ -31,6 +33,7 @@ from gz_ia.client.protocol import (
     Batch,
     FrameReader,
     Hello,
+    Welcome,
     collector_message_decoder,
     encode_frame,
 )
@@ -486,3 +489,40 @@ def test_slow_and_hostile_peers_do_not_starve_a_good_client(collector: Any, sche
         f"\n=== hostile peers === good verdicts {len(good.verdicts)}, flood events sent {flood_sent[0]}, "
         f"trickled bytes {trickled[0]}, peak paused {paused_seen}, peak RSS {vm_kib(pid, 'VmHWM') // MIB} MiB"
     )
+
+
+def test_a_burst_of_clients_waits_in_the_accept_queue(collector: Any) -> None:
+    """1,000 clients connect while the collector is stalled: each connect is queued, none refused.
+
+    A non-blocking ``connect`` (the client's, which has a timeout) fails with EAGAIN once the
+    listening socket's queue is full, and the event loop listens again with a backlog of 100
+    unless it is passed the collector's own: this failed with the 101st client before it was.
+    """
+    assert collector.proc is not None
+    pid = collector.proc.pid
+    hello = encode_frame(Hello(proto=PROTOCOL_VERSION, producer="abc", pid=1, root=str(collector.root)))
+    clients: list[socket.socket] = []
+    os.kill(pid, signal.SIGSTOP)  # accepts nothing meanwhile
+    try:
+        for _ in range(1_000):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            clients.append(sock)
+            sock.setblocking(False)
+            sock.connect(str(collector.socket))  # BlockingIOError once the queue is full
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        for sock in clients:
+            sock.settimeout(30)
+            sock.sendall(hello)
+        for sock in clients:
+            reader = FrameReader()
+            bodies: list[bytes] = []
+            while not bodies:
+                data = sock.recv(1 << 16)
+                assert data, "the collector closed a queued client's connection"
+                bodies = reader.feed(data)
+            assert isinstance(collector_message_decoder.decode(bodies[0]), Welcome)
+    finally:
+        for sock in clients:
+            sock.close()

@@ -258,3 +258,62 @@ def test_sigterm_drains_through_the_shares(make_collector: Any) -> None:
     assert sum(len(lines) for lines in collector.all_sessions().values()) == 200
     assert "stopped" in collector.log()
     assert not (collector.socket.parent / ".collector.sock.shares").exists()
+
+
+def _connections_to(path: Path) -> int:
+    """The server ends of connections made to the listening socket at ``path``, accepted or not
+    (``/proc/net/unix`` lists them under its path; ``ss`` cannot list Unix sockets in this sandbox)."""
+    listening = 1 << 16  # __SO_ACCEPTCON in the Flags column
+    count = 0
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[7] == str(path) and not int(fields[3], 16) & listening:
+            count += 1
+    return count
+
+
+def test_clients_wait_for_a_share_whose_accept_queue_is_full(make_collector: Any) -> None:
+    """More clients arrive than a stalled share's accept queue holds: they wait for it, none is refused.
+
+    Share 1 is stopped (SIGSTOP) while 1,100 clients say hello, so the front's links to it fill its
+    accept queue (backlog 1,024) and the next ``connect`` fails with EAGAIN. Once the share runs
+    again, every client must get its Welcome and be served.
+    """
+    collector = make_collector()
+    share = _status(collector)["shares"]["pids"][1]
+    share_socket = collector.socket.parent / ".collector.sock.shares" / "share-1.sock"
+    count = 1_100
+    hello = encode_frame(Hello(proto=PROTOCOL_VERSION, producer="abc", pid=1, root=str(collector.root)))
+    clients: list[socket.socket] = []
+    os.kill(share, signal.SIGSTOP)
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            clients.append(sock)
+            sock.connect(str(collector.socket))  # blocking: waits while the front's own queue is full
+            sock.settimeout(30)
+            sock.sendall(hello)
+        # The stopped share accepts nothing: its queue holds backlog + 1 links (the kernel refuses
+        # only past "more than backlog"), and the links of the other clients are being retried.
+        wait_for(lambda: _connections_to(share_socket) == 1_025, message="share 1's accept queue to fill")
+        time.sleep(0.3)  # the front goes on retrying the others meanwhile
+    finally:
+        os.kill(share, signal.SIGCONT)
+    try:
+        for sock in clients:
+            reader = FrameReader()
+            bodies: list[bytes] = []
+            while not bodies:
+                data = sock.recv(1 << 16)
+                assert data, "the front closed a client's connection"
+                bodies = reader.feed(data)
+            reply = collector_message_decoder.decode(bodies[0])
+            assert isinstance(reply, Welcome), reply
+        last = RawClient(collector)  # the last of them is served too
+        verdicts = last.batch(1, [_event("queued-0", "a", "READ"), _event("queued-1", "a", "READ")])
+        assert verdicts.seqs == [1, 1]
+        last.close()
+    finally:
+        for sock in clients:
+            sock.close()
+    assert "cannot reach a share" not in collector.log()

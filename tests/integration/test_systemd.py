@@ -151,6 +151,7 @@ def test_units_have_the_documented_settings() -> None:
         "SocketMode=0600",
         "DirectoryMode=0700",
         "FileDescriptorName=events",
+        "Backlog=1024",
         "WantedBy=sockets.target",
     ):
         assert line in socket_unit.splitlines()

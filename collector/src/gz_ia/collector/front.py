@@ -57,7 +57,7 @@ from gz_ia.client.protocol import (
 
 from .adoption import adopt_spools_through
 from .config import CollectorConfig
-from .listener import peer_credentials
+from .listener import LISTEN_BACKLOG, peer_credentials
 from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
 from .metrics import Metrics
 from .server import keep_restart_settings, reload_with
@@ -416,7 +416,7 @@ class Front:
         servers = []
         for sock in sockets:
             sock.setblocking(False)
-            servers.append(await loop.create_unix_server(lambda: _Client(self), sock=sock))
+            servers.append(await loop.create_unix_server(lambda: _Client(self), sock=sock, backlog=LISTEN_BACKLOG))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)

@@ -18,9 +18,13 @@ import struct
 from pathlib import Path
 from typing import Final
 
-__all__ = ["AlreadyRunning", "Listener", "ListenerError", "peer_credentials"]
+__all__ = ["LISTEN_BACKLOG", "AlreadyRunning", "Listener", "ListenerError", "peer_credentials"]
 
 _PEERCRED: Final = struct.Struct("3i")
+LISTEN_BACKLOG: Final = 1024
+"""Connections the kernel queues for a listening socket before ``connect`` fails with EAGAIN
+(``Backlog=`` in the socket unit). The event loop listens again when it starts serving a socket,
+with 100 unless told: every ``create_unix_server`` must pass this too."""
 
 
 class ListenerError(Exception):
@@ -58,7 +62,7 @@ def prepare_private_dir(directory: Path) -> None:
 class Listener:
     """A bound, listening Unix socket that we own (and will unlink), guarded by a lock file."""
 
-    def __init__(self, path: Path, *, backlog: int = 1024) -> None:
+    def __init__(self, path: Path, *, backlog: int = LISTEN_BACKLOG) -> None:
         self.path = path
         self.backlog = backlog
         self.sock: socket.socket | None = None

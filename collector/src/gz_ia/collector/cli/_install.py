@@ -44,6 +44,7 @@ ListenStream=%t/gz-ia/collector.sock
 SocketMode=0600
 DirectoryMode=0700
 FileDescriptorName=events
+Backlog=1024
 
 [Install]
 WantedBy=sockets.target
