@@ -26,6 +26,7 @@ from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.front import _Client, _ShareLink, merge_replies
 from gz_ia.collector.merged_metrics import merge_reports, merged_exposition
 from gz_ia.collector.metrics import Metrics
+from gz_ia.collector.shares import restart_delay
 from gz_ia.collector.validation import Owners, decode_batch, decode_share, owner_of
 
 GOOD: dict[str, Any] = {
@@ -205,3 +206,7 @@ def test_a_write_failed_in_one_share_comes_after_the_verdicts_both_gave() -> Non
     # Batch 2 has no verdict from the failed share: it is not acknowledged; the client resends it.
     assert wire.sent == [Verdicts(first=1, count=1, seqs=[3]), failed]
     assert wire.closed
+
+
+def test_a_share_that_keeps_exiting_is_restarted_ever_more_slowly_up_to_30_s() -> None:
+    assert [restart_delay(exits) for exits in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]

@@ -317,3 +317,33 @@ def test_clients_wait_for_a_share_whose_accept_queue_is_full(make_collector: Any
         for sock in clients:
             sock.close()
     assert "cannot reach a share" not in collector.log()
+
+
+def test_while_a_share_is_down_status_says_so_and_restarts_back_off(make_collector: Any) -> None:
+    """The front answers ``gz-ia status`` alone while a share restarts: unhealthy, exit 1, which
+    share; a share that exits soon after its start again waits twice as long before the next."""
+    from gz_ia.collector.status import query_status
+
+    collector = make_collector()
+    for kill, delay in enumerate((1, 2), start=1):
+        victim = _status(collector)["shares"]["pids"][1]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(
+            lambda delay=delay: collector.log().count(f"restarting it in {delay} s") == 1,
+            message=f"the front to see share 1 exit ({kill})",
+        )
+        if kill == 1:
+            report: dict[str, Any] = query_status(collector.socket, timeout=5)  # in-process: within the 1 s
+            assert report["healthy"] is False
+            shares = report["shares"]
+            assert shares == {"count": 2, "pids": [shares["pids"][0], None], "down": [1], "restarts": 1}
+            assert report["counters"] == {} and report["roots"] == []
+        else:
+            result = collector.gz_ia("status")
+            assert result.returncode == 1, result.stderr
+            assert ": UNHEALTHY, pid " in result.stdout
+            assert "  share 1 is down, being restarted" in result.stdout
+        wait_for(lambda: collector.gz_ia("status").returncode == 0, message="share 1 to be back")
+    status = _status(collector)
+    assert status["healthy"] is True and status["shares"]["down"] == []
+    assert status["shares"]["restarts"] == 2

@@ -19,7 +19,9 @@ The delivery guarantees hold because each session lives in exactly one share, wh
 producer's batches in order on one connection and closes that connection when a write fails
 (docs/architecture.md, step 6). When a share fails or exits, the front closes the client's
 connection once the earlier replies are passed on; the client resends what has no verdict, and
-what the other shares had already written of it is answered as a duplicate.
+what the other shares had already written of it is answered as a duplicate. While a share is down
+(restarting), a new client is refused the same way, except ``gz-ia status``, which the front
+answers alone: unhealthy, with the shares that are down.
 """
 
 from __future__ import annotations
@@ -47,10 +49,12 @@ from gz_ia.client.protocol import (
     Error,
     FrameReader,
     FrameTooLarge,
+    Query,
     RejectReason,
     Report,
     Verdicts,
     Welcome,
+    client_message_decoder,
     collector_message_decoder,
     encode_frame,
 )
@@ -134,6 +138,8 @@ class _Client(asyncio.Protocol):
         self.eof = False
         """The client sent EOF (a half-close): it sends no more, and may still read."""
         self.closing = False
+        self.without_shares = False
+        """A share could not be reached: only a status query is answered, from the front alone."""
         self.peer_full = False
         self._paused = False
         self.pid = 0
@@ -181,7 +187,9 @@ class _Client(asyncio.Protocol):
                 self.links.append(link)
         except OSError as exc:
             log.warning("cannot reach a share for pid %d: %s", self.pid, exc)
-            self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
+            self._close_links()
+            self.links = []
+            self._answer_without_shares()
             return
         if self.closing:
             self._close_links()
@@ -204,6 +212,8 @@ class _Client(asyncio.Protocol):
             # Read before every share was connected (reading is paused meanwhile, but a first
             # chunk may already be in): kept, and sent on once they are.
             self.early += data
+            if self.without_shares:
+                self._answer_without_shares()
             return
         for link in self.links:
             assert link.transport is not None
@@ -216,7 +226,35 @@ class _Client(asyncio.Protocol):
         self.eof = True
         if self.ready:
             self._pass_eof()
+        elif self.without_shares:
+            self._answer_without_shares()
         return True
+
+    def _answer_without_shares(self) -> None:
+        """With a share down, answer the client's first frame from the front alone, once it is in:
+        a status query gets the front's report (unhealthy), anything else ``write_failed``, which
+        clients take as "reconnect and resend"."""
+        self.without_shares = True
+        try:
+            bodies = FrameReader(MAX_FRAME).feed(bytes(self.early))
+        except FrameTooLarge:
+            bodies = [b""]
+        if not bodies:
+            if self.eof:
+                self.close()
+            elif self._paused and self.transport is not None and not self.closing:
+                self._paused = False
+                self.transport.resume_reading()
+            return
+        try:
+            first = client_message_decoder.decode(bodies[0])
+        except msgspec.DecodeError:
+            first = None
+        if isinstance(first, Query) and first.what == "status":
+            self.send(Report(data=self.front.status([])))
+            self.close()
+        else:
+            self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
 
     def _pass_eof(self) -> None:
         for link in self.links:
@@ -512,18 +550,27 @@ class Front:
         return f"serving with {self.shares.count} shares"
 
     def status(self, reports: list[dict[str, object]]) -> dict[str, object]:
-        """``gz-ia status`` of the whole collector: the shares' reports merged, with the front's facts."""
+        """``gz-ia status`` of the whole collector: the shares' reports merged, with the front's facts.
+
+        With a share down, the shares that answered (none, when the front answers alone) and
+        ``healthy`` false.
+        """
         merged = merge_reports(reports)
+        down = self.shares.down()
+        if down or len(reports) < self.shares.count:
+            merged["healthy"] = False
         merged.update(
             {
                 "version": self.version,
                 "pid": os.getpid(),
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "config": msgspec.to_builtins(self.config),
+                "durability": self.config.durability,
                 "connections": len(self.clients),
                 "shares": {
                     "count": self.shares.count,
-                    "pids": [report.get("pid") for report in reports],
+                    "pids": self.shares.pids(),
+                    "down": down,
                     "restarts": self.shares.restarts,
                 },
             }

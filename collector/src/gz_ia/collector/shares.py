@@ -30,7 +30,7 @@ import msgspec
 from .config import CollectorConfig, ConfigError
 from .status import StatusUnavailable, query
 
-__all__ = ["Peer", "Shares", "main", "peer_decoder", "peer_frame"]
+__all__ = ["Peer", "Shares", "main", "peer_decoder", "peer_frame", "restart_delay"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -40,6 +40,11 @@ _START_TIMEOUT: Final = 60.0
 files takes a while."""
 _STOP_TIMEOUT: Final = 30.0
 _RESTART_DELAY: Final = 1.0
+"""Seconds before a share that exited is started again, doubled for each exit in a row that came
+soon after its start (a share that crashes at once), up to ``_RESTART_DELAY_MAX``."""
+_RESTART_DELAY_MAX: Final = 30.0
+_STABLE_AFTER: Final = 60.0
+"""A share that ran this long before it exited is restarted after the shortest delay again."""
 _PR_SET_PDEATHSIG: Final = 1
 _UNSET: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 """Environment of the front's service manager that is the front's alone."""
@@ -98,6 +103,9 @@ class Shares:
         self.directory.mkdir(mode=0o700)
         self.sockets = [share_socket(self.directory, share) for share in range(count)]
         self._processes: list[subprocess.Popen[bytes] | None] = [None] * count
+        self._ready = [False] * count
+        self._started = [0.0] * count
+        self._quick_exits = [0] * count
         self._stopping = False
         self.restarts = 0
         self.write_config(config)
@@ -123,6 +131,8 @@ class Shares:
             await asyncio.to_thread(self._wait_ready, share)
 
     def _spawn(self, share: int) -> None:
+        self._ready[share] = False
+        self._started[share] = time.monotonic()
         environ = {key: value for key, value in os.environ.items() if key not in _UNSET}
         self.sockets[share].unlink(missing_ok=True)
         self._processes[share] = subprocess.Popen(
@@ -153,6 +163,7 @@ class Shares:
                     raise ShareFailed(f"share {share} did not answer within {_START_TIMEOUT:.0f} s: {exc}") from exc
                 time.sleep(0.02)
             else:
+                self._ready[share] = True
                 return
 
     async def watch(self) -> None:
@@ -162,9 +173,11 @@ class Shares:
             for share, process in enumerate(self._processes):
                 if self._stopping or process is None or process.poll() is None:
                     continue
-                log.error("share %d exited with status %s; restarting it", share, process.returncode)
+                self._ready[share] = False
                 self.restarts += 1
-                await asyncio.sleep(_RESTART_DELAY)
+                delay = self._restart_delay(share)
+                log.error("share %d exited with status %s; restarting it in %.0f s", share, process.returncode, delay)
+                await asyncio.sleep(delay)
                 if self._stopping:
                     return
                 self._spawn(share)
@@ -173,9 +186,29 @@ class Shares:
                 except ShareFailed as exc:
                     log.error("%s; trying again", exc)
 
+    def _restart_delay(self, share: int) -> float:
+        """How long to wait before starting ``share`` again, which just exited (see _RESTART_DELAY)."""
+        if time.monotonic() - self._started[share] >= _STABLE_AFTER:
+            self._quick_exits[share] = 0
+        delay = restart_delay(self._quick_exits[share])
+        self._quick_exits[share] += 1
+        return delay
+
+    def down(self) -> list[int]:
+        """The shares that do not serve now: exited, being restarted, or not yet answering."""
+        return [share for share in range(self.count) if not self._ready[share] or not self._running(share)]
+
+    def pids(self) -> list[int | None]:
+        """Each share's process id, None for a share that is not running."""
+        return [process.pid if process is not None and process.poll() is None else None for process in self._processes]
+
+    def _running(self, share: int) -> bool:
+        process = self._processes[share]
+        return process is not None and process.poll() is None
+
     def alive(self) -> bool:
         """Whether every share process is running."""
-        return all(process is not None and process.poll() is None for process in self._processes)
+        return all(self._running(share) for share in range(self.count))
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to every running share (SIGHUP: re-read ``config.json``)."""
@@ -199,6 +232,11 @@ class Shares:
                 process.kill()
                 process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def restart_delay(quick_exits: int) -> float:
+    """Seconds before restarting a share after ``quick_exits`` exits in a row soon after its start."""
+    return min(_RESTART_DELAY * 2.0**quick_exits, _RESTART_DELAY_MAX)
 
 
 def _stop_with(front: int) -> None:

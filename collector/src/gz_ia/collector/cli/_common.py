@@ -23,6 +23,8 @@ EXIT_REJECTED: Final = 1
 EXIT_NOT_FOUND: Final = 1
 EXIT_NO_MATCH: Final = 1
 """``gz-ia logs --grep`` matched nothing (journalctl -g does the same), so scripts can test for a hit."""
+EXIT_UNHEALTHY: Final = 1
+"""``gz-ia status``: the collector answered, unhealthy (a share of a sharded collector is down)."""
 EXIT_UNAVAILABLE: Final = 69
 """``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable."""
 

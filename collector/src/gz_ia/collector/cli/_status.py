@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import EXIT_UNAVAILABLE, socket_path_of
+from ._common import EXIT_UNAVAILABLE, EXIT_UNHEALTHY, socket_path_of
 
 
 @main.command("status")
@@ -16,7 +16,11 @@ from ._common import EXIT_UNAVAILABLE, socket_path_of
 @click.option("--timeout", type=float, default=3.0, show_default=True)
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
-    """Ask the running collector for its health, uptime, roots and counters."""
+    """Ask the running collector for its health, uptime, roots and counters.
+
+    Exits 1 when it answers unhealthy (a share of a sharded collector is down) and 69 when none
+    answers.
+    """
     from gz_ia.collector.status import StatusUnavailable, query_status
 
     path = socket_path_of(ctx)
@@ -27,7 +31,13 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
         ctx.exit(EXIT_UNAVAILABLE)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
-        return
+    else:
+        _print_report(report)
+    if not report.get("healthy", True):
+        ctx.exit(EXIT_UNHEALTHY)
+
+
+def _print_report(report: dict[str, Any]) -> None:
     health = "healthy" if report.get("healthy", True) else "UNHEALTHY"
     click.echo(
         f"gz-ia collector {report['version']}: {health}, pid {report['pid']}, "
@@ -35,8 +45,10 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     )
     shares = report.get("shares")
     if isinstance(shares, dict):  # a sharded collector (shards > 1)
-        pids = ", ".join(str(pid) for pid in shares["pids"])
+        pids = ", ".join("-" if pid is None else str(pid) for pid in shares["pids"])
         click.echo(f"shares: {shares['count']}, restarts {shares['restarts']}, pids {pids}")
+        for share in shares.get("down", []):
+            click.echo(f"  share {share} is down, being restarted: clients are refused meanwhile and resend later")
     click.echo(f"connections: {report['connections']}")
     for root in report["roots"]:
         click.echo(
