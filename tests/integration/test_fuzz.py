@@ -526,3 +526,56 @@ def test_a_burst_of_clients_waits_in_the_accept_queue(collector: Any) -> None:
     finally:
         for sock in clients:
             sock.close()
+
+
+def test_a_send_waits_for_room_in_a_full_accept_queue(collector: Any) -> None:
+    """A client that finds the collector's accept queue full waits for room within its connect
+    timeout: ``send()`` gets its verdict instead of ``CollectorUnavailable``.
+
+    A Unix socket's connect with a timeout fails at once with EAGAIN on a full queue; the client
+    used to take that as "no collector" and fail every waiting ``send()``.
+    """
+    assert collector.proc is not None
+    pid = collector.proc.pid
+    fillers: list[socket.socket] = []
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        while True:  # fill the queue: 1,025 connections with a backlog of 1,024
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(str(collector.socket))
+            except BlockingIOError:
+                sock.close()
+                break
+            fillers.append(sock)
+        assert len(fillers) == 1_025
+        client = collector.client(connect_timeout=10.0)
+        outcome: list[object] = []
+        sender = threading.Thread(
+            target=lambda: outcome.append(
+                _try(lambda: client.send(build_event(session_id="queued", action="a", stage="READ", agent="t")))
+            )
+        )
+        sender.start()
+        time.sleep(0.5)  # the client's connects meet the full queue meanwhile
+        assert outcome == []  # still waiting, not failed
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        sender.join(30)
+        (verdict,) = outcome
+        assert not isinstance(verdict, Exception), verdict
+        assert client.stats().last_error is None
+    finally:
+        client.close()
+        for sock in fillers:
+            sock.close()
+    assert [line["action"] for line in collector.session_lines("queued")] == ["a"]
+
+
+def _try(call: Any) -> object:
+    try:
+        return call()
+    except Exception as exc:
+        return exc

@@ -71,6 +71,8 @@ _LAGGING_EVENTS: Final = 4096
 """Queued events past which an agent thread that moves its inbox into the queue gives the sender
 thread a turn (:func:`_give_way`): once per ``_INBOX_EVENTS`` events, while connected."""
 _BACKOFF_MIN: Final = 0.05
+_QUEUE_FULL_WAIT: Final = 0.01
+"""Seconds between connects while the collector's accept queue is full (see ``Sender._connect``)."""
 _BACKOFF_MAX: Final = 2.0
 # Reasons after which retrying the same connection cannot succeed: the events are refused.
 _PERMANENT: Final = frozenset(
@@ -550,18 +552,30 @@ class Sender:
                 pass
 
     def _connect(self, selector: selectors.BaseSelector) -> bool:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.connect_timeout)
-        try:
-            with contextlib.suppress(OSError):
-                self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            sock.connect(str(self.socket_path))
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            with self._lock:
-                self._last_error = f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
-            return False
+        with contextlib.suppress(OSError):
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.connect_timeout)
+            try:
+                sock.connect(str(self.socket_path))
+                sock.setblocking(False)
+                break
+            except OSError as exc:
+                sock.close()
+                # EAGAIN: the collector is there but its accept queue is full (a burst of clients).
+                # A connect with a timeout fails at once then, on a Unix socket: wait for room,
+                # within the same timeout, rather than fail a waiting send() and back off.
+                if isinstance(exc, BlockingIOError) and time.monotonic() + _QUEUE_FULL_WAIT < deadline:
+                    with self._lock:
+                        closing = self._closing
+                    if not closing:
+                        time.sleep(_QUEUE_FULL_WAIT)
+                        continue
+                with self._lock:
+                    self._last_error = f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
+                return False
         hello = Hello(
             proto=PROTOCOL_VERSION,
             producer=self.producer,
