@@ -181,10 +181,16 @@ class Shares:
                 if self._stopping:
                     return
                 self._spawn(share)
-                try:
-                    await asyncio.to_thread(self._wait_ready, share)
-                except ShareFailed as exc:
-                    log.error("%s; trying again", exc)
+                while not self._stopping:
+                    try:
+                        await asyncio.to_thread(self._wait_ready, share)
+                        break
+                    except ShareFailed as exc:
+                        if not self._running(share):
+                            log.error("%s", exc)  # exited: the next round restarts it
+                            break
+                        # Slow, not dead (repairing a large root): never killed for it, waited for.
+                        log.warning("%s; still waiting for it", exc)
 
     def _restart_delay(self, share: int) -> float:
         """How long to wait before starting ``share`` again, which just exited (see _RESTART_DELAY)."""
