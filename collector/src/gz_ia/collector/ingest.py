@@ -135,10 +135,11 @@ class Ingest:
         first = batch.first
         safe_parents = self._safe_parents
         max_open_actions = self.max_open_actions
+        rejections = batch.rejections
         for index, event in enumerate(batch.events):
             number = first + index
             if event is None:
-                rejection = batch.rejections.get(index)
+                rejection = rejections.get(index) if rejections else None
                 if rejection is not None:
                     self._reject(root, outcome, producer, number, index, rejection, None, batch.raw.get(index))
                 elif seqs is not None:
