@@ -61,7 +61,7 @@ from gz_ia.client.protocol import (
 
 from .adoption import adopt_spools_through
 from .config import CollectorConfig
-from .listener import LISTEN_BACKLOG, peer_credentials
+from .listener import peer_credentials, serve_sockets
 from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
 from .metrics import Metrics
 from .server import keep_restart_settings, reload_with
@@ -238,7 +238,8 @@ class _Client(asyncio.Protocol):
         try:
             bodies = FrameReader(MAX_FRAME).feed(bytes(self.early))
         except FrameTooLarge:
-            bodies = [b""]
+            self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
+            return
         if not bodies:
             if self.eof:
                 self.close()
@@ -451,10 +452,7 @@ class Front:
             log.error("cannot start the collector's shares: %s", exc)
             self.shares.stop()
             raise SystemExit(1) from exc
-        servers = []
-        for sock in sockets:
-            sock.setblocking(False)
-            servers.append(await loop.create_unix_server(lambda: _Client(self), sock=sock, backlog=LISTEN_BACKLOG))
+        servers = await serve_sockets(sockets, lambda: _Client(self))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)

@@ -8,6 +8,7 @@ Under systemd socket activation the listening socket is inherited instead (see :
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -15,16 +16,33 @@ import os
 import socket
 import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-__all__ = ["LISTEN_BACKLOG", "AlreadyRunning", "Listener", "ListenerError", "peer_credentials"]
+__all__ = ["LISTEN_BACKLOG", "AlreadyRunning", "Listener", "ListenerError", "peer_credentials", "serve_sockets"]
 
 _PEERCRED: Final = struct.Struct("3i")
 LISTEN_BACKLOG: Final = 1024
 """Connections the kernel queues for a listening socket before ``connect`` fails with EAGAIN
-(``Backlog=`` in the socket unit). The event loop listens again when it starts serving a socket,
-with 100 unless told: every ``create_unix_server`` must pass this too."""
+(``Backlog=`` in the socket unit, and :class:`Listener`'s own)."""
+
+
+async def serve_sockets(
+    sockets: list[socket.socket], protocol: Callable[[], asyncio.Protocol]
+) -> list[asyncio.AbstractServer]:
+    """Serve each listening socket (ours or systemd's) on the running loop with ``protocol``.
+
+    The loop calls ``listen`` again on a socket it starts serving, with a backlog of 100 unless
+    told: this keeps :data:`LISTEN_BACKLOG`, so a burst of clients waits in the queue instead of
+    being refused from the 101st.
+    """
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.AbstractServer] = []
+    for sock in sockets:
+        sock.setblocking(False)
+        servers.append(await loop.create_unix_server(protocol, sock=sock, backlog=LISTEN_BACKLOG))
+    return servers
 
 
 class ListenerError(Exception):

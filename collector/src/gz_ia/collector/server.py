@@ -49,7 +49,7 @@ from .adoption import adopt_spools
 from .config import CollectorConfig, ConfigError
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
-from .listener import LISTEN_BACKLOG, peer_credentials
+from .listener import peer_credentials, serve_sockets
 from .metrics import Metrics, write_error_kind
 from .shares import peer_decoder
 from .stages import Rejection
@@ -441,10 +441,7 @@ class Collector:
             # Before any connection is served (in a sharded collector, before the front starts
             # the other shares' clients: it waits for every share to answer).
             self._repair_known_roots()
-        for sock in sockets:
-            sock.setblocking(False)
-            listening = await loop.create_unix_server(lambda: Connection(self), sock=sock, backlog=LISTEN_BACKLOG)
-            self._servers.append(listening)
+        self._servers += await serve_sockets(sockets, lambda: Connection(self))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)

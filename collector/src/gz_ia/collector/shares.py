@@ -173,24 +173,29 @@ class Shares:
             for share, process in enumerate(self._processes):
                 if self._stopping or process is None or process.poll() is None:
                     continue
-                self._ready[share] = False
                 self.restarts += 1
                 delay = self._restart_delay(share)
                 log.error("share %d exited with status %s; restarting it in %.0f s", share, process.returncode, delay)
                 await asyncio.sleep(delay)
                 if self._stopping:
                     return
-                self._spawn(share)
-                while not self._stopping:
-                    try:
-                        await asyncio.to_thread(self._wait_ready, share)
-                        break
-                    except ShareFailed as exc:
-                        if not self._running(share):
-                            log.error("%s", exc)  # exited: the next round restarts it
-                            break
-                        # Slow, not dead (repairing a large root): never killed for it, waited for.
-                        log.warning("%s; still waiting for it", exc)
+                await self._restart(share)
+
+    async def _restart(self, share: int) -> None:
+        """Start ``share`` again and wait until it answers or exits (then :meth:`watch` sees it).
+
+        A share that is slow to answer (repairing a large root) is waited for, never killed.
+        """
+        self._spawn(share)
+        while not self._stopping:
+            try:
+                await asyncio.to_thread(self._wait_ready, share)
+                return
+            except ShareFailed as exc:
+                if not self._running(share):
+                    log.error("%s", exc)
+                    return
+                log.warning("%s; still waiting for it", exc)
 
     def _restart_delay(self, share: int) -> float:
         """How long to wait before starting ``share`` again, which just exited (see _RESTART_DELAY)."""
