@@ -30,6 +30,19 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def first_reply(sock: socket.socket) -> Any:
+    """Read from a raw client connection until the collector's first reply is in; return it decoded."""
+    from gz_ia.client.protocol import FrameReader, collector_message_decoder
+
+    reader = FrameReader()
+    bodies: list[bytes] = []
+    while not bodies:
+        data = sock.recv(1 << 16)
+        assert data, "the collector closed the connection before replying"
+        bodies = reader.feed(data)
+    return collector_message_decoder.decode(bodies[0])
+
+
 def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.02, message: str = "condition") -> None:
     """Poll ``predicate`` until it is true or fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

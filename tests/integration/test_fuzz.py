@@ -25,6 +25,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from tests.conftest import first_reply
 
 from gz_ia.client import build_event
 from gz_ia.client.protocol import (
@@ -500,7 +501,6 @@ def test_a_burst_of_clients_waits_in_the_accept_queue(collector: Any) -> None:
     """
     assert collector.proc is not None
     pid = collector.proc.pid
-    hello = encode_frame(Hello(proto=PROTOCOL_VERSION, producer="abc", pid=1, root=str(collector.root)))
     clients: list[socket.socket] = []
     os.kill(pid, signal.SIGSTOP)  # accepts nothing meanwhile
     try:
@@ -514,15 +514,9 @@ def test_a_burst_of_clients_waits_in_the_accept_queue(collector: Any) -> None:
     try:
         for sock in clients:
             sock.settimeout(30)
-            sock.sendall(hello)
+            sock.sendall(hello_frame(collector))
         for sock in clients:
-            reader = FrameReader()
-            bodies: list[bytes] = []
-            while not bodies:
-                data = sock.recv(1 << 16)
-                assert data, "the collector closed a queued client's connection"
-                bodies = reader.feed(data)
-            assert isinstance(collector_message_decoder.decode(bodies[0]), Welcome)
+            assert isinstance(first_reply(sock), Welcome)
     finally:
         for sock in clients:
             sock.close()
@@ -551,31 +545,17 @@ def test_a_send_waits_for_room_in_a_full_accept_queue(collector: Any) -> None:
             fillers.append(sock)
         assert len(fillers) == 1_025
         client = collector.client(connect_timeout=10.0)
-        outcome: list[object] = []
-        sender = threading.Thread(
-            target=lambda: outcome.append(
-                _try(lambda: client.send(build_event(session_id="queued", action="a", stage="READ", agent="t")))
-            )
-        )
-        sender.start()
+        # What send() waits on: failed with CollectorUnavailable when the connect is refused.
+        verdict = client.send_future(build_event(session_id="queued", action="a", stage="READ", agent="t"))
         time.sleep(0.5)  # the client's connects meet the full queue meanwhile
-        assert outcome == []  # still waiting, not failed
+        assert not verdict.done()  # still waiting, not failed
     finally:
         os.kill(pid, signal.SIGCONT)
     try:
-        sender.join(30)
-        (verdict,) = outcome
-        assert not isinstance(verdict, Exception), verdict
+        assert verdict.result(30).seq == 1
         assert client.stats().last_error is None
     finally:
         client.close()
         for sock in fillers:
             sock.close()
     assert [line["action"] for line in collector.session_lines("queued")] == ["a"]
-
-
-def _try(call: Any) -> object:
-    try:
-        return call()
-    except Exception as exc:
-        return exc

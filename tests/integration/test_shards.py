@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from tests.conftest import CollectorProcess, wait_for
+from tests.conftest import CollectorProcess, first_reply, wait_for
 
 from gz_ia.client.protocol import (
     PROTOCOL_VERSION,
@@ -301,13 +301,7 @@ def test_clients_wait_for_a_share_whose_accept_queue_is_full(make_collector: Any
         os.kill(share, signal.SIGCONT)
     try:
         for sock in clients:
-            reader = FrameReader()
-            bodies: list[bytes] = []
-            while not bodies:
-                data = sock.recv(1 << 16)
-                assert data, "the front closed a client's connection"
-                bodies = reader.feed(data)
-            reply = collector_message_decoder.decode(bodies[0])
+            reply = first_reply(sock)
             assert isinstance(reply, Welcome), reply
         last = RawClient(collector)  # the last of them is served too
         verdicts = last.batch(1, [_event("queued-0", "a", "READ"), _event("queued-1", "a", "READ")])
