@@ -129,6 +129,12 @@ class CollectorProcess:
         except FileNotFoundError:
             return ""
 
+    def log_lines(self, containing: str, *, process: str = "gz-ia-collector") -> list[str]:
+        """The log lines of one process that contain ``containing``: ``"gz-ia-collector"`` is the
+        collector itself (a sharded collector's front), ``"gz-ia-collector[share 1]"`` a share."""
+        prefix = process + ": "
+        return [line for line in self.log().splitlines() if line.startswith(prefix) and containing in line]
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         """Send ``sig`` and wait for the exit; return the exit code."""
         assert self.proc is not None

@@ -33,10 +33,11 @@ def _write_config(collector: CollectorProcess, text: str) -> None:
 
 
 def _reload(collector: CollectorProcess, expect: str) -> None:
-    """Send SIGHUP and wait for one more log line containing ``expect``."""
-    before = collector.log().count(expect)
+    """Send SIGHUP and wait for one more line of the collector's own log containing ``expect`` (a
+    sharded collector's shares each log their own "configuration reloaded" before the front)."""
+    before = len(collector.log_lines(expect))
     _proc(collector).send_signal(signal.SIGHUP)
-    wait_for(lambda: collector.log().count(expect) > before, timeout=20, message=f"{expect!r} in the collector log")
+    wait_for(lambda: len(collector.log_lines(expect)) > before, timeout=20, message=f"{expect!r} in the collector log")
     assert _proc(collector).poll() is None, collector.log()
 
 

@@ -21,6 +21,7 @@ import msgspec
 import pytest
 from tests.conftest import CollectorProcess, first_reply, wait_for
 
+from gz_ia.client import build_event
 from gz_ia.client.protocol import (
     PROTOCOL_VERSION,
     Batch,
@@ -242,8 +243,6 @@ def _running(pid: int) -> bool:
 def test_sigterm_drains_through_the_shares(make_collector: Any) -> None:
     """What the client had acknowledged is on disk after SIGTERM; the front and its shares exit 0."""
     collector = make_collector()
-    from gz_ia.client import build_event
-
     client = collector.client()
     try:
         for index in range(200):
@@ -341,3 +340,70 @@ def test_while_a_share_is_down_status_says_so_and_restarts_back_off(make_collect
     status = _status(collector)
     assert status["healthy"] is True and status["shares"]["down"] == []
     assert status["shares"]["restarts"] == 2
+
+
+def test_a_reload_is_over_only_when_every_share_has_applied_it(make_collector: Any) -> None:
+    """The front logs "configuration reloaded" (and tells systemd READY=1) only once each share runs
+    the new configuration: a stalled share holds the reload back, and the first event after the
+    reload meets the new limit whichever share owns its session."""
+    collector = make_collector(start=False)
+    config = collector.base / "config" / "gz-ia" / "collector.toml"  # conftest's XDG_CONFIG_HOME
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("max_open_actions = 1\n")
+    collector.start()
+    assert collector.proc is not None
+    session = next(f"limit-{index}" for index in range(100) if owner_of(f"limit-{index}", 2) == 1)
+    client = collector.client()
+    try:
+        client.send(build_event(session_id=session, action="a1", stage="READ", agent="test"), timeout=20)
+        share = _status(collector)["shares"]["pids"][1]
+        config.write_text("max_open_actions = 2\n")
+        os.kill(share, signal.SIGSTOP)
+        try:
+            collector.proc.send_signal(signal.SIGHUP)
+            wait_for(
+                lambda: collector.log_lines("configuration reloaded", process="gz-ia-collector[share 0]"),
+                message="share 0 to apply the reload",
+            )
+            time.sleep(0.5)  # the front is waiting for share 1
+            assert not collector.log_lines("configuration reloaded"), collector.log()
+        finally:
+            os.kill(share, signal.SIGCONT)
+        wait_for(lambda: collector.log_lines("applied by every share"), message="the front to finish the reload")
+        # Sent right after the reload is over: share 1 has the new limit of two open actions.
+        client.send(build_event(session_id=session, action="a2", stage="READ", agent="test"), timeout=20)
+    finally:
+        client.close()
+    assert [line["action"] for line in collector.session_lines(session)] == ["a1", "a2"]
+
+
+def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collector: Any) -> None:
+    """A share stalled through the whole reload is named in a warning; the reload still ends, and
+    the share applies the configuration once it runs again."""
+    collector = make_collector(start=False)
+    config = collector.base / "config" / "gz-ia" / "collector.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("max_open_actions = 1\n")
+    collector.start()
+    assert collector.proc is not None
+    share = _status(collector)["shares"]["pids"][1]
+    config.write_text("max_open_actions = 2\n")
+    os.kill(share, signal.SIGSTOP)
+    try:
+        collector.proc.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: collector.log_lines("but share(s) 1 do not show it yet"),
+            timeout=30,
+            message="the front to give up waiting for share 1",
+        )
+        assert not collector.log_lines("applied by every share")
+    finally:
+        os.kill(share, signal.SIGCONT)
+    wait_for(
+        lambda: collector.log_lines("configuration reloaded", process="gz-ia-collector[share 1]"),
+        message="share 1 to apply the reload once it runs",
+    )
+    from gz_ia.collector.status import query_status
+
+    share_socket = collector.socket.parent / ".collector.sock.shares" / "share-1.sock"
+    assert query_status(share_socket, timeout=5)["config"]["max_open_actions"] == 2  # type: ignore[index]

@@ -64,7 +64,7 @@ from .config import CollectorConfig
 from .listener import peer_credentials, serve_sockets
 from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
 from .metrics import Metrics
-from .server import keep_restart_settings, reload_with
+from .reload import begin_reload, changed_settings, finish_reload
 from .shares import ShareFailed, Shares, peer_frame
 from .systemd import Notifier, watchdog_interval
 
@@ -437,6 +437,8 @@ class Front:
         self.connecting: set[asyncio.Future[None]] = set()
         self.notifier = Notifier()
         self._stopping = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
+        self._reloads: set[asyncio.Future[None]] = set()
         self.registry = CollectorRegistry()
         """What the metrics endpoint serves: this process's metrics merged with every share's."""
         self.registry.register(MergedMetrics(metrics.registry, self.shares.sockets))
@@ -476,9 +478,10 @@ class Front:
                 server.close()
             for client in list(self.clients):
                 client.stop_reading()
-            for task in (watcher, watchdog, adopter):
+            tasks = (watcher, watchdog, adopter, *self._reloads)  # a reload in flight is moot now
+            for task in tasks:
                 task.cancel()
-            for task in (watcher, watchdog, adopter):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             # Each share drains: it writes what it staged and answers it, which reaches the
@@ -534,18 +537,34 @@ class Front:
         """Ask :meth:`serve` to drain and return (as SIGTERM does)."""
         self._stopping.set()
 
-    def reload(self) -> bool:
-        """Re-read the configuration, hand it to the shares and have them apply it (SIGHUP)."""
-        return reload_with(self._load_config, self.notifier, self.metrics, self._pass_on)
+    def reload(self) -> None:
+        """SIGHUP: re-read the configuration and have the shares apply it, in the background.
 
-    def _pass_on(self, new: CollectorConfig) -> str:
-        new = keep_restart_settings(self.config, new)
-        self.config = new
-        logging.getLogger().setLevel(new.log_level.upper())
-        self.shares.write_config(new)
-        self.shares.signal(signal.SIGHUP)
-        log.info("configuration reloaded and passed to the shares")
-        return f"serving with {self.shares.count} shares"
+        Reloads run one after the other; each is over (logged, ``READY=1``) once every share shows
+        the new configuration, so that what follows a reload meets the new limits in any share.
+        """
+        task = asyncio.ensure_future(self._reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self) -> None:
+        async with self._reload_lock:
+            new = begin_reload(self._load_config, self.config, self.notifier, self.metrics)
+            if new is None:
+                return
+            old = self.config
+            self.config = new
+            logging.getLogger().setLevel(new.log_level.upper())
+            lagging = await self.shares.reload(new)
+            if lagging:
+                log.warning(
+                    "configuration reloaded (%s), but share(s) %s do not show it yet; see their log",
+                    changed_settings(old, new),
+                    ", ".join(map(str, lagging)),
+                )
+            else:
+                log.info("configuration reloaded (%s) and applied by every share", changed_settings(old, new))
+            finish_reload(self.notifier, self.metrics, f"serving with {self.shares.count} shares")
 
     def status(self, reports: list[dict[str, object]]) -> dict[str, object]:
         """``gz-ia status`` of the whole collector: the shares' reports merged, with the front's facts.

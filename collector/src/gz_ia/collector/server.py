@@ -46,11 +46,12 @@ from gz_ia.client.protocol import (
 )
 
 from .adoption import adopt_spools
-from .config import CollectorConfig, ConfigError
+from .config import CollectorConfig
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
 from .listener import peer_credentials, serve_sockets
 from .metrics import Metrics, write_error_kind
+from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
 from .stages import Rejection
 from .storage._layout import LayoutError
@@ -81,43 +82,8 @@ _MAX_STAGED_BYTES: Final = 16 << 20
 _MAX_STAGED_FILES: Final = 16_384
 """Files with lines staged for one write pass before the collector stops reading. With many sessions
 each staged event is a buffer of its own: this bound, not the byte bound, keeps memory flat there."""
-_RESTART_SETTINGS: Final = ("socket", "metrics_address", "shards")
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
-
-
-def keep_restart_settings(old: CollectorConfig, new: CollectorConfig) -> CollectorConfig:
-    """Return ``new`` with the settings that only a restart changes (socket, metrics, shards) kept."""
-    for key in _RESTART_SETTINGS:
-        if getattr(new, key) != getattr(old, key):
-            log.warning("reload: %s changed to %r; it takes effect at the next restart", key, getattr(new, key))
-    return msgspec.structs.replace(new, **{key: getattr(old, key) for key in _RESTART_SETTINGS})
-
-
-def reload_with(
-    load: Callable[[], CollectorConfig] | None,
-    notifier: Notifier,
-    metrics: Metrics,
-    apply: Callable[[CollectorConfig], str],
-) -> bool:
-    """SIGHUP, for a collector and for a sharded collector's front alike: tell systemd, build the
-    configuration again, keep the running one on any error, else ``apply`` it (which returns the new
-    ``STATUS=`` line). Returns whether it was applied."""
-    if load is None:
-        log.warning("SIGHUP: no configuration source to reload from; nothing changed")
-        return False
-    notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
-    try:
-        new = load()
-    except ConfigError as exc:
-        metrics.count_reload(applied=False)
-        log.error("reload refused, keeping the running configuration: %s", exc)
-        notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
-        return False
-    status = apply(new)
-    metrics.count_reload(applied=True)
-    notifier.notify("READY=1", f"STATUS={status}")
-    return True
 
 
 def _plain(job: FlushJob) -> bool:
@@ -534,20 +500,21 @@ class Collector:
         Returns:
             Whether the new configuration was applied.
         """
-        return reload_with(self._load_config, self.notifier, self.metrics, self._apply_and_describe)
-
-    def _apply_and_describe(self, new: CollectorConfig) -> str:
+        new = begin_reload(self._load_config, self.config, self.notifier, self.metrics)
+        if new is None:
+            return False
         self.apply_config(new)
-        return self._status_line()
+        finish_reload(self.notifier, self.metrics, self._status_line())
+        return True
 
     def apply_config(self, new: CollectorConfig) -> None:
         """Switch to ``new`` without dropping connections or events.
 
         Limits, durability, log level and the rotation/retention settings take effect at once; the
-        socket, the metrics address and the shards need a restart, so their running values are kept.
+        socket, the metrics address and the shards need a restart (:func:`.reload.begin_reload`
+        keeps their running values).
         """
         old = self.config
-        new = keep_restart_settings(old, new)
         self.writer.configure(new)  # rotation and retention, from the next write on
         self.config = new
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
@@ -555,8 +522,7 @@ class Collector:
         logging.getLogger().setLevel(new.log_level.upper())
         for connection in list(self.connections):
             connection._update_reading()  # a raised max_backlog_batches resumes paused connections
-        changed = [f.name for f in msgspec.structs.fields(new) if getattr(new, f.name) != getattr(old, f.name)]
-        log.info("configuration reloaded (%s)", ", ".join(changed) + " changed" if changed else "no change")
+        log.info("configuration reloaded (%s)", changed_settings(old, new))
 
     # --- flushing -------------------------------------------------------------------------------------
 

@@ -45,6 +45,8 @@ soon after its start (a share that crashes at once), up to ``_RESTART_DELAY_MAX`
 _RESTART_DELAY_MAX: Final = 30.0
 _STABLE_AFTER: Final = 60.0
 """A share that ran this long before it exited is restarted after the shortest delay again."""
+_APPLY_TIMEOUT: Final = 10.0
+"""Seconds a reload waits for every share to show the new configuration in its status."""
 _PR_SET_PDEATHSIG: Final = 1
 _UNSET: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 """Environment of the front's service manager that is the front's alone."""
@@ -220,6 +222,36 @@ class Shares:
     def alive(self) -> bool:
         """Whether every share process is running."""
         return all(self._running(share) for share in range(self.count))
+
+    async def reload(self, config: CollectorConfig) -> list[int]:
+        """Hand ``config`` to every share (SIGHUP) and wait until each running one shows it in its status.
+
+        A share that is down reads it when it starts. Returns the shares that did not show it within
+        ``_APPLY_TIMEOUT`` seconds (stalled, or refusing it: their log says why).
+        """
+        self.write_config(config)
+        self.signal(signal.SIGHUP)
+        deadline = time.monotonic() + _APPLY_TIMEOUT
+        while True:
+            lagging = await asyncio.to_thread(self._lagging, config)
+            if not lagging or time.monotonic() > deadline:
+                return lagging
+            await asyncio.sleep(0.02)
+
+    def _lagging(self, config: CollectorConfig) -> list[int]:
+        lagging = []
+        down = self.down()
+        for share in range(self.count):
+            if share in down:
+                continue
+            expected = msgspec.to_builtins(share_config(config, self.directory, share))
+            try:
+                running = query(self.sockets[share], timeout=1.0).get("config")
+            except StatusUnavailable:
+                running = None
+            if running != expected:
+                lagging.append(share)
+        return lagging
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to every running share (SIGHUP: re-read ``config.json``)."""
