@@ -17,11 +17,14 @@ from gz_ia.client.protocol import (
     FrameReader,
     FrameTooLarge,
     Hello,
+    Route,
     TypedBatch,
     Verdicts,
+    Welcome,
     client_message_decoder,
     collector_message_decoder,
     encode_frame,
+    owner_of,
     typed_batch_decoder,
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
@@ -115,6 +118,25 @@ def test_golden_frames_from_protocol_version_1_still_decode() -> None:
     assert batch.first == 1 and batch.events == [_golden_event()]
     verdicts = collector_message_decoder.decode(verdicts_body)
     assert verdicts == Verdicts(first=1, count=1, seqs=[1], rejected=[])
+
+
+def test_routing_fields_default_to_what_a_peer_without_them_means() -> None:
+    """A hello without ``routes`` does not route; a welcome without ``shares`` is one process."""
+    hello = client_message_decoder.decode(
+        msgspec.msgpack.encode({"type": "hello", "proto": 1, "producer": "ab", "pid": 1, "root": "/r"})
+    )
+    welcome = collector_message_decoder.decode(msgspec.msgpack.encode({"type": "welcome", "proto": 1, "version": "0"}))
+    assert isinstance(hello, Hello) and hello.routes is False
+    assert isinstance(welcome, Welcome) and welcome.shares == 1
+    assert client_message_decoder.decode(encode_frame(Route(share=1))[4:]) == Route(share=1)
+
+
+def test_the_owner_of_a_session_never_changes() -> None:
+    """Clients and collectors of different releases must agree on each session's share: the hash is
+    pinned (CRC-32 of the UTF-8 id)."""
+    assert [owner_of(s, 2) for s in ("a", "b", "session-1", "sess-2")] == [1, 1, 0, 1]
+    assert [owner_of(s, 3) for s in ("a", "b", "session-1", "sess-2")] == [0, 2, 1, 1]
+    assert all(owner_of(s, 1) == 0 for s in ("a", "b", "é"))
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates the golden files on purpose only

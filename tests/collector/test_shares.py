@@ -15,19 +15,21 @@ from gz_ia.client.protocol import (
     Batch,
     Error,
     FrameReader,
+    Owners,
     Rejection,
     RejectReason,
     Verdicts,
     Welcome,
     collector_message_decoder,
     encode_frame,
+    owner_of,
 )
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.front import _Client, _ShareLink, merge_replies
 from gz_ia.collector.merged_metrics import merge_reports, merged_exposition
 from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.shares import restart_delay
-from gz_ia.collector.validation import Owners, decode_batch, decode_share, owner_of
+from gz_ia.collector.validation import decode_batch, decode_share
 
 GOOD: dict[str, Any] = {
     "timestamp": "2026-01-01T00:00:00Z",

@@ -156,9 +156,12 @@ def exchange(collector: Any, payload: bytes, *, read: bool = True) -> list[Any]:
     return replies
 
 
-def hello_frame(collector: Any, producer: str | None = None) -> bytes:
+def hello_frame(collector: Any, producer: str | None = None, *, routes: bool | None = None) -> bytes:
+    """A valid hello; offering to route (:class:`Route` frames) or not, at random unless told."""
     producer = producer or f"{random.getrandbits(48):012x}"
-    return encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=1, root=str(collector.root)))
+    routes = random.random() < 0.5 if routes is None else routes
+    hello = Hello(proto=PROTOCOL_VERSION, producer=producer, pid=1, root=str(collector.root), routes=routes)
+    return encode_frame(hello)
 
 
 def batch_frame(first: int, events: list[dict[str, Any]]) -> bytes:
@@ -230,7 +233,7 @@ def _messages(root: str) -> st.SearchStrategy[Any]:
             "pid": st.one_of(st.integers(min_value=0, max_value=2**31), _values),
             "root": st.one_of(st.just(root), st.sampled_from(["/", "/etc", "../..", root + "/../x"]), _values),
         },
-        optional={"program": _values},
+        optional={"program": _values, "routes": st.one_of(st.booleans(), _values)},
     )
     batch = st.builds(
         lambda first, bodies, verdicts: {
@@ -244,8 +247,9 @@ def _messages(root: str) -> st.SearchStrategy[Any]:
         st.one_of(st.booleans(), _values),
     )
     query = st.fixed_dictionaries({"type": st.just("query")}, optional={"what": _values})
+    route = st.fixed_dictionaries({"type": st.just("route"), "share": st.one_of(st.integers(-2, 3), _values)})
     other = st.one_of(_values, st.fixed_dictionaries({"type": st.text(max_size=10)}, optional={"x": _values}))
-    return st.one_of(batch, hello, query, other)
+    return st.one_of(batch, hello, query, route, other)
 
 
 @st.composite
@@ -402,7 +406,7 @@ def test_slow_and_hostile_peers_do_not_starve_a_good_client(collector: Any, sche
 
     # 1. A flooder that sends batches and never reads its verdicts.
     flooder = _connect(collector)
-    flooder.sendall(hello_frame(collector))
+    flooder.sendall(hello_frame(collector, routes=False))
     flood_events = [
         msgspec.Raw(msgspec.msgpack.encode({**fuzz_event(0), "session_id": "flood", "action": "flood"}))
     ] * 500
@@ -439,7 +443,8 @@ def test_slow_and_hostile_peers_do_not_starve_a_good_client(collector: Any, sche
 
     # 4. One byte per second: a valid hello and batch, trickled.
     trickle = _connect(collector)
-    trickle_payload = hello_frame(collector) + batch_frame(1, [{**fuzz_event(1), "session_id": "trickle"}])
+    trickle_event = {**fuzz_event(1), "session_id": "trickle"}
+    trickle_payload = hello_frame(collector, routes=False) + batch_frame(1, [trickle_event])
     trickled = [0]
 
     def drip() -> None:

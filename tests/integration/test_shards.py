@@ -28,12 +28,13 @@ from gz_ia.client.protocol import (
     FrameReader,
     Hello,
     RejectReason,
+    Route,
     Verdicts,
     Welcome,
     collector_message_decoder,
     encode_frame,
+    owner_of,
 )
-from gz_ia.collector.validation import owner_of
 
 pytestmark = pytest.mark.shards(2)
 NOW = "2026-11-30T12:00:00Z"
@@ -47,16 +48,16 @@ def _event(session_id: str, action: str, stage: str) -> msgspec.Raw:
 class RawClient:
     """The wire protocol by hand, to see exactly what the front answers."""
 
-    def __init__(self, collector: CollectorProcess, producer: str = "abc") -> None:
+    def __init__(self, collector: CollectorProcess, producer: str = "abc", *, routes: bool = False) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(20)
         self.sock.connect(str(collector.socket))
         self.reader = FrameReader()
         self.pending: list[bytes] = []
-        self.sock.sendall(
-            encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=1, root=str(collector.root)))
-        )
-        assert isinstance(self.receive(), Welcome)
+        hello = Hello(proto=PROTOCOL_VERSION, producer=producer, pid=1, root=str(collector.root), routes=routes)
+        self.sock.sendall(encode_frame(hello))
+        self.welcome = self.receive()
+        assert isinstance(self.welcome, Welcome)
 
     def receive(self) -> Any:
         while not self.pending:
@@ -68,6 +69,11 @@ class RawClient:
         reply = self.receive()
         assert isinstance(reply, Verdicts), reply
         return reply
+
+    def send_routed(self, share: int, first: int, events: list[msgspec.Raw]) -> None:
+        self.sock.sendall(
+            encode_frame(Route(share=share)) + encode_frame(Batch(first=first, events=events, verdicts=True))
+        )
 
     def close(self) -> None:
         self.sock.close()
@@ -407,3 +413,155 @@ def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collecto
 
     share_socket = collector.socket.parent / ".collector.sock.shares" / "share-1.sock"
     assert query_status(share_socket, timeout=5)["config"]["max_open_actions"] == 2  # type: ignore[index]
+
+
+def _share_socket(collector: CollectorProcess, share: int) -> Path:
+    return collector.socket.parent / ".collector.sock.shares" / f"share-{share}.sock"
+
+
+def _received_by_share(collector: CollectorProcess) -> list[float]:
+    """``gzia_events_received_total`` of each share: the events it read as its own batches' (a share
+    that reads every batch counts it in share 0 only)."""
+    from gz_ia.collector.status import query
+
+    counts = []
+    for share in (0, 1):
+        text = str(query(_share_socket(collector, share), timeout=5, what="metrics")["metrics"])
+        (line,) = [line for line in text.splitlines() if line.startswith("gzia_events_received_total ")]
+        counts.append(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def test_the_client_routes_each_batch_to_the_share_of_its_sessions(make_collector: Any) -> None:
+    """The Welcome names two shares, and the thin client sends each share only its own sessions'
+    events: each share reads exactly its own, and every event lands once, in order."""
+    collector = make_collector()
+    sessions = [f"routed-{index}" for index in range(50)]
+    client = collector.client()
+    try:
+        for round_ in range(20):
+            for session in sessions:
+                client.log(session_id=session, action=f"a{round_}", stage="READ", agent="t")
+        assert client.flush(20)
+        assert client.stats().accepted == 1000
+    finally:
+        client.close()
+    mine = [sum(20 for session in sessions if owner_of(session, 2) == share) for share in (0, 1)]
+    assert 0 not in mine
+    assert _received_by_share(collector) == mine
+    written = collector.all_sessions()
+    for session in sessions:
+        assert [line["action"] for line in written[session]] == [f"a{round_}" for round_ in range(20)]
+        assert [line["seq"] for line in written[session]] == list(range(1, 21))
+
+
+def test_a_routed_batch_is_read_by_its_share_alone_and_a_misrouted_event_rejected(make_collector: Any) -> None:
+    collector = make_collector()
+    ones = [f"one-{index}" for index in range(40) if owner_of(f"one-{index}", 2) == 1][:3]
+    zero = next(f"zero-{index}" for index in range(40) if owner_of(f"zero-{index}", 2) == 0)
+    client = RawClient(collector, routes=True)
+    try:
+        assert client.welcome.shares == 2
+        client.send_routed(
+            1, 1, [_event(ones[0], "a", "READ"), _event(zero, "a", "READ"), _event(ones[1], "a", "READ")]
+        )
+        verdicts = client.receive()
+        assert isinstance(verdicts, Verdicts)
+        assert (verdicts.first, verdicts.count, verdicts.seqs) == (1, 3, [1, 0, 1])
+        ((index, reason, detail),) = [(r.index, r.reason, r.detail) for r in verdicts.rejected]
+        assert (index, reason) == (1, RejectReason.MISROUTED)
+        assert f"session {zero!r} belongs to share 0 of 2, not 1" in detail
+    finally:
+        client.close()
+    assert _received_by_share(collector) == [0, 3]  # share 0 never read the batch
+    assert sorted(collector.all_sessions()) == sorted(ones[:2])
+    (record,) = collector.rejects()
+    assert (record["reason"], record["delivery"]) == ("misrouted", "abc:2")
+
+
+def test_routed_verdicts_keep_the_order_of_the_batches(make_collector: Any) -> None:
+    """Share 0 is stopped, so share 1 answers the later batch first: the front holds that answer
+    back until the earlier batch's, as the client's window needs them in order."""
+    collector = make_collector()
+    zero = next(f"z-{index}" for index in range(40) if owner_of(f"z-{index}", 2) == 0)
+    one = next(f"o-{index}" for index in range(40) if owner_of(f"o-{index}", 2) == 1)
+    client = RawClient(collector, routes=True)
+    share = _status(collector)["shares"]["pids"][0]
+    try:
+        os.kill(share, signal.SIGSTOP)
+        try:
+            client.send_routed(0, 1, [_event(zero, "a", "READ")])
+            client.send_routed(1, 2, [_event(one, "a", "READ"), _event(one, "b", "READ")])
+            wait_for(lambda: one in collector.all_sessions(), message="share 1 to write its batch")
+            client.sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                client.receive()  # share 1's verdicts are held back
+        finally:
+            os.kill(share, signal.SIGCONT)
+        client.sock.settimeout(20)
+        first, second = client.receive(), client.receive()
+        assert (first.first, first.seqs) == (1, [1])
+        assert (second.first, second.seqs) == (2, [1, 2])
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        (encode_frame(Batch(first=1, events=[])), RejectReason.MALFORMED),
+        (encode_frame(Route(share=2)), RejectReason.MISROUTED),
+    ],
+    ids=["batch-without-route", "no-such-share"],
+)
+def test_a_client_that_routes_must_name_a_share_before_each_batch(
+    make_collector: Any, frames: bytes, reason: RejectReason
+) -> None:
+    collector = make_collector()
+    client = RawClient(collector, routes=True)
+    try:
+        client.sock.sendall(frames)
+        error = client.receive()
+        assert (type(error).__name__, error.reason, error.fatal) == ("Error", reason, True)
+        assert client.sock.recv(1) == b""
+    finally:
+        client.close()
+    assert collector.proc is not None and collector.proc.poll() is None
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)], ids=["2-to-1", "1-to-2"])
+def test_the_window_is_resent_whole_when_the_number_of_shares_changes(
+    make_collector: Any, before: int, after: int
+) -> None:
+    """Events sent but unanswered when the collector dies are resent to the next one, cut into
+    batches for its number of shares: every event lands once, each session in order."""
+    collector = make_collector(start=False)
+    collector.shards = before
+    collector.start()
+    assert collector.proc is not None
+    sessions = [f"n-{index}" for index in range(30)]
+    client = collector.client()
+    try:
+        client.log(session_id="warm", action="up", stage="READ", agent="t")
+        assert client.flush(20)  # connected and welcomed: it routes for `before` shares
+        shares = [pid for pid in _status(collector)["shares"]["pids"] if pid] if before > 1 else []
+        for pid in [collector.proc.pid, *shares]:
+            os.kill(pid, signal.SIGSTOP)  # nothing answers, so everything sent stays in the window
+        for index in range(600):
+            client.log(session_id=sessions[index % 30], action=f"a{index}", stage="READ", agent="t")
+        wait_for(lambda: client.stats().unacknowledged == 600, message="the events to be sent")
+        for pid in [*shares, collector.proc.pid]:
+            os.kill(pid, signal.SIGKILL)
+        collector.proc.wait(20)
+        collector.shards = after
+        collector.start()
+        assert client.flush(30)
+        assert client.stats().reconnects >= 1
+    finally:
+        client.close()
+    written = collector.all_sessions()
+    for number, session in enumerate(sessions):
+        assert [line["action"] for line in written[session]] == [f"a{index}" for index in range(number, 600, 30)]
+        assert [line["seq"] for line in written[session]] == list(range(1, 21))
+    if after == 2:  # the resent window was routed, cut where the share changes
+        assert _received_by_share(collector) == [sum(20 for s in sessions if owner_of(s, 2) == k) for k in (0, 1)]

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 
 def _spool_dir() -> Path:
     return Path(os.environ["GZ_IA_SPOOL_DIR"])
@@ -105,6 +107,11 @@ FLOOD = """
 import sys, time
 from gz_ia.client import Client
 client = Client(max_events=10)
+if sys.argv[2] == "in-flight":  # welcomed first: then the collector freezes with events in flight
+    client.log(session_id="warm", action="up", stage="READ", agent="agy")
+    assert client.flush(20)
+    print("welcomed", flush=True)
+    sys.stdin.readline()
 for n in range(int(sys.argv[1])):
     client.log(session_id="orphan", action="work", stage="PENDING", agent="agy", attrs={"n": n})
     if n % 10 == 9:
@@ -112,20 +119,34 @@ for n in range(int(sys.argv[1])):
 """
 
 
-def test_events_in_flight_when_the_collector_froze_are_adopted_with_the_rest(make_collector: Any) -> None:
+@pytest.mark.parametrize("freeze", ["in-flight", "before-welcome"])
+def test_events_in_flight_when_the_collector_froze_are_adopted_with_the_rest(make_collector: Any, freeze: str) -> None:
     """The collector stops answering (SIGSTOP) while events are in flight; the agent spills what
     follows, then exits and spools the unanswered window after the spilled segments. The next
     collector adopts every event: the spool is applied in producer order, not segment order, or the
-    window's events would come after higher numbers of the same session and pass as duplicates."""
+    window's events would come after higher numbers of the same session and pass as duplicates.
+
+    Frozen before it welcomed the agent, nothing is in flight (batches wait for the welcome): the
+    agent must wake its sender thread to spill, not drop past four times its bound."""
     collector = make_collector()
     assert collector.proc is not None
-    os.kill(collector.proc.pid, signal.SIGSTOP)
-    try:
-        environment = {**collector.env, "GZ_IA_EXIT_TIMEOUT": "0.2"}
-        subprocess.run([sys.executable, "-c", FLOOD, "3000"], env=environment, check=True, timeout=60)
-    finally:
-        os.kill(collector.proc.pid, signal.SIGKILL)
-        collector.proc.wait()
+    environment = {**collector.env, "GZ_IA_EXIT_TIMEOUT": "0.2"}
+    if freeze == "before-welcome":
+        os.kill(collector.proc.pid, signal.SIGSTOP)
+    command = [sys.executable, "-c", FLOOD, "3000", freeze]
+    with subprocess.Popen(command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as agent:
+        try:
+            if freeze == "in-flight":
+                assert agent.stdin is not None and agent.stdout is not None
+                assert agent.stdout.readline() == "welcomed\n"
+                os.kill(collector.proc.pid, signal.SIGSTOP)
+                agent.stdin.write("go\n")
+                agent.stdin.flush()
+            assert agent.wait(60) == 0
+        finally:
+            agent.kill()
+            os.kill(collector.proc.pid, signal.SIGKILL)
+            collector.proc.wait()
     assert list(_spool_dir().glob("*.spool")), "what could not be delivered was spooled"
     collector.start()
     lines = collector.session_lines("orphan")

@@ -2,9 +2,11 @@
 
 Agent threads only encode an event and append it to a bounded queue (:meth:`Sender.submit`); they
 never touch the socket, never wait for the collector and never raise because of it. The sender
-thread connects with a timeout, sends queued events in batches, keeps every sent event in a window
-until the collector's verdict arrives, and after a reconnect resends the window with the same
-producer numbers so that the collector can drop what it had already written (exactly-once).
+thread connects with a timeout, sends queued events in batches (one share's sessions per batch
+when the collector's Welcome names several shares: :meth:`Sender._fill_output`), keeps every sent
+event in a window until the collector's verdict arrives, and after a reconnect resends the window
+with the same producer numbers so that the collector can drop what it had already written
+(exactly-once).
 
 Bounds: the queue holds at most ``max_events`` events and ``max_bytes`` encoded bytes. Past that the
 sender thread spills the oldest queued events to a disk spool (:mod:`._spool`), delivered first once
@@ -22,6 +24,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import os
 import random
 import secrets
@@ -42,14 +45,17 @@ from .errors import CollectorUnavailable, EventRejected, ProtocolError
 from .protocol import (
     MAX_BATCH_EVENTS,
     MAX_FRAME,
+    OWNERS_KEPT,
     PROTOCOL_VERSION,
     Batch,
     Error,
     FrameReader,
     FrameTooLarge,
     Hello,
+    Owners,
     RejectReason,
     Report,
+    Route,
     Verdicts,
     Welcome,
     collector_message_decoder,
@@ -198,10 +204,16 @@ class Sender:
         os.set_blocking(self._wake_w, False)
         self._wake_armed = False
         self._wake_wanted = True
+        self._spill_wanted = False
+        """An agent thread has woken the sender thread to spill the queue's excess (once per spill)."""
         self._closing = False
         self._closed = False
         self._sock: socket.socket | None = None
         self._connected = False
+        self._welcomed = False
+        """The connection's Welcome came: batches wait for it, since it says whether to route them."""
+        self._owners = Owners(1)
+        """Which share owns each session, for the number of shares the last Welcome named."""
         self._accepted = 0
         self._rejected = 0
         self._dropped = 0
@@ -275,10 +287,17 @@ class Sender:
             if lagging:
                 self._unturned = 0
             # While the thread waits out a reconnect backoff, new events need not wake it (each
-            # wake-up costs the agent a GIL hand-over); a waiter or a spill still does.
-            wake = not self._wake_armed and (self._wake_wanted or waiter is not None or len(queue) > self.max_events)
+            # wake-up costs the agent a GIL hand-over); a waiter or a spill still does. A spill
+            # wakes it even when it is due to come round anyway: it may be waiting a second for a
+            # collector that has stopped answering, and past 4x the bound this call would drop.
+            spill = self._spool is not None and not self._spill_wanted and self._over_bound_locked(1)
+            wake = spill or (
+                not self._wake_armed and (self._wake_wanted or waiter is not None or len(queue) > self.max_events)
+            )
             if wake:
                 self._wake_armed = True
+            if spill:
+                self._spill_wanted = True
         if wake:
             self._wake()
         if lagging:
@@ -391,6 +410,7 @@ class Sender:
         if spool is None:
             return
         with self._lock:
+            self._spill_wanted = False
             self._absorb_locked()
             if not self._over_bound_locked(1):
                 return
@@ -582,7 +602,9 @@ class Sender:
             pid=os.getpid(),
             root=str(self.root),
             program=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "",
+            routes=True,
         )
+        self._welcomed = False
         self._sock = sock
         self._reader = FrameReader()
         self._out = bytearray(encode_frame(hello))
@@ -635,7 +657,12 @@ class Sender:
             # event taken here or the flag down (and then wakes the thread), never neither.
             self._wake_armed = False
             self._absorb_locked()
-            runnable = bool(self._queue) and len(self._window) < WINDOW_EVENTS and len(self._out) < _BATCH_BYTES
+            runnable = (
+                self._welcomed
+                and bool(self._queue)
+                and len(self._window) < WINDOW_EVENTS
+                and len(self._out) < _BATCH_BYTES
+            )
             self._wake_armed = runnable or bool(self._queue)
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
@@ -689,7 +716,16 @@ class Sender:
 
         Order: what the window holds unsent (after a reconnect), then the spool (older), then loss
         notices, then the queue. Producer numbers therefore reach the collector in increasing order.
+
+        Nothing is sent before the Welcome. When it names several shares, each batch holds one
+        share's events, after a Route frame: new events are grouped by share before they are
+        numbered (a session's events keep their order), and a batch of numbered ones (resent, or
+        from the spool) is cut where the share changes.
         """
+        if not self._welcomed:
+            return
+        owners = self._owners
+        routed = owners.shares > 1
         while len(self._out) < _BATCH_BYTES:
             self._load_spool()
             items: list[_Item] = []
@@ -718,7 +754,7 @@ class Sender:
                     # Hot under load: counters kept in locals, written back once per batch.
                     room = min(MAX_BATCH_EVENTS, WINDOW_EVENTS - len(self._window))
                     byte_room = WINDOW_BYTES - self._window_bytes
-                    next_pseq = self._next_pseq
+                    first_pseq = next_pseq = self._next_pseq
                     last = 0
                     while source and len(items) < room and size < byte_room:
                         item = source[0]
@@ -734,6 +770,8 @@ class Sender:
                         items.append(item)
                         size += length
                     self._next_pseq = next_pseq
+                    if routed and next_pseq - first_pseq == len(items) > 1:
+                        items = _grouped_by_share(items, owners, first_pseq)
                     if source is self._queue:
                         self._queued_bytes -= size
                     self._window.extend(items)
@@ -741,18 +779,28 @@ class Sender:
                     self._window_sent += len(items)
             if not items:
                 return
-            batch = Batch(
-                first=items[0].pseq,
-                events=[msgspec.Raw(item.body) for item in items],
-                verdicts=any(item.waiter is not None for item in items),
-            )
-            self._out += encode_frame(batch)
+            if not routed:
+                self._out += _batch_frame(items)
+                continue
+            if len(owners) > OWNERS_KEPT:
+                owners.clear()
+            start = 0
+            share = owners[items[0].session_id]
+            for index in range(1, len(items)):
+                owner = owners[items[index].session_id]
+                if owner != share:
+                    self._out += _route_frame(share) + _batch_frame(items[start:index])
+                    start, share = index, owner
+            self._out += _route_frame(share) + _batch_frame(items[start:])
 
     def _handle_reply(self, body: bytes, selector: selectors.BaseSelector) -> None:
         message = collector_message_decoder.decode(body)
         match message:
             case Welcome():
                 self._backoff = _BACKOFF_MIN
+                self._welcomed = True
+                if message.shares != self._owners.shares:
+                    self._owners = Owners(max(1, message.shares))
             case Verdicts():
                 if self._settle(message):
                     _give_way()  # the woken send() returns now, not after this round
@@ -826,6 +874,37 @@ class Sender:
             self._window_sent = max(0, self._window_sent - settled)
             self._changed.notify_all()
         return woke
+
+
+def _batch_frame(items: list[_Item]) -> bytes:
+    """The Batch frame of ``items``, numbered consecutively from the first."""
+    return encode_frame(
+        Batch(
+            first=items[0].pseq,
+            events=[msgspec.Raw(item.body) for item in items],
+            verdicts=any(item.waiter is not None for item in items),
+        )
+    )
+
+
+@functools.cache
+def _route_frame(share: int) -> bytes:
+    return encode_frame(Route(share=share))
+
+
+def _grouped_by_share(items: list[_Item], owners: Owners, first_pseq: int) -> list[_Item]:
+    """``items``, just numbered ``first_pseq``, ``first_pseq + 1``, … in queue order, regrouped by
+    share (stable: a session's events keep their order) and numbered again in that order, so that
+    each share's part is a batch of consecutive numbers."""
+    if len(owners) > OWNERS_KEPT:
+        owners.clear()
+    groups: list[list[_Item]] = [[] for _ in range(owners.shares)]
+    for item in items:
+        groups[owners[item.session_id]].append(item)
+    grouped = [item for group in groups for item in group]
+    for pseq, item in enumerate(grouped, start=first_pseq):
+        item.pseq = pseq
+    return grouped
 
 
 def _drain_all_at_exit() -> None:

@@ -3,7 +3,10 @@
 A ``SOCK_STREAM`` Unix socket carries frames: a 4-byte big-endian body length, then a MessagePack
 body holding one tagged message Struct. The first frame a client sends is :class:`Hello`; then any
 number of :class:`Batch` frames, each carrying many events. The collector answers a Hello with
-:class:`Welcome` and every Batch, in order, with one :class:`Verdicts`. A frame the collector cannot
+:class:`Welcome` and every Batch, in order, with one :class:`Verdicts`. A client that offers to
+route (``Hello.routes``) and is told by the Welcome that the collector has several shares precedes
+each Batch with a :class:`Route` frame naming the share that owns all of its events
+(:func:`owner_of`), which gets no reply. A frame the collector cannot
 accept gets an :class:`Error`; a ``fatal`` one is followed by the collector closing the connection.
 
 Only the envelope is tagged, never :class:`~gz_ia.client.schema.LogEvent`, so stored lines carry no
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import zlib
 from typing import Final
 
 import msgspec
@@ -24,6 +28,7 @@ __all__ = [
     "HEADER_SIZE",
     "MAX_BATCH_EVENTS",
     "MAX_FRAME",
+    "OWNERS_KEPT",
     "PROTOCOL_VERSION",
     "Batch",
     "ClientMessage",
@@ -32,14 +37,17 @@ __all__ = [
     "FrameReader",
     "FrameTooLarge",
     "Hello",
+    "Owners",
     "Query",
     "RejectReason",
     "Rejection",
     "Report",
+    "Route",
     "TypedBatch",
     "Verdicts",
     "Welcome",
     "encode_frame",
+    "owner_of",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -75,6 +83,7 @@ class RejectReason(enum.StrEnum):
     WRITE_FAILED = "write_failed"
     INTERNAL_ERROR = "internal_error"
     SHUTTING_DOWN = "shutting_down"
+    MISROUTED = "misrouted"
 
 
 # --- client -> collector -------------------------------------------------------------------------
@@ -93,6 +102,9 @@ class Hello(msgspec.Struct, tag="hello", kw_only=True):
     pid: int
     root: str
     program: str = ""
+    routes: bool = False
+    """The client will route its batches (:class:`Route`) if the Welcome names several shares;
+    then it sends nothing but Route + Batch pairs after the Welcome."""
 
 
 class Batch(msgspec.Struct, tag="batch", kw_only=True):
@@ -115,6 +127,41 @@ class TypedBatch(msgspec.Struct, tag="batch", kw_only=True):
     verdicts: bool = False
 
 
+class Route(msgspec.Struct, tag="route", kw_only=True):
+    """Sent before a Batch by a client that routes: every event of that batch belongs to ``share``.
+
+    A sharded collector then hands the batch to that share alone, instead of every share reading
+    it and keeping its own events. No reply; an event of another share is rejected ``misrouted``.
+    """
+
+    share: int
+
+
+def owner_of(session_id: str, shares: int) -> int:
+    """Which of ``shares`` share processes owns ``session_id``: the same in every process and run."""
+    return zlib.crc32(session_id.encode()) % shares
+
+
+OWNERS_KEPT: Final = 65_536
+"""Session ids an :class:`Owners` may remember before its user clears it."""
+
+
+class Owners(dict[str, int]):
+    """:func:`owner_of` for one number of shares, remembered per session id.
+
+    A lookup costs half of hashing the id again, and it runs for every event of every batch (in
+    every share, and in a client that routes). Its user clears it past :data:`OWNERS_KEPT` ids.
+    """
+
+    def __init__(self, shares: int) -> None:
+        super().__init__()
+        self.shares = shares
+
+    def __missing__(self, session_id: str) -> int:
+        owner = self[session_id] = owner_of(session_id, self.shares)
+        return owner
+
+
 class Query(msgspec.Struct, tag="query", kw_only=True):
     """Ask the collector about itself instead of sending events (``gz-ia status``)."""
 
@@ -131,6 +178,8 @@ class Welcome(msgspec.Struct, tag="welcome", kw_only=True):
     version: str
     max_frame: int = MAX_FRAME
     max_batch: int = MAX_BATCH_EVENTS
+    shares: int = 1
+    """How many share processes divide the sessions; above 1, a client that offered to route does."""
 
 
 class Rejection(msgspec.Struct, array_like=True):
@@ -168,7 +217,7 @@ class Report(msgspec.Struct, tag="report", kw_only=True):
     data: dict[str, object]
 
 
-ClientMessage = Hello | Batch | Query
+ClientMessage = Hello | Batch | Route | Query
 CollectorMessage = Welcome | Verdicts | Error | Report
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -216,6 +265,13 @@ class FrameReader:
         """Bytes received but not yet returned as a complete frame."""
         return len(self._buffer)
 
+    def detach(self) -> bytes:
+        """Return the bytes of the frame not yet complete, and forget them (to pass the rest of the
+        stream on unparsed)."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
+
     def feed(self, data: bytes) -> list[bytes]:
         """Add ``data`` and return the complete frame bodies it finished."""
         buffer = self._buffer
@@ -238,5 +294,6 @@ class FrameReader:
 
 
 client_message_decoder: Final = msgspec.msgpack.Decoder(ClientMessage)
+route_decoder: Final = msgspec.msgpack.Decoder(Route)
 typed_batch_decoder: Final = msgspec.msgpack.Decoder(TypedBatch)
 collector_message_decoder: Final = msgspec.msgpack.Decoder(CollectorMessage)

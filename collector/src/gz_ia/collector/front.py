@@ -1,12 +1,17 @@
-"""The front of a sharded collector: the clients' socket, copied to every share, replies merged.
+"""The front of a sharded collector: the clients' socket, routed or copied to the shares, replies merged.
 
 With ``shards = n`` (n > 1) the sessions are divided between n share processes by a hash of their
-id (:func:`.validation.owner_of`); each share is a whole collector on a private socket
+id (:func:`gz_ia.client.protocol.owner_of`); each share is a whole collector on a private socket
 (:mod:`.shares`). The front accepts the clients and checks their uid, then opens one connection to
-every share for each client and copies the client's bytes to all of them unparsed. Each share reads
-that stream as a client's (the hello, then batches) and takes, of each batch, only the events of
-its own sessions (:func:`.validation.decode_share`), so the per-event work, the file writes and
-the syncs are spread over the shares, one core each.
+every share for each client and passes the hello to all of them. The per-event work, the file
+writes and the syncs are thus spread over the shares, one core each.
+
+A client that routes (its hello offers ``routes``; the thin client does) precedes each batch with
+a Route frame naming the one share whose sessions it holds: the front hands that batch to that
+share alone, and passes the shares' verdicts on in the order of the batches
+(:meth:`_Client._merge_routed`). Any other client's bytes are copied to every share unparsed; each
+share reads the stream as a client's and takes, of each batch, only the events of its own sessions
+(:func:`.validation.decode_share`). The rest of this docstring is about that second way.
 
 Every frame gets exactly one reply from every share (the ``Peer`` frame the front sends first on
 each link gets none). The front merges the n replies to a frame into the one the client gets: for
@@ -45,10 +50,12 @@ from prometheus_client import CollectorRegistry
 
 from gz_ia.client import env
 from gz_ia.client.protocol import (
+    HEADER_SIZE,
     MAX_FRAME,
     Error,
     FrameReader,
     FrameTooLarge,
+    Hello,
     Query,
     RejectReason,
     Report,
@@ -57,6 +64,7 @@ from gz_ia.client.protocol import (
     client_message_decoder,
     collector_message_decoder,
     encode_frame,
+    route_decoder,
 )
 
 from .adoption import adopt_spools_through
@@ -144,6 +152,14 @@ class _Client(asyncio.Protocol):
         self._paused = False
         self.pid = 0
         self.uid = -1
+        self.routing: bool | None = None
+        """Whether the client routes its batches (see :meth:`_route`); None until its hello is read."""
+        self.frames = FrameReader(MAX_FRAME)
+        self.route: tuple[int, bytes] | None = None
+        """The share and the frame of the Route frame read last, whose batch is the next frame."""
+        self.routes: deque[int] = deque()
+        """The share each routed batch went to, oldest first: the order its verdicts are passed on in."""
+        self.welcomed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -196,10 +212,9 @@ class _Client(asyncio.Protocol):
             return
         self.ready = True
         if self.early:
-            for link in self.links:
-                assert link.transport is not None
-                link.transport.write(bytes(self.early))
+            early = bytes(self.early)
             self.early.clear()
+            self._pass_on(early)
         if self.eof:
             self._pass_eof()
         self.update_reading()
@@ -215,10 +230,69 @@ class _Client(asyncio.Protocol):
             if self.without_shares:
                 self._answer_without_shares()
             return
+        self._pass_on(data)
+        self.update_reading()
+
+    def _pass_on(self, data: bytes) -> None:
+        """Send the client's bytes to the shares: every share, unparsed, unless the client routes."""
+        if self.routing is False:
+            for link in self.links:
+                assert link.transport is not None
+                link.transport.write(data)
+            return
+        try:
+            bodies = self.frames.feed(data)
+        except FrameTooLarge as exc:
+            self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
+            return
+        for index, body in enumerate(bodies):
+            if self.closing:
+                return
+            if self.routing is None:
+                self._start(body)
+                if self.routing is False:  # the rest goes on unparsed
+                    for rest in bodies[index + 1 :]:
+                        self._to_every_share(rest)
+                    self._pass_on(self.frames.detach())
+                    return
+            else:
+                self._route(body)
+
+    def _start(self, body: bytes) -> None:
+        """The client's first frame, to every share: a hello that offers routing makes it route."""
+        try:
+            first = client_message_decoder.decode(body)
+        except msgspec.DecodeError:
+            first = None
+        self.routing = isinstance(first, Hello) and first.routes and len(self.links) > 1
+        self._to_every_share(body)
+
+    def _to_every_share(self, body: bytes) -> None:
+        header = len(body).to_bytes(HEADER_SIZE, "big")
         for link in self.links:
             assert link.transport is not None
-            link.transport.write(data)
-        self.update_reading()
+            link.transport.writelines([header, body])
+
+    def _route(self, body: bytes) -> None:
+        """A frame of a client that routes: a Route frame, or the batch it names, which goes to that
+        share alone (with the Route frame, so that the share reads it as routed)."""
+        if self.route is None:
+            try:
+                share = route_decoder.decode(body).share
+            except msgspec.DecodeError:
+                self.fail(RejectReason.MALFORMED, "a client that routes sends a route frame before each batch")
+                return
+            if not 0 <= share < len(self.links):
+                self.fail(RejectReason.MISROUTED, f"no share {share}: the collector has {len(self.links)}")
+                return
+            self.route = (share, len(body).to_bytes(HEADER_SIZE, "big") + body)
+            return
+        share, route_frame = self.route
+        self.route = None
+        link = self.links[share]
+        assert link.transport is not None
+        link.transport.writelines([route_frame, len(body).to_bytes(HEADER_SIZE, "big"), body])
+        self.routes.append(share)
 
     def eof_received(self) -> bool:
         # Passed on: each share answers what it read and closes, as a single collector does on
@@ -316,6 +390,9 @@ class _Client(asyncio.Protocol):
         links = self.links
         if self.closing or len(links) < self.front.shares.count:
             return
+        if self.welcomed and self.routing:
+            self._merge_routed()
+            return
         try:
             while True:
                 if all(link.replies and isinstance(link.replies[0], Verdicts) for link in links):
@@ -334,20 +411,50 @@ class _Client(asyncio.Protocol):
                 if isinstance(reply, Error) and reply.fatal:
                     self.close()
                     return
+                if isinstance(reply, Welcome):
+                    self.welcomed = True
+                    if self.routing:
+                        self._merge_routed()
+                        return
         except ValueError as exc:  # pragma: no cover - a bug in a share
             log.error("cannot merge the shares' replies for pid %d: %s", self.pid, exc)
             self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
             return
         gone = [link for link in links if link.lost and not any(isinstance(r, Verdicts) for r in link.replies)]
         if gone:
-            fatal = next((r for link in gone for r in link.replies if isinstance(r, Error) and r.fatal), None)
-            if fatal is not None:
-                self.send(fatal)
+            self._lost(gone)
+
+    def _merge_routed(self) -> None:
+        """Pass on the replies to a routing client's batches in the order of its batches: each came
+        from the one share the batch went to. Close once a share is gone and nothing before it waits."""
+        links = self.links
+        routes = self.routes
+        while routes:
+            link = links[routes[0]]
+            if not link.replies:
+                break
+            routes.popleft()
+            reply = link.replies.popleft()
+            self.send(reply)
+            if isinstance(reply, Error) and reply.fatal:
                 self.close()
-            elif self.front.stopping or self.eof:
-                self.close()  # as a collector that stops, or closes after EOF
-            else:
-                self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
+                return
+        waiting_on_lost = bool(routes) and links[routes[0]].lost
+        if waiting_on_lost or (not routes and any(link.lost for link in links)):
+            self._lost([link for link in links if link.lost])
+
+    def _lost(self, gone: list[_ShareLink]) -> None:
+        """Shares went away with nothing more to pass on before: end the client's connection as a
+        collector would (its fatal error, or closing while stopping or after EOF), else ask it to
+        reconnect and resend."""
+        fatal = next((r for link in gone for r in link.replies if isinstance(r, Error) and r.fatal), None)
+        if fatal is not None:
+            self.send(fatal)
+            self.close()
+        elif self.front.stopping or self.eof:
+            self.close()  # as a collector that stops, or closes after EOF
+        else:
+            self.fail(RejectReason.WRITE_FAILED, _SHARE_LOST)
 
     def send(self, message: CollectorMessage) -> None:
         if self.transport is not None and not self.transport.is_closing():

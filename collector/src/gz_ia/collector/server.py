@@ -36,9 +36,11 @@ from gz_ia.client.protocol import (
     FrameReader,
     FrameTooLarge,
     Hello,
+    Owners,
     Query,
     RejectReason,
     Report,
+    Route,
     Verdicts,
     Welcome,
     client_message_decoder,
@@ -57,7 +59,7 @@ from .stages import Rejection
 from .storage._layout import LayoutError
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
 from .systemd import Notifier, watchdog_interval
-from .validation import DecodedBatch, Owners, decode_batch, decode_share
+from .validation import DecodedBatch, decode_batch, decode_share, reject_misrouted
 
 __all__ = ["Collector"]
 
@@ -131,6 +133,8 @@ class Connection(asyncio.Protocol):
         self._paused_reading = False
         self._peer_not_reading = False
         self._from_front = False
+        self._route: int | None = None
+        """The share a Route frame named for the batch that follows it."""
 
     # --- asyncio callbacks --------------------------------------------------------------------------
 
@@ -199,6 +203,9 @@ class Connection(asyncio.Protocol):
                 return
         if self.root is not None:
             collector = self.collector
+            if self._route is not None:
+                self._handle_routed(body, self._route)
+                return
             try:
                 decoded = (
                     decode_batch(body)
@@ -219,6 +226,8 @@ class Connection(asyncio.Protocol):
         match message:
             case Hello():
                 self._handle_hello(message)
+            case Route():
+                self._accept_route(message)
             case Query(what="metrics"):
                 self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
             case Query():
@@ -257,9 +266,38 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.ROOT_NOT_ALLOWED, detail)
             return
         self.producer = hello.producer
-        self.send(Welcome(proto=PROTOCOL_VERSION, version=self.collector.version))
+        self.send(Welcome(proto=PROTOCOL_VERSION, version=self.collector.version, shares=self.collector.shares))
 
-    def _handle_batch(self, decoded: DecodedBatch, size: int) -> None:
+    def _accept_route(self, route: Route) -> None:
+        """A Route frame: the next frame is a batch of this process's sessions alone (no reply)."""
+        collector = self.collector
+        if self.root is None:
+            self._count_refused(RejectReason.HANDSHAKE_REQUIRED, whole=True)
+            self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
+        elif route.share != collector.share:
+            self._count_refused(RejectReason.MISROUTED, whole=True)
+            self.fail(RejectReason.MISROUTED, f"a batch routed to share {route.share} reached share {collector.share}")
+        else:
+            self._route = route.share
+
+    def _handle_routed(self, body: bytes, share: int) -> None:
+        """The batch a Route frame announced: decoded whole, as a single collector does; an event of
+        another share's session is rejected ``misrouted``, never skipped."""
+        self._route = None
+        try:
+            decoded = decode_batch(body)
+        except msgspec.DecodeError as exc:
+            # Fatal: nothing else answers this frame in a sharded collector, so a reply that is not
+            # its verdicts would be taken for another batch's.
+            self._count_refused(RejectReason.MALFORMED, whole=True)
+            self.fail(RejectReason.MALFORMED, f"a route frame must be followed by a batch: {exc}")
+            return
+        if self.collector.owners is not None:
+            reject_misrouted(decoded, share, self.collector.owners)
+        self._handle_batch(decoded, len(body), whole=True)
+
+    def _handle_batch(self, decoded: DecodedBatch, size: int, *, whole: bool = False) -> None:
+        """Apply and stage a batch; ``whole``: only this process got it (not read by every share)."""
         collector = self.collector
         assert self.root is not None
         if self.root.removed:
@@ -268,22 +306,24 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.WRITE_FAILED, f"the session root {self.root.path} was removed; reconnect")
             return
         count = len(decoded.events)
-        if collector.share == 0:
+        whole = whole or collector.share == 0
+        if whole:
             collector.metrics.events_received.inc(count)
         if count > MAX_BATCH_EVENTS:
             reason = RejectReason.TOO_MANY_EVENTS
             detail = f"a batch holds at most {MAX_BATCH_EVENTS} events"
             rejection = Rejection(reason, detail)
             # In a sharded collector share 0 answers for the whole batch (one rejects record each).
-            rejections = dict.fromkeys(range(count), rejection) if collector.share == 0 else {}
+            rejections = dict.fromkeys(range(count), rejection) if whole else {}
             decoded = DecodedBatch(decoded.first, decoded.verdicts, [None] * count, rejections, {})
         outcome = collector.ingest.apply(self.root, self.producer, decoded)
         self.awaiting += 1
         collector.enqueue(self, outcome, size)
 
-    def _count_refused(self, reason: RejectReason) -> None:
-        """Count a frame refused as a whole; in a sharded collector every share sees it, share 0 counts it."""
-        if self.collector.share == 0:
+    def _count_refused(self, reason: RejectReason, *, whole: bool = False) -> None:
+        """Count a frame refused as a whole; in a sharded collector every share sees it, share 0 counts
+        it, unless it was routed to this share alone (``whole``)."""
+        if whole or self.collector.share == 0:
             self.collector.metrics.events_rejected.labels(reason.value).inc()
 
     # --- replies -------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The share processes of a sharded collector (``shards = n``): started, watched and stopped by the front.
 
 Each share is a whole collector (:class:`.server.Collector`) on a private socket, owning the
-sessions whose id hashes to it (:func:`.validation.owner_of`). The front (:mod:`.front`) hands
+sessions whose id hashes to it (:func:`gz_ia.client.protocol.owner_of`). The front (:mod:`.front`) hands
 each of them every client's bytes, and is the only one to connect to them. They live in a private
 directory the front makes (0700) beside its own socket (``.<socket name>.shares``), with the
 front's configuration in ``config.json``, which they read again on SIGHUP.

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 import typing
-import zlib
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import msgspec
 
-from gz_ia.client.protocol import Batch, RejectReason
+from gz_ia.client.protocol import OWNERS_KEPT, Batch, Owners, RejectReason
 from gz_ia.client.schema import (
     MAX_ACTION_LENGTH,
     MAX_AGENT_LENGTH,
@@ -31,7 +30,7 @@ from gz_ia.client.schema import (
 
 from .stages import Rejection
 
-__all__ = ["DecodedBatch", "Owners", "decode_batch", "decode_share", "normalise_timestamp", "owner_of", "unsafe_id"]
+__all__ = ["DecodedBatch", "decode_batch", "decode_share", "normalise_timestamp", "reject_misrouted", "unsafe_id"]
 
 
 def _with_loose_ids() -> type[LogEvent]:
@@ -130,30 +129,6 @@ def decode_batch(body: bytes) -> DecodedBatch:
     return DecodedBatch(raw.first, raw.verdicts, events, rejections, bodies)
 
 
-def owner_of(session_id: str, shares: int) -> int:
-    """Return which of ``shares`` processes owns ``session_id``: the same in every process and run."""
-    return zlib.crc32(session_id.encode()) % shares
-
-
-class Owners(dict[str, int]):
-    """:func:`owner_of` for one number of shares, remembered per session id.
-
-    A lookup costs half of hashing the id again, and it runs for every event of every batch in
-    every share. Bounded: forgotten all at once past ``_OWNERS_KEPT`` ids.
-    """
-
-    def __init__(self, shares: int) -> None:
-        super().__init__()
-        self.shares = shares
-
-    def __missing__(self, session_id: str) -> int:
-        owner = self[session_id] = owner_of(session_id, self.shares)
-        return owner
-
-
-_OWNERS_KEPT: Final = 65_536
-
-
 def decode_share(body: bytes, share: int, owners: Owners) -> DecodedBatch:
     """Decode only the events of a Batch frame body whose sessions belong to ``share``.
 
@@ -166,7 +141,7 @@ def decode_share(body: bytes, share: int, owners: Owners) -> DecodedBatch:
     """
     raw = _raw_batch_decoder.decode(body)
     bodies = raw.events
-    if len(owners) > _OWNERS_KEPT:
+    if len(owners) > OWNERS_KEPT:
         owners.clear()
     try:
         mine = [
@@ -201,6 +176,19 @@ def decode_share(body: bytes, share: int, owners: Owners) -> DecodedBatch:
             kept[index] = bytes(bodies[index])
             rejections[index] = classify(kept[index], exc)
     return DecodedBatch(raw.first, raw.verdicts, events, rejections, kept)
+
+
+def reject_misrouted(batch: DecodedBatch, share: int, owners: Owners) -> None:
+    """Reject, in a batch routed to ``share``, every event of another share's session (``misrouted``):
+    a client's routing bug must cost those events loudly, never write them in the wrong process."""
+    for index, event in enumerate(batch.events):
+        if event is not None and (owner := owners[event.session_id]) != share:
+            batch.events[index] = None
+            batch.raw[index] = msgspec.msgpack.encode(event)  # for the rejects file
+            batch.rejections[index] = Rejection(
+                RejectReason.MISROUTED,
+                f"session {event.session_id!r} belongs to share {owner} of {owners.shares}, not {share}",
+            )
 
 
 def _readable_session_id(body: msgspec.Raw) -> str | None:
