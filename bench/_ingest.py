@@ -33,8 +33,8 @@ import msgspec
 from gz_ia.client.protocol import Error, FrameReader, Verdicts, Welcome, collector_message_decoder
 
 from ._common import BenchError, cpu_seconds, rss_bytes
-from ._load import Load, hello_frame, log_all, log_calls, session_id
-from ._systems import System
+from ._load import Load, hello_frame, log_all, log_calls, routed, session_id
+from ._systems import Ours, System
 
 _mp: Final = multiprocessing.get_context("fork")
 _RUN_TIMEOUT: Final = 600.0
@@ -128,18 +128,20 @@ class _VerdictCounter(threading.Thread):
 
 
 def _frame_sender(
-    index: int, path: Path, root: str, ready: queue.Queue[int], go: Event, done: queue.Queue[_Done]
+    index: int, path: Path, root: str, shares: int, ready: queue.Queue[int], go: Event, done: queue.Queue[_Done]
 ) -> None:
+    """A connection sending its pre-encoded frames, routed to the shares as the thin client does."""
     assert _current is not None
-    payload = _current.frames[index]
+    payload = routed(_current.frames[index], shares)
     sock = _connect(path)
-    sock.sendall(hello_frame(root))
+    sock.sendall(hello_frame(root, routes=shares > 1))
     reader = FrameReader()
     while True:
         bodies = reader.feed(sock.recv(65536))
         if bodies:
-            if not isinstance(collector_message_decoder.decode(bodies[0]), Welcome):
-                raise BenchError("expected a Welcome")
+            welcome = collector_message_decoder.decode(bodies[0])
+            if not isinstance(welcome, Welcome) or welcome.shares != shares:
+                raise BenchError(f"expected a Welcome naming {shares} share(s), got {welcome}")
             break
     counter = _VerdictCounter(sock, _current.frame_events[index])
     ready.put(index)
@@ -207,7 +209,8 @@ def run_ingest(system: System | Sequence[System], load: Load, *, mode: str = "fr
         if mode == "json":
             target, args = _peer_sender, (index, fed.socket, ready, go, done, finish)
         elif mode == "frames":
-            target, args = _frame_sender, (index, fed.socket, str(fed.root), ready, go, done)  # type: ignore[assignment]
+            shares = fed.shards if isinstance(fed, Ours) else 1
+            target, args = _frame_sender, (index, fed.socket, str(fed.root), shares, ready, go, done)  # type: ignore[assignment]
         else:
             target, args = _agent, (index, fed.socket, str(fed.root), ready, go, done)  # type: ignore[assignment]
         proc = _mp.Process(target=target, args=args, daemon=True)

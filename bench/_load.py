@@ -17,7 +17,7 @@ from typing import Final
 
 import msgspec
 
-from gz_ia.client.protocol import PROTOCOL_VERSION, Batch, Hello, encode_frame
+from gz_ia.client.protocol import MAX_FRAME, PROTOCOL_VERSION, Batch, FrameReader, Hello, Owners, Route, encode_frame
 from gz_ia.client.schema import LogEvent, Stage, Status
 
 _CYCLE: Final = (Stage.READ, Stage.PENDING, Stage.FINISH)
@@ -144,8 +144,44 @@ def build_load(events: int, sessions: int, senders: int, *, with_json: bool = Tr
     )
 
 
-def hello_frame(root: str) -> bytes:
+def hello_frame(root: str, *, routes: bool = False) -> bytes:
     """A Hello frame with a fresh producer id, as one client connection would send."""
     return encode_frame(
-        Hello(proto=PROTOCOL_VERSION, producer=secrets.token_hex(8), pid=os.getpid(), root=root, program="bench")
+        Hello(
+            proto=PROTOCOL_VERSION,
+            producer=secrets.token_hex(8),
+            pid=os.getpid(),
+            root=root,
+            program="bench",
+            routes=routes,
+        )
     )
+
+
+class _SessionOf(msgspec.Struct):
+    session_id: str
+
+
+_session_of: Final = msgspec.msgpack.Decoder(_SessionOf)
+_batch_decoder: Final = msgspec.msgpack.Decoder(Batch)
+
+
+def routed(frames: bytes, shares: int) -> bytes:
+    """``frames`` as a client that routes sends them to a collector of ``shares`` shares, as the thin
+    client does: each batch's events grouped by share (a session's keep their order), each group a
+    Route frame and a Batch numbered on from the previous group."""
+    if shares == 1:
+        return frames
+    owners = Owners(shares)
+    out = bytearray()
+    for body in FrameReader(MAX_FRAME).feed(frames):
+        batch = _batch_decoder.decode(body)
+        groups: list[list[msgspec.Raw]] = [[] for _ in range(shares)]
+        for event in batch.events:
+            groups[owners[_session_of.decode(event).session_id]].append(event)
+        first = batch.first
+        for share, group in enumerate(groups):
+            if group:
+                out += encode_frame(Route(share=share)) + encode_frame(Batch(first=first, events=group))
+                first += len(group)
+    return bytes(out)

@@ -115,6 +115,7 @@ class Ours(System):
     ) -> None:
         super().__init__(workdir)
         self.env = {**(env or {}), "GZ_IA_SHARDS": str(shards)}
+        self.shards = shards
         self.name = ("gz-ia" if durability == "os" else f"gz-ia ({durability})") + (f" x{shards}" if shards > 1 else "")
         self.durability = durability
         self.nofile = nofile
