@@ -511,8 +511,9 @@ def test_routed_verdicts_keep_the_order_of_the_batches(make_collector: Any) -> N
     [
         (encode_frame(Batch(first=1, events=[])), RejectReason.MALFORMED),
         (encode_frame(Route(share=2)), RejectReason.MISROUTED),
+        ((2**31).to_bytes(4, "big"), RejectReason.FRAME_TOO_LARGE),
     ],
-    ids=["batch-without-route", "no-such-share"],
+    ids=["batch-without-route", "no-such-share", "frame-too-large"],
 )
 def test_a_client_that_routes_must_name_a_share_before_each_batch(
     make_collector: Any, frames: bytes, reason: RejectReason
@@ -527,6 +528,8 @@ def test_a_client_that_routes_must_name_a_share_before_each_batch(
     finally:
         client.close()
     assert collector.proc is not None and collector.proc.poll() is None
+    counted = f'gzia_events_rejected_total{{reason="{reason.value}"}} 1.0'
+    assert counted in collector.metrics().splitlines()  # once, by the front: no share saw it
 
 
 @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)], ids=["2-to-1", "1-to-2"])

@@ -243,7 +243,7 @@ class _Client(asyncio.Protocol):
         try:
             bodies = self.frames.feed(data)
         except FrameTooLarge as exc:
-            self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
+            self._refuse(RejectReason.FRAME_TOO_LARGE, str(exc))
             return
         for index, body in enumerate(bodies):
             if self.closing:
@@ -280,10 +280,10 @@ class _Client(asyncio.Protocol):
             try:
                 share = route_decoder.decode(body).share
             except msgspec.DecodeError:
-                self.fail(RejectReason.MALFORMED, "a client that routes sends a route frame before each batch")
+                self._refuse(RejectReason.MALFORMED, "a client that routes sends a route frame before each batch")
                 return
             if not 0 <= share < len(self.links):
-                self.fail(RejectReason.MISROUTED, f"no share {share}: the collector has {len(self.links)}")
+                self._refuse(RejectReason.MISROUTED, f"no share {share}: the collector has {len(self.links)}")
                 return
             self.route = (share, len(body).to_bytes(HEADER_SIZE, "big") + body)
             return
@@ -459,6 +459,12 @@ class _Client(asyncio.Protocol):
     def send(self, message: CollectorMessage) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(encode_frame(message))
+
+    def _refuse(self, reason: RejectReason, detail: str) -> None:
+        """A routing client's frame that no share sees: counted here, as a share counts the frames
+        it refuses, then the connection is ended."""
+        self.front.metrics.events_rejected.labels(reason.value).inc()
+        self.fail(reason, detail)
 
     def fail(self, reason: RejectReason, detail: str) -> None:
         """Send a fatal error and close the connection (and its links to the shares)."""
