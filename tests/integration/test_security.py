@@ -113,12 +113,9 @@ def send(collector: Any, timeout: float = 5.0, **fields: Any) -> Any:
 # --- the socket and who may use it ------------------------------------------------------------------
 
 
-def test_socket_directory_0700_and_socket_0600(make_collector: Any, short_tmp: Path) -> None:
-    """The socket's directory is private (0700, even if it existed wider) and the socket is 0600."""
-    collector = make_collector(start=False)
-    collector.socket.parent.mkdir(mode=0o755)
-    collector.socket.parent.chmod(0o755)
-    collector.start()
+def test_socket_directory_0700_and_socket_0600(make_collector: Any) -> None:
+    """A socket directory the collector creates is 0700, and the socket is 0600."""
+    collector = make_collector()
     directory = collector.socket.parent.lstat()
     sock = collector.socket.lstat()
     assert stat.S_ISDIR(directory.st_mode)
@@ -127,6 +124,32 @@ def test_socket_directory_0700_and_socket_0600(make_collector: Any, short_tmp: P
     assert stat.S_IMODE(sock.st_mode) == 0o600
     assert directory.st_uid == os.getuid()
     assert sock.st_uid == os.getuid()
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o1777], ids=["own-0755", "sticky-1777"])
+def test_an_existing_socket_directory_keeps_its_mode(make_collector: Any, mode: int) -> None:
+    """Pointed at an existing directory (a home, or ``/tmp``: sticky and world-writable), the
+    collector binds its 0600 socket there and leaves the directory's mode alone. It once made
+    ``/tmp`` 0700 for ``--socket /tmp/x.sock``, which locked every other user out of it."""
+    collector = make_collector(start=False)
+    collector.socket.parent.mkdir()
+    collector.socket.parent.chmod(mode)
+    collector.start()
+    assert stat.S_IMODE(collector.socket.parent.lstat().st_mode) == mode
+    assert stat.S_IMODE(collector.socket.lstat().st_mode) == 0o600
+    assert send(collector, session_id="mode", action="a", stage="READ").seq == 1
+
+
+def test_a_socket_directory_writable_by_others_is_refused(make_collector: Any) -> None:
+    """Others could replace the socket in a directory they may write without the sticky bit."""
+    collector = make_collector(start=False)
+    collector.socket.parent.mkdir()
+    collector.socket.parent.chmod(0o777)
+    collector.start(wait=False)
+    assert collector.proc is not None
+    assert collector.proc.wait(20) != 0
+    assert "is writable by others (mode 777)" in collector.log()
+    assert stat.S_IMODE(collector.socket.parent.lstat().st_mode) == 0o777
 
 
 def test_other_uid_refused_even_when_it_can_reach_the_socket(collector: Any) -> None:

@@ -61,20 +61,32 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 def prepare_private_dir(directory: Path) -> None:
-    """Create ``directory`` 0700 if needed and check that it is ours and private.
+    """Create ``directory`` 0700 if it is missing; check that an existing one is safe to bind in.
+
+    An existing directory keeps its mode: the socket itself is 0600, so only its owner can
+    connect, and the collector must not tighten a directory it was merely pointed at (``/tmp``,
+    a home directory). It is safe when nobody else can remove or replace the collector's files in
+    it: it is ours and writable by us alone, or it is a sticky directory of ours or root's, such as
+    ``/tmp`` (the owner of a sticky directory may remove anything in it).
 
     Raises:
-        ListenerError: it is a symlink, not a directory, or someone else's.
+        ListenerError: it is a symlink or not a directory; someone else's (root's sticky ones
+            aside); or writable by others without the sticky bit.
     """
     with contextlib.suppress(FileExistsError):
         directory.mkdir(mode=0o700, parents=True)
     info = directory.lstat()
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise ListenerError(f"{directory} must be a real directory, not a symlink or a file")
+    if info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.getuid()):
+        return  # like /tmp: others may add files, but only we (and the owner, root) remove ours
     if info.st_uid != os.getuid():
         raise ListenerError(f"{directory} belongs to uid {info.st_uid}; refusing to put the socket there")
-    if info.st_mode & 0o077:
-        directory.chmod(0o700)
+    if info.st_mode & 0o022:
+        raise ListenerError(
+            f"{directory} is writable by others (mode {stat.S_IMODE(info.st_mode):o}), who could replace the "
+            "socket; use a private directory, or make it 0700"
+        )
 
 
 class Listener:
