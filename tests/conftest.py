@@ -129,6 +129,12 @@ class CollectorProcess:
         except FileNotFoundError:
             return ""
 
+    def write_config(self, text: str) -> None:
+        """Write the collector's default configuration file (``XDG_CONFIG_HOME`` is ``<base>/config``)."""
+        path = self.base / "config" / "gz-ia" / "collector.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
     def log_lines(self, containing: str, *, process: str = "gz-ia-collector") -> list[str]:
         """The log lines of one process that contain ``containing``: ``"gz-ia-collector"`` is the
         collector itself (a sharded collector's front), ``"gz-ia-collector[share 1]"`` a share."""

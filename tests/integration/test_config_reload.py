@@ -7,7 +7,6 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,17 +18,6 @@ from gz_ia.client import EventRejected, RejectReason, build_event
 def _proc(collector: CollectorProcess) -> subprocess.Popen[bytes]:
     assert collector.proc is not None, "the collector was never started"
     return collector.proc
-
-
-def _config_path(collector: CollectorProcess) -> Path:
-    # conftest points XDG_CONFIG_HOME at <base>/config, so this is the collector's default file.
-    return Path(collector.base) / "config" / "gz-ia" / "collector.toml"
-
-
-def _write_config(collector: CollectorProcess, text: str) -> None:
-    path = _config_path(collector)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def _reload(collector: CollectorProcess, expect: str) -> None:
@@ -62,7 +50,7 @@ def _metric(collector: CollectorProcess, name: str) -> float:
 def _limited(make_collector: Any) -> CollectorProcess:
     """A real collector started from a config file allowing two open actions per session."""
     collector: CollectorProcess = make_collector(start=False)
-    _write_config(collector, "max_open_actions = 2\n")
+    collector.write_config("max_open_actions = 2\n")
     collector.start()
     return collector
 
@@ -76,7 +64,7 @@ def test_sighup_applies_new_limits_on_the_same_connection(limited: CollectorProc
         with pytest.raises(EventRejected) as info:
             _open(client, "s", "a3")
         assert info.value.reason == RejectReason.TOO_MANY_OPEN_ACTIONS
-        _write_config(limited, 'max_open_actions = 5\nmax_backlog_batches = 8\nlog_level = "debug"\n')
+        limited.write_config('max_open_actions = 5\nmax_backlog_batches = 8\nlog_level = "debug"\n')
         _reload(limited, "configuration reloaded")
         _open(client, "s", "a3")
         assert client.stats().reconnects == 0
@@ -95,10 +83,9 @@ def test_flags_and_environment_keep_winning_after_reload(make_collector: Any) ->
     collector = make_collector(
         "--durability", "fsync", "--max-open-files", "16", start=False, env={"GZ_IA_MAX_BACKLOG_BATCHES": "3"}
     )
-    _write_config(collector, "max_open_actions = 2\n")
+    collector.write_config("max_open_actions = 2\n")
     collector.start()
-    _write_config(
-        collector,
+    collector.write_config(
         'durability = "os"\nmax_open_files = 100\nmax_backlog_batches = 50\nmax_open_actions = 7\n'
         "[rotation]\nmax_bytes = 1048576\n[retention]\nmax_archives = 4\n",
     )
@@ -117,7 +104,7 @@ def test_bad_config_is_refused_and_the_old_one_kept(limited: CollectorProcess) -
     client = limited.client()
     try:
         _open(client, "s", "a1")
-        _write_config(limited, "max_open_actions = 50\nmax_open_action = 60\n")
+        limited.write_config("max_open_actions = 50\nmax_open_action = 60\n")
         _reload(limited, "reload refused")
         refusal = next(line for line in limited.log().splitlines() if "reload refused" in line)
         assert "unknown key 'max_open_action'" in refusal
@@ -128,11 +115,11 @@ def test_bad_config_is_refused_and_the_old_one_kept(limited: CollectorProcess) -
         assert _metric(limited, "gzia_config_last_reload_successful") == 0
         assert _metric(limited, 'gzia_config_reloads_total{result="refused"}') == 1
 
-        _write_config(limited, 'max_open_actions = "many"\n')
+        limited.write_config('max_open_actions = "many"\n')
         _reload(limited, "reload refused")
         assert "bad value for max_open_actions" in limited.log().splitlines()[-1]
 
-        _write_config(limited, "max_open_actions = 3\n")
+        limited.write_config("max_open_actions = 3\n")
         _reload(limited, "configuration reloaded")
         _open(client, "s", "a3")
         assert client.stats().reconnects == 0
@@ -169,7 +156,7 @@ def test_reloads_under_load_drop_no_event(make_collector: Any) -> None:
         wait_for(lambda: landed() > 0, timeout=20, message="the first events to land")
         before = landed()
         for round_ in range(5):
-            _write_config(collector, f"max_open_actions = {100_000 + round_}\nmax_backlog_batches = {10 + round_}\n")
+            collector.write_config(f"max_open_actions = {100_000 + round_}\nmax_backlog_batches = {10 + round_}\n")
             _reload(collector, "configuration reloaded")
         # The stream really overlapped the reloads: still running, and events landed meanwhile.
         assert producer.is_alive()
@@ -200,7 +187,7 @@ def test_reload_hands_rotation_settings_to_the_writer(make_collector: Any) -> No
                 build_event(session_id="rot", action=f"{padding}{index}", stage="PENDING", agent="test"), timeout=20
             )
         assert _metric(collector, "gzia_rotations_total") == 0
-        _write_config(collector, "[rotation]\nmax_bytes = 4096\n")
+        collector.write_config("[rotation]\nmax_bytes = 4096\n")
         _reload(collector, "configuration reloaded")
         for index in range(5, 60):
             client.send(

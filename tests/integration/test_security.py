@@ -172,9 +172,7 @@ def test_other_uid_allowed_when_listed(make_collector: Any, how: str) -> None:
         collector = make_collector(start=False, env={"GZ_IA_ALLOW_UIDS": str(OTHER_UID)})
     else:
         collector = make_collector(start=False)
-        config = collector.base / "config" / "gz-ia" / "collector.toml"
-        config.parent.mkdir(parents=True)
-        config.write_text(f"allow_uids = [{OTHER_UID}]\n")
+        collector.write_config(f"allow_uids = [{OTHER_UID}]\n")
     collector.start()
     open_socket_to_everyone(collector)
     root = root_for_other_uid(collector.base)

@@ -85,6 +85,10 @@ def _status(collector: CollectorProcess) -> dict[str, Any]:
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
+def _share_socket(collector: CollectorProcess, share: int) -> Path:
+    return collector.socket.parent / ".collector.sock.shares" / f"share-{share}.sock"
+
+
 def test_a_batch_over_both_shares_is_written_once_and_answered_as_one(make_collector: Any) -> None:
     collector = make_collector()
     sessions = [f"split-{index}" for index in range(40)]
@@ -225,7 +229,7 @@ def test_a_share_that_dies_is_restarted_and_its_clients_resend(make_collector: A
 def test_the_shares_stop_with_the_front_even_when_it_is_killed(make_collector: Any) -> None:
     collector = make_collector()
     pids = _status(collector)["shares"]["pids"]
-    private = collector.socket.parent / ".collector.sock.shares"
+    private = _share_socket(collector, 0).parent
     assert sorted(path.name for path in private.iterdir()) == [
         "config.json", "share-0.sock", "share-0.sock.lock", "share-1.sock", "share-1.sock.lock"
     ]  # fmt: skip
@@ -262,7 +266,7 @@ def test_sigterm_drains_through_the_shares(make_collector: Any) -> None:
     assert not any(_running(pid) for pid in pids)
     assert sum(len(lines) for lines in collector.all_sessions().values()) == 200
     assert "stopped" in collector.log()
-    assert not (collector.socket.parent / ".collector.sock.shares").exists()
+    assert not _share_socket(collector, 0).parent.exists()
 
 
 def _connections_to(path: Path) -> int:
@@ -286,7 +290,7 @@ def test_clients_wait_for_a_share_whose_accept_queue_is_full(make_collector: Any
     """
     collector = make_collector()
     share = _status(collector)["shares"]["pids"][1]
-    share_socket = collector.socket.parent / ".collector.sock.shares" / "share-1.sock"
+    share_socket = _share_socket(collector, 1)
     count = 1_100
     hello = encode_frame(Hello(proto=PROTOCOL_VERSION, producer="abc", pid=1, root=str(collector.root)))
     clients: list[socket.socket] = []
@@ -348,22 +352,25 @@ def test_while_a_share_is_down_status_says_so_and_restarts_back_off(make_collect
     assert status["shares"]["restarts"] == 2
 
 
+def _started_with_one_open_action(make_collector: Any) -> CollectorProcess:
+    collector: CollectorProcess = make_collector(start=False)
+    collector.write_config("max_open_actions = 1\n")
+    collector.start()
+    return collector
+
+
 def test_a_reload_is_over_only_when_every_share_has_applied_it(make_collector: Any) -> None:
     """The front logs "configuration reloaded" (and tells systemd READY=1) only once each share runs
     the new configuration: a stalled share holds the reload back, and the first event after the
     reload meets the new limit whichever share owns its session."""
-    collector = make_collector(start=False)
-    config = collector.base / "config" / "gz-ia" / "collector.toml"  # conftest's XDG_CONFIG_HOME
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text("max_open_actions = 1\n")
-    collector.start()
+    collector = _started_with_one_open_action(make_collector)
     assert collector.proc is not None
     session = next(f"limit-{index}" for index in range(100) if owner_of(f"limit-{index}", 2) == 1)
     client = collector.client()
     try:
         client.send(build_event(session_id=session, action="a1", stage="READ", agent="test"), timeout=20)
         share = _status(collector)["shares"]["pids"][1]
-        config.write_text("max_open_actions = 2\n")
+        collector.write_config("max_open_actions = 2\n")
         os.kill(share, signal.SIGSTOP)
         try:
             collector.proc.send_signal(signal.SIGHUP)
@@ -386,14 +393,10 @@ def test_a_reload_is_over_only_when_every_share_has_applied_it(make_collector: A
 def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collector: Any) -> None:
     """A share stalled through the whole reload is named in a warning; the reload still ends, and
     the share applies the configuration once it runs again."""
-    collector = make_collector(start=False)
-    config = collector.base / "config" / "gz-ia" / "collector.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text("max_open_actions = 1\n")
-    collector.start()
+    collector = _started_with_one_open_action(make_collector)
     assert collector.proc is not None
     share = _status(collector)["shares"]["pids"][1]
-    config.write_text("max_open_actions = 2\n")
+    collector.write_config("max_open_actions = 2\n")
     os.kill(share, signal.SIGSTOP)
     try:
         collector.proc.send_signal(signal.SIGHUP)
@@ -411,12 +414,8 @@ def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collecto
     )
     from gz_ia.collector.status import query_status
 
-    share_socket = collector.socket.parent / ".collector.sock.shares" / "share-1.sock"
-    assert query_status(share_socket, timeout=5)["config"]["max_open_actions"] == 2  # type: ignore[index]
-
-
-def _share_socket(collector: CollectorProcess, share: int) -> Path:
-    return collector.socket.parent / ".collector.sock.shares" / f"share-{share}.sock"
+    report = query_status(_share_socket(collector, 1), timeout=5)
+    assert report["config"]["max_open_actions"] == 2  # type: ignore[index]
 
 
 def _received_by_share(collector: CollectorProcess) -> list[float]:

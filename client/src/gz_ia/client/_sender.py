@@ -45,7 +45,6 @@ from .errors import CollectorUnavailable, EventRejected, ProtocolError
 from .protocol import (
     MAX_BATCH_EVENTS,
     MAX_FRAME,
-    OWNERS_KEPT,
     PROTOCOL_VERSION,
     Batch,
     Error,
@@ -729,6 +728,7 @@ class Sender:
         while len(self._out) < _BATCH_BYTES:
             self._load_spool()
             items: list[_Item] = []
+            runs: list[tuple[int, list[_Item]]] | None = None  # each share's part, when grouped here
             size = 0
             with self._lock:
                 if self._permanent_error is not None:
@@ -770,8 +770,9 @@ class Sender:
                         items.append(item)
                         size += length
                     self._next_pseq = next_pseq
-                    if routed and next_pseq - first_pseq == len(items) > 1:
-                        items = _grouped_by_share(items, owners, first_pseq)
+                    if routed and next_pseq - first_pseq == len(items):  # all new: group them
+                        runs = _grouped_by_share(items, owners, first_pseq)
+                        items = [item for _, run in runs for item in run]
                     if source is self._queue:
                         self._queued_bytes -= size
                     self._window.extend(items)
@@ -782,16 +783,8 @@ class Sender:
             if not routed:
                 self._out += _batch_frame(items)
                 continue
-            if len(owners) > OWNERS_KEPT:
-                owners.clear()
-            start = 0
-            share = owners[items[0].session_id]
-            for index in range(1, len(items)):
-                owner = owners[items[index].session_id]
-                if owner != share:
-                    self._out += _route_frame(share) + _batch_frame(items[start:index])
-                    start, share = index, owner
-            self._out += _route_frame(share) + _batch_frame(items[start:])
+            for share, run in runs if runs is not None else _cut_by_share(items, owners):
+                self._out += _route_frame(share) + _batch_frame(run)
 
     def _handle_reply(self, body: bytes, selector: selectors.BaseSelector) -> None:
         message = collector_message_decoder.decode(body)
@@ -892,19 +885,34 @@ def _route_frame(share: int) -> bytes:
     return encode_frame(Route(share=share))
 
 
-def _grouped_by_share(items: list[_Item], owners: Owners, first_pseq: int) -> list[_Item]:
-    """``items``, just numbered ``first_pseq``, ``first_pseq + 1``, … in queue order, regrouped by
-    share (stable: a session's events keep their order) and numbered again in that order, so that
-    each share's part is a batch of consecutive numbers."""
-    if len(owners) > OWNERS_KEPT:
-        owners.clear()
+def _grouped_by_share(items: list[_Item], owners: Owners, first_pseq: int) -> list[tuple[int, list[_Item]]]:
+    """Each share's part of ``items`` (just numbered ``first_pseq``, ``first_pseq + 1``, … in queue
+    order), numbered again share after share, so that each part is a batch of consecutive numbers.
+    Stable: a session's events keep their order."""
     groups: list[list[_Item]] = [[] for _ in range(owners.shares)]
     for item in items:
         groups[owners[item.session_id]].append(item)
-    grouped = [item for group in groups for item in group]
-    for pseq, item in enumerate(grouped, start=first_pseq):
-        item.pseq = pseq
-    return grouped
+    runs = [(share, group) for share, group in enumerate(groups) if group]
+    pseq = first_pseq
+    for _, run in runs:
+        for item in run:
+            item.pseq = pseq
+            pseq += 1
+    return runs
+
+
+def _cut_by_share(items: list[_Item], owners: Owners) -> list[tuple[int, list[_Item]]]:
+    """``items`` (numbered already: resent, or from the spool) cut where the share changes."""
+    runs: list[tuple[int, list[_Item]]] = []
+    start = 0
+    share = owners[items[0].session_id]
+    for index in range(1, len(items)):
+        owner = owners[items[index].session_id]
+        if owner != share:
+            runs.append((share, items[start:index]))
+            start, share = index, owner
+    runs.append((share, items[start:]))
+    return runs
 
 
 def _drain_all_at_exit() -> None:

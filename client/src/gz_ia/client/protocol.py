@@ -28,7 +28,6 @@ __all__ = [
     "HEADER_SIZE",
     "MAX_BATCH_EVENTS",
     "MAX_FRAME",
-    "OWNERS_KEPT",
     "PROTOCOL_VERSION",
     "Batch",
     "ClientMessage",
@@ -142,15 +141,15 @@ def owner_of(session_id: str, shares: int) -> int:
     return zlib.crc32(session_id.encode()) % shares
 
 
-OWNERS_KEPT: Final = 65_536
-"""Session ids an :class:`Owners` may remember before its user clears it."""
+_OWNERS_KEPT: Final = 65_536
+"""Session ids an :class:`Owners` remembers before it forgets them all at once."""
 
 
 class Owners(dict[str, int]):
     """:func:`owner_of` for one number of shares, remembered per session id.
 
     A lookup costs half of hashing the id again, and it runs for every event of every batch (in
-    every share, and in a client that routes). Its user clears it past :data:`OWNERS_KEPT` ids.
+    every share, and in a client that routes). Bounded: forgotten all at once past ``_OWNERS_KEPT``.
     """
 
     def __init__(self, shares: int) -> None:
@@ -158,6 +157,8 @@ class Owners(dict[str, int]):
         self.shares = shares
 
     def __missing__(self, session_id: str) -> int:
+        if len(self) >= _OWNERS_KEPT:
+            self.clear()
         owner = self[session_id] = owner_of(session_id, self.shares)
         return owner
 

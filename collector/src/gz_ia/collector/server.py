@@ -133,8 +133,8 @@ class Connection(asyncio.Protocol):
         self._paused_reading = False
         self._peer_not_reading = False
         self._from_front = False
-        self._route: int | None = None
-        """The share a Route frame named for the batch that follows it."""
+        self._routed = False
+        """A Route frame naming this process came: the next frame is a batch of its sessions alone."""
 
     # --- asyncio callbacks --------------------------------------------------------------------------
 
@@ -203,8 +203,8 @@ class Connection(asyncio.Protocol):
                 return
         if self.root is not None:
             collector = self.collector
-            if self._route is not None:
-                self._handle_routed(body, self._route)
+            if self._routed:
+                self._handle_routed(body)
                 return
             try:
                 decoded = (
@@ -271,19 +271,19 @@ class Connection(asyncio.Protocol):
     def _accept_route(self, route: Route) -> None:
         """A Route frame: the next frame is a batch of this process's sessions alone (no reply)."""
         collector = self.collector
-        if self.root is None:
-            self._count_refused(RejectReason.HANDSHAKE_REQUIRED, whole=True)
+        if self.root is None:  # a front copies such a frame to every share: share 0 counts it
+            self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
             self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
         elif route.share != collector.share:
             self._count_refused(RejectReason.MISROUTED, whole=True)
             self.fail(RejectReason.MISROUTED, f"a batch routed to share {route.share} reached share {collector.share}")
         else:
-            self._route = route.share
+            self._routed = True
 
-    def _handle_routed(self, body: bytes, share: int) -> None:
+    def _handle_routed(self, body: bytes) -> None:
         """The batch a Route frame announced: decoded whole, as a single collector does; an event of
         another share's session is rejected ``misrouted``, never skipped."""
-        self._route = None
+        self._routed = False
         try:
             decoded = decode_batch(body)
         except msgspec.DecodeError as exc:
@@ -293,7 +293,7 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.MALFORMED, f"a route frame must be followed by a batch: {exc}")
             return
         if self.collector.owners is not None:
-            reject_misrouted(decoded, share, self.collector.owners)
+            reject_misrouted(decoded, self.collector.share, self.collector.owners)
         self._handle_batch(decoded, len(body), whole=True)
 
     def _handle_batch(self, decoded: DecodedBatch, size: int, *, whole: bool = False) -> None:

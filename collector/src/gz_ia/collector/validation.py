@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from gz_ia.client.protocol import OWNERS_KEPT, Batch, Owners, RejectReason
+from gz_ia.client.protocol import Batch, Owners, RejectReason
 from gz_ia.client.schema import (
     MAX_ACTION_LENGTH,
     MAX_AGENT_LENGTH,
@@ -141,8 +141,6 @@ def decode_share(body: bytes, share: int, owners: Owners) -> DecodedBatch:
     """
     raw = _raw_batch_decoder.decode(body)
     bodies = raw.events
-    if len(owners) > OWNERS_KEPT:
-        owners.clear()
     try:
         mine = [
             index
