@@ -14,6 +14,9 @@ from tests.conftest import CollectorProcess, wait_for
 
 from gz_ia.client import EventRejected, RejectReason, build_event
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 
 def _proc(collector: CollectorProcess) -> subprocess.Popen[bytes]:
     assert collector.proc is not None, "the collector was never started"

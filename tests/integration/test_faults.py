@@ -30,6 +30,9 @@ from typing import Any
 
 import pytest
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "fixtures" / "agents" / "fault_agent.py"
 FIGURES_DOC = REPO / "docs" / "reliability-figures.json"

@@ -39,6 +39,9 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 MIB = 1024
 
 

@@ -32,6 +32,9 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 AGENT = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline_agent.py"
 
 

@@ -21,6 +21,9 @@ from tests.conftest import CollectorProcess, free_port
 
 from gz_ia.client import EventRejected, RejectReason, build_event
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 REPO = Path(__file__).resolve().parents[2]
 OPERATIONS = REPO / "docs" / "operations.md"
 

@@ -14,6 +14,9 @@ import pytest
 
 from gz_ia.client import Client
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 
 def _metric(collector: Any, name: str) -> float:
     for line in collector.metrics().splitlines():

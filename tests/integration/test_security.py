@@ -23,6 +23,9 @@ import pytest
 from gz_ia.client import build_event
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "tests" / "fixtures" / "agents" / "uid_probe.py"
 OTHER_UID = 12345

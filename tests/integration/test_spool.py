@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 
 def _spool_dir() -> Path:
     return Path(os.environ["GZ_IA_SPOOL_DIR"])

@@ -12,6 +12,9 @@ from tests.conftest import CollectorProcess
 from gz_ia.client import EventRejected, build_event
 from gz_ia.collector.cli._common import EXIT_UNAVAILABLE, version
 
+# The write and delivery path: run against one process and against a sharded collector.
+pytestmark = pytest.mark.shards(1, 2)
+
 
 def _proc(collector: CollectorProcess) -> subprocess.Popen[bytes]:
     assert collector.proc is not None, "the collector was never started"
