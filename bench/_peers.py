@@ -1,7 +1,7 @@
 """Install the peers (rsyslog, syslog-ng) without ever running them as system services.
 
-Debian's ``rsyslog`` and ``syslog-ng-core`` conflict (both provide the system log daemon), so, as
-``shared/PEERS.md`` describes: rsyslog comes from apt; syslog-ng-core is fetched with
+Debian's ``rsyslog`` and ``syslog-ng-core`` conflict (both provide the system log daemon), so
+rsyslog comes from apt; syslog-ng-core is fetched with
 ``apt-get download`` and unpacked with ``dpkg -x`` into ``bench/.peers/syslog-ng`` after apt installed
 its libraries. While apt runs, a ``policy-rc.d`` that we create (only if there was none) forbids
 starting services, so installing rsyslog does not start the system daemon on a machine with an init.

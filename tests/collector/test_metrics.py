@@ -15,7 +15,7 @@ from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import RELOAD_RESULTS, WRITE_ERROR_KINDS, Metrics, write_error_kind
 
-# What issue 4 asks for, by metric name (counters without their _total suffix, as the parser names them).
+# The documented metrics, by name (counters without their _total suffix, as the parser names them).
 REQUIRED = {
     "gzia_events_received": "counter",
     "gzia_events_written": "counter",

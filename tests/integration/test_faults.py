@@ -1,6 +1,6 @@
 """Fault injection against real processes: the collector and the agents killed, a full disk, torn lines.
 
-The promise under test (issue 5): an event the client accepted is written exactly once, even if the
+The promise under test: an event the client accepted is written exactly once, even if the
 collector is killed; every line stays schema-valid, ``seq`` is gap-free per session and no line is
 torn. The long versions are marked ``slow``; their durations and iteration counts scale with
 ``GZ_IA_SOAK_SECONDS`` (the ``soak`` fixture), so CI runs a bounded version of each.
