@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from gz_ia.collector.config import (
     ConfigError,
     config_keys,
     default_config_path,
+    default_metrics_port,
     env_var,
     load_config,
 )
@@ -31,6 +33,15 @@ def test_defaults_without_file_env_or_flags(tmp_path: Path) -> None:
     assert config.durability == "os"
     assert config.max_open_files == 65536
     assert config.metrics_enabled
+    assert config.metrics_address == "auto"
+
+
+def test_auto_metrics_address_is_a_loopback_port_per_uid() -> None:
+    """``auto`` (the default) serves on 127.0.0.1 at 20000 + uid % 10000, so that users' collectors coexist."""
+    assert [default_metrics_port(uid) for uid in (0, 1000, 1001, 12345, 65534)] == [20000, 21000, 21001, 22345, 25534]
+    assert CollectorConfig().metrics_endpoint() == ("127.0.0.1", default_metrics_port(os.getuid()))
+    assert CollectorConfig(metrics_address="[::1]:9477").metrics_endpoint() == ("::1", 9477)
+    assert CollectorConfig(metrics_address="off").metrics_endpoint() is None
 
 
 def test_default_path_follows_xdg_config_home_and_gz_ia_config(tmp_path: Path) -> None:

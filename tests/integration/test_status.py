@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.conftest import CollectorProcess
@@ -88,3 +89,19 @@ def test_status_after_collector_stopped_exits_69(collector: CollectorProcess) ->
     result = collector.gz_ia("status")
     assert result.returncode == EXIT_UNAVAILABLE
     assert "no collector is reachable" in result.stderr
+
+
+def test_status_shows_the_limits_in_effect(make_collector: Any) -> None:
+    """Under ``ulimit -n 256`` the collector lowers max_open_files to 192; gz-ia status shows 192 (and
+    the descriptor limit), not the configured 65536."""
+    collector: CollectorProcess = make_collector(start=False)
+    collector.prefix = ["prlimit", "--nofile=256", "--"]
+    collector.start()
+    report = json.loads(collector.gz_ia("status", "--json").stdout)
+    assert report["config"]["max_open_files"] == 65536
+    assert report["limits"]["max_open_files"] == 192
+    assert report["limits"]["descriptor_limit"] == 256
+    text = collector.gz_ia("status").stdout.splitlines()
+    (line,) = [line for line in text if line.startswith("limits: ")]
+    assert "max_open_files 192, descriptor_limit 256" in line
+    assert f"metrics: http://127.0.0.1:{collector.metrics_port}/metrics" in text

@@ -24,12 +24,22 @@ __all__ = [
     "RotationConfig",
     "config_keys",
     "default_config_path",
+    "default_metrics_port",
     "env_var",
     "load_config",
 ]
 
 ENV_PREFIX: Final = "GZ_IA_"
 _MAX_SHARDS: Final = 64
+METRICS_PORT_BASE: Final = 20000
+"""First port of the per-user metrics range: ``auto`` serves on ``METRICS_PORT_BASE + uid % 10000``."""
+_METRICS_PORT_SPAN: Final = 10000
+
+
+def default_metrics_port(uid: int | None = None) -> int:
+    """The loopback port ``metrics_address = "auto"`` serves on: one per uid, so that several users'
+    collectors coexist on one machine (uid 1000: 21000), below the kernel's ephemeral range."""
+    return METRICS_PORT_BASE + (os.getuid() if uid is None else uid) % _METRICS_PORT_SPAN
 
 
 class ConfigError(Exception):
@@ -80,8 +90,9 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """``os``: acknowledge once written to the OS; ``fsync``: after a grouped fdatasync."""
     max_open_files: int = 65536
     """Session files kept open at once; lowered at start to what the descriptor limit allows."""
-    metrics_address: str = "127.0.0.1:9477"
-    """``host:port`` of the Prometheus endpoint; empty or ``off`` disables it."""
+    metrics_address: str = "auto"
+    """``host:port`` of the Prometheus endpoint; ``auto``: ``127.0.0.1`` on the user's own port
+    (:func:`default_metrics_port`); empty or ``off`` disables it."""
     allow_uids: list[int] = []
     """Other uids allowed to connect (the collector's own uid always is)."""
     spool_dir: str = ""
@@ -107,7 +118,7 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ValueError(f"shards must be between 1 and {_MAX_SHARDS}")
         if self.max_backlog_batches < 1:
             raise ValueError("max_backlog_batches must be at least 1")
-        if self.metrics_address not in ("", "off"):
+        if self.metrics_address not in ("", "off", "auto"):
             host, _, port = self.metrics_address.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"metrics_address {self.metrics_address!r} is not host:port")
@@ -116,6 +127,15 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     def metrics_enabled(self) -> bool:
         """Whether the Prometheus endpoint is on."""
         return self.metrics_address not in ("", "off")
+
+    def metrics_endpoint(self) -> tuple[str, int] | None:
+        """The ``(host, port)`` the Prometheus endpoint binds (``auto`` resolved); None when off."""
+        if not self.metrics_enabled:
+            return None
+        if self.metrics_address == "auto":
+            return "127.0.0.1", default_metrics_port()
+        host, _, port = self.metrics_address.rpartition(":")
+        return host.strip("[]"), int(port)
 
 
 def default_config_path(environ: Mapping[str, str] | None = None) -> Path:

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import gc
+import ipaddress
 import logging
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from gz_ia.client import env
 
 from .config import CollectorConfig
+from .journal import configure_logging
 from .listener import Listener, ListenerError
 from .systemd import listen_fds
 
-__all__ = ["run"]
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client import CollectorRegistry
+
+    from .metrics import Metrics
+
+__all__ = ["run", "serve_metrics"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -60,7 +68,7 @@ def run(
         shares: how many processes share the sessions.
     """
     import uvloop
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
     from .front import Front
     from .metrics import Metrics
@@ -68,7 +76,7 @@ def run(
 
     front = share is None and config.shards > 1
     name = "gz-ia-collector" if share is None else f"gz-ia-collector[share {share}]"
-    logging.basicConfig(stream=sys.stderr, level=config.log_level.upper(), format=f"{name}: %(levelname)s %(message)s")
+    configure_logging(name, config.log_level)
     listener: Listener | None = None
     sockets = _usable(listen_fds())
     if sockets:
@@ -94,19 +102,7 @@ def run(
     else:
         server = Collector(config, metrics, version=version, load_config=load_config, share=share or 0, shares=shares)
         served = registry
-    http = None
-    if config.metrics_enabled:
-        host, _, port = config.metrics_address.rpartition(":")
-        try:
-            http, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=served)
-        except OSError as exc:
-            log.error("cannot serve metrics on %s: %s (set metrics_address, or 'off')", config.metrics_address, exc)
-            if isinstance(server, Front):
-                server.shares.stop()
-            if listener is not None:
-                listener.close()
-            return 1
-        log.info("metrics on http://%s:%d/metrics", host, http.server_port)
+    http = serve_metrics(config, metrics, served)
     _tune_garbage_collector()
     try:
         uvloop.run(server.serve(sockets))
@@ -120,6 +116,47 @@ def run(
             for sock in sockets:
                 sock.close()
     return 0
+
+
+def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> WSGIServer | None:
+    """Start the Prometheus endpoint; return its server, or None when it is off or cannot bind.
+
+    A busy port (another user's collector, another exporter) never stops the event service: the
+    error is logged and shown in ``gz-ia status``, and events are accepted all the same.
+    """
+    from prometheus_client import start_http_server
+
+    endpoint = config.metrics_endpoint()
+    if endpoint is None:
+        return None
+    host, port = endpoint
+    metrics.endpoint_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        http, _thread = start_http_server(port, addr=host, registry=served)
+    except OSError as exc:
+        metrics.endpoint_error = f"cannot listen on {metrics.endpoint_address}: {exc}"
+        log.error(
+            "metrics NOT served: %s; events are still accepted (set metrics_address to a free host:port, or 'off')",
+            metrics.endpoint_error,
+        )
+        return None
+    metrics.endpoint_url = f"http://{metrics.endpoint_address}/metrics"
+    log.info("metrics on %s", metrics.endpoint_url)
+    if not _is_loopback(host):
+        log.warning(
+            "metrics are served beyond loopback on %s: anyone who can reach it reads the collector's metrics",
+            metrics.endpoint_address,
+        )
+    return http
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: may resolve beyond loopback
 
 
 _GC_THRESHOLDS: Final = (10_000, 20, 100)

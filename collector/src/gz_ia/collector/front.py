@@ -696,6 +696,7 @@ class Front:
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "config": msgspec.to_builtins(self.config),
                 "durability": self.config.durability,
+                "metrics_endpoint": self.metrics.endpoint_report(),
                 "connections": len(self.clients),
                 "shares": {
                     "count": self.shares.count,

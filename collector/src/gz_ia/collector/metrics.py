@@ -46,6 +46,22 @@ def write_error_kind(exc: OSError) -> str:
     return name if name in WRITE_ERROR_KINDS else "other"
 
 
+def _samples(counter: Counter) -> Iterator[tuple[dict[str, str], float]]:
+    """A counter's ``_total`` samples (its ``_created`` ones left out), collected once."""
+    for family in counter.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                yield sample.labels, sample.value
+
+
+def _sum(counter: Counter) -> float:
+    return sum(value for _labels, value in _samples(counter))
+
+
+def _by_label(counter: Counter, label: str) -> dict[str, int]:
+    return {labels[label]: int(value) for labels, value in _samples(counter)}
+
+
 def _bound_label(bound: float) -> str:
     """A bucket bound as prometheus_client writes ``le`` (``1.0``, ``0.01``, ``3600.0``)."""
     return repr(float(bound))
@@ -98,6 +114,12 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry, *, version: str, process_metrics: bool = True) -> None:
         self.registry = registry
+        self.endpoint_address = "off"
+        """The Prometheus endpoint's ``host:port`` (``auto`` resolved), or ``off``."""
+        self.endpoint_url: str | None = None
+        """The URL it serves on, once bound."""
+        self.endpoint_error: str | None = None
+        """Why it could not bind (the events are served regardless)."""
         if process_metrics:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
@@ -225,25 +247,36 @@ class Metrics:
         """Record a batch's written FINISH events as ``(status, duration_ms)`` pairs."""
         self.action_duration.observe(durations)
 
+    def status_counters(self) -> dict[str, object]:
+        """The counters ``gz-ia status`` reports, each family read once from its own metric object.
+
+        Never through the registry: ``CollectorRegistry.get_sample_value`` collects every family
+        (the process collector reads /proc) on each call, and is meant for unit tests.
+        """
+        rejected = _by_label(self.events_rejected, "reason")
+        errors = _by_label(self.write_errors, "kind")
+        return {
+            "received": int(_sum(self.events_received)),
+            "written": int(_sum(self.events_written)),
+            "rejected": sum(rejected.values()),
+            "rejected_by_reason": {reason: count for reason, count in rejected.items() if count},
+            "duplicates": int(_sum(self.duplicates)),
+            "write_errors": sum(errors.values()),
+        }
+
+    def endpoint_report(self) -> dict[str, object]:
+        """Where Prometheus finds this collector, for ``gz-ia status``: the address, and the URL
+        served or why none is."""
+        return {"address": self.endpoint_address, "url": self.endpoint_url, "error": self.endpoint_error}
+
     def totals(self) -> dict[str, int]:
         """Return the main counters summed over their labels, cheaply (no process metrics read)."""
-
-        def total(counter: Counter) -> int:
-            return int(
-                sum(
-                    sample.value
-                    for family in counter.collect()
-                    for sample in family.samples
-                    if sample.name.endswith("_total")
-                )
-            )
-
         return {
-            "received": total(self.events_received),
-            "written": total(self.events_written),
-            "rejected": total(self.events_rejected),
-            "duplicates": total(self.duplicates),
-            "write_errors": total(self.write_errors),
+            "received": int(_sum(self.events_received)),
+            "written": int(_sum(self.events_written)),
+            "rejected": int(_sum(self.events_rejected)),
+            "duplicates": int(_sum(self.duplicates)),
+            "write_errors": int(_sum(self.write_errors)),
         }
 
     def exposition(self) -> str:

@@ -741,16 +741,19 @@ class Collector:
 
     # --- status ---------------------------------------------------------------------------------------
 
+    def limits(self) -> dict[str, int]:
+        """The limits in effect in this process, which may be lower than configured: ``max_open_files``
+        after :func:`file_budget` fitted it to the descriptor limit."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return {
+            "max_open_files": self.writer.max_open_files,
+            "descriptor_limit": -1 if soft == resource.RLIM_INFINITY else soft,
+            "max_open_actions": self.config.max_open_actions,
+            "max_backlog_batches": self.config.max_backlog_batches,
+        }
+
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
-        registry = self.metrics.registry
-
-        def value(name: str, labels: dict[str, str] | None = None) -> float:
-            return registry.get_sample_value(name, labels or {}) or 0.0
-
-        rejected = {
-            reason.value: int(value("gzia_events_rejected_total", {"reason": reason.value})) for reason in RejectReason
-        }
         return {
             "healthy": True,
             "version": self.version,
@@ -758,6 +761,8 @@ class Collector:
             "uptime_seconds": round(time.time() - self.started, 3),
             "durability": self.config.durability,
             "config": msgspec.to_builtins(self.config),
+            "limits": self.limits(),
+            "metrics_endpoint": self.metrics.endpoint_report(),
             "connections": len(self.connections),
             "roots": [
                 {
@@ -767,23 +772,5 @@ class Collector:
                 }
                 for root in self.writer.roots
             ],
-            "counters": {
-                "received": int(value("gzia_events_received_total")),
-                "written": int(
-                    sum(
-                        value("gzia_events_written_total", {"stage": stage, "status": status})
-                        for stage in ("READ", "PENDING", "FINISH")
-                        for status in ("OK", "FAILED")
-                    )
-                ),
-                "rejected": sum(rejected.values()),
-                "rejected_by_reason": {reason: count for reason, count in rejected.items() if count},
-                "duplicates": int(value("gzia_events_duplicate_total")),
-                "write_errors": int(
-                    sum(
-                        value("gzia_write_errors_total", {"kind": kind})
-                        for kind in ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
-                    )
-                ),
-            },
+            "counters": self.metrics.status_counters(),
         }

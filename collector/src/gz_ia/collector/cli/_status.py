@@ -50,6 +50,10 @@ def _print_report(report: dict[str, Any]) -> None:
         for share in shares.get("down", []):
             click.echo(f"  share {share} is down, being restarted: clients are refused meanwhile and resend later")
     click.echo(f"connections: {report['connections']}")
+    _print_metrics(report.get("metrics_endpoint"))
+    limits = report.get("limits")
+    if isinstance(limits, dict):  # in effect: max_open_files may be lower than configured
+        click.echo("limits: " + ", ".join(f"{key} {value}" for key, value in limits.items()))
     for root in report["roots"]:
         click.echo(
             f"root {root['path']}: {root['sessions_loaded']} sessions loaded, {root['open_sessions']} with open actions"
@@ -60,3 +64,15 @@ def _print_report(report: dict[str, Any]) -> None:
     )
     for reason, count in counters.get("rejected_by_reason", {}).items():
         click.echo(f"  rejected {reason}: {count}")
+
+
+def _print_metrics(endpoint: object) -> None:
+    """Where Prometheus scrapes this collector, or, loudly, why it cannot."""
+    if not isinstance(endpoint, dict):
+        return
+    if endpoint.get("url"):
+        click.echo(f"metrics: {endpoint['url']}")
+    elif endpoint.get("error"):
+        click.echo(f"metrics: NOT SERVED: {endpoint['error']} (events are accepted all the same)")
+    else:
+        click.echo("metrics: off")
