@@ -129,6 +129,23 @@ def test_socket_directory_0700_and_socket_0600(make_collector: Any) -> None:
     assert sock.st_uid == os.getuid()
 
 
+def test_every_state_file_is_private_whatever_the_umask(make_collector: Any) -> None:
+    """Started with umask 022, the collector still writes every file of its state (roots.json, a
+    sharded collector's share configuration), of the root and beside its socket 0600, in 0700 directories."""
+    collector = make_collector(start=False)
+    collector.prefix = ["sh", "-c", 'umask 022 && exec "$@"', "sh"]
+    collector.start()
+    assert send(collector, session_id="private", action="a", stage="READ").seq == 1
+    state = collector.base.parent / f"{collector.base.name}-state"
+    assert (state / "roots.json").exists()
+    made = [state, *state.rglob("*"), *collector.socket.parent.rglob("*"), *collector.root.rglob("*")]
+    if collector.shards > 1:
+        assert any(path.name.startswith("config") for path in made), made
+    modes = {str(path): stat.S_IMODE(path.lstat().st_mode) for path in made if not path.is_socket()}
+    expected = {path: 0o700 if Path(path).is_dir() else 0o600 for path in modes}
+    assert modes == expected
+
+
 @pytest.mark.parametrize("mode", [0o755, 0o1777], ids=["own-0755", "sticky-1777"])
 def test_an_existing_socket_directory_keeps_its_mode(make_collector: Any, mode: int) -> None:
     """Pointed at an existing directory (a home, or ``/tmp``: sticky and world-writable), the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import ipaddress
 import logging
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,9 @@ def run(
     from .metrics import Metrics
     from .server import Collector
 
+    # Everything the collector creates (state, share configuration, session files) is its user's
+    # alone, whatever umask started it: as UMask=0077 in the unit, for every other way to run it.
+    os.umask(0o077)
     front = share is None and config.shards > 1
     name = "gz-ia-collector" if share is None else f"gz-ia-collector[share {share}]"
     configure_logging(name, config.log_level)

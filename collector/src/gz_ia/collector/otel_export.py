@@ -114,7 +114,9 @@ class CursorStore:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         marker = self.directory / "root.txt"
         if not marker.exists():
-            marker.write_text(str(root.absolute()) + "\n")
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(str(root.absolute()) + "\n")
 
     def load(self, session_id: str) -> Position:
         """Return the session's position; a missing or unreadable file means from the start."""
