@@ -8,3 +8,10 @@ if ! command -v uv >/dev/null 2>&1; then
   python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
 fi
 export UV_PYTHON_DOWNLOADS=never
+
+# One sync for both scripts: the whole workspace with every extra ([mcp], [otel]) and the dev tools.
+# `uv sync` is exact (it removes what it was not asked for), so a narrower sync here would uninstall
+# what the other script installed.
+sync_workspace() {
+  uv sync --quiet --all-extras --all-packages --frozen 2>/dev/null || uv sync --quiet --all-extras --all-packages
+}
