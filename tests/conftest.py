@@ -211,6 +211,78 @@ class CollectorProcess:
             self.proc.wait()
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""Debian's interpreter: another uid cannot run the pyenv one under root's 0700 home."""
+
+
+def system_python_path() -> str:
+    """``PYTHONPATH`` for SYSTEM_PYTHON: the source trees and the workspace's site-packages (uvloop,
+    msgspec, click...: built for CPython 3.11, as Debian's is)."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    return os.pathsep.join([str(REPO / "client" / "src"), str(REPO / "collector" / "src"), site])
+
+
+class OtherUidCollector(CollectorProcess):
+    """A collector run by another uid (``setpriv``, no passwd entry needed) with its own directories.
+
+    Its metrics address is the default unless ``metrics_args`` says otherwise; ``sandbox`` (a
+    command-line prefix run as that uid) goes between ``setpriv`` and the interpreter.
+    """
+
+    def __init__(self, base: Path, uid: int, *, shards: int = 1) -> None:
+        super().__init__(base, shards=shards)
+        self.uid = uid
+        state = base.parent / f"{base.name}-state"
+        state.mkdir()
+        for directory in (base, *base.rglob("*"), state):
+            os.chown(directory, uid, uid)
+        self.metrics_args: list[str] = []
+        self.sandbox: list[str] = []
+        self.extra_env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": system_python_path(),
+            "HOME": str(base),
+            "XDG_RUNTIME_DIR": str(base / "run"),
+            "GZ_IA_SPOOL_DIR": str(base / "spool"),
+        }
+
+    def as_user(self) -> list[str]:
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+
+    def command(self) -> list[str]:
+        return [
+            *self.as_user(),
+            *self.sandbox,
+            SYSTEM_PYTHON,
+            "-m",
+            "gz_ia.collector",
+            "--socket",
+            str(self.socket),
+            *self.metrics_args,
+            *self.args,
+        ]
+
+    def run_as_user(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run SYSTEM_PYTHON with ``args`` as this collector's uid, in its environment."""
+        return subprocess.run(
+            [*self.as_user(), SYSTEM_PYTHON, *args],
+            env={**self.env, **self.extra_env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """``gz-ia status --json`` run by the same uid (the collector answers its own user only)."""
+        result = self.run_as_user("-c", "from gz_ia.collector.cli import main; main()", "status", "--json")
+        assert result.returncode == 0, result.stderr
+        report: dict[str, Any] = json.loads(result.stdout)
+        return report
+
+
 @pytest.fixture(autouse=True)
 def _private_spool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Every test spools into its own directory, never into the user's ~/.local/state."""

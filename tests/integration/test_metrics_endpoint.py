@@ -9,28 +9,17 @@ trees and the workspace's site-packages on ``PYTHONPATH`` (as in test_security.p
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sysconfig
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import CollectorProcess
+from tests.conftest import CollectorProcess, OtherUidCollector
 
 from gz_ia.client import build_event
 from gz_ia.collector.config import default_metrics_port
-
-REPO = Path(__file__).resolve().parents[2]
-SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def _system_python_path() -> str:
-    site = sysconfig.get_paths()["purelib"]  # the workspace venv's site-packages: uvloop, msgspec, click...
-    return os.pathsep.join([str(REPO / "client" / "src"), str(REPO / "collector" / "src"), site])
 
 
 def _port_is_free(port: int) -> bool:
@@ -42,57 +31,8 @@ def _port_is_free(port: int) -> bool:
         return True
 
 
-class OtherUserCollector(CollectorProcess):
-    """A collector run by another uid, with every setting at its default but its directories."""
-
-    def __init__(self, base: Path, uid: int) -> None:
-        super().__init__(base)
-        self.uid = uid
-        for directory in (base, *base.rglob("*")):
-            os.chown(directory, uid, uid)
-        state = base.parent / f"{base.name}-state"
-        state.mkdir()
-        os.chown(state, uid, uid)
-        self.extra_env = {
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": _system_python_path(),
-            "HOME": str(base),
-            "XDG_RUNTIME_DIR": str(base / "run"),
-            "GZ_IA_SPOOL_DIR": str(base / "spool"),
-        }
-
-    def command(self) -> list[str]:
-        """No ``--metrics-address``: the default, as a user who configured nothing runs it."""
-        return [
-            *self.as_user(),
-            SYSTEM_PYTHON,
-            "-m",
-            "gz_ia.collector",
-            "--socket",
-            str(self.socket),
-        ]
-
-    def as_user(self) -> list[str]:
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
-
-    def status(self) -> dict[str, Any]:
-        """``gz-ia status --json`` run by the same uid (the collector answers its own user only)."""
-        environment = {**self.env, **self.extra_env}
-        result = subprocess.run(
-            [*self.as_user(), SYSTEM_PYTHON, "-c", "from gz_ia.collector.cli import main; main()", "status", "--json"],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr
-        report: dict[str, Any] = json.loads(result.stdout)
-        return report
-
-
 @pytest.fixture(name="two_users")
-def _two_users(short_tmp: Path) -> Iterator[list[OtherUserCollector]]:
+def _two_users(short_tmp: Path) -> Iterator[list[OtherUidCollector]]:
     """Two uids whose default metrics ports are free on this machine, each with a collector (not started)."""
     short_tmp.chmod(0o755)  # let the other uids reach their own directories below it
     uids = [uid for uid in range(54321, 54400) if _port_is_free(default_metrics_port(uid))][:2]
@@ -100,13 +40,13 @@ def _two_users(short_tmp: Path) -> Iterator[list[OtherUserCollector]]:
     for uid in uids:
         base = short_tmp / f"u{uid}"
         base.mkdir()
-        made.append(OtherUserCollector(base, uid))
+        made.append(OtherUidCollector(base, uid))
     yield made
     for process in made:
         process.close()
 
 
-def test_two_users_run_side_by_side_with_default_metrics(two_users: list[OtherUserCollector]) -> None:
+def test_two_users_run_side_by_side_with_default_metrics(two_users: list[OtherUidCollector]) -> None:
     """Two uids' collectors with default settings both start, each serving metrics on its own port,
     which its log and ``gz-ia status`` name."""
     for process in two_users:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from .metrics import Metrics
 
-__all__ = ["run", "serve_metrics"]
+__all__ = ["run", "serve_metrics", "unmapped_uids"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -81,6 +81,12 @@ def run(
     front = share is None and config.shards > 1
     name = "gz-ia-collector" if share is None else f"gz-ia-collector[share {share}]"
     configure_logging(name, config.log_level)
+    for uid in unmapped_uids(config.allow_uids):
+        log.error(
+            "allow_uids: uid %d is not mapped in this process's user namespace (PrivateUsers=yes?): "
+            "its connections are seen as uid 65534 and refused",
+            uid,
+        )
     listener: Listener | None = None
     sockets = _usable(listen_fds())
     if sockets:
@@ -161,6 +167,16 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name other than localhost: may resolve beyond loopback
+
+
+def unmapped_uids(uids: list[int], uid_map: Path = Path("/proc/self/uid_map")) -> list[int]:
+    """The ``uids`` this process's user namespace does not map: the kernel reports such peers as the
+    overflow uid, so ``allow_uids`` cannot admit them (a unit with ``PrivateUsers=yes``)."""
+    try:
+        ranges = [tuple(map(int, line.split())) for line in uid_map.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+    return [uid for uid in uids if not any(inside <= uid < inside + count for inside, _outside, count in ranges)]
 
 
 _GC_THRESHOLDS: Final = (10_000, 20, 100)

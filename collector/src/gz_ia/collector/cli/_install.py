@@ -70,14 +70,20 @@ RestartSec=1
 TimeoutStopSec=20
 LimitNOFILE=65536
 UMask=0077
-# Hardening that works in user units on systemd 252 (prctl/seccomp only; no namespaces, no
-# capabilities: ProtectSystem/ProtectHome/PrivateTmp and ProtectKernel*/CapabilityBoundingSet don't).
+# Hardening a user manager applies without privileges: prctl flags and seccomp filters. What needs
+# user namespaces or capabilities is in deploy/systemd/ as an opt-in drop-in (docs/operations.md).
 NoNewPrivileges=yes
 RestrictSUIDSGID=yes
 LockPersonality=yes
 RestrictRealtime=yes
+RestrictNamespaces=yes
+MemoryDenyWriteExecute=yes
 SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged @resources
+SystemCallErrorNumber=EPERM
 RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+KeyringMode=private
 
 [Install]
 Also=gz-ia-collector.socket
