@@ -43,3 +43,10 @@ def test_public_names_are_exported_and_sorted() -> None:
     assert gz_ia.client.__all__ == sorted(gz_ia.client.__all__)
     for name in gz_ia.client.__all__:
         assert getattr(gz_ia.client, name) is not None
+
+
+def test_importing_the_client_loads_no_asyncio() -> None:
+    """Only AsyncClient needs asyncio: a thread-based agent never pays for importing it."""
+    assert "asyncio" not in _modules_after("import gz_ia.client\nfrom gz_ia.client import Client, session")
+    modules = _modules_after("from gz_ia.client import AsyncClient\nassert AsyncClient.__name__ == 'AsyncClient'")
+    assert "asyncio" in modules

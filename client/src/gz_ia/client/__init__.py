@@ -16,7 +16,8 @@ is a no-op.
 
 from __future__ import annotations
 
-from ._client import AsyncClient as AsyncClient
+from typing import TYPE_CHECKING, Any
+
 from ._client import Client as Client
 from ._client import build_event as build_event
 from ._null import NullClient as NullClient
@@ -40,6 +41,9 @@ from .schema import LogEvent as LogEvent
 from .schema import Stage as Stage
 from .schema import Status as Status
 from .schema import StoredEvent as StoredEvent
+
+if TYPE_CHECKING:
+    from ._async import AsyncClient as AsyncClient
 
 __all__ = [
     "ActionScope",
@@ -69,7 +73,12 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
+def __getattr__(name: str) -> Any:
+    # Imported on first use: asyncio would otherwise cost every agent more than the rest of the client.
+    if name == "AsyncClient":
+        from ._async import AsyncClient
+
+        return AsyncClient
     if name == "__version__":
         from importlib.metadata import version
 

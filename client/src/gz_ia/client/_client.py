@@ -1,13 +1,12 @@
-"""The clients agents hold: :class:`Client` for threads and scripts, :class:`AsyncClient` for asyncio.
+"""The client agents hold: :class:`Client`, for threads and scripts (``AsyncClient`` wraps it for asyncio).
 
-Both share one background :class:`~gz_ia.client._sender.Sender`. ``log()`` builds and encodes the
+It owns one background :class:`~gz_ia.client._sender.Sender`. ``log()`` builds and encodes the
 event on the caller's thread (a few microseconds) and hands it over; ``send()`` additionally waits
 for the collector's verdict.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,7 +20,7 @@ from ._sender import Sender, SenderStats, Verdict
 from .errors import CollectorUnavailable
 from .schema import FAILED, AttrValue, LogEvent, Stage, Status
 
-__all__ = ["AsyncClient", "Client"]
+__all__ = ["Client", "build_event"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _encode: Final = _encoder.encode
@@ -238,47 +237,3 @@ class Client:
     def stats(self) -> SenderStats:
         """Counters: queued, unacknowledged, accepted, rejected, dropped, invalid, reconnects."""
         return self._sender.stats()
-
-
-class AsyncClient:
-    """The asyncio face of :class:`Client`: ``log()`` as before, awaitable ``send()`` and ``flush()``.
-
-    The socket work still happens on the client's sender thread, so an event loop is never blocked
-    by logging.
-    """
-
-    enabled: Final = True
-
-    def __init__(
-        self,
-        client: Client | None = None,
-        *,
-        socket_path: str | Path | None = None,
-        root: str | Path | None = None,
-    ) -> None:
-        self.sync = client if client is not None else Client(socket_path=socket_path, root=root)
-        # Queuing never blocks, so the synchronous calls serve the event loop as they are.
-        self.log = self.sync.log
-        self.emit = self.sync.emit
-
-    async def send(self, event: LogEvent, *, timeout: float = 5.0) -> Verdict:
-        """Deliver ``event`` and await the verdict (see :meth:`Client.send`)."""
-        future = asyncio.wrap_future(self.sync.send_future(event))
-        try:
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError as exc:
-            raise CollectorUnavailable(
-                f"no verdict from the collector within {timeout:g} s", socket_path=str(self.sync.socket_path)
-            ) from exc
-
-    async def flush(self, timeout: float | None = 5.0) -> bool:
-        """Await delivery of everything queued, without blocking the event loop."""
-        return await asyncio.to_thread(self.sync.flush, timeout)
-
-    async def aclose(self, timeout: float | None = 2.0) -> None:
-        """Flush and stop, without blocking the event loop."""
-        await asyncio.to_thread(self.sync.close, timeout)
-
-    def stats(self) -> SenderStats:
-        """Counters of the underlying client."""
-        return self.sync.stats()
