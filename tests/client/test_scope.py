@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -137,3 +138,32 @@ def test_scopes_work_with_async_with() -> None:
 
         asyncio.run(main())
     assert sorted(e.session_id for e in events) == ["t1", "t1", "t2", "t2"]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: gz.session("bad/id", agent="a"), "session id"),
+        (lambda: gz.session("." + "x", agent="a"), "session id"),
+        (lambda: gz.session("s", agent=""), "agent"),
+        (lambda: gz.session("s", agent="a" * 129), "agent"),
+        (lambda: gz.session("s", agent="a", role="r" * 129), "role"),
+        (lambda: gz.session("s", agent="a", parent_session_id="../up"), "parent session id"),
+        (lambda: gz.session("s", agent="a").subagent(""), "agent"),
+        (lambda: gz.session("s", agent="a").subagent(session_id="bad/id"), "session id"),
+        (lambda: gz.session("s", agent="a").subagent(role="r" * 200), "role"),
+    ],
+)
+def test_invalid_ids_raise_in_the_scope_constructor(make: Any, message: str) -> None:
+    """An id the collector would refuse fails where the caller sees it, not silently at delivery."""
+    with capture_events() as events, pytest.raises(ValueError, match=message):
+        make()
+    assert events == []
+
+
+def test_ids_of_the_wrong_type_raise_type_error() -> None:
+    """A session id or agent that is not a string is a TypeError, at once."""
+    with pytest.raises(TypeError, match="agent"):
+        gz.session("s", agent=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session id"):
+        gz.session(42, agent="a")  # type: ignore[arg-type]

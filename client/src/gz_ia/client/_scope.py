@@ -22,7 +22,15 @@ from typing import Final, Protocol
 from . import env
 from ._client import Client
 from ._null import NullClient
-from .schema import MAX_ERROR_LENGTH, AttrValue, Stage, Status
+from .schema import (
+    MAX_AGENT_LENGTH,
+    MAX_ERROR_LENGTH,
+    MAX_SESSION_ID_LENGTH,
+    AttrValue,
+    Stage,
+    Status,
+    is_safe_session_id,
+)
 
 __all__ = [
     "ActionScope",
@@ -138,17 +146,39 @@ def current_session() -> SessionScope | None:
 
 
 def _inherited_parent() -> str | None:
-    parent = os.environ.get(env.GZ_IA_PARENT_SESSION_ID)
-    if not parent:
-        return None
     # Our own export is for children, not for us: a sibling session here is not a subagent.
     if os.environ.get(GZ_IA_PARENT_PID) == str(os.getpid()):
         return None
-    return parent
+    return env.parent_session()
+
+
+def _check_session_id(value: object, what: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if not is_safe_session_id(value):
+        raise ValueError(
+            f"invalid {what} {value!r}: 1 to {MAX_SESSION_ID_LENGTH} letters, digits, '_', '-' or '.', "
+            "not starting with '.'"
+        )
+
+
+def _check_name(value: object, what: str, *, required: bool) -> None:
+    if value is None and not required:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if len(value) > MAX_AGENT_LENGTH or (required and not value):
+        raise ValueError(f"invalid {what} {value[:40]!r}: 1 to {MAX_AGENT_LENGTH} characters")
 
 
 class SessionScope:
-    """A session of one agent: every event logged through it carries its id, agent and role."""
+    """A session of one agent: every event logged through it carries its id, agent and role.
+
+    Raises:
+        ValueError: the session id or parent id is not a valid session id, the agent is empty or
+            either the agent or the role is longer than 128 characters.
+        TypeError: one of them is not a string.
+    """
 
     __slots__ = ("_token", "agent", "client", "parent_session_id", "role", "session_id")
 
@@ -161,6 +191,12 @@ class SessionScope:
         parent_session_id: str | None,
         client: EventSink,
     ) -> None:
+        # Checked here, where the caller sees it: the collector would refuse every event of the scope.
+        _check_session_id(session_id, "session id")
+        if parent_session_id is not None:
+            _check_session_id(parent_session_id, "parent session id")
+        _check_name(agent, "agent", required=True)
+        _check_name(role, "role", required=False)
         self.session_id = session_id
         self.agent = agent
         self.role = role
@@ -204,8 +240,8 @@ class SessionScope:
     ) -> SessionScope:
         """Return a child session whose events name this one as ``parent_session_id``."""
         return SessionScope(
-            session_id or new_session_id(),
-            agent=agent or self.agent,
+            new_session_id() if session_id is None else session_id,
+            agent=self.agent if agent is None else agent,
             role=role,
             parent_session_id=self.session_id,
             client=self.client,
@@ -251,13 +287,17 @@ def session(
     """Open a session scope (use it with ``with`` or ``async with``).
 
     Without ``parent_session_id`` the parent is the enclosing session scope, else the session that
-    spawned this process (``GZ_IA_PARENT_SESSION_ID``), else none.
+    spawned this process (``GZ_IA_PARENT_SESSION_ID``; an invalid value is reported once and
+    ignored), else none.
+
+    Raises:
+        ValueError, TypeError: an invalid session id, parent id, agent or role (see :class:`SessionScope`).
     """
     enclosing = _current.get()
     if parent_session_id is None:
         parent_session_id = enclosing.session_id if enclosing is not None else _inherited_parent()
     return SessionScope(
-        session_id or new_session_id(),
+        new_session_id() if session_id is None else session_id,
         agent=agent,
         role=role,
         parent_session_id=parent_session_id,

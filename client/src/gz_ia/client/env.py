@@ -21,6 +21,7 @@ __all__ = [
     "default_spool_dir",
     "find_root",
     "inherited_parent",
+    "parent_session",
     "tracing_disabled",
 ]
 
@@ -100,14 +101,43 @@ def default_spool_dir() -> Path:
     return Path(state) / "gz-ia" / "spool"
 
 
+_invalid_parent_reported = False
+
+
+def parent_session() -> str | None:
+    """Return ``$GZ_IA_PARENT_SESSION_ID`` when it is set and a valid session id.
+
+    An invalid value is reported once per process (a ``gz_ia.client`` logging warning) and ignored:
+    a parent's mistake must not make every event of this process's sessions fail validation.
+    """
+    value = os.environ.get(GZ_IA_PARENT_SESSION_ID)
+    if not value:
+        return None
+    from .schema import is_safe_session_id  # here: the module itself stays free of msgspec
+
+    if is_safe_session_id(value):
+        return value
+    global _invalid_parent_reported  # noqa: PLW0603 - once per process
+    if not _invalid_parent_reported:
+        _invalid_parent_reported = True
+        import logging  # here: agents that never take this path never pay for importing it
+
+        logging.getLogger("gz_ia.client").warning(
+            "gz-ia: ignoring %s=%r, not a valid session id: this process's sessions get no parent",
+            GZ_IA_PARENT_SESSION_ID,
+            value,
+        )
+    return None
+
+
 def inherited_parent(session_id: str) -> str | None:
     """Return ``$GZ_IA_PARENT_SESSION_ID`` as the parent of ``session_id``, unless it is that session.
 
     Commands and tools that log on behalf of a script (``gz-ia session log``, the MCP server) use it so
     that a subagent started inside a session scope names its parent without being told.
     """
-    inherited = os.environ.get(GZ_IA_PARENT_SESSION_ID)
-    return inherited if inherited and inherited != session_id else None
+    inherited = parent_session()
+    return inherited if inherited != session_id else None
 
 
 def tracing_disabled() -> bool:

@@ -7,7 +7,8 @@ Hierarchy::
     ├── ProtocolError          the peer broke the wire protocol (bad frame, oversize, version)
     └── EventRejected          the collector refused an event: .reason, .detail
 
-Wrong arguments are programming errors and get the builtin ``ValueError`` / ``TypeError``.
+Wrong arguments are programming errors and get the builtin ``ValueError`` / ``TypeError``: an
+invalid session id, agent or role raises in the scope constructor (``session()``, ``subagent()``).
 ``log()`` never raises any of these: only the waiting calls (``send``, ``flush``) do.
 """
 
