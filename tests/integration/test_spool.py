@@ -172,3 +172,32 @@ def test_a_living_clients_spool_is_left_alone(make_collector: Any) -> None:
     lines = collector.session_lines("alive")
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(100))
     assert _metric(collector, "gzia_spool_adopted_events_total") == 0
+
+
+LOSSY_EXIT = """
+import sys
+from gz_ia.client import Client
+client = Client(max_events=5, max_spool_bytes=8_192)
+for n in range(2_000):
+    client.log(session_id="lossy-exit", action="work", stage="PENDING", agent="agy", attrs={"n": n})
+client.close(timeout=0.2)
+print(client.stats().dropped)
+"""
+
+
+def test_drops_counted_before_an_exit_without_a_collector_leave_their_notice(make_collector: Any) -> None:
+    """An agent that drops events while no collector runs and then exits spools its loss notices with
+    its events: the adopting collector writes a gz-ia.dropped notice with the exact count."""
+    collector = make_collector(start=False)
+    result = subprocess.run(
+        [sys.executable, "-c", LOSSY_EXIT], env=collector.env, capture_output=True, text=True, check=True, timeout=60
+    )
+    dropped = int(result.stdout)
+    assert dropped > 0, "the tiny spool overflowed"
+    collector.start()
+    lines = collector.session_lines("lossy-exit")
+    notices = [line for line in lines if line["action"].startswith("gz-ia.dropped") and line["stage"] == "FINISH"]
+    assert notices, "the loss left a notice in its session"
+    assert sum(line["attrs"]["dropped"] for line in notices) == dropped
+    delivered = [line["attrs"]["n"] for line in lines if line["action"] == "work"]
+    assert len(delivered) + dropped == 2_000

@@ -351,7 +351,23 @@ class Sender:
             with self._lock:
                 self._dropped += len(leftovers)
         if self._spool is not None:
+            self._spool_loss_notices(self._spool)
             self._spool.close()
+
+    def _spool_loss_notices(self, spool: Spool) -> None:
+        """At close, spool the notices of losses not yet reported, so that the adopting collector
+        writes them: a counted drop must leave its notice even when the collector never came back."""
+        for _ in range(3):  # an append may drop older segments: their loss needs a notice too
+            with self._lock:
+                if not self._losses:
+                    return
+                notices = self._loss_notices_locked()
+                self._assign_pseqs_locked(notices)
+            try:
+                self._record_losses(spool.append([self._record(item) for item in notices]))
+            except OSError as exc:
+                self._note_error(f"cannot spool loss notices to {spool.directory}: {exc}")
+                return
 
     def stats(self) -> SenderStats:
         """Return a consistent snapshot of the counters."""
