@@ -15,9 +15,12 @@ import subprocess
 import sys
 import sysconfig
 import time
+from concurrent.futures import Future
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from gz_ia.client import build_event
@@ -327,9 +330,16 @@ def test_field_limits_exact(collector: Any) -> None:
     ids=["action", "agent", "role", "error", "attrs-count", "attr-value", "attr-key"],
 )
 def test_oversized_fields_refused(collector: Any, fields: dict[str, Any], reason: str) -> None:
-    """Oversized fields are refused with their reason and never written."""
+    """Oversized fields are refused with their reason and never written.
+
+    Sent as a client that does not cut them would send them (the Python client cuts them first)."""
+    client = collector.client()
+    event = {"timestamp": datetime.now(UTC), "session_id": "big-1", "agent": "sec", "status": "OK", **fields}
+    verdict: Future[Any] = Future()
+    client._sender.submit(msgspec.msgpack.encode(event), "big-1", verdict)
     with pytest.raises(EventRejected) as caught:
-        send(collector, session_id="big-1", **fields)
+        verdict.result(timeout=5)
+    client.close(timeout=0)
     assert caught.value.reason == reason, caught.value.detail
     assert not collector.session_file("big-1").exists()
     assert [r["reason"] for r in collector.rejects()] == [reason]

@@ -18,7 +18,22 @@ import msgspec
 from . import env
 from ._sender import Sender, SenderStats, Verdict
 from .errors import CollectorUnavailable
-from .schema import FAILED, AttrValue, LogEvent, Stage, Status
+from .schema import (
+    FAILED,
+    MAX_ACTION_LENGTH,
+    MAX_AGENT_LENGTH,
+    MAX_ATTR_KEY_LENGTH,
+    MAX_ATTR_STRING_LENGTH,
+    MAX_ATTRS,
+    MAX_ERROR_LENGTH,
+    AttrValue,
+    LogEvent,
+    Stage,
+    Status,
+    fit_event,
+    fit_fields,
+    fits,
+)
 
 __all__ = ["Client", "build_event"]
 
@@ -85,21 +100,25 @@ def build_event(
 ) -> LogEvent:
     """Build a :class:`LogEvent`, stamping it now (UTC) unless ``timestamp`` is given.
 
+    Free-text fields past their limits are cut and marked (:func:`~gz_ia.client.schema.fit_fields`).
+
     Raises:
         ValueError: ``stage`` or ``status`` is not a known value, or FAILED comes without ``error``.
     """
-    return LogEvent(
-        timestamp=timestamp if timestamp is not None else datetime.now(UTC),
-        session_id=session_id,
-        parent_session_id=parent_session_id,
-        action=action,
-        stage=_stage(stage),
-        status=_status(status),
-        agent=agent,
-        role=role,
-        duration_ms=duration_ms,
-        error=error,
-        attrs=attrs,
+    return fit_event(
+        LogEvent(
+            timestamp=timestamp if timestamp is not None else datetime.now(UTC),
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+            action=action,
+            stage=_stage(stage),
+            status=_status(status),
+            agent=agent,
+            role=role,
+            duration_ms=duration_ms,
+            error=error,
+            attrs=attrs,
+        )
     )
 
 
@@ -154,8 +173,8 @@ class Client:
         return self._sender.root
 
     def emit(self, event: LogEvent) -> None:
-        """Queue a built event for delivery; returns at once."""
-        self._sender.submit(_encoder.encode(event), event.session_id)
+        """Queue a built event for delivery (free-text fields cut to their limits); returns at once."""
+        self._sender.submit(_encode(fit_event(event)), event.session_id)
 
     def log(
         self,
@@ -171,7 +190,10 @@ class Client:
         error: str | None = None,
         attrs: dict[str, AttrValue] | None = None,
     ) -> None:
-        """Queue one event for delivery; returns at once and never raises because of delivery."""
+        """Queue one event for delivery; returns at once and never raises because of delivery.
+
+        Free-text fields past their limits are cut and marked (:func:`~gz_ia.client.schema.fit_fields`).
+        """
         # The hot path of every agent: build_event() inlined, enum lookups through dicts, and the
         # event built positionally as a _LogRecord (same encoding as a LogEvent, half the cost).
         try:
@@ -179,9 +201,10 @@ class Client:
             status = _STATUSES[status]
             if status is FAILED and not error:
                 raise ValueError("status FAILED requires a non-empty error")
+            timestamp = datetime.now(UTC)
             body = _encode(
                 _LogRecord(
-                    datetime.now(UTC),
+                    timestamp,
                     session_id,
                     action,
                     stage,
@@ -194,6 +217,37 @@ class Client:
                     attrs,
                 )
             )
+            # Cut what is past its limit rather than lose the event. Cheap tests first: no attribute
+            # value can be past its limit in a body shorter than that limit.
+            cut = (
+                len(action) > MAX_ACTION_LENGTH
+                or len(agent) > MAX_AGENT_LENGTH
+                or (role is not None and len(role) > MAX_AGENT_LENGTH)
+                or (error is not None and len(error) > MAX_ERROR_LENGTH)
+            )
+            if attrs is not None and not cut:
+                cut = len(attrs) > MAX_ATTRS or len(body) > MAX_ATTR_STRING_LENGTH
+                for key in attrs:
+                    if len(key) > MAX_ATTR_KEY_LENGTH:
+                        cut = True
+                        break
+            if cut and not fits(action, agent, role, error, attrs):
+                action, agent, role, error, attrs = fit_fields(action, agent, role, error, attrs)
+                body = _encode(
+                    _LogRecord(
+                        timestamp,
+                        session_id,
+                        action,
+                        stage,
+                        status,
+                        agent,
+                        parent_session_id,
+                        role,
+                        duration_ms,
+                        error,
+                        attrs,
+                    )
+                )
         except (KeyError, ValueError, TypeError) as exc:
             if self._raise_on_error:
                 if isinstance(exc, KeyError):
@@ -207,7 +261,7 @@ class Client:
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""
         future: concurrent.futures.Future[Verdict] = concurrent.futures.Future()
-        self._sender.submit(_encoder.encode(event), event.session_id, future)
+        self._sender.submit(_encode(fit_event(event)), event.session_id, future)
         return future
 
     def send(self, event: LogEvent, *, timeout: float = 5.0) -> Verdict:

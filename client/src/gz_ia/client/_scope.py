@@ -29,6 +29,7 @@ from .schema import (
     AttrValue,
     Stage,
     Status,
+    cut_text,
     is_safe_session_id,
 )
 
@@ -320,7 +321,7 @@ def action(name: str, *, start: Stage = Stage.READ, role: str | None = None) -> 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return described[:MAX_ERROR_LENGTH]
+    return cut_text(described, MAX_ERROR_LENGTH)
 
 
 class ActionScope:

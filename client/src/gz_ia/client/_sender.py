@@ -13,9 +13,12 @@ sender thread spills the oldest queued events to a disk spool (:mod:`._spool`), 
 the collector is back; past the spool's own bound, or four times the queue's bound before the thread
 gets to it, the oldest events are dropped, counted in ``stats().dropped``, and reported into each
 affected session as a READ + FINISH FAILED pair of the action ``gz-ia.dropped #<n>`` (agent
-``gz-ia``), so that a loss is never silent. The window holds at most :data:`WINDOW_EVENTS` events.
-At exit the client delivers for ``GZ_IA_EXIT_TIMEOUT`` seconds (2 by default), then spools the rest
-for the collector to adopt.
+``gz-ia``), so that a loss is never silent. An event whose encoding is larger than a frame can
+carry (:data:`~gz_ia.client.protocol.MAX_EVENT_BYTES`) is never queued: it is refused alone, counted
+in ``stats().rejected`` and reported the same way, so every batch fits in a frame. The window
+holds at most :data:`WINDOW_EVENTS` events. At exit the client delivers for ``GZ_IA_EXIT_TIMEOUT``
+seconds (2 by default), then spools the rest, and the notices of losses not yet reported, for the
+collector to adopt.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ._spool import Spool, SpoolRecord
 from .errors import CollectorUnavailable, EventRejected, ProtocolError
 from .protocol import (
     MAX_BATCH_EVENTS,
+    MAX_EVENT_BYTES,
     MAX_FRAME,
     PROTOCOL_VERSION,
     Batch,
@@ -60,7 +64,7 @@ from .protocol import (
     collector_message_decoder,
     encode_frame,
 )
-from .schema import LogEvent, Stage, Status
+from .schema import AttrValue, LogEvent, Stage, Status, is_safe_session_id
 
 __all__ = ["Sender", "SenderStats", "Verdict"]
 
@@ -125,6 +129,8 @@ class _Item(msgspec.Struct, gc=False):
 
 
 DROPPED_ACTION: Final = "gz-ia.dropped"
+_DROPPED: Final = "dropped"
+"""The cause of a loss for want of room (queue and spool full), as opposed to a refused event."""
 _notice_encoder: Final = msgspec.msgpack.Encoder()
 
 
@@ -229,7 +235,8 @@ class Sender:
         )
         self._spooled = 0
         self._segment_pending: dict[Path, int] = {}
-        self._losses: dict[str, int] = {}
+        self._losses: dict[tuple[str, str], int] = {}
+        """Events lost since the last notices, by session and cause (``_DROPPED`` or a reject reason)."""
         self._notices = 0
         self._spool_buffer: collections.deque[_Item] = collections.deque()
         self._unturned = 0
@@ -247,6 +254,9 @@ class Sender:
         for it: the event goes into the inbox, and nothing else is needed while the sender thread is
         sure to come round (``_wake_armed``, or backing off), the inbox is short and no bound is near.
         """
+        if len(body) > MAX_EVENT_BYTES or session_id.__class__ is not str:
+            self._refuse(len(body), session_id, waiter)
+            return
         inbox = self._inbox
         inbox.append(_Item(body, session_id, waiter))
         # Only a hint for taking the slow path in time (unlocked, so racy); the lock holder recounts.
@@ -301,6 +311,32 @@ class Sender:
             self._wake()
         if lagging:
             _give_way()
+
+    def _refuse(self, size: int, session_id: str, waiter: concurrent.futures.Future[Verdict] | None) -> None:
+        """Refuse one event no frame can carry, alone: counted, reported in its session, the rest goes on.
+
+        Nothing past this bound is ever queued, so every batch fits in a frame: one agent's oversized
+        input can never stop the sender thread or the events after it.
+        """
+        with self._lock:
+            self._refuse_locked(size, session_id, waiter)
+            if self._thread is None and not self._closing and not self._closed:
+                self._start_locked()  # to deliver the loss notice
+        self._wake()
+
+    def _refuse_locked(self, size: int, session_id: str, waiter: concurrent.futures.Future[Verdict] | None) -> None:
+        if session_id.__class__ is not str:
+            reason, detail = RejectReason.INVALID_SESSION_ID, f"session id {session_id!r} is not a string"
+        else:
+            reason = RejectReason.FRAME_TOO_LARGE
+            detail = f"the event takes {size} bytes encoded, more than the {MAX_EVENT_BYTES} a frame can carry"
+        self._rejected += 1
+        self._last_error = f"event refused: {reason}: {detail}"
+        if reason is RejectReason.FRAME_TOO_LARGE and not self._closed:
+            self._lose_locked(session_id, reason)
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(EventRejected(reason, detail))
+        self._changed.notify_all()
 
     def count_invalid(self, error: Exception) -> None:
         """Record an event that could not even be built (a bad argument at the call site)."""
@@ -415,7 +451,7 @@ class Sender:
             return
         with self._lock:
             for session_id, count in counts.items():
-                self._losses[session_id] = self._losses.get(session_id, 0) + count
+                self._lose_locked(session_id, _DROPPED, count)
                 self._dropped += count
                 self._spooled -= count
 
@@ -452,7 +488,7 @@ class Sender:
                 self._spooled -= len(spilled)
                 self._dropped += len(spilled)
                 for item in spilled:
-                    self._losses[item.session_id] = self._losses.get(item.session_id, 0) + 1
+                    self._lose_locked(item.session_id, _DROPPED)
 
     def _load_spool(self) -> None:
         """Read the oldest spool segment back so that it is sent before anything newer."""
@@ -476,17 +512,31 @@ class Sender:
             self._segment_pending[path] = len(items)
             self._spool_buffer.extend(items)
 
+    def _lose_locked(self, session_id: str, cause: str, count: int = 1) -> None:
+        """Count a loss to report in its session; none for an id the collector would refuse anyway."""
+        if isinstance(session_id, str) and is_safe_session_id(session_id):
+            key = (session_id, cause)
+            self._losses[key] = self._losses.get(key, 0) + count
+
     def _loss_notices_locked(self) -> list[_Item]:
         """Turn counted losses into READ + FINISH FAILED pairs in each affected session."""
         notices: list[_Item] = []
         now = datetime.now(UTC)
-        for session_id, count in self._losses.items():
+        for (session_id, cause), count in self._losses.items():
             self._notices += 1
             action = f"{DROPPED_ACTION} #{self._notices}"
-            error = (
-                f"{count} event(s) of this session were dropped by the gz-ia client in pid {os.getpid()}: "
-                "its buffer and spool were full while the collector was unreachable"
-            )
+            if cause == _DROPPED:
+                error = (
+                    f"{count} event(s) of this session were dropped by the gz-ia client in pid {os.getpid()}: "
+                    "its buffer and spool were full while the collector was unreachable"
+                )
+                attrs: dict[str, AttrValue] = {"dropped": count}
+            else:
+                error = (
+                    f"{count} event(s) of this session were refused by the gz-ia client in pid {os.getpid()}: "
+                    f"each took more than the {MAX_EVENT_BYTES} bytes a frame can carry once encoded"
+                )
+                attrs = {"dropped": count, "reason": cause}
             for stage, status in ((Stage.READ, Status.OK), (Stage.FINISH, Status.FAILED)):
                 event = LogEvent(
                     timestamp=now,
@@ -496,7 +546,7 @@ class Sender:
                     status=status,
                     agent="gz-ia",
                     error=error if status is Status.FAILED else None,
-                    attrs={"dropped": count} if status is Status.FAILED else None,
+                    attrs=attrs if status is Status.FAILED else None,
                 )
                 notices.append(_Item(_notice_encoder.encode(event), session_id))
         self._losses.clear()
@@ -507,7 +557,7 @@ class Sender:
             item = self._queue.popleft()
             self._queued_bytes -= len(item.body)
             self._dropped += 1
-            self._losses[item.session_id] = self._losses.get(item.session_id, 0) + 1
+            self._lose_locked(item.session_id, _DROPPED)
             if item.waiter is not None and not item.waiter.done():
                 item.waiter.set_exception(
                     CollectorUnavailable("dropped: the client buffer is full", socket_path=str(self.socket_path))
@@ -779,6 +829,13 @@ class Sender:
                         if items and (size + length > _BATCH_BYTES or (pseq != 0 and pseq != last + 1)):
                             break
                         source.popleft()
+                        if length > MAX_EVENT_BYTES:  # submit() lets none in: refused alone if one got here
+                            if source is self._queue:
+                                self._queued_bytes -= length
+                            if item.segment is not None:
+                                self._settle_spooled_locked(item.segment)
+                            self._refuse_locked(length, item.session_id, item.waiter)
+                            continue
                         if pseq == 0:
                             pseq = item.pseq = next_pseq
                             next_pseq += 1

@@ -27,6 +27,7 @@ from .schema import LogEvent
 __all__ = [
     "HEADER_SIZE",
     "MAX_BATCH_EVENTS",
+    "MAX_EVENT_BYTES",
     "MAX_FRAME",
     "PROTOCOL_VERSION",
     "Batch",
@@ -222,6 +223,12 @@ ClientMessage = Hello | Batch | Route | Query
 CollectorMessage = Welcome | Verdicts | Error | Report
 
 _encoder: Final = msgspec.msgpack.Encoder()
+
+MAX_EVENT_BYTES: Final = MAX_FRAME - len(
+    _encoder.encode(Batch(first=2**64 - 1, events=[msgspec.Raw(b"")], verdicts=True))
+)
+"""Largest encoded event a Batch frame can carry (alone, under any producer number). An event within
+the schema's limits is far smaller; the client refuses a larger one (``frame_too_large``) by itself."""
 
 
 def encode_frame(message: ClientMessage | CollectorMessage | TypedBatch) -> bytes:

@@ -19,6 +19,7 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "CUT_ATTRS_KEY",
     "MAX_ACTION_LENGTH",
     "MAX_AGENT_LENGTH",
     "MAX_ATTRS",
@@ -31,6 +32,11 @@ __all__ = [
     "Stage",
     "Status",
     "StoredEvent",
+    "cut_text",
+    "fit_attrs",
+    "fit_event",
+    "fit_fields",
+    "fits",
     "is_safe_session_id",
 ]
 
@@ -86,6 +92,10 @@ Attrs = Annotated[dict[AttrKey, AttrValue], msgspec.Meta(max_length=MAX_ATTRS)]
 
 _SAFE_ID: Final = re.compile(SESSION_ID_PATTERN)
 
+CUT_ATTRS_KEY: Final = "gz-ia.cut_attrs"
+"""Set by the client on an event whose ``attrs`` had more than :data:`MAX_ATTRS` entries: how many
+it left out to keep within the bound."""
+
 
 def is_safe_session_id(value: str) -> bool:
     """Tell whether ``value`` may become a file name under a session root (the pattern, matched in C)."""
@@ -127,3 +137,99 @@ class StoredEvent(LogEvent, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
 
     seq: int = 0
     delivery: str | None = None
+
+
+# --- keeping an event within the limits -----------------------------------------------------------
+# The client cuts what an agent hands it rather than let the collector refuse the whole event: a
+# 2 MB error message is still worth its first 16 KiB, and it must never cost the events after it.
+
+
+def cut_text(text: str, limit: int) -> str:
+    """Return ``text`` if it has at most ``limit`` characters, else its start marked as cut.
+
+    The mark, ``…[cut, <n> chars]``, names the original length; the result has exactly ``limit``
+    characters, so the same long text is always cut the same way (an action's events keep one name).
+    """
+    if len(text) <= limit:
+        return text
+    mark = f"…[cut, {len(text)} chars]"
+    if len(mark) >= limit:
+        return text[:limit]
+    return text[: limit - len(mark)] + mark
+
+
+def _attrs_fit(attrs: dict[str, AttrValue]) -> bool:
+    if len(attrs) > MAX_ATTRS:
+        return False
+    for key, value in attrs.items():
+        if (isinstance(key, str) and len(key) > MAX_ATTR_KEY_LENGTH) or (
+            isinstance(value, str) and len(value) > MAX_ATTR_STRING_LENGTH
+        ):
+            return False
+    return True
+
+
+def fit_attrs(attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
+    """Return ``attrs`` within the limits: keys and string values cut (:func:`cut_text`), and past
+    :data:`MAX_ATTRS` entries the rest left out and counted in :data:`CUT_ATTRS_KEY`.
+
+    Values of other types are left as they are (the collector judges them).
+    """
+    if _attrs_fit(attrs):
+        return attrs
+    items = list(attrs.items())
+    left_out = 0
+    if len(items) > MAX_ATTRS:
+        left_out = len(items) - (MAX_ATTRS - 1)
+        items = items[: MAX_ATTRS - 1]
+    fitted: dict[str, AttrValue] = {
+        cut_text(key, MAX_ATTR_KEY_LENGTH) if isinstance(key, str) else key: (
+            cut_text(value, MAX_ATTR_STRING_LENGTH) if isinstance(value, str) else value
+        )
+        for key, value in items
+    }
+    if left_out:
+        fitted[CUT_ATTRS_KEY] = left_out
+    return fitted
+
+
+def fit_fields(
+    action: str, agent: str, role: str | None, error: str | None, attrs: dict[str, AttrValue] | None
+) -> tuple[str, str, str | None, str | None, dict[str, AttrValue] | None]:
+    """Return the free-text fields of an event cut to their limits (:func:`cut_text`, :func:`fit_attrs`).
+
+    Ids are not cut (a cut id would name another session): the scope constructors refuse bad ones.
+
+    Raises:
+        TypeError: a text field is not a string.
+    """
+    return (
+        cut_text(action, MAX_ACTION_LENGTH),
+        cut_text(agent, MAX_AGENT_LENGTH),
+        None if role is None else cut_text(role, MAX_AGENT_LENGTH),
+        None if error is None else cut_text(error, MAX_ERROR_LENGTH),
+        None if attrs is None else fit_attrs(attrs),
+    )
+
+
+def fits(action: str, agent: str, role: str | None, error: str | None, attrs: dict[str, AttrValue] | None) -> bool:
+    """Tell whether the free-text fields are within their limits already (the cheap common case)."""
+    return (
+        len(action) <= MAX_ACTION_LENGTH
+        and len(agent) <= MAX_AGENT_LENGTH
+        and (role is None or len(role) <= MAX_AGENT_LENGTH)
+        and (error is None or len(error) <= MAX_ERROR_LENGTH)
+        and (attrs is None or _attrs_fit(attrs))
+    )
+
+
+def fit_event(event: LogEvent) -> LogEvent:
+    """Return ``event`` with its free-text fields cut to their limits (itself when they fit)."""
+    fields = (event.action, event.agent, event.role, event.error, event.attrs)
+    try:
+        if fits(*fields):
+            return event
+    except (TypeError, AttributeError):
+        return event  # a field of the wrong type: nothing to cut, the collector judges the event
+    action, agent, role, error, attrs = fit_fields(*fields)
+    return msgspec.structs.replace(event, action=action, agent=agent, role=role, error=error, attrs=attrs)
