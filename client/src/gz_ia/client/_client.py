@@ -7,11 +7,10 @@ for the collector's verdict.
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -34,6 +33,9 @@ from .schema import (
     fit_fields,
     fits,
 )
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 __all__ = ["Client", "build_event"]
 
@@ -260,6 +262,8 @@ class Client:
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""
+        import concurrent.futures  # here: an agent that only logs never pays for importing it
+
         future: concurrent.futures.Future[Verdict] = concurrent.futures.Future()
         self._sender.submit(_encode(fit_event(event)), event.session_id, future)
         return future
@@ -275,7 +279,7 @@ class Client:
         future = self.send_future(event)
         try:
             return future.result(timeout)
-        except concurrent.futures.TimeoutError as exc:
+        except TimeoutError as exc:  # concurrent.futures.TimeoutError is TimeoutError
             raise CollectorUnavailable(
                 f"no verdict from the collector within {timeout:g} s", socket_path=str(self.socket_path)
             ) from exc

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import secrets
 import threading
 import time
 from contextvars import ContextVar
@@ -138,7 +137,7 @@ def configure(client: EventSink | None = None, *, enabled: bool = True) -> Event
 
 def new_session_id() -> str:
     """Return a fresh, file-name-safe session id (12 hex digits)."""
-    return secrets.token_hex(6)
+    return os.urandom(6).hex()  # what secrets.token_hex does, without importing hmac and hashlib
 
 
 def current_session() -> SessionScope | None:

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import atexit
 import collections
-import concurrent.futures
 import contextlib
 import functools
 import os
 import random
-import secrets
 import selectors
 import socket
 import sys
@@ -39,7 +37,7 @@ import time
 import weakref
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -65,6 +63,11 @@ from .protocol import (
     encode_frame,
 )
 from .schema import AttrValue, LogEvent, Stage, Status, is_safe_session_id
+
+if TYPE_CHECKING:
+    # Only the waiting calls make futures: an agent that only logs never imports the module (nor
+    # the logging package it imports).
+    import concurrent.futures
 
 __all__ = ["Sender", "SenderStats", "Verdict"]
 
@@ -149,7 +152,7 @@ def _give_way() -> None:
 
 
 def _new_producer_id() -> str:
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()  # what secrets.token_hex does, without importing hmac and hashlib
 
 
 class Sender:
