@@ -257,7 +257,7 @@ class Sender:
         for it: the event goes into the inbox, and nothing else is needed while the sender thread is
         sure to come round (``_wake_armed``, or backing off), the inbox is short and no bound is near.
         """
-        if len(body) > MAX_EVENT_BYTES or session_id.__class__ is not str:
+        if len(body) > MAX_EVENT_BYTES or not isinstance(session_id, str):
             self._refuse(len(body), session_id, waiter)
             return
         inbox = self._inbox
@@ -328,7 +328,7 @@ class Sender:
         self._wake()
 
     def _refuse_locked(self, size: int, session_id: str, waiter: concurrent.futures.Future[Verdict] | None) -> None:
-        if session_id.__class__ is not str:
+        if not isinstance(session_id, str):
             reason, detail = RejectReason.INVALID_SESSION_ID, f"session id {session_id!r} is not a string"
         else:
             reason = RejectReason.FRAME_TOO_LARGE
