@@ -5,7 +5,8 @@ each system and configuration interleaved run by run so that drift on the machin
 
 * ``ingest``: 100 and 10,000 sessions; rsyslog, syslog-ng, ours, ours with 2 shards, ours with
   fsync, ours through the real thin client in 8 agent processes;
-* ``agent``: agent CPU per event for the client, the null client and stdlib ``logging``;
+* ``agent``: agent CPU per event for the client, the null client and stdlib ``logging``; the time
+  ``import gz_ia.client`` takes against ``import logging`` (``bench/import_time.py``);
 * ``latency``: acknowledged round trip at a moderate rate, and follow latency;
 * ``reader``: ``--json`` dump of a big session against ``cat``; ``bench/reader_tail.py``;
 * ``scale``: 100,000 sessions under ``ulimit -n 1024``;
@@ -30,6 +31,7 @@ from typing import Any, Final
 
 import msgspec
 
+from . import import_time
 from ._common import BENCH, BenchError, Sample, creation_cost, removals_deferred, rss_bytes, scratch_dir
 from ._ingest import run_ingest, run_verified, verify
 from ._load import build_load, session_id
@@ -49,6 +51,7 @@ class Settings(msgspec.Struct, kw_only=True):
     runs: int
     events: int
     agent_events: int
+    import_runs: int
     rtt_events: int
     rtt_rate: float
     follow_events: int
@@ -63,6 +66,7 @@ FULL: Final = Settings(
     runs=3,
     events=1_000_000,
     agent_events=200_000,
+    import_runs=20,
     rtt_events=5_000,
     rtt_rate=1_000,
     follow_events=500,
@@ -76,6 +80,7 @@ QUICK: Final = Settings(
     runs=1,
     events=100_000,
     agent_events=50_000,
+    import_runs=5,
     rtt_events=2_000,
     rtt_rate=1_000,
     follow_events=200,
@@ -182,7 +187,8 @@ def _rsyslog(workdir: Path, *, peers: Peers, sessions: int) -> System:
 
 
 def section_agent(suite: Suite) -> None:
-    """Agent CPU per event: client (active), null client, stdlib logging; one fresh process each."""
+    """Agent CPU per event: client (active), null client, stdlib logging; one fresh process each. Then
+    the import cost of the client against that of logging (bench/import_time.py)."""
     settings = suite.settings
     with scratch_dir("gzb") as workdir:
         system = Ours(workdir)
@@ -206,6 +212,14 @@ def section_agent(suite: Suite) -> None:
                     if variant == "client":
                         sample.note("calling thread µs", result["thread_cpu_per_event_us"])
                     say(f"  agent {variant:<8} run {run + 1}: {result['cpu_per_event_us']:.3f} µs/event")
+                medians = import_time.measure(settings.import_runs)
+                for key, name, statement in (
+                    ("import_client", "import gz_ia.client, installed alone", "gz_ia.client, as installed alone"),
+                    ("import_logging", "import logging", "logging"),
+                ):
+                    suite.add(f"agent.{key}", name, "ms", medians[statement] * 1e3, higher=False)
+                ratio = medians["gz_ia.client, as installed alone"] / medians["logging"]
+                say(f"  import gz_ia.client / import logging, run {run + 1}: {ratio:.2f}x")
         finally:
             system.stop()
 

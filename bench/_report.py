@@ -139,6 +139,14 @@ def evaluate(samples: dict[str, Sample], notes: dict[str, Any]) -> list[Target]:
         0.05,
         False,
     )
+    ratio_row(
+        "`import gz_ia.client`, installed alone (/ `import logging`)",
+        f"≤ 2 {X}",
+        med("agent.import_client"),
+        med("agent.import_logging"),
+        2.0,
+        False,
+    )
     for key, figure, bound in (
         ("latency.rtt_p99", "acknowledged round trip p99, through Client.send (ms)", 1.0),
         ("latency.raw_rtt_p99", "acknowledged round trip p99, raw protocol in one thread (ms)", 1.0),
