@@ -135,3 +135,22 @@ def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
         offline.log(**_event(n))  # type: ignore[arg-type]
     assert turns == []
     offline.close(timeout=0)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"attrs": ["x" * 100]},
+        {"attrs": {1: "x"}},
+        {"action": None},
+        {"agent": 7},
+        {"error": b"e" * 20_000, "status": "FAILED"},
+        {"session_id": 42},
+    ],
+    ids=["attrs-list", "attrs-int-key", "action-none", "agent-int", "error-bytes", "session-int"],
+)
+def test_log_never_raises_whatever_it_is_handed(short_tmp: Path, fields: dict[str, Any]) -> None:
+    """Arguments of the wrong type are counted (invalid or rejected), never raised, by log()."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", spool=False)
+    client.log(**{"session_id": "s", "action": "a", "stage": "READ", "agent": "agy", **fields})
+    client.close(timeout=0)

@@ -159,6 +159,8 @@ def cut_text(text: str, limit: int) -> str:
 
 
 def _attrs_fit(attrs: dict[str, AttrValue]) -> bool:
+    if not isinstance(attrs, dict):
+        return True  # not a map: nothing to cut, the collector judges it
     if len(attrs) > MAX_ATTRS:
         return False
     for key, value in attrs.items():
