@@ -10,17 +10,31 @@ import click
 from gz_ia.client import env
 
 __all__ = [
+    "EXIT_FAILED",
+    "EXIT_GAP",
     "EXIT_NOT_FOUND",
     "EXIT_NO_MATCH",
     "EXIT_REJECTED",
+    "EXIT_TIMEOUT",
     "EXIT_UNAVAILABLE",
     "root_of",
     "socket_path_of",
     "version",
 ]
 
+# The exit codes of the reading commands, documented once in docs/reading.md ("Exit codes"):
+# 0 everything asked for was shown (an empty result included); 1 error (no root, no session, a root
+# of a newer layout, no --grep match); 2 usage; 3 shown, but events in the range were missing;
+# 4 --until-finished saw the followed action fail; 124 --timeout expired (as timeout(1) exits).
 EXIT_REJECTED: Final = 1
 EXIT_NOT_FOUND: Final = 1
+EXIT_GAP: Final = 3
+"""What was shown is all that could be read, but events in the range are missing (deleted by retention
+under a cursor, or an unreadable segment or line); stderr says which seqs and why."""
+EXIT_FAILED: Final = 4
+"""``-f --until-finished``: the followed action finished FAILED."""
+EXIT_TIMEOUT: Final = 124
+"""``--timeout`` expired before the session appeared or the followed action finished (as ``timeout(1)``)."""
 EXIT_NO_MATCH: Final = 1
 """``gz-ia logs --grep`` matched nothing (journalctl -g does the same), so scripts can test for a hit."""
 EXIT_UNHEALTHY: Final = 1

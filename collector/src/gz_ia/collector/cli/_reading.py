@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -28,7 +28,7 @@ import click
 from gz_ia.client.schema import Stage, Status, StoredEvent
 
 from . import main, session
-from ._common import EXIT_NO_MATCH, EXIT_NOT_FOUND, root_of
+from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of
 
 if TYPE_CHECKING:
     from gz_ia.collector.view import EventStyle
@@ -187,7 +187,16 @@ def _log_options(function: Any) -> Any:
         click.option(
             "--pager/--no-pager", default=False, help="Accepted for journalctl habits: the output is never paged."
         ),
-        click.option("-q", "--quiet", is_flag=True, help="No '-- No entries --' banner or notices."),
+        click.option(
+            "-q", "--quiet", is_flag=True, help="No '-- No entries --' banner (warnings of gaps are still printed)."
+        ),
+        click.option(
+            "--timeout",
+            default=None,
+            metavar="DURATION",
+            help="With -f: give up after DURATION (30s, 10m) if the session has not started, or with "
+            "--until-finished if its cycle has not finished; exit 124.",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -197,12 +206,21 @@ def _log_options(function: Any) -> Any:
 @session.command("logs")
 @click.argument("session_id")
 @click.option("--tree", is_flag=True, help="Also show subagent sessions (through parent_session_id).")
+@click.option(
+    "--until-finished",
+    is_flag=True,
+    help="With -f: stop when the session's first action cycle (or the one --action's) finishes; "
+    "exit 0 if it finished OK, 4 if FAILED.",
+)
 @_log_options
 @click.pass_context
 @_quietly
-def session_logs(ctx: click.Context, session_id: str, tree: bool, **options: Any) -> None:
-    """Print the events of SESSION_ID, oldest first, across every retained segment."""
-    _run_logs(ctx, [session_id], tree=tree, **options)
+def session_logs(ctx: click.Context, session_id: str, tree: bool, until_finished: bool, **options: Any) -> None:
+    """Print the events of SESSION_ID in stored (seq) order, across every retained segment.
+
+    With --tree, its subagent sessions too, merged in time order.
+    """
+    _run_logs(ctx, [session_id], tree=tree, until_finished=until_finished, **options)
 
 
 @main.command("logs")
@@ -211,7 +229,7 @@ def session_logs(ctx: click.Context, session_id: str, tree: bool, **options: Any
 @_quietly
 def all_logs(ctx: click.Context, **options: Any) -> None:
     """Print the events of every session of the root, merged in time order."""
-    _run_logs(ctx, None, tree=False, **options)
+    _run_logs(ctx, None, tree=False, until_finished=False, **options)
 
 
 def _filters(options: dict[str, Any], now: datetime) -> Any:
@@ -288,13 +306,49 @@ def _renderer(output: str, *, colour: bool, show_session: bool, utc: bool) -> Ca
     return lambda entry: format_event(entry.event, colour=colour, show_session=show_session, style=style, utc=utc)
 
 
-def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, **options: Any) -> None:
+def _follow_limits(options: dict[str, Any], *, single: bool, until_finished: bool) -> float | None:
+    """Check ``--until-finished`` and ``--timeout``; return the timeout in seconds (None: none)."""
+    follow: bool = options["follow"]
+    if until_finished and not follow:
+        raise click.UsageError("--until-finished needs -f/--follow")
+    if until_finished and not single:
+        raise click.UsageError("--until-finished follows one session: gz-ia session logs ID -f --until-finished")
+    if until_finished and len(options["action"]) > 1:
+        raise click.UsageError("--until-finished waits for one action: give --action at most once")
+    if options["timeout"] is None:
+        return None
+    if not follow:
+        raise click.UsageError("--timeout needs -f/--follow")
+    try:
+        return parse_duration(options["timeout"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--timeout") from exc
+
+
+def _not_found(ctx: click.Context, exc: Exception) -> None:
+    """Say why nothing could be read and exit 1 (a missing root says how a root is chosen)."""
     from gz_ia.collector.storage import reader
+
+    message = str(exc)
+    if isinstance(exc, reader.RootNotFound):
+        message += " (choose one with --root or GZ_IA_ROOT; a collector creates it when it starts)"
+    click.echo(f"gz-ia: {message}", err=True)
+    ctx.exit(EXIT_NOT_FOUND)
+
+
+def _run_logs(
+    ctx: click.Context, session_ids: list[str] | None, *, tree: bool, until_finished: bool, **options: Any
+) -> None:
+    from gz_ia.collector.storage import reader
+
+    from ._finish import FinishWatch
+    from ._gaps import GapReport
 
     follow: bool = options["follow"]
     output = _output_format(options["output"], as_json=options["as_json"])
     if follow and options["reverse"]:
         raise click.UsageError("--reverse cannot be combined with --follow")
+    timeout = _follow_limits(options, single=session_ids is not None, until_finished=until_finished)
     count = _line_count(options["lines"], follow=follow, since=options["since"])
     filters = _filters(options, datetime.now(UTC))
     grep = _grep(options["grep"])
@@ -307,6 +361,8 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
     quiet: bool = options["quiet"]
     machine = output in _MACHINE_OUTPUTS
     render = _renderer(output, colour=colour, show_session=show_session, utc=options["utc"])
+    # A follower's --json stream carries its gap notices in line with the events; stderr always does.
+    gaps = GapReport(stdout_line=out.line if follow and machine else None)
 
     def show(entry: Any) -> None:
         out.line(render(entry))
@@ -325,19 +381,40 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
         and filters.empty
     )
     try:
+        reader.require_root(root)
+        if options["after_cursor"]:
+            reader.check_cursor(root, options["after_cursor"])
         if plain_copy:
             # Exactly the stored lines, nothing to select: copy bytes, decode nothing.
             binary = sys.stdout.buffer
-            for chunk in reader.copy_lines(root, session_ids[0]):  # type: ignore[index]
+            for chunk in reader.copy_lines(root, session_ids[0], on_gap=gaps):  # type: ignore[index]
                 binary.write(chunk)
             binary.flush()
+            if gaps:
+                ctx.exit(EXIT_GAP)
             return
         members = _members(root, session_ids, tree=tree)
         start = _start_positions(members, options["after_cursor"])
-        anchors = {session_id: reader.end_cursor(root, session_id) for session_id in members}
-        anchors = {key: value for key, value in anchors.items() if value is not None}
+        anchors: dict[str, str] = {}
+        for session_id in members:
+            try:
+                anchors[session_id] = reader.end_cursor(root, session_id)
+            except reader.SessionNotFound:
+                if not follow:
+                    raise
+        watch = FinishWatch(members[0], options["action"][0] if options["action"] else None) if until_finished else None
+        if watch is not None and members[0] in anchors:
+            # The followed cycle may have begun, or ended, before the part of the history shown.
+            for entry in reader.iter_events(
+                root, members[0], until_seq=reader.cursor_seq(anchors[members[0]], members[0])
+            ):
+                if watch.feed(entry.event):
+                    break
         shown = 0
-        history = _history(root, members, start, anchors, filters, count, grep=grep, reverse=options["reverse"])
+        history = _history(
+            root, members, start, anchors, filters, count,
+            grep=grep, reverse=options["reverse"], on_gap=gaps, time_order=multi,
+        )  # fmt: skip
         for entry in history:
             show(entry)
             shown += 1
@@ -349,27 +426,62 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
             if options["show_cursor"] and resume is not None:
                 text = f"-- cursor: {resume}"
                 click.echo(text, err=machine)
+            if gaps:
+                ctx.exit(EXIT_GAP)
             if grep is not None and not shown:
                 ctx.exit(EXIT_NO_MATCH)
             return
+        if watch is not None and watch.status is not None:
+            ctx.exit(_finish_code(watch))
+        waiting_for = session_ids[0] if session_ids is not None and session_ids[0] not in anchors else None
+        if waiting_for is not None and not quiet:
+            click.echo(f"-- waiting for session {waiting_for} to start --", err=True)
         watched = None if session_ids is None or tree else members
         follow_cursor = resume
         if multi and session_ids is not None:
             # A tree grows: follow the whole root from its current end and keep the family's events.
-            everyone = {key: reader.end_cursor(root, key) for key in _all_ids(root)}
-            follow_cursor = reader.combine_cursors([*everyone.values(), *anchors.values()]) if everyone else None
+            everyone: list[str] = []
+            for key in _all_ids(root):
+                with contextlib.suppress(reader.SessionNotFound):
+                    everyone.append(reader.end_cursor(root, key))
+            follow_cursor = reader.combine_cursors([*everyone, *anchors.values()])
         family = set(members)
-        for entry in reader.follow(root, watched, cursor=follow_cursor, filters=filters):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = False
+
+        def stop() -> bool:
+            nonlocal timed_out
+            if deadline is None or time.monotonic() < deadline:
+                return False
+            if watch is None and (waiting_for is None or _exists(root, waiting_for)):
+                return False  # the session started: --timeout bounded only the wait for it
+            timed_out = True
+            return True
+
+        for entry in reader.follow(
+            root, watched, cursor=follow_cursor, filters=None if watch else filters, stop=stop, on_gap=gaps
+        ):
             if tree:
                 parent = entry.event.parent_session_id
                 if entry.session_id not in family and (parent is None or parent not in family):
                     continue
                 family.add(entry.session_id)
-            if grep is None or grep(entry.event):
+            finished = watch is not None and watch.feed(entry.event)
+            if (watch is None or filters.match(entry.event)) and (grep is None or grep(entry.event)):
                 show(entry)
+            if finished and watch is not None:
+                out.flush()
+                ctx.exit(_finish_code(watch))
+        if timed_out:
+            what = (
+                f"session {waiting_for} did not start"
+                if waiting_for and not _exists(root, waiting_for)
+                else ("the followed action did not finish")
+            )
+            click.echo(f"gz-ia: {what} within --timeout {options['timeout']}", err=True)
+            ctx.exit(EXIT_TIMEOUT)
     except reader.SessionNotFound as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)
+        _not_found(ctx, exc)
     except reader.InvalidCursor as exc:
         raise click.BadParameter(str(exc), param_hint="--after-cursor") from exc
     except reader.CursorExpired as exc:
@@ -378,6 +490,20 @@ def _run_logs(ctx: click.Context, session_ids: list[str] | None, *, tree: bool, 
     except reader.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
+
+
+def _finish_code(watch: Any) -> int:
+    return EXIT_FAILED if watch.status is Status.FAILED else 0
+
+
+def _exists(root: Path, session_id: str) -> bool:
+    from gz_ia.collector.storage import reader
+
+    try:
+        reader.end_cursor(root, session_id)
+    except reader.SessionNotFound:
+        return False
+    return True
 
 
 def _all_ids(root: Path) -> list[str]:
@@ -412,6 +538,14 @@ def _start_positions(members: list[str], cursor: str | None) -> dict[str, str | 
     return {session_id: cursor if session_id in known else None for session_id in members}
 
 
+_MAX_RUNS: Final = 64
+"""Past this many time runs in one session, it is sorted in memory instead of merged run by run."""
+
+
+def _time_key(entry: Any) -> Any:
+    return entry.event.timestamp
+
+
 def _history(
     root: Path,
     members: list[str],
@@ -422,53 +556,69 @@ def _history(
     *,
     grep: Callable[[StoredEvent], bool] | None,
     reverse: bool,
+    on_gap: Callable[[Any], None],
+    time_order: bool,
 ) -> Iterator[Any]:
     """Yield what is stored up to the anchors, oldest first (newest first with ``reverse``).
 
-    ``grep`` selects before ``count`` does: ``-n 5 -g X`` is the last five events matching X.
+    One session comes in stored (``seq``) order; several (``time_order``) strictly by timestamp,
+    even where a session's clock went backwards: each session is read as its runs of rising time
+    (see :func:`reader.time_runs`), merged. ``grep`` selects before ``count`` does: ``-n 5 -g X`` is
+    the last five events matching X; ``-n`` takes each session's newest events by ``seq``.
     """
     from gz_ia.collector.storage import reader
 
-    limits = {key: reader._single_position(value, key).seq for key, value in anchors.items()}
+    limits = {key: reader.cursor_seq(value, key) for key, value in anchors.items()}
 
-    def kept(entries: Iterator[Any]) -> Iterator[Any]:
-        return entries if grep is None else (entry for entry in entries if grep(entry.event))
+    def kept(entries: Iterable[Any]) -> Iterator[Any]:
+        return iter(entries) if grep is None else (entry for entry in entries if grep(entry.event))
 
-    def session_events(session_id: str) -> Iterator[Any]:
-        if session_id not in anchors:
-            return
-        limit = limits[session_id]
-        after = start.get(session_id)
-        if count is not None and after is None:
-            # The last `count`: read backwards from the anchor, no further.
-            if count == 0:
-                return
-            # Without --grep the first page is the answer; with it, larger pages save round trips.
-            newest = reader.iter_events(
-                root,
-                session_id,
-                cursor=anchors[session_id],
-                reverse=True,
-                filters=filters,
-                page_size=count if grep is None else max(count, 1000),
+    def forward(session_id: str, after: str | None, until: int, page_size: int = 1000) -> Iterator[Any]:
+        return kept(
+            reader.iter_events(
+                root, session_id, cursor=after, filters=filters, on_gap=on_gap, until_seq=until, page_size=page_size
             )
-            yield from reversed(list(itertools.islice(kept(newest), count)))
-            return
-        stored = reader.iter_events(root, session_id, cursor=after, filters=filters)
-        yield from kept(itertools.takewhile(lambda entry: entry.event.seq <= limit, stored))
+        )
 
-    if count is not None and start and all(value is not None for value in start.values()):
-        # --after-cursor with -n: the first `count` events after the cursor.
-        merged = heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp)
-        selected = [entry for _index, entry in zip(range(count), merged, strict=False)]
-    elif count is not None:
-        merged = heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp)
-        selected = list(merged)[-count:] if count else []
+    def newest(session_id: str) -> list[Any]:
+        """``-n`` without a cursor: the last ``count`` events, read backwards from the anchor, no further."""
+        if not count:
+            return []
+        # Without --grep the first page is the answer; with it, larger pages save round trips.
+        events = reader.iter_events(
+            root, session_id, cursor=anchors[session_id], reverse=True, filters=filters,
+            page_size=count if grep is None else max(count, 1000), on_gap=on_gap,
+        )  # fmt: skip
+        return list(reversed(list(itertools.islice(kept(events), count))))
+
+    def streams(session_id: str) -> list[Iterator[Any]]:
+        """The session as iterators that each rise in time (one, unless its clock went back)."""
+        after, until = start.get(session_id), limits[session_id]
+        if not time_order:
+            return [forward(session_id, after, until)]
+        runs = reader.time_runs(root, session_id, cursor=after, until_seq=until)
+        if len(runs) > _MAX_RUNS:
+            return [iter(sorted(forward(session_id, after, until), key=_time_key))]
+        bounds = [until if last is None else last for _cursor, last in runs]
+        size = max(50, 1000 // len(runs))
+        return [forward(session_id, cursor, last, size) for (cursor, _last), last in zip(runs, bounds, strict=True)]
+
+    present = [key for key in members if key in anchors]
+    if count is not None and any(start.get(key) is None for key in present):
+        selected = [entry for key in present for entry in newest(key) if start.get(key) is None]
+        selected += [entry for key in present if start.get(key) is not None for run in streams(key) for entry in run]
+        if time_order:
+            selected.sort(key=_time_key)
+        selected = selected[-count:] if count else []
     else:
-        if not reverse:
-            yield from heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp)
+        merged: Iterator[Any] = heapq.merge(*(run for key in present for run in streams(key)), key=_time_key)
+        if count is not None:
+            selected = list(itertools.islice(merged, count))
+        elif not reverse:
+            yield from merged
             return
-        selected = list(heapq.merge(*(session_events(key) for key in members), key=lambda entry: entry.event.timestamp))
+        else:
+            selected = list(merged)
     yield from (reversed(selected) if reverse else selected)
 
 
@@ -506,7 +656,10 @@ def sessions_command(ctx: click.Context, as_json: bool, utc: bool, color: str, q
     from gz_ia.collector.view import format_sessions
 
     try:
+        reader.require_root(root_of(ctx))
         summaries = reader.list_sessions(root_of(ctx))
+    except reader.RootNotFound as exc:
+        _not_found(ctx, exc)
     except reader.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
@@ -536,8 +689,7 @@ def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, col
     try:
         node = reader.session_tree(root_of(ctx), session_id)
     except reader.SessionNotFound as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)
+        _not_found(ctx, exc)
     except reader.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)

@@ -2,7 +2,7 @@
 
 A root is a workspace's ``.harness`` directory::
 
-    <root>/layout.json                          {"layout": 1}: the storage layout version
+    <root>/layout.json                          {"layout": 1, "epoch": "..."}: layout version, root id
     <root>/sessions/<id>.events.jsonl           the active segment of a session
     <root>/sessions/<id>.events.<n>.jsonl[.gz]  archived segment n (6+ digits, n = 1, 2, ...)
     <root>/sessions/<id>.events.torn            torn fragments cut off at recovery
@@ -31,6 +31,7 @@ import gzip
 import json
 import os
 import re
+import secrets
 import stat
 import threading
 import zlib
@@ -189,14 +190,18 @@ class RootDirs:
     ``state_fd`` is None when a reader opens a root whose ``state/`` does not exist (yet).
     """
 
-    __slots__ = ("path", "root_fd", "sessions_fd", "state_fd", "uid")
+    __slots__ = ("epoch", "path", "root_fd", "sessions_fd", "state_fd", "uid")
 
-    def __init__(self, path: Path, root_fd: int, sessions_fd: int, uid: int, state_fd: int | None = None) -> None:
+    def __init__(
+        self, path: Path, root_fd: int, sessions_fd: int, uid: int, state_fd: int | None = None, epoch: str = ""
+    ) -> None:
         self.path = path
         self.root_fd = root_fd
         self.sessions_fd = sessions_fd
         self.state_fd = state_fd
         self.uid = uid
+        self.epoch = epoch
+        """The root's random id from ``layout.json`` ("" for a root made before roots had one)."""
 
     def close(self) -> None:
         """Close every descriptor."""
@@ -235,7 +240,7 @@ def open_root(path: Path, *, owner: int | None, create: bool = True) -> RootDirs
         info = os.fstat(root_fd)
         if owner is not None and info.st_uid != owner:
             raise LayoutError(f"root {str(path)!r} belongs to uid {info.st_uid}, not to the sender (uid {owner})")
-        _check_layout(root_fd, path, create=create)
+        epoch = _check_layout(root_fd, path, create=create)
         if create:
             for directory in (SESSIONS_DIR, STATE_DIR):
                 with contextlib.suppress(FileExistsError):
@@ -254,22 +259,29 @@ def open_root(path: Path, *, owner: int | None, create: bool = True) -> RootDirs
     except BaseException:
         os.close(root_fd)
         raise
-    return RootDirs(path, root_fd, sessions_fd, info.st_uid, state_fd)
+    return RootDirs(path, root_fd, sessions_fd, info.st_uid, state_fd, epoch)
 
 
-def _check_layout(root_fd: int, path: Path, *, create: bool) -> None:
+def _check_layout(root_fd: int, path: Path, *, create: bool) -> str:
+    """Check the root's layout version and return its epoch ("" when it has none)."""
     try:
         fd = os.open(LAYOUT_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
     except FileNotFoundError:
-        if create:
-            write_file_atomically(root_fd, LAYOUT_FILE, json.dumps({"layout": LAYOUT_VERSION}).encode() + b"\n")
-        return
+        if not create:
+            return ""
+        # The epoch tells this root from a root rebuilt at the same path: cursors carry it.
+        epoch = secrets.token_hex(8)
+        write_file_atomically(
+            root_fd, LAYOUT_FILE, json.dumps({"layout": LAYOUT_VERSION, "epoch": epoch}).encode() + b"\n"
+        )
+        return epoch
     except OSError as exc:
         raise LayoutError(f"cannot read {str(path / LAYOUT_FILE)!r}: {exc.strerror or exc}") from exc
     with os.fdopen(fd, "rb") as file:
         data = file.read(4096)
     try:
-        version = json.loads(data)["layout"]
+        content = json.loads(data)
+        version = content["layout"]
     except (ValueError, KeyError, TypeError) as exc:
         raise LayoutError(f"{str(path / LAYOUT_FILE)!r} is not a gz-ia layout file") from exc
     if not isinstance(version, int) or version > LAYOUT_VERSION:
@@ -278,6 +290,8 @@ def _check_layout(root_fd: int, path: Path, *, create: bool) -> None:
             f"({LAYOUT_VERSION}): upgrade gz-ia to read or write it",
             version,
         )
+    epoch = content.get("epoch", "")
+    return epoch if isinstance(epoch, str) else ""
 
 
 def write_file_atomically(dir_fd: int, name: str, data: bytes, *, durable: bool = True) -> None:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -80,13 +80,16 @@ __all__ = [
     "CursorExpired",
     "Entry",
     "Filters",
+    "Gap",
     "InvalidCursor",
     "LayoutError",
     "LayoutTooNew",
     "Page",
+    "RootNotFound",
     "SessionNotFound",
     "SessionSummary",
     "TreeNode",
+    "check_cursor",
     "combine_cursors",
     "copy_lines",
     "cursor_seq",
@@ -97,13 +100,18 @@ __all__ = [
     "list_sessions",
     "read_page",
     "read_session_lines",
+    "require_root",
     "session_tree",
+    "time_runs",
 ]
 
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 _CHUNK: Final = 1 << 16
 _CURSOR_TAG: Final = "c1"
 _MULTI_TAG: Final = "m1"
+_EPOCH_CURSOR_TAG: Final = "c2"
+_EPOCH_MULTI_TAG: Final = "m2"
+"""Cursors of a root with an epoch carry it (``c1``/``m1``: of a root made before roots had one)."""
 _RESCAN_EVERY: Final = 1.0
 """Seconds between full listings of a root while following it (directory mtimes are coarse)."""
 
@@ -120,7 +128,48 @@ class SessionNotFound(LookupError):
 
 
 class InvalidCursor(ValueError):
-    """The cursor was not made by this reader, or belongs to another session."""
+    """The cursor was not made by this reader, belongs to another session, or to another root.
+
+    A root rebuilt at the same path has a new epoch, so a cursor of the old one is refused here
+    rather than silently read as a position in unrelated events.
+    """
+
+
+class RootNotFound(SessionNotFound):
+    """No session root exists at the path (a mistyped ``GZ_IA_ROOT``, or no collector wrote there yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Events a read could not return, and why.
+
+    Attributes:
+        session_id: the session.
+        first: the first missing ``seq`` (None when unknown: the damage came before any readable event).
+        last: the last missing ``seq`` (None when unknown: nothing readable came after the damage).
+        reason: what happened (``deleted by retention``, an unreadable segment, an undecodable line).
+        lagged: the events were deleted by retention before this reader got to them.
+    """
+
+    session_id: str
+    first: int | None
+    last: int | None
+    reason: str
+    lagged: bool = False
+
+    def describe(self) -> str:
+        """Return one line for a human: which events are missing and why."""
+        if self.first is None and self.last is None:
+            which = "a stored line"
+        elif self.first is None:
+            which = f"events up to seq {self.last}"
+        elif self.last is None:
+            which = f"events from seq {self.first}"
+        elif self.first == self.last:
+            which = f"event seq {self.first}"
+        else:
+            which = f"events seq {self.first}-{self.last}"
+        return f"session {self.session_id}: {which} not shown: {self.reason}"
 
 
 class CursorExpired(LookupError):
@@ -202,6 +251,7 @@ class Page:
         end: nothing more in this direction for now (forward: caught up with the writer; reverse:
             reached the oldest retained event).
         expired: the cursor's events were deleted by retention; the history ends here.
+        gaps: what ``incomplete`` skipped: which ``seq`` ranges, and why.
     """
 
     entries: list[Entry] = field(default_factory=list)
@@ -209,6 +259,7 @@ class Page:
     incomplete: bool = False
     end: bool = False
     expired: bool = False
+    gaps: tuple[Gap, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +324,10 @@ class _Position:
     offset: int
     seq: int
 
-    def encode(self) -> str:
-        raw = msgspec.msgpack.encode([_CURSOR_TAG, self.session_id, self.segment, self.offset, self.seq])
+    def encode(self, epoch: str = "") -> str:
+        """Return the cursor string; ``epoch`` is the root's (see :class:`RootDirs`)."""
+        fields: list[object] = [self.session_id, self.segment, self.offset, self.seq]
+        raw = msgspec.msgpack.encode([_EPOCH_CURSOR_TAG, *fields, epoch] if epoch else [_CURSOR_TAG, *fields])
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -295,23 +348,47 @@ def _position_of(session_id: object, segment: object, offset: object, seq: objec
     return _Position(session_id, numbers[0], numbers[1], numbers[2])
 
 
-def _decode_cursor(cursor: str) -> dict[str, _Position]:
+def _decode_cursor_epoch(cursor: str) -> tuple[dict[str, _Position], str]:
+    """Return a cursor's boundaries and the epoch of the root it was made on ("" when it has none)."""
     value = _unpack(cursor)
-    if isinstance(value, list) and len(value) == 5 and value[0] == _CURSOR_TAG:
+    if not isinstance(value, list) or not value:
+        raise InvalidCursor(f"{cursor!r} is not a gz-ia cursor")
+    epoch = ""
+    if value[0] in (_EPOCH_CURSOR_TAG, _EPOCH_MULTI_TAG):
+        epoch = value.pop()
+        if not isinstance(epoch, str) or not epoch:
+            raise InvalidCursor("malformed cursor")
+        value[0] = _CURSOR_TAG if value[0] == _EPOCH_CURSOR_TAG else _MULTI_TAG
+    if len(value) == 5 and value[0] == _CURSOR_TAG:
         position = _position_of(*value[1:])
-        return {position.session_id: position}
-    if isinstance(value, list) and len(value) == 2 and value[0] == _MULTI_TAG and isinstance(value[1], dict):
+        return {position.session_id: position}, epoch
+    if len(value) == 2 and value[0] == _MULTI_TAG and isinstance(value[1], dict):
         positions: dict[str, _Position] = {}
         for session_id, parts in value[1].items():
             if not isinstance(parts, list) or len(parts) != 3:
                 raise InvalidCursor("malformed cursor")
             positions[session_id] = _position_of(session_id, *parts)
-        return positions
+        return positions, epoch
     raise InvalidCursor(f"{cursor!r} is not a gz-ia cursor")
 
 
-def _single_position(cursor: str, session_id: str) -> _Position:
-    positions = _decode_cursor(cursor)
+def _decode_cursor(cursor: str) -> dict[str, _Position]:
+    return _decode_cursor_epoch(cursor)[0]
+
+
+def _check_epoch(epoch: str, dirs: RootDirs) -> None:
+    """Refuse a cursor made on another root (or on this path before the root was rebuilt)."""
+    if epoch and epoch != dirs.epoch:
+        raise InvalidCursor(
+            f"the cursor was made on another session root (epoch {epoch}, this root at {dirs.path} has "
+            f"{dirs.epoch or 'none'}): the root was rebuilt or replaced, so its positions mean nothing here"
+        )
+
+
+def _single_position(cursor: str, session_id: str, dirs: RootDirs | None = None) -> _Position:
+    positions, epoch = _decode_cursor_epoch(cursor)
+    if dirs is not None:
+        _check_epoch(epoch, dirs)
     position = positions.get(session_id)
     if position is None:
         raise InvalidCursor(f"the cursor does not belong to session {session_id!r}")
@@ -322,13 +399,22 @@ def combine_cursors(cursors: Iterable[str]) -> str:
     """Return one cursor holding, per session, the last boundary among ``cursors`` (single or combined).
 
     Resume a multi-session :func:`follow` (``gz-ia logs -f --after-cursor``) from it.
+
+    Raises:
+        InvalidCursor: the cursors were made on different roots.
     """
     merged: dict[str, _Position] = {}
+    epochs: set[str] = set()
     for cursor in cursors:
-        merged.update(_decode_cursor(cursor))
-    raw = msgspec.msgpack.encode(
-        [_MULTI_TAG, {key: [value.segment, value.offset, value.seq] for key, value in sorted(merged.items())}]
-    )
+        positions, epoch = _decode_cursor_epoch(cursor)
+        merged.update(positions)
+        epochs.add(epoch)
+    epochs.discard("")
+    if len(epochs) > 1:
+        raise InvalidCursor("the cursors were made on different session roots")
+    table = {key: [value.segment, value.offset, value.seq] for key, value in sorted(merged.items())}
+    epoch = next(iter(epochs), "")
+    raw = msgspec.msgpack.encode([_EPOCH_MULTI_TAG, table, epoch] if epoch else [_MULTI_TAG, table])
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -358,11 +444,13 @@ class _Missing:
 
 
 class _Unreadable:
-    """Sentinel: a segment that exists but cannot be read."""
+    """A segment that exists but cannot be read, and why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 _MISSING: Final = _Missing()
-_UNREADABLE: Final = _Unreadable()
 
 # A line found in a session: (segment, start offset, end offset after the newline, bytes without it).
 _Line = tuple[int, int, int, bytes]
@@ -385,10 +473,17 @@ class _View:
         if self.active is not None:
             self.segments[self.active_number] = self.active
         elif self.active_unreadable:
-            self.segments[self.active_number] = _UNREADABLE
+            self.segments[self.active_number] = _Unreadable(f"{active_name(session_id)}: cannot be read")
         else:
             self.segments[self.active_number] = _MISSING
-        self.incomplete = self.active_unreadable
+        self.incomplete = False
+        self.problems: list[str] = []
+        """Why lines were skipped, in reading order (the reader turns them into :class:`Gap`)."""
+
+    def note(self, reason: str) -> None:
+        """Record that something stored could not be read."""
+        self.incomplete = True
+        self.problems.append(reason)
 
     def exists(self) -> bool:
         """Whether anything of the session is stored."""
@@ -412,8 +507,8 @@ class _View:
             )
         except FileNotFoundError:
             segment = _MISSING
-        except SegmentUnreadable:
-            segment = _UNREADABLE
+        except SegmentUnreadable as exc:
+            segment = _Unreadable(str(exc))
         self.segments[number] = segment
         return segment
 
@@ -435,7 +530,7 @@ class _View:
     def _segment(self, number: int) -> Segment | None:
         segment = self.get(number)
         if isinstance(segment, _Unreadable):
-            self.incomplete = True
+            self.note(segment.reason)
             return None
         return segment if isinstance(segment, Segment) else None
 
@@ -446,10 +541,10 @@ class _View:
             if segment is not None:
                 try:
                     yield from _lines_forward(segment, offset)
-                except SegmentUnreadable:
-                    self.incomplete = True
+                except SegmentUnreadable as exc:
+                    self.note(str(exc))
             elif self.get(number) is _MISSING and number < self.active_number and number >= self.oldest():
-                self.incomplete = True  # a hole in the middle of the retained history
+                self.note(f"segment {number} is missing")  # a hole in the middle of the retained history
             if one_segment:
                 return
             number += 1
@@ -463,12 +558,12 @@ class _View:
                 if number != self.active_number:
                     return  # the oldest retained segment is behind us
             elif isinstance(found, _Unreadable):
-                self.incomplete = True
+                self.note(found.reason)
             else:
                 try:
                     yield from _lines_backward(found, offset)
-                except SegmentUnreadable:
-                    self.incomplete = True
+                except SegmentUnreadable as exc:
+                    self.note(str(exc))
             number -= 1
             offset = None
 
@@ -538,6 +633,11 @@ def _seq_of(raw: bytes) -> int | None:
         return None
 
 
+def _first_seq(lines: Iterable[_Line]) -> int | None:
+    """Return the ``seq`` of the first line that has one."""
+    return next((seq for line in lines if (seq := _seq_of(line[3])) is not None), None)
+
+
 def _verify(view: _View, position: _Position) -> bool:
     """Tell whether the boundary hint still sits right after event ``position.seq``."""
     segment = view.get(position.segment)
@@ -583,8 +683,33 @@ def _open(root: Path) -> RootDirs:
     except LayoutError as exc:
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.ENOENT and not Path(root).is_symlink():
-            raise SessionNotFound(f"no session root at {root}") from exc
+            raise RootNotFound(f"no session root at {root}") from exc
         raise
+
+
+def check_cursor(root: Path, cursor: str) -> None:
+    """Check that ``cursor`` was made by this reader on this root (not on a root since rebuilt).
+
+    Raises:
+        InvalidCursor: it was not.
+        RootNotFound: nothing exists at ``root``.
+    """
+    _positions, epoch = _decode_cursor_epoch(cursor)
+    dirs = _open(root)
+    try:
+        _check_epoch(epoch, dirs)
+    finally:
+        dirs.close()
+
+
+def require_root(root: Path) -> None:
+    """Check that ``root`` is a readable session root.
+
+    Raises:
+        RootNotFound: nothing exists at ``root``.
+        LayoutError: it exists but cannot be used (the message says why), or is of a newer layout.
+    """
+    _open(root).close()
 
 
 def _view(dirs: RootDirs, session_id: str) -> _View:
@@ -627,9 +752,11 @@ def read_page(
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    position = _single_position(cursor, session_id) if cursor is not None else None
+    if cursor is not None:
+        _decode_cursor(cursor)  # a malformed cursor is refused before the root is looked at
     dirs = _open(root)
     try:
+        position = _single_position(cursor, session_id, dirs) if cursor is not None else None
         view = _view(dirs, session_id)
         try:
             return _page(view, position, limit, reverse, filters)
@@ -639,15 +766,65 @@ def read_page(
         dirs.close()
 
 
+class _Holes:
+    """Turns what a view could not read, and jumps in ``seq``, into :class:`Gap` values during one read."""
+
+    def __init__(self, view: _View) -> None:
+        self.view = view
+        self.seen = len(view.problems)
+        self.gaps: list[Gap] = []
+
+    def _take(self) -> list[str]:
+        reasons = self.view.problems[self.seen :]
+        self.seen = len(self.view.problems)
+        return list(dict.fromkeys(reasons))
+
+    def missing(self, first: int | None, last: int | None) -> None:
+        """Events ``first..last`` lie between two events just read (None: unknown bound)."""
+        reasons = self._take()
+        if first is not None and last is not None and first > last:
+            if not reasons:
+                return
+            first = last = None  # damage that held no event: a stray line
+        elif not reasons:
+            if first is None or last is None:
+                return  # an open end without damage: before the oldest retained event, or the newest
+            reasons = ["not in the stored lines"]
+        if first is None and last is not None and last < 1:
+            last = None
+        self.gaps.append(Gap(self.view.session_id, first, last, "; ".join(reasons)))
+
+    def trailing(self, first: int | None) -> None:
+        """The read ended: report damage after the last event read (up to the checkpoint's ``seq``)."""
+        if len(self.view.problems) == self.seen:
+            return
+        checkpoint = self.view.checkpoint
+        known = checkpoint.seq if checkpoint is not None and checkpoint.seq >= (first or 1) else None
+        self.gaps.append(Gap(self.view.session_id, first, known, "; ".join(self._take())))
+
+
+def _expired_gap(view: _View, position: _Position) -> Gap:
+    """Describe the events after ``position`` that are no longer stored."""
+    oldest = _first_seq(view.forward(view.oldest(), 0))
+    first = position.seq + 1
+    if oldest is None or oldest > first:
+        last = None if oldest is None else oldest - 1
+        return Gap(view.session_id, first, last, "deleted by retention before they were read", lagged=True)
+    return Gap(view.session_id, first, None, "no longer stored (the session was removed and started again)", True)
+
+
 def _page(view: _View, position: _Position | None, limit: int, reverse: bool, filters: Filters | None) -> Page:
     session_id = view.session_id
+    epoch = view.dirs.epoch
     if position is not None and not _verify(view, position):
         relocated = _relocate(view, position.seq)
         if relocated is None:
-            return Page([], position.encode(), incomplete=True, end=True, expired=True)
+            gap = _expired_gap(view, position)
+            return Page([], position.encode(epoch), incomplete=True, end=True, expired=True, gaps=(gap,))
         position = relocated
     check = None if filters is None or filters.empty else filters.match
     entries: list[Entry] = []
+    holes = _Holes(view)
     if reverse:
         lines = (
             view.backward(view.active_number, None)
@@ -659,21 +836,24 @@ def _page(view: _View, position: _Position | None, limit: int, reverse: bool, fi
         for number, start, end, raw in lines:
             try:
                 event = _decoder.decode(raw)
-            except msgspec.DecodeError:
-                view.incomplete = True
+            except msgspec.DecodeError as exc:
+                view.note(f"segment {number}: an undecodable line at byte {start} ({exc})")
                 if seq is not None:
                     last = _Position(session_id, number, start, max(0, seq - 1))
                 continue
+            holes.missing(event.seq + 1, seq - 1 if seq is not None else None)
             seq = event.seq
             last = _Position(session_id, number, start, max(0, event.seq - 1))
             if check is None or check(event):
-                after = _Position(session_id, number, end, event.seq).encode()
+                after = _Position(session_id, number, end, event.seq).encode(epoch)
                 entries.append(Entry(raw.decode(errors="replace"), event, after))
                 if len(entries) >= limit:
                     break
         else:
-            return Page(entries, last.encode() if last else None, view.incomplete, end=True)
-        return Page(entries, last.encode() if last else None, view.incomplete, end=False)
+            holes.missing(None, seq - 1 if seq is not None else None)
+            next_cursor = last.encode(epoch) if last else None
+            return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
+        return Page(entries, last.encode(epoch) if last else None, view.incomplete, end=False, gaps=tuple(holes.gaps))
     if position is None:
         oldest = view.oldest()
         lines = view.forward(oldest, 0)
@@ -682,24 +862,25 @@ def _page(view: _View, position: _Position | None, limit: int, reverse: bool, fi
         lines = view.forward(position.segment, position.offset)
         last = position
     expected = position.seq + 1 if position is not None else None
-    for number, _start, end, raw in lines:
+    for number, start, end, raw in lines:
         try:
             event = _decoder.decode(raw)
-        except msgspec.DecodeError:
-            view.incomplete = True
+        except msgspec.DecodeError as exc:
+            view.note(f"segment {number}: an undecodable line at byte {start} ({exc})")
             last = _Position(session_id, number, end, last.seq if last else 0)
             continue
-        if expected is not None and event.seq > expected:
-            view.incomplete = True  # a hole (an unreadable segment or line) between two events
+        holes.missing(expected, event.seq - 1)
         expected = event.seq + 1
         last = _Position(session_id, number, end, event.seq)
         if check is None or check(event):
-            entries.append(Entry(raw.decode(errors="replace"), event, last.encode()))
+            entries.append(Entry(raw.decode(errors="replace"), event, last.encode(epoch)))
             if len(entries) >= limit:
                 break
     else:
-        return Page(entries, last.encode() if last else None, view.incomplete, end=True)
-    return Page(entries, last.encode(), view.incomplete, end=False)
+        holes.trailing(expected)
+        next_cursor = last.encode(epoch) if last else None
+        return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
+    return Page(entries, last.encode(epoch), view.incomplete, end=False, gaps=tuple(holes.gaps))
 
 
 def iter_events(
@@ -710,12 +891,33 @@ def iter_events(
     reverse: bool = False,
     filters: Filters | None = None,
     page_size: int = 1000,
+    on_gap: Callable[[Gap], None] | None = None,
+    until_seq: int | None = None,
 ) -> Iterator[Entry]:
-    """Yield every matching event from ``cursor`` on (see :func:`read_page`), page by page."""
+    """Yield every matching event from ``cursor`` on (see :func:`read_page`), page by page.
+
+    Without ``on_gap`` an expired cursor ends the history silently (the page says ``expired``).
+    With it, every :class:`Gap` of every page is passed to it as it is met, and a forward read
+    whose cursor's events were deleted by retention reports that gap and goes on with the oldest
+    event still stored, so the caller can say what it did not show. A forward read with
+    ``until_seq`` stops after that event (and says nothing of gaps beyond it).
+    """
     while True:
         page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
-        yield from page.entries
+        if on_gap is not None:
+            for gap in page.gaps:
+                if until_seq is None or reverse or gap.first is None or gap.first <= until_seq:
+                    on_gap(gap)
+            if page.expired and not reverse:
+                cursor = None
+                continue
+        for entry in page.entries:
+            if until_seq is not None and not reverse and entry.event.seq > until_seq:
+                return
+            yield entry
         if page.end or page.next_cursor is None:
+            return
+        if until_seq is not None and not reverse and cursor_seq(page.next_cursor, session_id) >= until_seq:
             return
         cursor = page.next_cursor
 
@@ -730,7 +932,7 @@ def end_cursor(root: Path, session_id: str) -> str:
     try:
         view = _view(dirs, session_id)
         try:
-            return _end_position(view).encode()
+            return _end_position(view).encode(dirs.epoch)
         finally:
             view.close()
     finally:
@@ -745,12 +947,16 @@ def _end_position(view: _View) -> _Position:
     return _Position(view.session_id, view.active_number, 0, 0)
 
 
-def copy_lines(root: Path, session_id: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+def copy_lines(
+    root: Path, session_id: str, *, chunk_size: int = 1 << 20, on_gap: Callable[[Gap], None] | None = None
+) -> Iterator[bytes]:
     """Yield a session's stored lines, oldest first, as raw chunks that together end on a line boundary.
 
-    The fast way to copy a whole session out (``gz-ia session logs --json``): nothing is decoded.
-    Reads every retained segment up to the end of the active one as it was when the call started; a
-    torn last line is held back; an unreadable segment is skipped.
+    The fast way to copy a whole session out (``gz-ia session logs --json``): nothing is decoded but
+    the first and last line of each segment, which tell a jump in ``seq`` across a segment that could
+    not be read. Reads every retained segment up to the end of the active one as it was when the
+    call started; a torn last line is held back; an unreadable segment is skipped and passed to
+    ``on_gap`` with the ``seq`` range it held.
 
     Raises:
         SessionNotFound: nothing stored for the session.
@@ -759,12 +965,19 @@ def copy_lines(root: Path, session_id: str, *, chunk_size: int = 1 << 20) -> Ite
     try:
         view = _view(dirs, session_id)
         try:
+            holes = _Holes(view)
+            expected: int | None = None
             for number in range(view.oldest(), view.active_number + 1):
                 segment = view._segment(number)
                 if segment is None:
+                    if view.get(number) is _MISSING and number < view.active_number:
+                        view.note(f"segment {number} is missing")
                     continue
                 try:
                     end = _complete_end(segment)
+                    first = _first_seq(_lines_forward(segment, 0))
+                    if first is not None:
+                        holes.missing(expected, first - 1)
                     offset = 0
                     while offset < end:
                         chunk = segment.read(offset, min(chunk_size, end - offset))
@@ -772,8 +985,75 @@ def copy_lines(root: Path, session_id: str, *, chunk_size: int = 1 << 20) -> Ite
                             break
                         offset += len(chunk)
                         yield chunk
-                except SegmentUnreadable:
+                    newest = _first_seq(_lines_backward(segment, end))
+                    if newest is not None:
+                        expected = newest + 1
+                except SegmentUnreadable as exc:
+                    view.note(str(exc))
                     continue
+            holes.trailing(expected)
+            if on_gap is not None:
+                for gap in holes.gaps:
+                    on_gap(gap)
+        finally:
+            view.close()
+    finally:
+        dirs.close()
+
+
+class _Stamp(msgspec.Struct, gc=False):
+    seq: int = 0
+    timestamp: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+
+_stamp_decoder: Final = msgspec.json.Decoder(_Stamp)
+
+
+def time_runs(
+    root: Path, session_id: str, *, cursor: str | None = None, until_seq: int | None = None
+) -> list[tuple[str | None, int | None]]:
+    """Return where a session's stored order restarts in time: ``(cursor before, last seq)`` of each run.
+
+    A run is a stretch of events (in ``seq`` order) whose timestamps never go backwards; a session
+    whose clock never went back is one run, from ``cursor`` (None: its oldest event) with no last
+    ``seq`` (None: up to ``until_seq``). Reading each run from its cursor up to its last ``seq`` and
+    merging the runs by time gives the session in time order without holding it in memory. Only
+    ``seq`` and ``timestamp`` are decoded.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+        InvalidCursor: the cursor was not made by this reader, or on another root.
+    """
+    dirs = _open(root)
+    try:
+        position = _single_position(cursor, session_id, dirs) if cursor is not None else None
+        view = _view(dirs, session_id)
+        try:
+            if position is not None and not _verify(view, position):
+                position = _relocate(view, position.seq)
+            if position is None:
+                lines = view.forward(view.oldest(), 0)
+            else:
+                lines = view.forward(position.segment, position.offset)
+            runs: list[tuple[str | None, int | None]] = []
+            run_start: str | None = cursor
+            previous: datetime | None = None
+            previous_seq = position.seq if position is not None else 0
+            for number, start, _end, raw in lines:
+                try:
+                    stamp = _stamp_decoder.decode(raw)
+                except msgspec.DecodeError:
+                    continue
+                if until_seq is not None and stamp.seq > until_seq:
+                    break
+                if stamp.timestamp is None:
+                    continue
+                if previous is not None and stamp.timestamp < previous:
+                    runs.append((run_start, previous_seq))
+                    run_start = _Position(session_id, number, start, previous_seq).encode(dirs.epoch)
+                previous, previous_seq = stamp.timestamp, stamp.seq
+            runs.append((run_start, None))
+            return runs
         finally:
             view.close()
     finally:
@@ -826,6 +1106,7 @@ def follow(
     poll_interval: float = 0.02,
     stop: Callable[[], bool] | None = None,
     filters: Filters | None = None,
+    on_gap: Callable[[Gap], None] | None = None,
 ) -> Iterator[Entry]:
     """Yield events as they land, like ``tail -F``: across rotations, collector restarts and missing files.
 
@@ -841,17 +1122,31 @@ def follow(
             ``stat`` per followed session per poll).
         stop: called between polls; the iterator ends when it returns true.
         filters: only yield matching events.
+        on_gap: called with each :class:`Gap` met (once per session and first ``seq``). With it, a
+            follower that lagged behind retention reports the deleted range and goes on with the
+            oldest event still stored, instead of raising :class:`CursorExpired`.
 
     Events of one session come in ``seq`` order; events of different sessions that land in the same
     poll are merged by timestamp. A session that does not exist yet is waited for.
 
     Raises:
-        CursorExpired: retention deleted events a follower had not read yet (it lagged too far).
-        InvalidCursor: the cursor was not made by this reader.
+        CursorExpired: retention deleted events a follower had not read yet (it lagged too far), and
+            no ``on_gap`` was given.
+        InvalidCursor: the cursor was not made by this reader, or on another root.
     """
-    positions: dict[str, _Position | None] = dict(_decode_cursor(cursor)) if cursor is not None else {}
+    decoded, epoch = _decode_cursor_epoch(cursor) if cursor is not None else ({}, "")
+    positions: dict[str, _Position | None] = dict(decoded)
     dirs = _open(root)
+    reported: set[tuple[str, int | None, str]] = set()
+
+    def report(gap: Gap) -> None:
+        key = (gap.session_id, gap.first, gap.reason)
+        if on_gap is not None and key not in reported:
+            reported.add(key)
+            on_gap(gap)
+
     try:
+        _check_epoch(epoch, dirs)
         watch_all = session_ids is None
         initial = set(session_ids) if session_ids is not None else _stored_session_ids(dirs)
         for session_id in initial:
@@ -886,7 +1181,9 @@ def follow(
                     continue
                 seen[session_id] = key
                 drained_at[session_id] = now
-                entries, positions[session_id] = _drain(dirs, session_id, positions[session_id], filters)
+                entries, positions[session_id] = _drain(
+                    dirs, session_id, positions[session_id], filters, report if on_gap is not None else None
+                )
                 if entries:
                     batches.append(entries)
             if not batches:
@@ -912,7 +1209,11 @@ def _current_end(dirs: RootDirs, session_id: str) -> _Position | None:
 
 
 def _drain(
-    dirs: RootDirs, session_id: str, position: _Position | None, filters: Filters | None
+    dirs: RootDirs,
+    session_id: str,
+    position: _Position | None,
+    filters: Filters | None,
+    on_gap: Callable[[Gap], None] | None,
 ) -> tuple[list[Entry], _Position | None]:
     """Read everything after ``position`` that is complete now; return it and the new position."""
     try:
@@ -923,8 +1224,14 @@ def _drain(
     try:
         while True:
             page = _page(view, position, 10_000, False, filters)
+            if on_gap is not None:
+                for gap in page.gaps:
+                    on_gap(gap)
             if page.expired:
-                raise CursorExpired(session_id)
+                if on_gap is None:
+                    raise CursorExpired(session_id)
+                position = None  # lagged: go on with the oldest event still stored
+                continue
             entries.extend(page.entries)
             if page.next_cursor is not None:
                 position = _single_position(page.next_cursor, session_id)
@@ -1062,8 +1369,11 @@ def list_sessions(root: Path) -> list[SessionSummary]:
 def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode:
     """Return the tree of ``session_id`` and its descendants (through ``parent_session_id``).
 
+    A session that logged nothing itself but is named as a parent is part of the tree: its node has
+    an empty summary (no events, no times) and the sessions that named it as children.
+
     Raises:
-        SessionNotFound: ``session_id`` is not among the summaries.
+        SessionNotFound: ``session_id`` is neither among the summaries nor anyone's parent.
     """
     by_id: dict[str, SessionSummary] = {}
     children: dict[str, list[SessionSummary]] = {}
@@ -1072,6 +1382,8 @@ def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode
         if summary.parent_session_id:
             children.setdefault(summary.parent_session_id, []).append(summary)
     top = by_id.get(session_id)
+    if top is None and session_id in children:
+        top = SessionSummary(session_id, None, "", None, None, 0, 0, 0, 0)
     if top is None:
         raise SessionNotFound(f"no session {session_id!r}")
     visited = {session_id}
@@ -1095,6 +1407,7 @@ def session_tree(root: Path, session_id: str) -> TreeNode:
     """
     if not is_safe_session_id(session_id):
         raise SessionNotFound(f"{session_id!r} is not a valid session id")
+    require_root(root)
     return build_tree(list_sessions(root), session_id)
 
 
