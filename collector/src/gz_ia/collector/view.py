@@ -3,6 +3,10 @@
 Colour is decided by the caller (``gz-ia --color auto|always|never``, ``NO_COLOR``, TTY detection);
 these functions only apply it. FAILED stands out: bold red status and error.
 
+Text from events is shown escaped, as journalctl does: a newline, an escape sequence or a bidi
+override inside an action cannot forge a line or repaint the terminal (``\n``, ``\x1b``,
+``\u202e`` are printed instead). The JSON formats keep the stored text as it is.
+
 Event times follow journalctl: the local zone by default, shown with its offset so that a line is
 never ambiguous, or UTC with a ``Z`` (``--utc``). The JSON formats are the stored lines themselves
 and are not rendered here.
@@ -19,7 +23,7 @@ from gz_ia.client.schema import Stage, Status, StoredEvent
 if TYPE_CHECKING:
     from gz_ia.collector.storage.reader import SessionSummary, TreeNode
 
-__all__ = ["EventStyle", "format_event", "format_sessions", "format_time", "format_tree"]
+__all__ = ["EventStyle", "format_event", "format_sessions", "format_time", "format_tree", "printable"]
 
 EventStyle = Literal["short", "short-iso", "cat"]
 """The human ``-o`` formats of ``gz-ia logs``: a timeline line, the same with an RFC 3339 time, or the message only."""
@@ -34,6 +38,25 @@ _RESET: Final = "\x1b[0m"
 _STATUS_COLOURS: Final = {"running": "\x1b[33m", "failed": _FAILED, "ok": _OK}
 
 
+_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with every non-printable character escaped (``\n``, ``\x1b``, ``\u202e``)."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable():
+            out.append(char)
+        elif char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        else:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
 def _paint(text: str, code: str, colour: bool) -> str:
     return code + text + _RESET if colour else text
 
@@ -45,7 +68,11 @@ def format_time(moment: datetime, *, utc: bool, sep: str = " ", timespec: str = 
     microseconds (full RFC 3339), ``gz-ia sessions`` for seconds. The zone is always written, so a
     local time can be pasted into ``--since`` as it is.
     """
-    shown = moment.astimezone(UTC) if utc else moment.astimezone()
+    try:
+        shown = moment.astimezone(UTC) if utc else moment.astimezone()
+    except (OverflowError, ValueError):
+        # Year 1 or 9999 shifted into another zone leaves the calendar: show it as it was stored.
+        return moment.isoformat(sep=sep, timespec=timespec).replace("+00:00", "Z")
     text = shown.isoformat(sep=sep, timespec=timespec)
     return text.removesuffix("+00:00") + "Z" if utc else text
 
@@ -64,7 +91,8 @@ def format_event(
     (stage, status, action, error), without time, agent/role or duration, like ``journalctl -o cat``
     keeps only the message. ``utc`` chooses between UTC and local time (see :func:`format_time`).
     """
-    who = event.agent + (f"/{event.role}" if event.role else "")
+    who = printable(event.agent + (f"/{event.role}" if event.role else ""))
+    action = printable(event.action)
     failed = event.status is Status.FAILED
     full = style != "cat"
     parts = []
@@ -80,11 +108,11 @@ def format_event(
         parts.append(f"{who:<20}")
     parts.append(_paint(f"{event.stage.value:<7}", _STAGE_COLOURS[event.stage], colour))
     parts.append(_paint(f"{event.status.value:<6}", _FAILED if failed else _OK, colour))
-    parts.append(_paint(event.action, _BOLD, colour) if failed else event.action)
+    parts.append(_paint(action, _BOLD, colour) if failed else action)
     if event.duration_ms is not None and full:
         parts.append(f"({_duration(event.duration_ms)})")
     if event.error:
-        parts.append(_paint(f"error: {event.error}", _FAILED, colour))
+        parts.append(_paint(f"error: {printable(event.error)}", _FAILED, colour))
     return " ".join(parts)
 
 
@@ -114,7 +142,7 @@ def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False
             (
                 item.session_id,
                 item.parent_session_id or "-",
-                item.agent or "-",
+                printable(item.agent) or "-",
                 _when(item.first_time, utc=utc),
                 _when(item.last_time, utc=utc),
                 str(item.events),
@@ -151,7 +179,7 @@ def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
         if summary.open_actions:
             details += f", {summary.open_actions} open"
         name = _paint(item.session_id, _SESSION, colour)
-        return f"{name}  {summary.agent or '-'}  {status}  {_seconds(item.duration_seconds)}  ({details})"
+        return f"{name}  {printable(summary.agent) or '-'}  {status}  {_seconds(item.duration_seconds)}  ({details})"
 
     def walk(item: TreeNode, prefix: str, last: bool, top: bool) -> None:
         if top:

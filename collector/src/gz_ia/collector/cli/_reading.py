@@ -400,7 +400,8 @@ def _run_logs(
             try:
                 anchors[session_id] = reader.end_cursor(root, session_id)
             except reader.SessionNotFound:
-                if not follow:
+                # Followed sessions are waited for; a tree may start at a session known only as a parent.
+                if not follow and not (tree and len(members) > 1):
                     raise
         watch = FinishWatch(members[0], options["action"][0] if options["action"] else None) if until_finished else None
         if watch is not None and members[0] in anchors:
@@ -645,19 +646,25 @@ def _summary_json(summary: Any) -> dict[str, Any]:
 @click.option("--utc", is_flag=True, help="Show times in UTC (Z) instead of local time with its offset.")
 @click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="No '-- No sessions --' banner.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Read every retained segment, so that any unreadable one marks its session incomplete.",
+)
 @click.pass_context
 @_quietly
-def sessions_command(ctx: click.Context, as_json: bool, utc: bool, color: str, quiet: bool) -> None:
+def sessions_command(ctx: click.Context, as_json: bool, utc: bool, color: str, quiet: bool, verify: bool) -> None:
     """List the sessions of the root: id, parent, agent, first/last time, events, open actions, failures.
 
-    Times are local with their offset, as in gz-ia logs, unless --utc.
+    Times are local with their offset, as in gz-ia logs, unless --utc. A session some of whose
+    stored events cannot be read is named on stderr and the command exits 3.
     """
     from gz_ia.collector.storage import reader
     from gz_ia.collector.view import format_sessions
 
     try:
         reader.require_root(root_of(ctx))
-        summaries = reader.list_sessions(root_of(ctx))
+        summaries = reader.list_sessions(root_of(ctx), verify=verify)
     except reader.RootNotFound as exc:
         _not_found(ctx, exc)
     except reader.LayoutError as exc:
@@ -673,6 +680,15 @@ def sessions_command(ctx: click.Context, as_json: bool, utc: bool, color: str, q
     elif not quiet:
         click.echo("-- No sessions --", err=True)
     out.flush()
+    damaged = [summary.session_id for summary in summaries if summary.incomplete]
+    for session_id in damaged:
+        click.echo(
+            f"gz-ia: warning: session {session_id}: some stored events cannot be read "
+            f"(gz-ia session logs {session_id} says which)",
+            err=True,
+        )
+    if damaged:
+        ctx.exit(EXIT_GAP)
 
 
 @session.command("tree")

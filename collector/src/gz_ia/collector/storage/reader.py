@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import errno
 import heapq
 import os
@@ -683,6 +684,8 @@ def _open(root: Path) -> RootDirs:
     except LayoutError as exc:
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.ENOENT and not Path(root).is_symlink():
+            if Path(root).is_dir():  # made, but no collector has written there yet
+                raise SessionNotFound(f"nothing is stored under {root} yet") from exc
             raise RootNotFound(f"no session root at {root}") from exc
         raise
 
@@ -695,7 +698,14 @@ def check_cursor(root: Path, cursor: str) -> None:
         RootNotFound: nothing exists at ``root``.
     """
     _positions, epoch = _decode_cursor_epoch(cursor)
-    dirs = _open(root)
+    try:
+        dirs = _open(root)
+    except RootNotFound:
+        raise
+    except SessionNotFound:
+        if epoch:
+            raise InvalidCursor("the cursor was made on another session root: nothing is stored here yet") from None
+        return
     try:
         _check_epoch(epoch, dirs)
     finally:
@@ -709,7 +719,12 @@ def require_root(root: Path) -> None:
         RootNotFound: nothing exists at ``root``.
         LayoutError: it exists but cannot be used (the message says why), or is of a newer layout.
     """
-    _open(root).close()
+    try:
+        _open(root).close()
+    except RootNotFound:
+        raise
+    except SessionNotFound:
+        return  # a directory nothing was written to yet: an empty root
 
 
 def _view(dirs: RootDirs, session_id: str) -> _View:
@@ -1136,7 +1151,16 @@ def follow(
     """
     decoded, epoch = _decode_cursor_epoch(cursor) if cursor is not None else ({}, "")
     positions: dict[str, _Position | None] = dict(decoded)
-    dirs = _open(root)
+    while True:
+        try:
+            dirs = _open(root)
+            break
+        except RootNotFound:
+            raise
+        except SessionNotFound:  # nothing written yet: wait for the collector's first write
+            if stop is not None and stop():
+                return
+            time.sleep(poll_interval)
     reported: set[tuple[str, int | None, str]] = set()
 
     def report(gap: Gap) -> None:
@@ -1305,16 +1329,24 @@ class _Listing:
     def __init__(self, dirs: RootDirs) -> None:
         self.session_ids: set[str] = set()
         self.newest_archive: dict[str, int] = {}
-        for name in os.listdir(dirs.sessions_fd):
-            session_id = session_id_of(name)
-            if session_id is None:
-                archive = parse_archive_name(name)
-                if archive is None:
-                    continue
-                session_id = archive[0]
-                if archive[1] > self.newest_archive.get(session_id, 0):
-                    self.newest_archive[session_id] = archive[1]
-            self.session_ids.add(session_id)
+        self.archives: dict[str, set[int]] = {}
+        self.damaged: set[str] = set()
+        """Sessions with something other than a regular file under an archive's name."""
+        with os.scandir(dirs.sessions_fd) as entries:
+            for item in entries:
+                name = item.name
+                session_id = session_id_of(name)
+                if session_id is None:
+                    archive = parse_archive_name(name)
+                    if archive is None:
+                        continue
+                    session_id = archive[0]
+                    self.archives.setdefault(session_id, set()).add(archive[1])
+                    if archive[1] > self.newest_archive.get(session_id, 0):
+                        self.newest_archive[session_id] = archive[1]
+                    if not item.is_file(follow_symlinks=False):
+                        self.damaged.add(session_id)
+                self.session_ids.add(session_id)
         if dirs.state_fd is not None:
             with contextlib.suppress(OSError):
                 for name in os.listdir(dirs.state_fd):
@@ -1322,8 +1354,13 @@ class _Listing:
                     if session_id is not None:
                         self.session_ids.add(session_id)
 
+    def holed(self, session_id: str) -> bool:
+        """Whether the listing already shows damage: a gap in the archive numbers, or a non-file."""
+        numbers = self.archives.get(session_id)
+        return session_id in self.damaged or (numbers is not None and len(numbers) != max(numbers) - min(numbers) + 1)
 
-def _summary(dirs: RootDirs, session_id: str) -> SessionSummary | None:
+
+def _summary(dirs: RootDirs, session_id: str, *, verify: bool = False) -> SessionSummary | None:
     try:
         view = _View(dirs, session_id)
     except SegmentUnreadable:
@@ -1331,20 +1368,25 @@ def _summary(dirs: RootDirs, session_id: str) -> SessionSummary | None:
     try:
         if not view.exists():
             return None
+        # Verifying replays every retained segment (decompressing each archive) instead of
+        # trusting the checkpoint, so that damage anywhere shows as `incomplete`.
         fold, _segment_seq, complete = replay_session(
-            dirs.sessions_fd, session_id, view.checkpoint, view.active_number, view.active
+            dirs.sessions_fd, session_id, None if verify else view.checkpoint, view.active_number, view.active
         )
     finally:
         view.close()
     return _summary_of(session_id, fold, segments=view.active_number, incomplete=not complete or view.active_unreadable)
 
 
-def list_sessions(root: Path) -> list[SessionSummary]:
+def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
     """Summarise every session stored under ``root``, ordered by first event (then id).
 
     Each summary costs the session's checkpoint plus a scan of what was written after it (the
     collector refreshes checkpoints every few seconds), so this stays fast with many sessions.
-    A missing root has no sessions.
+    ``incomplete`` then says what the listing shows (a missing archive number, something other
+    than a file under an archive's name); with ``verify`` every retained segment is read, so that
+    any unreadable segment shows, at the cost of reading the whole root. A missing root has no
+    sessions.
 
     Raises:
         LayoutTooNew: the root was written by a newer gz-ia.
@@ -1357,7 +1399,12 @@ def list_sessions(root: Path) -> list[SessionSummary]:
         listing = _Listing(dirs)
         summaries = []
         for session_id in listing.session_ids:
-            summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id)
+            if verify:
+                summary = _summary(dirs, session_id, verify=True)
+            else:
+                summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id)
+            if summary is not None and listing.holed(session_id) and not summary.incomplete:
+                summary = dataclasses.replace(summary, incomplete=True)
             if summary is not None:
                 summaries.append(summary)
     finally:

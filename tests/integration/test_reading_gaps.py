@@ -1,0 +1,392 @@
+"""The reading commands never hide a gap: retention under a cursor, damaged segments, missing roots,
+lagging followers, rebuilt roots; and they follow like kubectl (wait for a session, stop when its
+cycle finishes). Real collector, real files, the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from gz_ia.client import build_event
+
+RETAINING = {
+    "GZ_IA_ROTATION_MAX_BYTES": "4096",
+    "GZ_IA_ROTATION_COMPRESS": "true",
+    "GZ_IA_RETENTION_MAX_ARCHIVES": "2",
+}
+ROTATING = {"GZ_IA_ROTATION_MAX_BYTES": "4096", "GZ_IA_ROTATION_COMPRESS": "true"}
+_BOUND = 30.0
+"""Safety bound (seconds) on waiting for a subprocess; a passing run needs a fraction of it."""
+
+
+def _send(collector: Any, session_id: str, first: int, count: int, *, parent: str | None = None) -> None:
+    """Send READ/PENDING/FINISH cycles numbered from ``first`` and wait for every verdict."""
+    client = collector.client()
+    try:
+        for index in range(first, first + count):
+            stage = ("READ", "PENDING", "FINISH")[index % 3]
+            event = build_event(
+                session_id=session_id, parent_session_id=parent, action=f"task-{index // 3}", stage=stage, agent="a"
+            )
+            client.send(event, timeout=10)
+    finally:
+        client.close()
+
+
+def _seqs(stdout: str) -> list[int]:
+    return [json.loads(line)["seq"] for line in stdout.splitlines() if "__notice" not in line]
+
+
+def _archives(collector: Any, session_id: str) -> list[Path]:
+    return sorted((collector.root / "sessions").glob(f"{session_id}.events.0*"))
+
+
+class Follower:
+    """A ``gz-ia ... -f`` subprocess whose stdout lines are collected by a thread."""
+
+    def __init__(self, collector: Any, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None
+        self._thread = threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def take(self, count: int) -> list[dict[str, Any]]:
+        """Return the next ``count`` JSON lines (fails the test after the safety bound)."""
+        records = []
+        for _ in range(count):
+            try:
+                records.append(json.loads(self.lines.get(timeout=_BOUND)))
+            except queue.Empty:
+                code, stderr = self.finish()
+                pytest.fail(f"follower printed {len(records)} of {count} lines; exit {code}; stderr: {stderr}")
+        return records
+
+    def finish(self, *, kill: bool = True) -> tuple[int, str]:
+        """Wait for the process (killing it first with ``kill``); return its exit code and stderr."""
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            code = self.proc.wait(_BOUND)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail("the follower did not exit")
+        self._thread.join(_BOUND)
+        assert self.proc.stderr is not None
+        stderr = self.proc.stderr.read()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return code, stderr
+
+
+# --- never silent about what it did not show -------------------------------------------------------
+
+
+def test_after_cursor_past_retention_says_what_it_skipped_and_goes_on(make_collector: Any) -> None:
+    """--after-cursor whose events retention deleted: stderr names the range, the rest is shown, exit 3."""
+    collector = make_collector(env=RETAINING)
+    _send(collector, "lone", 0, 3)
+    first = collector.gz_ia("session", "logs", "lone", "--json", "--show-cursor")
+    cursor = first.stderr.strip().splitlines()[-1].removeprefix("-- cursor: ")
+    _send(collector, "lone", 3, 200)
+    result = collector.gz_ia("session", "logs", "lone", "--json", "--after-cursor", cursor)
+    assert result.returncode == 3, result.stderr
+    shown = _seqs(result.stdout)
+    oldest = shown[0]
+    assert oldest > 4  # retention deleted the events right after the cursor
+    assert shown == list(range(oldest, 204))
+    assert f"events seq 4-{oldest - 1} not shown: deleted by retention" in result.stderr
+    human = collector.gz_ia("session", "logs", "lone", "--after-cursor", cursor, "-n", "5")
+    assert human.returncode == 3
+    assert len(human.stdout.splitlines()) == 5
+    assert "-- No entries --" not in human.stderr
+
+
+def _corrupt_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = b"\xa5" * 64
+    path.write_bytes(bytes(data))
+
+
+def test_an_unreadable_archive_is_named_with_its_seqs_and_exits_3(make_collector: Any) -> None:
+    """A corrupt archive: session logs (plain copy and decoded) say which seqs are missing and why; sessions knows."""
+    collector = make_collector(env=ROTATING)
+    _send(collector, "rot", 0, 150)
+    complete = _seqs(collector.gz_ia("session", "logs", "rot", "--json").stdout)
+    assert complete == list(range(1, 151))
+    archives = _archives(collector, "rot")
+    assert len(archives) >= 3 and archives[1].name.endswith(".gz")
+    held = [json.loads(line)["seq"] for line in _gunzip(archives[1]).splitlines()]
+    _corrupt_middle(archives[1])
+    for args in (["--json"], ["--json", "--since", "1h"], ["-n", "all"]):
+        result = collector.gz_ia("session", "logs", "rot", *args)
+        assert result.returncode == 3, (args, result.stderr)
+        assert f"events seq {held[0]}-{held[-1]} not shown: " in result.stderr, result.stderr
+        assert archives[1].name in result.stderr
+        if "--json" in args:
+            assert _seqs(result.stdout) == [seq for seq in complete if seq not in held]
+    listing = collector.gz_ia("sessions", "--json", "--verify")
+    assert listing.returncode == 3
+    assert json.loads(listing.stdout)["incomplete"] is True
+    assert "session rot: some stored events cannot be read" in listing.stderr
+
+
+def _gunzip(path: Path) -> str:
+    import gzip
+
+    return gzip.decompress(path.read_bytes()).decode()
+
+
+def test_a_missing_archive_shows_in_the_session_listing(make_collector: Any) -> None:
+    """An archive missing between two others: gz-ia sessions says incomplete without reading everything."""
+    collector = make_collector(env=ROTATING)
+    _send(collector, "rot", 0, 150)
+    ok = collector.gz_ia("sessions", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["incomplete"] is False
+    _archives(collector, "rot")[1].unlink()
+    listing = collector.gz_ia("sessions", "--json")
+    assert listing.returncode == 3
+    assert json.loads(listing.stdout)["incomplete"] is True
+
+
+def test_a_missing_root_is_an_error_for_every_reading_command(collector: Any, tmp_path: Path) -> None:
+    """logs, session logs, sessions and session tree on a root that does not exist: a clear error, exit 1."""
+    missing = str(tmp_path / "typo" / ".harness")
+    for args in (["logs"], ["logs", "-f"], ["session", "logs", "x"], ["sessions"], ["session", "tree", "x"]):
+        result = collector.gz_ia("--root", missing, *args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert f"no session root at {missing}" in result.stderr
+        assert "--root or GZ_IA_ROOT" in result.stderr
+        assert "-- No entries --" not in result.stderr
+
+
+def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any) -> None:
+    """A follower stopped while retention deletes what it had not read: a lagged notice, then the rest, in order."""
+    collector = make_collector(env=RETAINING)
+    _send(collector, "lone", 0, 3)
+    follower = Follower(collector, "session", "logs", "lone", "-f", "--json")
+    assert [record["seq"] for record in follower.take(3)] == [1, 2, 3]
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        _send(collector, "lone", 3, 200)
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+    # Retention may still be deleting while the follower catches up: every seq is either shown once,
+    # in order, or inside a lagged notice that comes where it is missing.
+    expected, notices = 4, []
+    while expected <= 203:
+        record = follower.take(1)[0]
+        if "__notice" in record:
+            assert record["__notice"] == "lagged" and record["session_id"] == "lone"
+            assert record["from_seq"] == expected and record["to_seq"] >= expected
+            assert record["reason"] == "deleted by retention before they were read"
+            notices.append(record)
+            expected = record["to_seq"] + 1
+        else:
+            assert record["seq"] == expected
+            expected += 1
+    assert notices and notices[0]["from_seq"] == 4
+    assert follower.proc.poll() is None  # still following
+    _send(collector, "lone", 203, 1)
+    assert follower.take(1)[0]["seq"] == 204
+    _code, stderr = follower.finish()
+    to_seq = notices[0]["to_seq"]
+    assert f"session lone: events seq 4-{to_seq} not shown: deleted by retention" in stderr
+
+
+def test_a_cursor_of_a_rebuilt_root_is_refused(make_collector: Any) -> None:
+    """A root removed and made again at the same path has a new epoch: its old cursors are refused, exit 2."""
+    collector = make_collector()
+    _send(collector, "lone", 0, 30)
+    shown = collector.gz_ia("session", "logs", "lone", "--json", "--show-cursor")
+    cursor = shown.stderr.strip().splitlines()[-1].removeprefix("-- cursor: ")
+    collector.stop()
+    import shutil
+
+    shutil.rmtree(collector.root)
+    collector.root.mkdir()
+    collector.start()
+    _send(collector, "lone", 0, 3)
+    for args in (["session", "logs", "lone"], ["logs"], ["logs", "-f"]):
+        result = collector.gz_ia(*args, "--after-cursor", cursor)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "another session root" in result.stderr
+
+
+# --- follow like kubectl ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["session", "tree"])
+def test_following_a_session_that_has_not_started_waits_for_it(collector: Any, tree: bool) -> None:
+    """session logs NEW -f (and --tree -f) waits for the session, then shows its events."""
+    follower = Follower(collector, "session", "logs", "late", "-f", "--json", *(["--tree"] if tree else []))
+    try:
+        client = collector.client()
+        try:
+            # Until the follower is waiting, events may land before its starting point: send until one shows.
+            for index in range(60):
+                client.send(build_event(session_id="late", action=f"a{index}", stage="READ", agent="a"), timeout=10)
+                try:
+                    first = json.loads(follower.lines.get(timeout=0.5))
+                    break
+                except queue.Empty:
+                    assert follower.proc.poll() is None, follower.finish()
+            else:
+                pytest.fail("the follower never showed the session")
+        finally:
+            client.close()
+        assert first["session_id"] == "late"
+        assert first["seq"] == 1
+    finally:
+        follower.finish()
+
+
+def test_waiting_for_a_session_gives_up_after_the_timeout(collector: Any) -> None:
+    """--timeout bounds the wait for a session that never starts: exit 124 and a message."""
+    result = collector.gz_ia("session", "logs", "never", "-f", "--timeout", "0.5s")
+    assert result.returncode == 124
+    assert "session never did not start within --timeout 0.5s" in result.stderr
+
+
+def test_a_session_known_only_as_a_parent_is_part_of_its_tree(collector: Any) -> None:
+    """deep-1 logged nothing, deep-2 names it as parent: --tree and session tree from deep-1 show deep-2."""
+    _send(collector, "deep-2", 0, 3, parent="deep-1")
+    logs = collector.gz_ia("session", "logs", "deep-1", "--tree", "--json")
+    assert logs.returncode == 0, logs.stderr
+    assert {json.loads(line)["session_id"] for line in logs.stdout.splitlines()} == {"deep-2"}
+    tree = collector.gz_ia("session", "tree", "deep-1", "--json")
+    assert tree.returncode == 0, tree.stderr
+    node = json.loads(tree.stdout)
+    assert node["session_id"] == "deep-1" and node["events"] == 0
+    assert [child["session_id"] for child in node["children"]] == ["deep-2"]
+    assert collector.gz_ia("session", "logs", "deep-0", "--tree").returncode == 1
+
+
+def _cycle(client: Any, session_id: str, action: str, *, failed: bool) -> None:
+    for stage in ("READ", "PENDING", "FINISH"):
+        last = stage == "FINISH"
+        event = build_event(
+            session_id=session_id,
+            action=action,
+            stage=stage,
+            agent="a",
+            status="FAILED" if failed and last else "OK",
+            error="exit 1" if failed and last else None,
+        )
+        client.send(event, timeout=10)
+
+
+@pytest.mark.parametrize(("failed", "code"), [(False, 0), (True, 4)], ids=["ok", "failed"])
+def test_until_finished_exits_with_the_status_of_the_followed_cycle(collector: Any, failed: bool, code: int) -> None:
+    """-f --until-finished stops at the FINISH of the session's first cycle: 0 for OK, 4 for FAILED."""
+    client = collector.client()
+    try:
+        client.send(build_event(session_id="job", action="task", stage="READ", agent="a"), timeout=10)
+        follower = Follower(collector, "session", "logs", "job", "-f", "--until-finished", "--json")
+        assert follower.take(1)[0]["stage"] == "READ"
+        _cycle(client, "job", "inner", failed=True)  # another action's FAILED does not end the wait
+        for stage in ("PENDING", "FINISH"):
+            last = stage == "FINISH"
+            event = build_event(
+                session_id="job", action="task", stage=stage, agent="a",
+                status="FAILED" if failed and last else "OK", error="exit 1" if failed and last else None,
+            )  # fmt: skip
+            client.send(event, timeout=10)
+    finally:
+        client.close()
+    records = follower.take(5)
+    assert records[-1]["action"] == "task" and records[-1]["stage"] == "FINISH"
+    exit_code, _stderr = follower.finish(kill=False)
+    assert exit_code == code
+    again = collector.gz_ia("session", "logs", "job", "-f", "--until-finished", "--json")
+    assert again.returncode == code  # finished before: exits at once with its status
+    assert collector.gz_ia("logs", "-f", "--until-finished").returncode == 2
+
+
+# --- bad input never breaks a reader ---------------------------------------------------------------
+
+
+def _line(seq: int, timestamp: str, action: str, session_id: str = "odd") -> bytes:
+    record = {
+        "timestamp": timestamp, "session_id": session_id, "action": action,
+        "stage": "READ", "status": "OK", "agent": "a", "seq": seq,
+    }  # fmt: skip
+    return json.dumps(record).encode() + b"\n"
+
+
+def test_readers_survive_any_line_on_disk_and_escape_control_characters(collector: Any) -> None:
+    """Years 1 and 9999, non-UTF-8 bytes, non-object JSON and control characters: every reader keeps going."""
+    _send(collector, "odd", 0, 1)
+    collector.stop()
+    with (collector.root / "sessions" / "odd.events.jsonl").open("ab") as file:
+        file.write(_line(2, "9999-12-31T23:59:59Z", "late"))
+        file.write(_line(3, "0001-01-01T00:00:00Z", "early"))
+        file.write(b'{"seq": 4, "action": "\xff\xfe"}\n')
+        file.write(b"[1, 2]\n")
+        file.write(_line(5, "2026-01-01T00:00:00Z", "line1\nline2\x1b[31mred\u202eevil"))
+    environment = {**collector.env, "TZ": "Asia/Tokyo"}
+    for zone in ("Asia/Tokyo", "America/New_York"):
+        environment["TZ"] = zone
+        for args in (["logs", "-n", "5"], ["logs", "-n", "all"], ["sessions"], ["session", "tree", "odd"]):
+            result = subprocess.run(
+                [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+                env=environment, capture_output=True, text=True, timeout=_BOUND,
+            )  # fmt: skip
+            assert "Traceback" not in result.stderr, (zone, args, result.stderr)
+            assert result.returncode in (0, 3), (zone, args, result.stderr)
+    human = collector.gz_ia("session", "logs", "odd", "-o", "cat")
+    assert human.returncode == 3  # the undecodable lines are named
+    assert "segment 1: an undecodable line at byte" in human.stderr
+    assert "line1\\nline2\\x1b[31mred\\u202eevil" in human.stdout
+    assert "\x1b" not in human.stdout and "\u202e" not in human.stdout
+    assert len(human.stdout.splitlines()) == 4
+    stored = collector.gz_ia("session", "logs", "odd", "--json", "-n", "1")
+    assert json.loads(stored.stdout)["action"] == "line1\nline2\x1b[31mred\u202eevil"
+
+
+def test_logs_across_sessions_are_in_time_order_even_when_a_clock_goes_back(collector: Any) -> None:
+    """gz-ia logs orders by timestamp across sessions, although one session's own timestamps go backwards."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    client = collector.client()
+    try:
+        stamps = {"a": [5, 1, 3, 2], "b": [4, 0, 6]}
+        for session_id, offsets in stamps.items():
+            for index, offset in enumerate(offsets):
+                event = build_event(
+                    session_id=session_id, action=f"x{index}", stage="READ", agent="a",
+                    timestamp=now - timedelta(seconds=60 - offset),
+                )  # fmt: skip
+                client.send(event, timeout=10)
+    finally:
+        client.close()
+    for args in (["logs", "--json"], ["logs", "--json", "-n", "all"], ["logs", "--json", "-n", "4"]):
+        result = collector.gz_ia(*args)
+        assert result.returncode == 0, result.stderr
+        times = [json.loads(line)["timestamp"] for line in result.stdout.splitlines()]
+        assert times == sorted(times), args
+        assert len(times) == (4 if "4" in args else 7)
+    reverse = [json.loads(line)["timestamp"] for line in collector.gz_ia("logs", "--json", "-r").stdout.splitlines()]
+    assert reverse == sorted(reverse, reverse=True)
+    one = collector.gz_ia("session", "logs", "a", "--json")
+    assert [json.loads(line)["seq"] for line in one.stdout.splitlines()] == [1, 2, 3, 4]  # one session: stored order
+    os.environ.get("TZ")
