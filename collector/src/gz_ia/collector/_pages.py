@@ -32,10 +32,15 @@ __all__ = [
     "SessionNotFound",
     "iter_session",
     "list_session_ids",
+    "list_sessions",
     "read_page",
+    "session_tree",
 ]
 
 SessionNotFound = _reader.SessionNotFound
+session_tree = _reader.session_tree
+"""The one tree of subagent sessions (``gz-ia session tree``, ``--tree``, the timeline, MCP)."""
+list_sessions = _reader.list_sessions
 
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 _CHUNK: Final = 1 << 16

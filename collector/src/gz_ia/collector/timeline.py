@@ -142,47 +142,33 @@ def _load_one(root: Path, session_id: str) -> SessionNode:
 
 
 def find_parents(root: Path) -> dict[str, str | None]:
-    """Return ``{session_id: parent_session_id}`` for every session under ``root`` (first event's)."""
-    parents: dict[str, str | None] = {}
-    for session_id in _pages.list_session_ids(root):
-        try:
-            page = _pages.read_page(root, session_id, limit=1)
-        except (_pages.SessionNotFound, ValueError):
-            continue
-        parents[session_id] = page.entries[0].event.parent_session_id if page.entries else None
-    return parents
+    """Return ``{session_id: parent_session_id}`` for every session under ``root`` (from its summary)."""
+    return {summary.session_id: summary.parent_session_id for summary in _pages.list_sessions(root)}
 
 
 def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
     """Load ``session_id`` and, with ``tree``, every subagent session below it.
 
+    The tree is the reader's (:func:`gz_ia.collector.storage.reader.session_tree`), the one
+    ``gz-ia session tree`` and ``--tree`` show: a session known only as a parent is its top.
+
     Raises:
-        SessionNotFound: the session has no file under ``root``.
+        SessionNotFound: the session has no file under ``root`` (and, with ``tree``, is nobody's parent).
     """
-    node = _load_one(root, session_id)
     if not tree:
+        return _load_one(root, session_id)
+    top = _pages.session_tree(root, session_id)
+
+    def load(item: Any, depth: int) -> SessionNode:
+        try:
+            node = _load_one(root, item.session_id)
+        except _pages.SessionNotFound:
+            node = build_session(item.session_id, ())  # known only as a parent
+        if depth < MAX_DEPTH:
+            node.children = [load(child, depth + 1) for child in item.children]
         return node
-    parents = find_parents(root)
-    children: dict[str, list[str]] = {}
-    for child, parent in parents.items():
-        if parent is not None:
-            children.setdefault(parent, []).append(child)
-    seen = {session_id}
 
-    def attach(parent: SessionNode, depth: int) -> None:
-        if depth >= MAX_DEPTH:
-            return
-        for child_id in sorted(children.get(parent.session_id, [])):
-            if child_id in seen:
-                continue
-            seen.add(child_id)
-            child = _load_one(root, child_id)
-            parent.children.append(child)
-            attach(child, depth + 1)
-        parent.children.sort(key=lambda item: (item.first is None, item.first.timestamp() if item.first else 0.0))
-
-    attach(node, 0)
-    return node
+    return load(top, 0)
 
 
 def summarize(node: SessionNode) -> dict[str, Any]:

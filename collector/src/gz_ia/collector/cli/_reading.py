@@ -4,8 +4,10 @@ Conventions follow journalctl, kubectl and docker logs (ECOSYSTEM.md §2): ``-f`
 ``tail -F``, ``-n`` limits to the last N events (10 with ``-f`` and no ``--since``), ``-o`` picks the
 format (``--json`` is ``-o json``: exactly the stored line), ``-g`` keeps events whose action or error
 matches a regex, times are local unless ``--utc``, field filters OR within a flag and AND across
-flags. Exit codes: 0 success (an empty result included), 1 unknown session (or a root of a newer
-layout) or no ``--grep`` match, 2 usage error. Ctrl-C and a closed pipe (``| head``) end quietly.
+flags. Exit codes (the table is in ``_common`` and docs/reading.md): 0 success (an empty result
+included), 1 no root, unknown session, a root of a newer layout or no ``--grep`` match, 2 usage
+error, 3 shown with a gap (said on stderr), 4 ``--until-finished`` saw FAILED, 124 ``--timeout``.
+Ctrl-C and a closed pipe (``| head``) end quietly.
 """
 
 from __future__ import annotations
@@ -438,7 +440,9 @@ def _run_logs(
         if waiting_for is not None and not quiet:
             click.echo(f"-- waiting for session {waiting_for} to start --", err=True)
         watched = None if session_ids is None or tree else members
-        follow_cursor = resume
+        # A cursor that does not name a session reads it from its first event: one that starts
+        # between the history and the follow loses nothing.
+        follow_cursor = resume if resume is not None else reader.combine_cursors(anchors.values())
         if multi and session_ids is not None:
             # A tree grows: follow the whole root from its current end and keep the family's events.
             everyone: list[str] = []
@@ -459,8 +463,12 @@ def _run_logs(
             timed_out = True
             return True
 
+        def family_gap(gap: Any) -> None:
+            if not tree or gap.session_id in family:  # a tree follows the whole root: say only its own gaps
+                gaps(gap)
+
         for entry in reader.follow(
-            root, watched, cursor=follow_cursor, filters=None if watch else filters, stop=stop, on_gap=gaps
+            root, watched, cursor=follow_cursor, filters=None if watch else filters, stop=stop, on_gap=family_gap
         ):
             if tree:
                 parent = entry.event.parent_session_id

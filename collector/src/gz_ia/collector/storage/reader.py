@@ -1151,6 +1151,7 @@ def follow(
     """
     decoded, epoch = _decode_cursor_epoch(cursor) if cursor is not None else ({}, "")
     positions: dict[str, _Position | None] = dict(decoded)
+    waited = False
     while True:
         try:
             dirs = _open(root)
@@ -1160,6 +1161,7 @@ def follow(
         except SessionNotFound:  # nothing written yet: wait for the collector's first write
             if stop is not None and stop():
                 return
+            waited = True
             time.sleep(poll_interval)
     reported: set[tuple[str, int | None, str]] = set()
 
@@ -1177,8 +1179,9 @@ def follow(
             if session_id not in positions:
                 if not is_safe_session_id(session_id):
                     raise SessionNotFound(f"{session_id!r} is not a valid session id")
-                # Resuming: a session the cursor does not know appeared after it was made.
-                positions[session_id] = None if cursor is not None else _current_end(dirs, session_id)
+                # Resuming: a session the cursor does not know appeared after it was made (and when
+                # the root itself had to be waited for, everything in it is new).
+                positions[session_id] = None if cursor is not None or waited else _current_end(dirs, session_id)
         if session_ids is not None:
             positions = {key: value for key, value in positions.items() if key in initial}
         seen: dict[str, tuple[int, ...] | bool] = dict.fromkeys(positions, True)
