@@ -796,6 +796,8 @@ class _Holes:
 
     def missing(self, first: int | None, last: int | None) -> None:
         """Events ``first..last`` lie between two events just read (None: unknown bound)."""
+        if len(self.view.problems) == self.seen and (first is None or last is None or first > last):
+            return  # the common case, once per event: nothing missing
         reasons = self._take()
         if first is not None and last is not None and first > last:
             if not reasons:
