@@ -223,6 +223,65 @@ def test_an_unreadable_segment_is_skipped_and_the_page_says_incomplete(tmp_path:
     reverse = reader.read_page(harness.root, "s1", limit=1000, reverse=True)
     assert reverse.incomplete
     assert _seqs(reverse.entries) == [seq for seq in range(100, 0, -1) if seq not in lost]
+    for read in (page, reverse):
+        [gap] = read.gaps
+        assert (gap.session_id, gap.first, gap.last, gap.lagged) == ("s1", min(lost), max(lost), False)
+        assert "s1.events.000002.jsonl.gz" in gap.reason
+    met: list[reader.Gap] = []
+    copied = b"".join(reader.copy_lines(harness.root, "s1", on_gap=met.append))
+    assert [json.loads(line)["seq"] for line in copied.splitlines()] == _seqs(page.entries)
+    assert [(gap.first, gap.last) for gap in met] == [(min(lost), max(lost))]
+
+
+def test_an_expired_cursor_is_a_gap_and_iteration_goes_on_with_on_gap(harness: Any) -> None:
+    """Retention under a cursor: read_page names the deleted range; iter_events(on_gap=...) goes on after it."""
+    for _ in range(20):
+        harness.emit("s1", 5)
+    cursor = reader.read_page(harness.root, "s1", limit=3).next_cursor
+    assert cursor is not None
+    for archive in sorted(harness.sessions_dir().glob("s1.events.00000[12].*")):
+        archive.unlink()
+    oldest = _seqs(reader.read_page(harness.root, "s1", limit=1).entries)[0]
+    page = reader.read_page(harness.root, "s1", cursor=cursor)
+    assert page.expired and not page.entries
+    assert [(gap.first, gap.last, gap.lagged) for gap in page.gaps] == [(4, oldest - 1, True)]
+    met: list[reader.Gap] = []
+    rest = list(reader.iter_events(harness.root, "s1", cursor=cursor, on_gap=met.append))
+    assert _seqs(rest) == list(range(oldest, 101))
+    assert [(gap.first, gap.last) for gap in met] == [(4, oldest - 1)]
+    assert list(reader.iter_events(harness.root, "s1", cursor=cursor)) == []  # without on_gap: as before
+
+
+def test_time_runs_split_a_session_where_its_clock_goes_back(tmp_path: Path) -> None:
+    """time_runs gives one run per stretch of rising timestamps, with cursors that resume exactly there."""
+    harness = Harness(tmp_path)
+    harness.emit("s1", 3)
+    harness.now -= 60  # the clock steps back a minute
+    harness.emit("s1", 3)
+    harness.writer.close()
+    runs = reader.time_runs(harness.root, "s1")
+    assert [last for _cursor, last in runs] == [3, None]
+    assert runs[0][0] is None
+    second = runs[1][0]
+    assert second is not None
+    assert _seqs(reader.read_page(harness.root, "s1", cursor=second).entries) == [4, 5, 6]
+
+
+def test_a_cursor_of_another_root_is_refused(tmp_path: Path) -> None:
+    """Cursors carry the root's epoch: the same session id under a rebuilt root refuses them."""
+    first = Harness(tmp_path / "a")
+    first.emit("s1", 5)
+    first.writer.close()
+    cursor = reader.end_cursor(first.root, "s1")
+    shutil.rmtree(first.root)
+    second = Harness(tmp_path / "a")
+    second.emit("s1", 9)
+    second.writer.close()
+    with pytest.raises(reader.InvalidCursor, match="another session root"):
+        reader.read_page(second.root, "s1", cursor=cursor)
+    with pytest.raises(reader.InvalidCursor, match="another session root"):
+        reader.check_cursor(second.root, cursor)
+    assert _seqs(reader.read_page(second.root, "s1", cursor=reader.end_cursor(second.root, "s1")).entries) == []
 
 
 def test_a_directory_in_place_of_a_segment_is_skipped(harness: Any) -> None:
