@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -50,10 +51,25 @@ def _archives(collector: Any, session_id: str) -> list[Path]:
     return sorted((collector.root / "sessions").glob(f"{session_id}.events.0*"))
 
 
+_STARTED: list[Follower] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_follower_left() -> Iterator[None]:
+    """Kill every follower a test started, whether it passed or failed."""
+    yield
+    while _STARTED:
+        follower = _STARTED.pop()
+        if follower.proc.poll() is None:
+            follower.proc.kill()
+            follower.proc.wait()
+
+
 class Follower:
     """A ``gz-ia ... -f`` subprocess whose stdout lines are collected by a thread."""
 
     def __init__(self, collector: Any, *args: str) -> None:
+        _STARTED.append(self)
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
             env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
