@@ -24,11 +24,14 @@ from gz_ia.client import Client, build_event
 from gz_ia.collector.cli import collector_main
 from gz_ia.collector.cli._install import (
     DEFAULT_EXEC_START,
+    SANDBOX_PATH,
     SERVICE_NAME,
     SOCKET_NAME,
+    USERNS_PROBE,
     command_line,
     render_units,
 )
+from gz_ia.collector.cli._install import SANDBOX_DROP_IN as INSTALLED_DROP_IN
 from gz_ia.collector.systemd import Notifier, listen_fds, watchdog_interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,15 +201,20 @@ def _exposure(unit: Path, base: Path) -> float:
 
 def test_unit_exposure_measured_by_systemd_analyze_security(short_tmp: Path) -> None:
     """The shipped user service rates 6.2 (was 8.7 EXPOSED) with what a user manager applies by
-    itself; with the opt-in sandbox drop-in (user namespaces) it rates 3.6, within the 5.0 target."""
+    itself; with the sandbox drop-in beside it (user namespaces) it rates 3.6, within the 5.0 target."""
     unit = short_tmp / SERVICE_NAME
     unit.write_text((UNITS / SERVICE_NAME).read_text())
     assert _exposure(unit, short_tmp) <= 6.2
-    # A drop-in's settings apply after the unit's own, as lines appended to its [Service] section.
-    sandboxed = short_tmp / "sandboxed.service"
-    service_part = unit.read_text().split("[Install]")[0]
-    sandboxed.write_text(service_part + SANDBOX_DROP_IN.read_text().replace("[Service]\n", ""))
-    assert _exposure(sandboxed, short_tmp) <= 5.0
+    # The offline analysis reads drop-ins from the unit file's own directory.
+    shutil.copytree(SANDBOX_DROP_IN.parent, short_tmp / SANDBOX_DROP_IN.parent.name)
+    assert _exposure(unit, short_tmp) <= 5.0
+
+
+def test_repo_sandbox_drop_in_is_what_install_writes() -> None:
+    """deploy/systemd/ holds exactly the drop-in install writes, at the same relative path."""
+    assert SANDBOX_DROP_IN.relative_to(REPO / "deploy" / "systemd") == SANDBOX_PATH
+    assert SANDBOX_DROP_IN.read_text() == INSTALLED_DROP_IN
+    assert sorted(path.name for path in SANDBOX_DROP_IN.parent.iterdir()) == [SANDBOX_PATH.name]
 
 
 def test_sandbox_drop_in_passes_systemd_analyze_verify(short_tmp: Path) -> None:
@@ -302,7 +310,7 @@ def test_allow_uids_unmapped_in_a_user_namespace_is_an_error(make_collector: Any
 def test_install_writes_units_for_this_installation(short_tmp: Path) -> None:
     """install --user writes both units with ExecStart at this installation and prints the next steps."""
     target = short_tmp / "unit-dir"
-    result = CliRunner().invoke(collector_main, ["install", "--user", "--unit-dir", str(target)])
+    result = CliRunner().invoke(collector_main, ["install", "--user", "--sandbox", "no", "--unit-dir", str(target)])
     assert result.exit_code == 0, result.output
     written = {path.name: path.read_text() for path in target.iterdir()}
     assert sorted(written) == sorted([SOCKET_NAME, SERVICE_NAME])
@@ -317,11 +325,14 @@ def test_install_writes_units_for_this_installation(short_tmp: Path) -> None:
     assert "loginctl enable-linger" in result.output
 
 
-def test_installed_units_pass_systemd_analyze_verify(short_tmp: Path) -> None:
-    """The units install writes verify cleanly as they are (their ExecStart exists on this machine)."""
+@pytest.mark.parametrize("sandbox", ["yes", "no"])
+def test_installed_units_pass_systemd_analyze_verify(short_tmp: Path, sandbox: str) -> None:
+    """The units install writes, with or without the drop-in, verify cleanly as they are (their
+    ExecStart exists on this machine)."""
     target = short_tmp / "unit-dir"
-    result = CliRunner().invoke(collector_main, ["install", "--user", "--unit-dir", str(target)])
+    result = CliRunner().invoke(collector_main, ["install", "--user", "--sandbox", sandbox, "--unit-dir", str(target)])
     assert result.exit_code == 0, result.output
+    assert (target / SANDBOX_PATH).is_file() == (sandbox == "yes")
     verified = _verify(target, short_tmp)
     assert (verified.returncode, verified.stderr, verified.stdout) == (0, "", "")
 
@@ -344,7 +355,9 @@ def test_exec_start_quotes_awkward_paths_for_systemd(short_tmp: Path) -> None:
 def test_install_defaults_to_xdg_config_home(short_tmp: Path) -> None:
     """Without --unit-dir the units go to $XDG_CONFIG_HOME/systemd/user."""
     config_home = short_tmp / "config"
-    result = CliRunner().invoke(collector_main, ["install", "--user"], env={"XDG_CONFIG_HOME": str(config_home)})
+    result = CliRunner().invoke(
+        collector_main, ["install", "--user", "--sandbox", "no"], env={"XDG_CONFIG_HOME": str(config_home)}
+    )
     assert result.exit_code == 0, result.output
     assert sorted(path.name for path in (config_home / "systemd" / "user").iterdir()) == sorted(
         [SOCKET_NAME, SERVICE_NAME]
@@ -368,6 +381,147 @@ def test_install_without_user_is_a_usage_error(short_tmp: Path) -> None:
     assert result.exit_code == 2
     assert "--user" in result.output
     assert not (short_tmp / "u").exists()
+
+
+# --- gz-ia-collector install --sandbox ------------------------------------------------------------------
+
+
+def _install(target: Path, config_home: Path, *args: str) -> Any:
+    """Run ``install --user`` into ``target`` with a private configuration directory."""
+    environment: dict[str, str | None] = {
+        "XDG_CONFIG_HOME": str(config_home),
+        "GZ_IA_CONFIG": None,
+        "GZ_IA_ALLOW_UIDS": None,
+    }
+    result = CliRunner().invoke(
+        collector_main, ["install", "--user", "--unit-dir", str(target), *args], env=environment
+    )
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _sandbox_line(output: str) -> str:
+    (line,) = [line for line in output.splitlines() if line.startswith("sandbox: ")]
+    return line
+
+
+def test_install_sandbox_yes_writes_the_drop_in_within_the_exposure_target(short_tmp: Path) -> None:
+    """--sandbox yes writes the drop-in beside the service; systemd-analyze security of the installed
+    service, which reads it from the unit directory, is within 5.0."""
+    target = short_tmp / "units"
+    result = _install(target, short_tmp / "config", "--sandbox", "yes")
+    assert (target / SANDBOX_PATH).read_text() == INSTALLED_DROP_IN
+    assert f"wrote {target / SANDBOX_PATH}" in result.output
+    assert _sandbox_line(result.output) == "sandbox: installed: --sandbox yes"
+    assert _exposure(target / SERVICE_NAME, short_tmp) <= 5.0
+
+
+def test_install_sandbox_no_writes_the_plain_unit_and_removes_an_earlier_drop_in(short_tmp: Path) -> None:
+    """--sandbox no leaves the service at the plain unit's exposure, removing a drop-in an earlier
+    install wrote, and keeps any other drop-in of the user's."""
+    plain = short_tmp / "plain"
+    plain.mkdir()
+    (plain / SERVICE_NAME).write_text((UNITS / SERVICE_NAME).read_text())
+    target = short_tmp / "units"
+    _install(target, short_tmp / "config", "--sandbox", "yes")
+    mine = target / SANDBOX_PATH.parent / "mine.conf"
+    mine.write_text("[Service]\nEnvironment=MINE=1\n")
+    result = _install(target, short_tmp / "config", "--sandbox", "no")
+    assert not (target / SANDBOX_PATH).exists()
+    assert mine.exists()
+    assert f"removed {target / SANDBOX_PATH}" in result.output
+    assert _sandbox_line(result.output) == "sandbox: not installed: --sandbox no"
+    mine.unlink()
+    assert _install(target, short_tmp / "config", "--sandbox", "no").output.count("removed") == 0
+    assert _exposure(target / SERVICE_NAME, short_tmp) == _exposure(plain / SERVICE_NAME, short_tmp) > 5.0
+
+
+def test_install_sandbox_auto_follows_the_user_namespace_probe(short_tmp: Path) -> None:
+    """The default (auto) installs the drop-in exactly when this user can make a user namespace, and
+    says which it chose and why."""
+    works = subprocess.run(USERNS_PROBE, capture_output=True, check=False).returncode == 0
+    target = short_tmp / "units"
+    result = _install(target, short_tmp / "config")
+    assert (target / SANDBOX_PATH).is_file() == works
+    if works:
+        assert _sandbox_line(result.output) == (
+            "sandbox: installed: this user can make a user namespace "
+            "(`unshare --user --map-root-user true` succeeded); opt out: --sandbox no"
+        )
+        assert _exposure(target / SERVICE_NAME, short_tmp) <= 5.0
+    else:
+        assert _sandbox_line(result.output).startswith("sandbox: not installed: this user cannot make a user namespace")
+
+
+def test_install_sandbox_auto_without_user_namespaces_installs_none(short_tmp: Path) -> None:
+    """Where user namespaces are refused (here by the unit's own RestrictNamespaces filter, applied by
+    unit_sandbox.py), auto installs no drop-in and names the probe's failure."""
+    target = short_tmp / "units"
+    config_home = short_tmp / "config"
+    result = subprocess.run(
+        [
+            *(SYSTEM_PYTHON, str(UNIT_SANDBOX), str(UNITS / SERVICE_NAME), "--"),
+            *(sys.executable, "-m", "gz_ia.collector", "install", "--user", "--unit-dir", str(target)),
+        ],
+        env={**os.environ, "XDG_CONFIG_HOME": str(config_home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (target / SANDBOX_PATH.parent).exists()
+    assert (target / SERVICE_NAME).is_file()
+    line = _sandbox_line(result.stdout)
+    assert line.startswith(
+        "sandbox: not installed: this user cannot make a user namespace (`unshare --user --map-root-user true`: "
+    ), line
+    assert line.endswith(", which PrivateUsers=yes needs"), line
+
+
+def test_install_sandbox_auto_with_allow_uids_installs_none(short_tmp: Path) -> None:
+    """A configuration that admits other uids gets no sandbox under auto (they would appear as nobody),
+    and --sandbox yes installs it anyway, saying those uids will be refused."""
+    config_home = short_tmp / "config"
+    (config_home / "gz-ia").mkdir(parents=True)
+    (config_home / "gz-ia" / "collector.toml").write_text("allow_uids = [4242]\n")
+    target = short_tmp / "units"
+    result = _install(target, config_home)
+    assert not (target / SANDBOX_PATH).exists()
+    assert _sandbox_line(result.output) == (
+        "sandbox: not installed: the configuration sets allow_uids [4242], and other uids appear as nobody inside it"
+    )
+    result = _install(target, config_home, "--sandbox", "yes")
+    assert (target / SANDBOX_PATH).is_file()
+    assert (
+        _sandbox_line(result.output) == "sandbox: installed: --sandbox yes; allow_uids [4242] will be refused inside it"
+    )
+
+
+def test_install_sandbox_auto_with_an_unreadable_configuration_installs_none(short_tmp: Path) -> None:
+    """A configuration install cannot read gets no sandbox under auto, and the error is shown."""
+    config_home = short_tmp / "config"
+    (config_home / "gz-ia").mkdir(parents=True)
+    (config_home / "gz-ia" / "collector.toml").write_text("allow_uids = 'everyone'\n")
+    target = short_tmp / "units"
+    result = _install(target, config_home)
+    assert not (target / SANDBOX_PATH).exists()
+    line = _sandbox_line(result.output)
+    assert line.startswith("sandbox: not installed: the configuration cannot be read to check allow_uids: "), line
+    assert "allow_uids" in line.split("check allow_uids: ", 1)[1]
+
+
+def test_install_dry_run_shows_the_drop_in_and_removes_nothing(short_tmp: Path) -> None:
+    """--dry-run with --sandbox yes prints the drop-in; with no, it names the drop-in it would remove."""
+    target = short_tmp / "units"
+    result = _install(target, short_tmp / "config", "--dry-run", "--sandbox", "yes")
+    assert not target.exists()
+    assert f"# would write {target / SANDBOX_PATH}" in result.output
+    assert "PrivateUsers=yes" in result.output
+    _install(target, short_tmp / "config", "--sandbox", "yes")
+    result = _install(target, short_tmp / "config", "--dry-run", "--sandbox", "no")
+    assert f"# would remove {target / SANDBOX_PATH}" in result.output
+    assert (target / SANDBOX_PATH).is_file()
 
 
 # --- socket activation ----------------------------------------------------------------------------------

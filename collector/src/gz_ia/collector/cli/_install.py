@@ -2,17 +2,20 @@
 
 The unit texts below are the one source of truth: ``systemd/`` in the repository holds the same
 files with the ``ExecStart`` of a ``uv tool``/``pipx`` install (``%h/.local/bin``), and a test keeps
-the two identical apart from that line.
+the two identical apart from that line. The same holds for the sandbox drop-in and its copy in
+``deploy/systemd/``, which is installed only where this user can make a user namespace.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import click
 
@@ -20,10 +23,16 @@ from ._collector import collector_main
 
 __all__ = [
     "DEFAULT_EXEC_START",
+    "SANDBOX_DROP_IN",
+    "SANDBOX_PATH",
     "SERVICE_NAME",
     "SOCKET_NAME",
+    "USERNS_PROBE",
+    "SandboxChoice",
+    "choose_sandbox",
     "command_line",
     "exec_start",
+    "probe_user_namespaces",
     "render_units",
     "user_unit_dir",
 ]
@@ -71,7 +80,7 @@ TimeoutStopSec=20
 LimitNOFILE=65536
 UMask=0077
 # Hardening a user manager applies without privileges: prctl flags and seccomp filters. What needs
-# user namespaces or capabilities is in deploy/systemd/ as an opt-in drop-in (docs/operations.md).
+# a user namespace is in the drop-in gz-ia-collector.service.d/sandbox.conf (docs/operations.md).
 NoNewPrivileges=yes
 RestrictSUIDSGID=yes
 LockPersonality=yes
@@ -88,6 +97,94 @@ KeyringMode=private
 [Install]
 Also=gz-ia-collector.socket
 """
+
+SANDBOX_PATH: Final = Path("gz-ia-collector.service.d") / "sandbox.conf"
+"""Where the sandbox drop-in goes, relative to the unit directory."""
+
+SANDBOX_DROP_IN: Final = """\
+# Sandbox for the gz-ia collector's user service: a private user namespace, inside which the user
+# manager can also make mounts read-only and drop capabilities. `gz-ia-collector install --user`
+# writes it where this user can make a user namespace and the configuration sets no allow_uids;
+# `--sandbox no` removes it. See docs/operations.md ("Hardening"):
+# - it needs unprivileged user namespaces; where they are off (user.max_user_namespaces=0) or
+#   restricted (Ubuntu 23.10 and later: kernel.apparmor_restrict_unprivileged_userns=1) the service
+#   fails to start;
+# - other users appear as `nobody` inside it, so `allow_uids` cannot work (the collector logs an
+#   error naming each unmapped uid).
+[Service]
+PrivateUsers=yes
+PrivateMounts=yes
+PrivateDevices=yes
+ProtectSystem=full
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectProc=invisible
+"""
+
+USERNS_PROBE: Final = ("unshare", "--user", "--map-root-user", "true")
+"""What ``--sandbox auto`` runs: it succeeds where this user may make a user namespace and map
+itself into it, which is what ``PrivateUsers=yes`` asks of the user manager."""
+
+
+@dataclass(frozen=True)
+class SandboxChoice:
+    """Whether ``install`` writes the sandbox drop-in, and the sentence that says why."""
+
+    install: bool
+    reason: str
+
+
+def probe_user_namespaces() -> str | None:
+    """Run :data:`USERNS_PROBE` in a child process; return None when it works, else why it does not."""
+    try:
+        result = subprocess.run(USERNS_PROBE, capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        return "`unshare` (util-linux) is not installed, so user namespaces could not be probed"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`{' '.join(USERNS_PROBE)}` could not run: {exc}"
+    if result.returncode != 0:
+        detail = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
+        return f"this user cannot make a user namespace (`{' '.join(USERNS_PROBE)}`: {detail[0]})"
+    return None
+
+
+def _allow_uids() -> tuple[list[int] | None, str]:
+    """The configuration's ``allow_uids`` as the service would read it, or None and the error."""
+    from gz_ia.collector.config import ConfigError, load_config
+
+    try:
+        return list(load_config().allow_uids), ""
+    except ConfigError as exc:
+        return None, str(exc)
+
+
+def choose_sandbox(mode: Literal["auto", "yes", "no"]) -> SandboxChoice:
+    """Decide whether to install the sandbox drop-in: ``yes`` and ``no`` as told; ``auto`` when the
+    configuration admits no other uid and this user can make a user namespace."""
+    if mode == "no":
+        return SandboxChoice(False, "--sandbox no")
+    if mode == "yes":
+        uids, _ = _allow_uids()
+        if uids:
+            return SandboxChoice(True, f"--sandbox yes; allow_uids {uids} will be refused inside it")
+        return SandboxChoice(True, "--sandbox yes")
+    uids, error = _allow_uids()
+    if uids is None:
+        return SandboxChoice(False, f"the configuration cannot be read to check allow_uids: {error}")
+    if uids:
+        return SandboxChoice(
+            False, f"the configuration sets allow_uids {uids}, and other uids appear as nobody inside it"
+        )
+    problem = probe_user_namespaces()
+    if problem is not None:
+        return SandboxChoice(False, f"{problem}, which PrivateUsers=yes needs")
+    return SandboxChoice(
+        True, f"this user can make a user namespace (`{' '.join(USERNS_PROBE)}` succeeded); opt out: --sandbox no"
+    )
 
 
 def render_units(exec_start: str = DEFAULT_EXEC_START) -> dict[str, str]:
@@ -144,6 +241,13 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # other drop-ins of the user's own live there
+
+
 @collector_main.command("install")
 @click.option("--user", "user", is_flag=True, help="Install systemd user units (the only mode supported).")
 @click.option("--dry-run", is_flag=True, help="Print the units and where they would go; write nothing.")
@@ -153,21 +257,42 @@ def _write_atomically(path: Path, text: str) -> None:
     default=None,
     help="Where to write the units [default: $XDG_CONFIG_HOME/systemd/user].",
 )
-def install_command(user: bool, dry_run: bool, unit_dir: Path | None) -> None:
+@click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "yes", "no"]),
+    default="auto",
+    show_default=True,
+    help="Also write the sandbox drop-in (PrivateUsers=yes and the namespace directives); auto: where "
+    "this user can make a user namespace and the configuration sets no allow_uids. no: remove it.",
+)
+def install_command(user: bool, dry_run: bool, unit_dir: Path | None, sandbox: Literal["auto", "yes", "no"]) -> None:
     """Write the systemd user units that run this installation's collector."""
     if not user:
         raise click.UsageError("only user units are supported: run `gz-ia-collector install --user`")
     directory = unit_dir if unit_dir is not None else user_unit_dir()
-    units = render_units(exec_start())
-    for name, text in units.items():
+    files = render_units(exec_start())
+    choice = choose_sandbox(sandbox)
+    if choice.install:
+        files[str(SANDBOX_PATH)] = SANDBOX_DROP_IN
+    for name, text in files.items():
         path = directory / name
         if dry_run:
             click.echo(f"# would write {path}")
             click.echo(text)
             continue
-        directory.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         _write_atomically(path, text)
         click.echo(f"wrote {path}")
+    drop_in = directory / SANDBOX_PATH
+    if not choice.install and drop_in.exists():
+        # A sandbox written by an earlier install would otherwise stay in force.
+        if dry_run:
+            click.echo(f"# would remove {drop_in}")
+        else:
+            drop_in.unlink()
+            _remove_if_empty(drop_in.parent)
+            click.echo(f"removed {drop_in}")
+    click.echo(f"sandbox: {'installed' if choice.install else 'not installed'}: {choice.reason}")
     verb = "Then enable" if dry_run else "Now enable"
     click.echo(
         f"\n{verb} the socket (the collector starts on the first connection):\n"
