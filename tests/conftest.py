@@ -308,6 +308,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("shards", values, ids=[f"shards{value}" for value in values])
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``needs_collector`` every test that starts a collector (through ``make_collector``), before
+    ``-m`` selects: scripts/test-client, which installs the client alone, deselects them."""
+    for item in items:
+        if "make_collector" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_collector)
+
+
 @pytest.fixture(name="shards")
 def _shards() -> int:
     """The ``shards`` setting of the collectors a test starts (parametrized: see above)."""

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import gz_ia
 import gz_ia.client
 
@@ -26,12 +28,14 @@ def test_importing_the_client_loads_none_of_the_collector_dependencies() -> None
     assert not {"uvloop", "click", "prometheus_client", "gz_ia.collector"} & modules
 
 
+@pytest.mark.needs_collector
 def test_reader_imports_only_stdlib_msgspec_and_client() -> None:
     """The session reader is importable without the daemon's dependencies."""
     modules = _modules_after("import gz_ia.collector.storage.reader")
     assert not {"uvloop", "click", "prometheus_client"} & modules
 
 
+@pytest.mark.needs_collector
 def test_gz_ia_is_a_namespace_package() -> None:
     """Neither distribution ships gz_ia/__init__.py, so both install side by side."""
     assert gz_ia.__file__ is None
