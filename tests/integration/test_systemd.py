@@ -479,6 +479,24 @@ def test_install_sandbox_auto_without_user_namespaces_installs_none(short_tmp: P
     assert line.endswith(", which PrivateUsers=yes needs"), line
 
 
+def test_install_sandbox_auto_without_unshare_installs_none(short_tmp: Path) -> None:
+    """Where util-linux `unshare` is not on PATH, auto cannot probe, installs no drop-in and says so."""
+    target = short_tmp / "units"
+    result = subprocess.run(
+        [sys.executable, "-m", "gz_ia.collector", "install", "--user", "--unit-dir", str(target)],
+        env={**os.environ, "PATH": str(Path(sys.executable).parent), "XDG_CONFIG_HOME": str(short_tmp / "config")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (target / SANDBOX_PATH.parent).exists()
+    assert _sandbox_line(result.stdout) == (
+        "sandbox: not installed: `unshare` (util-linux) is not installed, so user namespaces could not be probed"
+    )
+
+
 def test_install_sandbox_auto_with_allow_uids_installs_none(short_tmp: Path) -> None:
     """A configuration that admits other uids gets no sandbox under auto (they would appear as nobody),
     and --sandbox yes installs it anyway, saying those uids will be refused."""

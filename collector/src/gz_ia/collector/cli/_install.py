@@ -148,7 +148,10 @@ def probe_user_namespaces() -> str | None:
         return f"`{' '.join(USERNS_PROBE)}` could not run: {exc}"
     if result.returncode != 0:
         detail = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
-        return f"this user cannot make a user namespace (`{' '.join(USERNS_PROBE)}`: {detail[0]})"
+        return (
+            f"this user cannot make a user namespace (`{' '.join(USERNS_PROBE)}`: {detail[0]}), "
+            "which PrivateUsers=yes needs"
+        )
     return None
 
 
@@ -181,7 +184,7 @@ def choose_sandbox(mode: Literal["auto", "yes", "no"]) -> SandboxChoice:
         )
     problem = probe_user_namespaces()
     if problem is not None:
-        return SandboxChoice(False, f"{problem}, which PrivateUsers=yes needs")
+        return SandboxChoice(False, problem)
     return SandboxChoice(
         True, f"this user can make a user namespace (`{' '.join(USERNS_PROBE)}` succeeded); opt out: --sandbox no"
     )
