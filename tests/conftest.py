@@ -197,7 +197,7 @@ class CollectorProcess:
     def gz_ia(self, *args: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run the ``gz-ia`` command line as a real subprocess against this collector."""
         return subprocess.run(
-            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+            [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", *args],
             env=self.env,
             capture_output=True,
             text=True,

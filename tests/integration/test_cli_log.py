@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from tests.conftest import wait_for
 
 from gz_ia.collector.cli import main
 
@@ -37,13 +38,69 @@ def test_a_rejected_event_exits_1_with_the_collectors_reason(collector: Any) -> 
     assert collector.session_lines("3f9a12c8") == []
 
 
-def test_no_collector_exits_69_with_a_clear_message(collector: Any) -> None:
-    """With no collector on the socket the command says so and exits 69 (EX_UNAVAILABLE)."""
+def test_no_collector_spools_exits_75_and_the_event_is_written_when_one_starts(collector: Any) -> None:
+    """With no collector on the socket the command says so, spools the event and exits 75
+    (EX_TEMPFAIL); the collector that starts next writes it."""
     collector.stop()
     result = collector.gz_ia(*LOG, "--stage", "READ", "--timeout", "3")
-    assert result.returncode == 69
-    assert "no collector is reachable" in result.stderr
+    assert result.returncode == 75, result.stderr
+    assert "spooled: no collector is reachable" in result.stderr
     assert str(collector.socket) in result.stderr
+    collector.start()
+    wait_for(lambda: len(collector.session_lines("3f9a12c8")) == 1, message="the spooled event written")
+    assert collector.session_lines("3f9a12c8")[0]["action"] == "Index deps"
+
+
+def test_events_after_a_spooled_one_are_spooled_too_and_written_in_order(collector: Any, short_tmp: Path) -> None:
+    """READ spooled while the collector is down, FINISH sent while a collector that has not adopted
+    the spool yet runs: the FINISH waits in the spool behind its READ, and both are written."""
+    collector.stop()
+    assert collector.gz_ia(*LOG, "--stage", "READ").returncode == 75
+    collector.extra_env["GZ_IA_SPOOL_DIR"] = str(short_tmp / "elsewhere")  # this one adopts nothing
+    collector.start()
+    finish = collector.gz_ia(*LOG, "--stage", "FINISH", "--duration", "5")
+    assert finish.returncode == 75, finish.stderr
+    assert "still in the spool" in finish.stderr
+    assert collector.session_lines("3f9a12c8") == []
+    collector.extra_env.pop("GZ_IA_SPOOL_DIR")  # the test's own spool again
+    collector.restart()
+    wait_for(lambda: len(collector.session_lines("3f9a12c8")) == 2, message="both events written")
+    assert [line["stage"] for line in collector.session_lines("3f9a12c8")] == ["READ", "FINISH"]
+    after = collector.gz_ia(*LOG, "--stage", "READ")
+    assert (after.returncode, after.stdout.strip()) == (0, "accepted: 3f9a12c8 seq 3")
+    assert collector.rejects() == []
+
+
+def test_session_log_loads_no_click(collector: Any) -> None:
+    """The entry point answers `session log` without importing click or the click CLI."""
+    probe = (
+        "import sys; from gz_ia.collector.entry import fast_path; "
+        "code = fast_path(sys.argv[1:]); "
+        "print(code, sorted(m for m in ('click', 'gz_ia.collector.cli') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *LOG, "--stage", "READ", "-q"],
+        env=collector.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.stdout.strip() == "0 []", result.stderr
+
+
+def test_unusual_command_lines_get_the_click_cli_s_answers(collector: Any) -> None:
+    """--help, a missing option, and an unknown one are answered by the click CLI."""
+    helped = collector.gz_ia(*LOG, "--help")
+    assert helped.returncode == 0
+    assert "Send one event to SESSION_ID" in helped.stdout
+    missing = collector.gz_ia("session", "log", "3f9a12c8", "--stage", "READ", "--agent", "a")
+    assert missing.returncode == 2
+    assert "Missing option '--action'" in missing.stderr
+    unknown = collector.gz_ia(*LOG, "--stage", "READ", "--colour")
+    assert unknown.returncode == 2
+    assert "No such option '--colour'" in unknown.stderr
+    assert collector.session_lines("3f9a12c8") == []
 
 
 def test_the_parent_comes_from_the_environment(collector: Any) -> None:

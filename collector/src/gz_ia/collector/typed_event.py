@@ -9,7 +9,7 @@ from __future__ import annotations
 from gz_ia.client import LogEvent, build_event, env
 from gz_ia.client.schema import AttrValue
 
-__all__ = ["typed_event"]
+__all__ = ["attr_scalar", "typed_event"]
 
 
 def typed_event(
@@ -44,3 +44,15 @@ def typed_event(
         error=error,
         attrs=attrs,
     )
+
+
+def attr_scalar(raw: str) -> bool | int | float | str:
+    """The value of a typed ``KEY=VALUE`` measurement: ``true``/``false``, an int, a float, else text."""
+    if raw in ("true", "false"):
+        return raw == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            continue
+    return raw

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from gz_ia.client.errors import CollectorUnavailable, EventRejected
 from gz_ia.client.schema import Stage, Status
+from gz_ia.collector.typed_event import attr_scalar
 
 from . import session
-from ._common import EXIT_REJECTED, EXIT_UNAVAILABLE, root_of, socket_path_of
+from ._common import root_of, socket_path_of
 
 
 def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str] | None:
@@ -17,19 +17,8 @@ def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str]
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--attr")
-        attrs[key] = _scalar(raw)
+        attrs[key] = attr_scalar(raw)
     return attrs or None
-
-
-def _scalar(raw: str) -> bool | int | float | str:
-    if raw in ("true", "false"):
-        return raw == "true"
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            continue
-    return raw
 
 
 @session.command("log")
@@ -68,8 +57,12 @@ def session_log(
     timeout: float,
     quiet: bool,
 ) -> None:
-    """Send one event to SESSION_ID and wait for the collector's verdict."""
-    from gz_ia.client import Client
+    """Send one event to SESSION_ID and wait for the collector's verdict.
+
+    Exits 0 when it is written, 1 when it is rejected, 75 when no collector answered and it is
+    spooled (written when a collector starts), 69 when it could be neither delivered nor spooled.
+    """
+    from gz_ia.collector.entry import log_event
     from gz_ia.collector.typed_event import typed_event
 
     try:
@@ -87,20 +80,4 @@ def session_log(
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    client = Client(socket_path=socket_path_of(ctx), root=root_of(ctx), connect_timeout=min(timeout, 2.0))
-    try:
-        verdict = client.send(event, timeout=timeout)
-    except EventRejected as exc:
-        click.echo(f"gz-ia: rejected ({exc.reason}): {exc.detail}", err=True)
-        ctx.exit(EXIT_REJECTED)
-    except CollectorUnavailable as exc:
-        click.echo(
-            f"gz-ia: no collector is reachable at {client.socket_path} ({exc}).\n"
-            "Start one with `gz-ia-collector` or `systemctl --user start gz-ia-collector.socket`.",
-            err=True,
-        )
-        ctx.exit(EXIT_UNAVAILABLE)
-    finally:
-        client.close(timeout=0)
-    if not quiet:
-        click.echo(f"accepted: {session_id} seq {verdict.seq}")
+    ctx.exit(log_event(event, socket_path=socket_path_of(ctx), root=root_of(ctx), timeout=timeout, quiet=quiet))
