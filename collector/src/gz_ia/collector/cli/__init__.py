@@ -38,6 +38,7 @@ def session() -> None:
 from . import (  # noqa: E402, F401  - commands register themselves on the groups
     _export,
     _install,
+    _integrations,
     _mcp,
     _reading,
     _session,

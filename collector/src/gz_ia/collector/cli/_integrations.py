@@ -1,0 +1,77 @@
+"""``gz-ia hook ...`` and ``gz-ia install ...``: agents that report without code changes.
+
+``gz-ia hook claude-code`` normally never gets here: the entry point (:mod:`gz_ia.collector.entry`)
+runs it without loading click. This command serves ``--help`` and unusual command lines.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import main
+from ._common import root_of, socket_path_of
+
+
+@main.group()
+def hook() -> None:
+    """Hook commands that agents run (they always exit 0 and print nothing)."""
+
+
+@hook.command("claude-code")
+@click.pass_context
+def hook_claude_code(ctx: click.Context) -> None:
+    """Log one Claude Code hook payload (JSON on stdin) as stage events."""
+    from gz_ia.collector.integrations.claude_code import run_hook
+
+    root = ctx.find_root().params.get("root")
+    ctx.exit(
+        run_hook(
+            sys.stdin.buffer.read(),
+            socket_path=socket_path_of(ctx),
+            root=root_of(ctx) if root else None,
+        )
+    )
+
+
+@main.group()
+def install() -> None:
+    """Connect an agent to gz-ia."""
+
+
+@install.command("claude-code")
+@click.option("--user", "scope", flag_value="user", default=True, help="~/.claude/settings.json (the default).")
+@click.option("--project", "scope", flag_value="project", help=".claude/settings.json in the current directory.")
+@click.option("--uninstall", is_flag=True, help="Remove exactly the hook entries gz-ia added.")
+@click.option("--command", "command", default=None, help="The hook command [default: this gz-ia, by absolute path].")
+@click.option(
+    "--settings",
+    "settings",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Another settings file (e.g. .claude/settings.local.json).",
+)
+def install_claude_code(scope: str, uninstall: bool, command: str | None, settings: Path | None) -> None:
+    """Add gz-ia's hooks to Claude Code's settings, keeping every other setting and hook."""
+    from gz_ia.collector.integrations import claude_code_settings as cc
+
+    if settings is None:
+        settings = Path.home() / ".claude" / "settings.json" if scope == "user" else Path(".claude") / "settings.json"
+    try:
+        if uninstall:
+            changed = cc.uninstall(settings)
+            click.echo(f"removed gz-ia's hooks for {', '.join(changed)} from {settings}" if changed else
+                       f"no gz-ia hooks in {settings}")  # fmt: skip
+            return
+        hook_command = command or cc.hook_command()
+        if not hook_command.rstrip().endswith(cc.HOOK_ARGS):
+            raise click.BadParameter(f"must end with {cc.HOOK_ARGS!r}", param_hint="--command")
+        changed = cc.install(settings, hook_command)
+    except cc.SettingsError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if changed:
+        click.echo(f"added gz-ia's hooks for {', '.join(changed)} to {settings}: {hook_command}")
+    else:
+        click.echo(f"gz-ia's hooks are already in {settings}")

@@ -1,0 +1,279 @@
+"""`gz-ia hook claude-code` fed recorded hook payload sequences, as Claude Code runs it: one real
+subprocess per payload, against a real collector, asserting the sessions and the tree that result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import wait_for
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "claude_code"
+SESSION = "0b6f3c1e-5d2a-4c7e-9f10-2a3b4c5d6e7f"
+SUBAGENT = f"{SESSION}.a7f3e91c"
+HOOK = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", "hook", "claude-code"]
+
+
+def _payloads(name: str, collector: Any) -> list[str]:
+    """The fixture's payloads, with ``cwd`` inside the collector's workspace (its root is found from it)."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    return [json.dumps({**json.loads(line), "cwd": str(collector.workspace / "src")}) for line in lines]
+
+
+def _hook_env(collector: Any) -> dict[str, str]:
+    environment = dict(collector.env)
+    environment.pop("GZ_IA_ROOT")  # the root comes from the payload's cwd
+    return environment
+
+
+def _feed(collector: Any, payload: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        HOOK, input=payload, env=_hook_env(collector), capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    return result
+
+
+def _feed_all(collector: Any, payloads: list[str]) -> None:
+    for payload in payloads:
+        result = _feed(collector, payload)
+        assert result.stderr == ""
+
+
+def _cycles(lines: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(line["action"], line["stage"], line["status"]) for line in lines]
+
+
+def _tree(collector: Any, session_id: str) -> dict[str, Any]:
+    result = collector.gz_ia("session", "tree", session_id, "--json", check=True)
+    tree: dict[str, Any] = json.loads(result.stdout)
+    return tree
+
+
+def test_parallel_tool_calls_are_separate_cycles_with_summaries_only(collector: Any) -> None:
+    """Two Reads open at once and an Edit: one cycle each, durations on FINISH, inputs summarised."""
+    (collector.workspace / "src").mkdir()
+    _feed_all(collector, _payloads("parallel_tools.jsonl", collector))
+    lines = collector.session_lines(SESSION)
+    assert _cycles(lines) == [
+        ("session", "READ", "OK"),
+        ("prompt", "READ", "OK"),
+        ("Read toolu_01A", "READ", "OK"),
+        ("Read toolu_01B", "READ", "OK"),
+        ("Read toolu_01B", "FINISH", "OK"),
+        ("Read toolu_01A", "FINISH", "OK"),
+        ("Edit toolu_01C", "PENDING", "OK"),
+        ("Edit toolu_01C", "FINISH", "OK"),
+        ("prompt", "FINISH", "OK"),
+        ("session", "FINISH", "OK"),
+    ]
+    assert all("duration_ms" in line for line in lines if line["stage"] == "FINISH")
+    assert {line["agent"] for line in lines} == {"claude-code"}
+    assert lines[2]["attrs"] == {
+        "tool": "Read",
+        "tool_use_id": "toolu_01A",
+        "file_path": "/home/dev/shop/src/cart.py",
+    }
+    assert lines[1]["attrs"] == {"prompt_chars": len("Fix the rounding bug in the cart total")}
+    assert lines[-1]["attrs"] == {"reason": "prompt_input_exit"}
+    stored = collector.session_file(SESSION).read_text()
+    for secret in ("SECRET FILE CONTENT", "Decimal(0)", "rounding bug"):
+        assert secret not in stored
+    assert collector.rejects() == []
+    assert _tree(collector, SESSION)["status"] == "ok"
+
+
+def test_many_calls_of_one_tool_at_once_keep_their_own_cycles(collector: Any) -> None:
+    """Eight PreToolUse hooks run concurrently, then eight PostToolUse: eight complete cycles."""
+    (collector.workspace / "src").mkdir()
+    template = json.loads(_payloads("parallel_tools.jsonl", collector)[2])
+    ids = [f"toolu_par{index}" for index in range(8)]
+
+    def run_all(event: str) -> None:
+        processes = [
+            subprocess.Popen(
+                HOOK,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=_hook_env(collector),
+                text=True,
+            )
+            for _ in ids
+        ]
+        for process, tool_use_id in zip(processes, ids, strict=True):
+            assert process.stdin is not None
+            process.stdin.write(json.dumps({**template, "hook_event_name": event, "tool_use_id": tool_use_id}))
+            process.stdin.close()
+        for process in processes:
+            assert process.stdout is not None
+            assert process.stderr is not None
+            with process.stdout, process.stderr:
+                assert process.wait(30) == 0
+                assert process.stdout.read() == ""
+
+    run_all("PreToolUse")
+    run_all("PostToolUse")
+    lines = collector.session_lines(SESSION)
+    assert sorted(_cycles(lines)) == sorted(
+        [(f"Read {tool_use_id}", stage, "OK") for tool_use_id in ids for stage in ("READ", "FINISH")]
+    )
+    assert collector.rejects() == []
+
+
+def test_a_failing_bash_command_is_a_failed_cycle_with_its_error(collector: Any) -> None:
+    """PostToolUseFailure: FINISH FAILED with the error; the command's first line only; the tree fails."""
+    (collector.workspace / "src").mkdir()
+    _feed_all(collector, _payloads("failing_bash.jsonl", collector))
+    lines = collector.session_lines(SESSION)
+    assert _cycles(lines) == [
+        ("session", "READ", "OK"),
+        ("prompt", "READ", "OK"),
+        ("Bash toolu_02A", "PENDING", "OK"),
+        ("Bash toolu_02A", "FINISH", "FAILED"),
+        ("prompt", "FINISH", "OK"),
+        ("session", "FINISH", "OK"),
+    ]
+    assert lines[2]["attrs"]["command"] == "pytest -q tests/test_cart.py"
+    assert lines[2]["attrs"]["description"] == "Run the cart tests"
+    assert "exit code 1" in lines[3]["error"]
+    assert lines[3]["duration_ms"] >= 0
+    assert _tree(collector, SESSION)["status"] == "failed"
+    failed = collector.gz_ia("logs", "--failed", "-o", "json", check=True)
+    assert [json.loads(line)["action"] for line in failed.stdout.splitlines()] == ["Bash toolu_02A"]
+
+
+def _assert_subagent_tree(collector: Any) -> None:
+    assert _cycles(collector.session_lines(SUBAGENT)) == [
+        ("subagent", "READ", "OK"),
+        ("Grep toolu_03B", "READ", "OK"),
+        ("Grep toolu_03B", "FINISH", "OK"),
+        ("Read toolu_03C", "READ", "OK"),
+        ("Read toolu_03C", "FINISH", "OK"),
+        ("subagent", "FINISH", "OK"),
+    ]
+    child = collector.session_lines(SUBAGENT)
+    assert {(line["parent_session_id"], line["role"]) for line in child} == {(SESSION, "Explore")}
+    assert child[1]["attrs"]["pattern"] == "cart_total\\("
+    assert _cycles(collector.session_lines(SESSION)) == [
+        ("session", "READ", "OK"),
+        ("prompt", "READ", "OK"),
+        ("Task toolu_03A", "PENDING", "OK"),
+        ("Task toolu_03A", "FINISH", "OK"),
+        ("prompt", "FINISH", "OK"),
+    ]
+    tree = _tree(collector, SESSION)
+    assert [child["session_id"] for child in tree["children"]] == [SUBAGENT]
+    assert collector.rejects() == []
+
+
+def test_a_subagent_is_a_child_session_with_its_own_tool_calls(collector: Any) -> None:
+    """SubagentStart..SubagentStop and the tools inside it form a child session of the Claude Code session."""
+    (collector.workspace / "src").mkdir()
+    _feed_all(collector, _payloads("subagent.jsonl", collector))
+    _assert_subagent_tree(collector)
+
+
+def test_a_collector_that_is_down_then_up_gets_every_event_in_order(collector: Any) -> None:
+    """The first half of a session while no collector runs is spooled (exit 0, nothing printed); the
+    collector started next writes it, and the rest follows in order: the same sessions and tree."""
+    (collector.workspace / "src").mkdir()
+    payloads = _payloads("subagent.jsonl", collector)
+    collector.stop()
+    _feed_all(collector, payloads[:6])
+    assert collector.session_lines(SESSION) == []
+    collector.start()
+    _feed_all(collector, payloads[6:])
+    wait_for(lambda: len(collector.session_lines(SUBAGENT)) == 6, message="the subagent's events")
+    wait_for(lambda: len(collector.session_lines(SESSION)) == 5, message="the session's events")
+    _assert_subagent_tree(collector)
+
+
+def test_bad_payloads_are_counted_and_named_on_stderr_never_failing(collector: Any) -> None:
+    """Not JSON, not an object, a tool event without tool_use_id: exit 0, one stderr line each, counted."""
+    for payload in ("{not json", "[1, 2]", json.dumps({"session_id": SESSION, "hook_event_name": "PreToolUse"})):
+        result = _feed(collector, payload)
+        assert len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith("gz-ia hook claude-code: payload ignored")
+    counter = Path(collector.env["GZ_IA_SPOOL_DIR"]) / "ledgers" / "claude-code.invalid"
+    assert counter.read_text().split(" ", 1)[0] == "3"
+    assert collector.all_sessions() == {}
+
+
+USER_SETTINGS: dict[str, Any] = {
+    "model": "opus",
+    "permissions": {"allow": ["Bash(git status)"]},
+    "hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "~/bin/check-bash.sh"}]}],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done", "timeout": 3}]}],
+    },
+}
+
+
+def _install(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", "install", "claude-code", *args],
+        env=environment,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_install_merges_into_user_settings_idempotently_and_uninstall_restores_them(tmp_path: Path) -> None:
+    """Other settings and hooks stay; a second install changes nothing; --uninstall removes exactly ours."""
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(USER_SETTINGS, indent=2))
+    first = _install(tmp_path, "--user")
+    assert first.returncode == 0, first.stderr
+    assert "added gz-ia's hooks for PreToolUse" in first.stdout
+    merged = json.loads(settings.read_text())
+    assert (merged["model"], merged["permissions"]) == ("opus", USER_SETTINGS["permissions"])
+    assert merged["hooks"]["PreToolUse"][0] == USER_SETTINGS["hooks"]["PreToolUse"][0]
+    assert merged["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
+    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure", "SessionStart", "SubagentStop", "Stop"):
+        ours = [h for group in merged["hooks"][event] for h in group["hooks"] if "hook claude-code" in h["command"]]
+        assert len(ours) == 1, event
+    assert merged["hooks"]["PostToolUse"][-1]["matcher"] == "*"
+    assert "matcher" not in merged["hooks"]["SessionStart"][-1]
+    text = settings.read_text()
+    again = _install(tmp_path, "--user")
+    assert (again.returncode, again.stdout.strip()) == (0, f"gz-ia's hooks are already in {settings}")
+    assert settings.read_text() == text
+    removed = _install(tmp_path, "--user", "--uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(settings.read_text()) == USER_SETTINGS
+
+
+def test_install_into_a_project_and_the_installed_command_logs(collector: Any, tmp_path: Path) -> None:
+    """--project writes .claude/settings.json in the current directory; its command really logs."""
+    result = _install(tmp_path / "home", "--project", cwd=collector.workspace)
+    assert result.returncode == 0, result.stderr
+    settings = json.loads((collector.workspace / ".claude" / "settings.json").read_text())
+    command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    payload = json.dumps({"session_id": SESSION, "hook_event_name": "SessionStart", "cwd": str(collector.workspace)})
+    ran = subprocess.run(
+        ["sh", "-c", command], input=payload, env=_hook_env(collector), capture_output=True, text=True, check=False
+    )
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert _cycles(collector.session_lines(SESSION)) == [("session", "READ", "OK")]
+    assert not (tmp_path / "home" / ".claude").exists()
+
+
+def test_install_refuses_a_settings_file_that_is_not_json(tmp_path: Path) -> None:
+    """A broken settings.json is named and left exactly as it was."""
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"hooks": {,}')
+    result = _install(tmp_path)
+    assert result.returncode == 1
+    assert "is not valid JSON" in result.stderr
+    assert settings.read_text() == '{"hooks": {,}'
