@@ -1,0 +1,202 @@
+"""An OpenAI Agents SDK tracing processor: the SDK's traces as gz-ia sessions (extra ``[openai-agents]``).
+
+::
+
+    import agents
+    from gz_ia.client.integrations.openai_agents import GzIaProcessor
+
+    agents.add_trace_processor(GzIaProcessor())
+
+What becomes what (docs/user-guide.md, "OpenAI Agents SDK"):
+
+- a trace is a session (its id is the trace id, its ``role`` the workflow name) with one cycle, the
+  workflow, from the trace's start to its end;
+- an agent span is a subagent session (its id is the span id, its ``agent`` the agent's name)
+  whose parent is the session of the agent that handed off to it, else the trace's session; it
+  holds the cycle ``agent <name>``, FAILED with the span's error;
+- a function span (a tool call) is a cycle of its agent's session, ``<tool> <span id>`` (so calls of
+  one tool at once stay apart): PENDING at its start, FINISH OK or FAILED with the error and the
+  duration at its end; only the sizes of its input and output are kept (``attrs``), never them;
+- a handoff span is an instant cycle ``handoff to <agent>`` in the session handing off.
+
+Task, turn, model (generation, response), guardrail and custom spans are not logged. The processor
+never raises into the SDK and never blocks: it only calls the client's ``log()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Final
+
+from agents.tracing import (
+    AgentSpanData,
+    FunctionSpanData,
+    HandoffSpanData,
+    Span,
+    Trace,
+    TracingProcessor,
+)
+
+from gz_ia.client._scope import EventSink, get_client
+from gz_ia.client.schema import MAX_ERROR_LENGTH, Stage, Status
+
+__all__ = ["GzIaProcessor"]
+
+_ROOT: Final = "\0trace"
+_Session = tuple[str, str, str | None]
+"""A session to log into: its id, its agent, its parent session."""
+
+
+def _duration_ms(span: Span[Any]) -> int | None:
+    try:
+        started = datetime.fromisoformat(str(span.started_at))
+        ended = datetime.fromisoformat(str(span.ended_at))
+    except (TypeError, ValueError):
+        return None
+    return max(0, int((ended - started).total_seconds() * 1000))
+
+
+def _error(span: Span[Any]) -> str | None:
+    error = span.error
+    if not error:
+        return None
+    data = error.get("data") or {}
+    detail = data.get("error") if isinstance(data, dict) else None
+    text = f"{error.get('message', 'error')}: {detail}" if detail else str(error.get("message", "error"))
+    return text[:MAX_ERROR_LENGTH]
+
+
+class GzIaProcessor(TracingProcessor):
+    """Log the SDK's traces and spans as gz-ia sessions and cycles (see the module docstring).
+
+    Args:
+        agent: the ``agent`` of each trace's own session (agent sessions carry the agent's name).
+        client: what sends the events; default the process's client (:func:`gz_ia.client.get_client`).
+    """
+
+    def __init__(self, *, agent: str = "openai-agents", client: EventSink | None = None) -> None:
+        self.agent = agent
+        self._client = client
+        self._lock = threading.Lock()
+        self._traces: dict[str, tuple[str, float]] = {}
+        """Open traces: their session's workflow action and start (monotonic seconds)."""
+        self._sessions: dict[str, _Session] = {}
+        """Open spans (and each trace, under ``trace_id + _ROOT``): the session and agent their
+        children log into."""
+        self._handoffs: dict[tuple[str, str], _Session] = {}
+        """(trace, agent name handed off to) -> the session and agent that handed off."""
+
+    @property
+    def client(self) -> EventSink:
+        return self._client if self._client is not None else get_client()
+
+    def _log(self, session: _Session, action: str, stage: Stage, **fields: Any) -> None:
+        session_id, agent, parent = session
+        self.client.log(
+            session_id=session_id, action=action, stage=stage, agent=agent, parent_session_id=parent, **fields
+        )
+
+    def on_trace_start(self, trace: Trace) -> None:
+        """Open the trace's session with its workflow cycle."""
+        try:
+            import time
+
+            action = f"workflow {trace.name}"
+            with self._lock:
+                self._traces[trace.trace_id] = (action, time.monotonic())
+                self._sessions[trace.trace_id + _ROOT] = (trace.trace_id, self.agent, None)
+            self._log((trace.trace_id, self.agent, None), action, Stage.READ, role=trace.name[:128])
+        except Exception:  # noqa: S110 - tracing must never break the agent
+            pass
+
+    def on_trace_end(self, trace: Trace) -> None:
+        """FINISH the workflow cycle with its duration."""
+        try:
+            import time
+
+            with self._lock:
+                opened = self._traces.pop(trace.trace_id, None)
+                self._sessions.pop(trace.trace_id + _ROOT, None)
+                for key in [key for key in self._handoffs if key[0] == trace.trace_id]:
+                    del self._handoffs[key]
+            if opened is not None:
+                action, started = opened
+                duration = int((time.monotonic() - started) * 1000)
+                self._log(
+                    (trace.trace_id, self.agent, None),
+                    action,
+                    Stage.FINISH,
+                    duration_ms=duration,
+                    role=trace.name[:128],
+                )
+        except Exception:  # noqa: S110 - tracing must never break the agent
+            pass
+
+    def _parent_session(self, span: Span[Any]) -> _Session:
+        with self._lock:
+            return self._sessions.get(
+                span.parent_id or "", self._sessions.get(span.trace_id + _ROOT, (span.trace_id, self.agent, None))
+            )
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        """Open agent sessions and tool cycles; remember which session each span's children log into."""
+        try:
+            data = span.span_data
+            parent = self._parent_session(span)
+            if isinstance(data, AgentSpanData):
+                with self._lock:
+                    handed = self._handoffs.pop((span.trace_id, data.name), None)
+                parent = handed or parent
+                session = (span.span_id, data.name[:128] or "agent", parent[0])
+                with self._lock:
+                    self._sessions[span.span_id] = session
+                self._log(session, f"agent {data.name}", Stage.READ)
+                return
+            with self._lock:
+                self._sessions[span.span_id] = parent
+            if isinstance(data, FunctionSpanData):
+                self._log(parent, f"{data.name} {span.span_id}", Stage.PENDING, attrs={"tool": data.name[:1024]})
+        except Exception:  # noqa: S110 - tracing must never break the agent
+            pass
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        """FINISH agent and tool cycles, OK or FAILED with the span's error; log handoffs."""
+        try:
+            data = span.span_data
+            with self._lock:
+                session = self._sessions.pop(span.span_id, None)
+            if session is None:
+                return
+            error = _error(span)
+            outcome: dict[str, Any] = {"status": Status.FAILED, "error": error} if error else {}
+            if isinstance(data, AgentSpanData):
+                self._log(session, f"agent {data.name}", Stage.FINISH, duration_ms=_duration_ms(span), **outcome)
+            elif isinstance(data, FunctionSpanData):
+                attrs = {
+                    "tool": data.name[:1024],
+                    "input_chars": len(data.input or ""),
+                    "output_chars": len(str(data.output)) if data.output is not None else 0,
+                }
+                action = f"{data.name} {span.span_id}"
+                self._log(session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, **outcome)
+            elif isinstance(data, HandoffSpanData) and data.to_agent:
+                with self._lock:
+                    self._handoffs[(span.trace_id, data.to_agent)] = session
+                action = f"handoff to {data.to_agent}"
+                self._log(session, action, Stage.READ)
+                self._log(session, action, Stage.FINISH, duration_ms=_duration_ms(span), **outcome)
+        except Exception:  # noqa: S110 - tracing must never break the agent
+            pass
+
+    def shutdown(self) -> None:
+        """Nothing to release: the client delivers what is queued when the process exits."""
+
+    def force_flush(self) -> None:
+        """Wait briefly for the queued events to be delivered."""
+        flush = getattr(self.client, "flush", None)
+        if callable(flush):
+            try:
+                flush(2.0)
+            except Exception:  # noqa: S110 - tracing must never break the agent
+                pass

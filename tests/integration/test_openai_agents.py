@@ -1,0 +1,140 @@
+"""The OpenAI Agents SDK processor: a real Agent run by the SDK's Runner, on a model the test scripts
+(no network, no key), in a real child process logging to a real collector."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from tests.conftest import wait_for
+
+AGENT_PROGRAM = '''
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import agents
+from agents import Agent, ModelResponse, Runner, Usage, function_tool
+from agents.models.interface import Model
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from gz_ia.client.integrations.openai_agents import GzIaProcessor
+
+
+def call(name: str, arguments: dict[str, Any], call_id: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        type="function_call", name=name, arguments=json.dumps(arguments), call_id=call_id, id=f"fc_{call_id}"
+    )
+
+
+def say(text: str) -> ResponseOutputMessage:
+    content = [ResponseOutputText(type="output_text", text=text, annotations=[])]
+    return ResponseOutputMessage(type="message", id="msg_1", role="assistant", status="completed", content=content)
+
+
+class ScriptedModel(Model):
+    """Answers each call with the next scripted output: the SDK's Model interface, offline."""
+
+    def __init__(self, steps: list[list[Any]]) -> None:
+        self.steps = steps
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        return ModelResponse(output=self.steps.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@function_tool
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    raise RuntimeError("connection refused")
+
+
+agents.set_trace_processors([GzIaProcessor()])
+helper = Agent(
+    name="helper", instructions="-", tools=[add],
+    model=ScriptedModel([[call("add", {"a": 2, "b": 3}, "c3")], [say("5")]]),
+)
+planner = Agent(
+    name="planner", instructions="-", tools=[add, fetch], handoffs=[helper],
+    model=ScriptedModel([
+        [call("add", {"a": 1, "b": 2}, "c1"), call("fetch", {"url": "https://example.invalid"}, "c2")],
+        [call("transfer_to_helper", {}, "c4")],
+    ]),
+)
+result = Runner.run_sync(planner, "add things")
+assert result.final_output == "5", result.final_output
+'''
+
+
+def _cycles(lines: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(action with the span id cut off, stage, status), in order."""
+    return [(line["action"].split(" span_")[0], line["stage"], line["status"]) for line in lines]
+
+
+def test_a_run_with_tools_and_a_handoff_becomes_a_session_tree(collector: Any) -> None:
+    """Trace -> session; agent spans -> subagent sessions (the handoff's target under its source);
+    tool spans -> cycles with durations, the failing one FAILED with its error."""
+    result = subprocess.run(
+        [sys.executable, "-c", AGENT_PROGRAM],
+        env=collector.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: len(collector.all_sessions()) == 3, message="three sessions")
+    print(
+        subprocess.run(
+            [sys.executable, "/tmp/oaprobe/show.py", str(collector.root / "sessions")],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
+    sessions = collector.all_sessions()
+    (trace_id,) = [sid for sid in sessions if sid.startswith("trace_")]
+    planner_id, helper_id = sorted(
+        (sid for sid in sessions if sid != trace_id), key=lambda sid: sessions[sid][0]["agent"] != "planner"
+    )
+    assert _cycles(sessions[trace_id]) == [
+        ("workflow Agent workflow", "READ", "OK"),
+        ("workflow Agent workflow", "FINISH", "OK"),
+    ]
+    planner = sessions[planner_id]
+    assert {line["parent_session_id"] for line in planner} == {trace_id}
+    assert {line["agent"] for line in planner} == {"planner"}
+    cycles = _cycles(planner)
+    assert cycles[0] == ("agent planner", "READ", "OK")
+    assert cycles[-1] == ("agent planner", "FINISH", "OK")
+    assert sorted(cycles[1:5]) == sorted(
+        [("add", "PENDING", "OK"), ("fetch", "PENDING", "OK"), ("add", "FINISH", "OK"), ("fetch", "FINISH", "FAILED")]
+    )
+    assert cycles[5:7] == [("handoff to helper", "READ", "OK"), ("handoff to helper", "FINISH", "OK")]
+    (failed,) = [line for line in planner if line["status"] == "FAILED"]
+    assert "Error running tool" in failed["error"]
+    assert failed["attrs"]["tool"] == "fetch"
+    assert "example.invalid" not in json.dumps(planner)  # tool input is never copied
+    assert all("duration_ms" in line for line in planner if line["stage"] == "FINISH")
+    helper = sessions[helper_id]
+    assert {line["parent_session_id"] for line in helper} == {planner_id}
+    assert _cycles(helper) == [
+        ("agent helper", "READ", "OK"),
+        ("add", "PENDING", "OK"),
+        ("add", "FINISH", "OK"),
+        ("agent helper", "FINISH", "OK"),
+    ]
+    tree = json.loads(collector.gz_ia("session", "tree", trace_id, "--json", check=True).stdout)
+    assert [child["session_id"] for child in tree["children"]] == [planner_id]
+    assert [child["session_id"] for child in tree["children"][0]["children"]] == [helper_id]
+    assert collector.rejects() == []
