@@ -219,6 +219,17 @@ def test_user_guide_commands_and_examples_work(collector: Any, schema_validator:
     assert sum(1 for parent in children.values() if parent == "guide-1") == 1
     assert sum(1 for parent in children.values() if parent == "guide-4") == 2
     assert [line["seq"] for line in sessions["demo"]] == [1, 2, 3, 4]
+    # Agents without code changes: the Claude Code hook by hand, and the logging handler.
+    assert [(line["action"], line["agent"]) for line in sessions["cc-demo"]] == [("session", "claude-code")]
+    assert [(line["action"], line["stage"], line["status"]) for line in sessions["guide-logging"]] == [
+        ("Index deps", "READ", "OK"),
+        ("Index deps", "FINISH", "OK"),
+        ("Upload", "PENDING", "OK"),
+        ("Upload", "FINISH", "FAILED"),
+    ]
+    assert sessions["guide-logging"][-1]["error"] == "TimeoutError: registry did not answer"
+    assert sessions["guide-logging"][1]["attrs"] == {"files": 12}
+    assert json.loads((collector.workspace / ".claude" / "settings.json").read_text())["hooks"]["PreToolUse"]
     for lines in sessions.values():
         for line in lines:
             schema_validator.validate(line)
