@@ -7,7 +7,8 @@ each system and configuration interleaved run by run so that drift on the machin
   fsync, ours through the real thin client in 8 agent processes;
 * ``agent``: agent CPU per event for the client, the null client and stdlib ``logging``; the time
   ``import gz_ia.client`` takes against ``import logging`` (``bench/import_time.py``);
-* ``latency``: acknowledged round trip at a moderate rate, and follow latency;
+* ``latency``: acknowledged round trip at a moderate rate, follow latency, and the wall time of
+  ``gz-ia session log`` and ``gz-ia hook claude-code`` as a ratio to ``python -I -c pass``;
 * ``reader``: ``--json`` dump of a big session against ``cat``; ``bench/reader_tail.py``;
 * ``scale``: 100,000 sessions under ``ulimit -n 1024``;
 * ``flood``: 64 clients at once, collector peak RSS;
@@ -264,6 +265,14 @@ def section_latency(suite: Suite) -> None:
                     suite.add(f"latency.{key}_p50", f"{label} p50", "ms", rtt["p50_ms"], higher=False)
                     suite.add(f"latency.{key}_p99", f"{label} p99", "ms", rtt["p99_ms"], higher=False)
                     say(f"  round trip ({how}) run {run + 1}: p50 {rtt['p50_ms']:.3f} ms, p99 {rtt['p99_ms']:.3f} ms")
+            from ._cli_cost import cli_cost
+
+            cost = cli_cost(system.socket, system.root, max(20, settings.runs * 10))
+            for key, what in (("session_log", "gz-ia session log"), ("hook", "gz-ia hook claude-code")):
+                suite.add(f"latency.{key}_ratio", f"{what} wall time / python -I -c pass (target <= 3)", "x",
+                          cost[f"{key}_ratio"], higher=False)  # fmt: skip
+                ratio = cost[key + "_ratio"]
+                say(f"  {what}: {cost[key + '_ms']:.1f} ms, {ratio:.2f}x python ({cost['python_ms']:.1f} ms)")
             for run in range(settings.runs):
                 follow = follow_latency(system.socket, system.root, settings.follow_events, settings.follow_rate)
                 if "gap" in follow:
