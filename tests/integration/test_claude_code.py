@@ -193,6 +193,17 @@ def test_a_collector_that_is_down_then_up_gets_every_event_in_order(collector: A
     _assert_subagent_tree(collector)
 
 
+def test_gz_ia_disabled_makes_the_hook_log_nothing(collector: Any) -> None:
+    """With GZ_IA_DISABLED=1 the hook reads its payload and logs nothing, like every disabled agent."""
+    (collector.workspace / "src").mkdir()
+    environment = {**_hook_env(collector), "GZ_IA_DISABLED": "1"}
+    for payload in [*_payloads("failing_bash.jsonl", collector), "{not json"]:
+        result = subprocess.run(HOOK, input=payload, env=environment, capture_output=True, text=True, check=False)
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    collector.gz_ia("session", "log", "marker", "--action", "a", "--stage", "READ", "--agent", "t", check=True)
+    assert collector.all_sessions().keys() == {"marker"}
+
+
 def test_bad_payloads_are_counted_and_named_on_stderr_never_failing(collector: Any) -> None:
     """Not JSON, not an object, a tool event without tool_use_id: exit 0, one stderr line each, counted."""
     for payload in ("{not json", "[1, 2]", json.dumps({"session_id": SESSION, "hook_event_name": "PreToolUse"})):

@@ -220,8 +220,11 @@ class Ledger:
             try:
                 segments = self._spooled_segments()
                 number = int(segments[-1].name.split(".")[1]) + 1 if segments else 1
+                header: dict[str, Any] = {"version": SPOOL_VERSION, "producer": self.producer, "root": str(self.root)}
+                if "socket" in SpoolHeader.__struct_fields__:  # spools that name their collector
+                    header["socket"] = os.path.abspath(self.socket_path)
                 records = [
-                    SpoolHeader(version=SPOOL_VERSION, producer=self.producer, root=str(self.root)),
+                    SpoolHeader(**header),
                     *(
                         SpoolRecord(pseq=first + index, session_id=event.session_id, body=msgspec.Raw(body))
                         for index, (event, body) in enumerate(zip(events, bodies, strict=True))

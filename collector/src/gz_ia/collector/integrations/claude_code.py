@@ -16,9 +16,10 @@ Tool input is summarised, never copied: the tool's name and call id, the command
 file path, a pattern or a URL, each cut to :data:`SUMMARY_CHARS`.
 
 The hook must never get in Claude Code's way: :func:`run_hook` always returns 0 and prints nothing
-on stdout. A payload it cannot use is counted (``<spool dir>/ledgers/claude-code.invalid``: the count and
-the last error) and named in one line on stderr; events no collector answered are spooled (:mod:`..oneshot`).
-The start times of open tool calls live in the Claude Code session's ledger.
+on stdout. With ``GZ_IA_DISABLED=1`` it logs nothing. A payload it cannot use is counted
+(``<spool dir>/ledgers/claude-code.invalid``: the count and the last error) and named in one line on
+stderr; events no collector answered are spooled (:mod:`..oneshot`). The start times of open tool
+calls live in the Claude Code session's ledger.
 """
 
 from __future__ import annotations
@@ -207,6 +208,8 @@ def run_hook(raw: bytes, *, socket_path: Path, root: Path | None) -> int:
         socket_path: the collector socket.
         root: the session root; None finds it from the payload's ``cwd`` (as ``gz-ia`` finds a root).
     """
+    if env.tracing_disabled():  # GZ_IA_DISABLED=1: as for every agent, nothing is logged
+        return 0
     spool_dir = env.default_spool_dir()
     try:
         payload = msgspec.json.decode(raw)
