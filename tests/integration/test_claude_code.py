@@ -188,8 +188,8 @@ def test_a_collector_that_is_down_then_up_gets_every_event_in_order(collector: A
     assert collector.session_lines(SESSION) == []
     collector.start()
     _feed_all(collector, payloads[6:])
-    wait_for(lambda: len(collector.session_lines(SUBAGENT)) == 6, message="the subagent's events")
-    wait_for(lambda: len(collector.session_lines(SESSION)) == 5, message="the session's events")
+    wait_for(lambda: len(collector.session_lines(SUBAGENT)) == 6, timeout=45, message="the subagent's events")
+    wait_for(lambda: len(collector.session_lines(SESSION)) == 5, timeout=45, message="the session's events")
     _assert_subagent_tree(collector)
 
 

@@ -28,7 +28,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import secrets
 import socket
 import struct
 import time
@@ -120,7 +119,7 @@ class Ledger:
         name = hashlib.sha256(key.encode()).hexdigest()[:32]
         self.path = ledger_directory(spool_dir) / f"{name}.json"
         self._fd = -1
-        self._state = _State(producer=secrets.token_hex(16))
+        self._state = _State(producer=os.urandom(16).hex())  # not secrets: its import costs a call
         self._fresh = True
 
     @property
