@@ -44,6 +44,8 @@ from gz_ia.client.schema import MAX_ERROR_LENGTH, Stage, Status
 __all__ = ["GzIaProcessor"]
 
 _ROOT: Final = "\0trace"
+_NAME: Final = 400
+"""Bound on a name inside an action (actions are at most 512 characters)."""
 _Session = tuple[str, str, str | None]
 """A session to log into: its id, its agent, its parent session."""
 
@@ -102,7 +104,7 @@ class GzIaProcessor(TracingProcessor):
         try:
             import time
 
-            action = f"workflow {trace.name}"
+            action = f"workflow {trace.name[:_NAME]}"
             with self._lock:
                 self._traces[trace.trace_id] = (action, time.monotonic())
                 self._sessions[trace.trace_id + _ROOT] = (trace.trace_id, self.agent, None)
@@ -151,12 +153,14 @@ class GzIaProcessor(TracingProcessor):
                 session = (span.span_id, data.name[:128] or "agent", parent[0])
                 with self._lock:
                     self._sessions[span.span_id] = session
-                self._log(session, f"agent {data.name}", Stage.READ)
+                self._log(session, f"agent {data.name[:_NAME]}", Stage.READ)
                 return
             with self._lock:
                 self._sessions[span.span_id] = parent
             if isinstance(data, FunctionSpanData):
-                self._log(parent, f"{data.name} {span.span_id}", Stage.PENDING, attrs={"tool": data.name[:1024]})
+                self._log(
+                    parent, f"{data.name[:_NAME]} {span.span_id}", Stage.PENDING, attrs={"tool": data.name[:1024]}
+                )
         except Exception:  # noqa: S110 - tracing must never break the agent
             pass
 
@@ -171,19 +175,21 @@ class GzIaProcessor(TracingProcessor):
             error = _error(span)
             outcome: dict[str, Any] = {"status": Status.FAILED, "error": error} if error else {}
             if isinstance(data, AgentSpanData):
-                self._log(session, f"agent {data.name}", Stage.FINISH, duration_ms=_duration_ms(span), **outcome)
+                self._log(
+                    session, f"agent {data.name[:_NAME]}", Stage.FINISH, duration_ms=_duration_ms(span), **outcome
+                )
             elif isinstance(data, FunctionSpanData):
                 attrs = {
                     "tool": data.name[:1024],
                     "input_chars": len(data.input or ""),
                     "output_chars": len(str(data.output)) if data.output is not None else 0,
                 }
-                action = f"{data.name} {span.span_id}"
+                action = f"{data.name[:_NAME]} {span.span_id}"
                 self._log(session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, **outcome)
             elif isinstance(data, HandoffSpanData) and data.to_agent:
                 with self._lock:
                     self._handoffs[(span.trace_id, data.to_agent)] = session
-                action = f"handoff to {data.to_agent}"
+                action = f"handoff to {data.to_agent[:_NAME]}"
                 self._log(session, action, Stage.READ)
                 self._log(session, action, Stage.FINISH, duration_ms=_duration_ms(span), **outcome)
         except Exception:  # noqa: S110 - tracing must never break the agent
