@@ -72,21 +72,36 @@ def test_events_after_a_spooled_one_are_spooled_too_and_written_in_order(collect
 
 
 def test_session_log_loads_no_click(collector: Any) -> None:
-    """The entry point answers `session log` without importing click or the click CLI."""
+    """The entry point answers `session log` with every option, and the agent and role from the
+    environment, without importing click or the click CLI; the event is stored as given."""
     probe = (
         "import sys; from gz_ia.collector.entry import fast_path; "
         "code = fast_path(sys.argv[1:]); "
         "print(code, sorted(m for m in ('click', 'gz_ia.collector.cli') if m in sys.modules))"
     )
+    argv = ["session", "log", "3f9a12c8", "--action=Index deps", "--stage", "finish", "--status", "failed",
+            "--error", "3 failed", "--duration", "7", "--attr", "files=12", "--attr", "ok=false",
+            "--parent", "root-1", "--timeout", "4", "-q"]  # fmt: skip
+    assert collector.gz_ia(*LOG, "--stage", "PENDING", check=True).stdout.strip() == "accepted: 3f9a12c8 seq 1"
     result = subprocess.run(
-        [sys.executable, "-c", probe, *LOG, "--stage", "READ", "-q"],
-        env=collector.env,
+        [sys.executable, "-c", probe, *argv],
+        env={**collector.env, "GZ_IA_AGENT": "agy", "GZ_IA_ROLE": "indexer"},
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
     assert result.stdout.strip() == "0 []", result.stderr
+    stored = collector.session_lines("3f9a12c8")[1]
+    assert {key: stored[key] for key in ("agent", "role", "status", "error", "duration_ms", "attrs")} == {
+        "agent": "agy",
+        "role": "indexer",
+        "status": "FAILED",
+        "error": "3 failed",
+        "duration_ms": 7,
+        "attrs": {"files": 12, "ok": False},
+    }
+    assert stored["parent_session_id"] == "root-1"
 
 
 def test_unusual_command_lines_get_the_click_cli_s_answers(collector: Any) -> None:
