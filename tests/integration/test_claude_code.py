@@ -204,6 +204,22 @@ def test_gz_ia_disabled_makes_the_hook_log_nothing(collector: Any) -> None:
     assert collector.all_sessions().keys() == {"marker"}
 
 
+def test_the_hook_loads_neither_click_nor_asyncio(collector: Any) -> None:
+    """The hook runs with the standard library, msgspec and gz_ia.client only."""
+    probe = (
+        "import sys, io; from gz_ia.collector.entry import fast_path; "
+        "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode())); "
+        "code = fast_path(['hook', 'claude-code']); "
+        "print(code, sorted(m for m in ('asyncio', 'click', 'gz_ia.collector.cli') if m in sys.modules))"
+    )
+    payload = _payloads("parallel_tools.jsonl", collector)[0]
+    result = subprocess.run(
+        [sys.executable, "-c", probe, payload], env=_hook_env(collector), capture_output=True, text=True, check=False
+    )
+    assert result.stdout.strip() == "0 []", result.stderr
+    assert _cycles(collector.session_lines(SESSION)) == [("session", "READ", "OK")]
+
+
 def test_bad_payloads_are_counted_and_named_on_stderr_never_failing(collector: Any) -> None:
     """Not JSON, not an object, a tool event without tool_use_id: exit 0, one stderr line each, counted."""
     for payload in ("{not json", "[1, 2]", json.dumps({"session_id": SESSION, "hook_event_name": "PreToolUse"})):

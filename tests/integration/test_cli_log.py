@@ -73,11 +73,11 @@ def test_events_after_a_spooled_one_are_spooled_too_and_written_in_order(collect
 
 def test_session_log_loads_no_click(collector: Any) -> None:
     """The entry point answers `session log` with every option, and the agent and role from the
-    environment, without importing click or the click CLI; the event is stored as given."""
+    environment, without importing click, the click CLI or asyncio; the event is stored as given."""
     probe = (
         "import sys; from gz_ia.collector.entry import fast_path; "
         "code = fast_path(sys.argv[1:]); "
-        "print(code, sorted(m for m in ('click', 'gz_ia.collector.cli') if m in sys.modules))"
+        "print(code, sorted(m for m in ('asyncio', 'click', 'gz_ia.collector.cli') if m in sys.modules))"
     )
     argv = ["session", "log", "3f9a12c8", "--action=Index deps", "--stage", "finish", "--status", "failed",
             "--error", "3 failed", "--duration", "7", "--attr", "files=12", "--attr", "ok=false",
