@@ -1,9 +1,12 @@
 """The command lines: ``gz-ia`` for people and scripts, ``gz-ia-collector`` for the daemon.
 
 Exit codes of ``gz-ia``: 0 success (an empty result included), 1 the collector rejected the event or
-the session is unknown, 2 usage error, 69 (``EX_UNAVAILABLE``) no collector reachable.
+the session is unknown, 2 usage error, 69 (``EX_UNAVAILABLE``) no collector reachable, 75
+(``EX_TEMPFAIL``) ``session log``: no collector answered and the event is spooled.
 
-Each command group lives in its own module and registers itself on import below.
+Each command group lives in its own module and registers itself on import below. The ``gz-ia``
+entry point is :func:`gz_ia.collector.entry.main`, which runs ``session log`` and ``hook`` without
+importing this package.
 """
 
 from __future__ import annotations
