@@ -45,7 +45,12 @@ def _feed_all(collector: Any, payloads: list[str]) -> None:
 
 
 def _cycles(lines: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    return [(line["action"], line["stage"], line["status"]) for line in lines]
+    """(action, stage, status); a tool call's id shows after its name, whether it is part of the
+    action or the event's cycle id."""
+    return [
+        (f"{line['action']} {line['cycle']}" if "cycle" in line else line["action"], line["stage"], line["status"])
+        for line in lines
+    ]
 
 
 def _tree(collector: Any, session_id: str) -> dict[str, Any]:
@@ -144,7 +149,7 @@ def test_a_failing_bash_command_is_a_failed_cycle_with_its_error(collector: Any)
     assert lines[3]["duration_ms"] >= 0
     assert _tree(collector, SESSION)["status"] == "failed"
     failed = collector.gz_ia("logs", "--failed", "-o", "json", check=True)
-    assert [json.loads(line)["action"] for line in failed.stdout.splitlines()] == ["Bash toolu_02A"]
+    assert [_cycles([json.loads(line)])[0][0] for line in failed.stdout.splitlines()] == ["Bash toolu_02A"]
 
 
 def _assert_subagent_tree(collector: Any) -> None:

@@ -14,9 +14,10 @@ What becomes what (docs/user-guide.md, "OpenAI Agents SDK"):
 - an agent span is a subagent session (its id is the span id, its ``agent`` the agent's name)
   whose parent is the session of the agent that handed off to it, else the trace's session; it
   holds the cycle ``agent <name>``, FAILED with the span's error;
-- a function span (a tool call) is a cycle of its agent's session, ``<tool> <span id>`` (so calls of
-  one tool at once stay apart): PENDING at its start, FINISH OK or FAILED with the error and the
-  duration at its end; only the sizes of its input and output are kept (``attrs``), never them;
+- a function span (a tool call) is a cycle of its agent's session, keyed by the span id so that
+  calls of one tool at once stay apart (the event's cycle id where events carry one, else
+  ``<tool> <span id>``): PENDING at its start, FINISH OK or FAILED with the error and the duration
+  at its end; only the sizes of its input and output are kept (``attrs``), never them;
 - a handoff span is an instant cycle ``handoff to <agent>`` in the session handing off.
 
 Task, turn, model (generation, response), guardrail and custom spans are not logged. The processor
@@ -39,15 +40,24 @@ from agents.tracing import (
 )
 
 from gz_ia.client._scope import EventSink, get_client
-from gz_ia.client.schema import MAX_ERROR_LENGTH, Stage, Status
+from gz_ia.client.schema import MAX_ERROR_LENGTH, LogEvent, Stage, Status
 
 __all__ = ["GzIaProcessor"]
 
 _ROOT: Final = "\0trace"
+_HAS_CYCLE: Final = "cycle" in LogEvent.__struct_fields__
 _NAME: Final = 400
 """Bound on a name inside an action (actions are at most 512 characters)."""
 _Session = tuple[str, str, str | None]
 """A session to log into: its id, its agent, its parent session."""
+
+
+def _tool_cycle(tool: str, span_id: str) -> tuple[str, dict[str, str]]:
+    """A tool call's action and the fields that make it a cycle of its own (calls of one tool at once
+    stay apart): the span id as its cycle id where events carry one, else as part of the action."""
+    if _HAS_CYCLE:
+        return tool[:_NAME], {"cycle": span_id[-32:]}
+    return f"{tool[:_NAME]} {span_id}", {}
 
 
 def _duration_ms(span: Span[Any]) -> int | None:
@@ -158,9 +168,8 @@ class GzIaProcessor(TracingProcessor):
             with self._lock:
                 self._sessions[span.span_id] = parent
             if isinstance(data, FunctionSpanData):
-                self._log(
-                    parent, f"{data.name[:_NAME]} {span.span_id}", Stage.PENDING, attrs={"tool": data.name[:1024]}
-                )
+                action, cycle = _tool_cycle(data.name, span.span_id)
+                self._log(parent, action, Stage.PENDING, attrs={"tool": data.name[:1024]}, **cycle)
         except Exception:  # noqa: S110 - tracing must never break the agent
             pass
 
@@ -184,8 +193,10 @@ class GzIaProcessor(TracingProcessor):
                     "input_chars": len(data.input or ""),
                     "output_chars": len(str(data.output)) if data.output is not None else 0,
                 }
-                action = f"{data.name[:_NAME]} {span.span_id}"
-                self._log(session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, **outcome)
+                action, cycle = _tool_cycle(data.name, span.span_id)
+                self._log(
+                    session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, **cycle, **outcome
+                )
             elif isinstance(data, HandoffSpanData) and data.to_agent:
                 with self._lock:
                     self._handoffs[(span.trace_id, data.to_agent)] = session

@@ -3,7 +3,7 @@
 Claude Code runs the hook command once per hook event, with one JSON object on stdin. Each call
 logs the matching stage events (the table is in docs/user-guide.md, "Claude Code"):
 
-- a tool call is one cycle: READ (reading tools) or PENDING (tools that change things) at
+- a tool call is one cycle, keyed by its call id: READ (reading tools) or PENDING (tools that change things) at
   ``PreToolUse``, FINISH OK at ``PostToolUse``, FINISH FAILED with the error at
   ``PostToolUseFailure``, with the duration measured from the PreToolUse;
 - a prompt is the cycle ``prompt``, from ``UserPromptSubmit`` to ``Stop``; the session is the cycle
@@ -102,10 +102,20 @@ def tool_attrs(payload: dict[str, Any]) -> dict[str, str | int | float | bool]:
     return attrs
 
 
-def _tool_action(payload: dict[str, Any]) -> str:
-    """One cycle per tool call: the call id is part of the action, so parallel calls of one tool
-    (two Reads at once) are separate cycles, each with its own outcome."""
-    return f"{_line(payload.get('tool_name', '?'))} {_line(payload['tool_use_id'])}"
+_HAS_CYCLE: Final = "cycle" in LogEvent.__struct_fields__
+_CYCLE_CHARS: Final = 32
+
+
+def _tool_cycle(payload: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The action of a tool call, and the fields that make it one cycle of its own: parallel calls of
+    one tool (two Reads at once) are separate cycles, each with its own outcome. Where events carry a
+    cycle id, that is the call id (its last 32 characters) and the action is the tool's name;
+    otherwise the call id is part of the action."""
+    tool = _line(payload.get("tool_name", "?"))
+    call = _line(payload["tool_use_id"])
+    if _HAS_CYCLE:
+        return tool, {"cycle": call[-_CYCLE_CHARS:]}
+    return f"{tool} {call}", {}
 
 
 class _Hook:
@@ -141,7 +151,7 @@ class _Hook:
             return
         while len(opened) >= _OPEN_KEPT:
             del opened[next(iter(opened))]
-        opened[key] = [action, time.time_ns(), fields.get("session_id", self.session_id)]
+        opened[key] = [action, time.time_ns(), fields.get("session_id", self.session_id), fields.get("cycle")]
         self.event(action, stage, **fields)
 
     def finish(self, key: str, status: Status = Status.OK, **fields: Any) -> bool:
@@ -149,7 +159,9 @@ class _Hook:
         entry = self.data.get("open", {}).pop(key, None)
         if entry is None:
             return False
-        action, started, session_id = entry
+        action, started, session_id = entry[:3]
+        if len(entry) > 3 and entry[3]:
+            fields["cycle"] = entry[3]
         duration = max(0, (time.time_ns() - int(started)) // 1_000_000)
         self.event(action, Stage.FINISH, status=status, duration_ms=duration, session_id=session_id, **fields)
         return True
@@ -162,17 +174,20 @@ class _Hook:
         match name:
             case "PreToolUse":
                 stage = Stage.READ if payload.get("tool_name") in READING_TOOLS else Stage.PENDING
-                self.open(f"tool\0{payload['tool_use_id']}", _tool_action(payload), stage, attrs=tool_attrs(payload))
+                action, cycle = _tool_cycle(payload)
+                self.open(f"tool\0{payload['tool_use_id']}", action, stage, attrs=tool_attrs(payload), **cycle)
             case "PostToolUse":
                 if not self.finish(f"tool\0{payload['tool_use_id']}"):
                     # The PreToolUse was not seen (the hook was installed mid-call): a cycle of its own.
-                    self.event(_tool_action(payload), Stage.PENDING, attrs=tool_attrs(payload))
-                    self.event(_tool_action(payload), Stage.FINISH)
+                    action, cycle = _tool_cycle(payload)
+                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), **cycle)
+                    self.event(action, Stage.FINISH, **cycle)
             case "PostToolUseFailure":
                 error = str(payload.get("error") or "the tool call failed")[:MAX_ERROR_LENGTH]
                 if not self.finish(f"tool\0{payload['tool_use_id']}", Status.FAILED, error=error):
-                    self.event(_tool_action(payload), Stage.PENDING, attrs=tool_attrs(payload))
-                    self.event(_tool_action(payload), Stage.FINISH, status=Status.FAILED, error=error)
+                    action, cycle = _tool_cycle(payload)
+                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), **cycle)
+                    self.event(action, Stage.FINISH, status=Status.FAILED, error=error, **cycle)
             case "SessionStart":
                 source = {"source": _line(payload.get("source", "startup"))}
                 self.open(f"session\0{self.session_id}", "session", Stage.READ, attrs=source)
