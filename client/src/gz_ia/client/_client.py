@@ -51,7 +51,7 @@ _STATUSES: Final[dict[object, Status]] = {
 
 _RECORD_FIELDS: Final = (
     "timestamp", "session_id", "action", "stage", "status", "agent",
-    "parent_session_id", "role", "duration_ms", "error", "attrs",
+    "parent_session_id", "role", "duration_ms", "error", "attrs", "cycle",
 )  # fmt: skip
 
 
@@ -99,6 +99,7 @@ def build_event(
     error: str | None = None,
     attrs: dict[str, AttrValue] | None = None,
     timestamp: datetime | None = None,
+    cycle: str | None = None,
 ) -> LogEvent:
     """Build a :class:`LogEvent`, stamping it now (UTC) unless ``timestamp`` is given.
 
@@ -120,6 +121,7 @@ def build_event(
             duration_ms=duration_ms,
             error=error,
             attrs=attrs,
+            cycle=cycle,
         )
     )
 
@@ -191,10 +193,13 @@ class Client:
         duration_ms: int | None = None,
         error: str | None = None,
         attrs: dict[str, AttrValue] | None = None,
+        cycle: str | None = None,
     ) -> None:
         """Queue one event for delivery; returns at once and never raises because of delivery.
 
         Free-text fields past their limits are cut and marked (:func:`~gz_ia.client.schema.fit_fields`).
+        ``cycle`` names one run of ``action`` (action scopes set it), so that runs open at once
+        keep their own outcomes.
         """
         # The hot path of every agent: build_event() inlined, enum lookups through dicts, and the
         # event built positionally as a _LogRecord (same encoding as a LogEvent, half the cost).
@@ -217,6 +222,7 @@ class Client:
                     duration_ms,
                     error,
                     attrs,
+                    cycle,
                 )
             )
             # Cut what is past its limit rather than lose the event. Cheap tests first: no attribute
@@ -248,6 +254,7 @@ class Client:
                         duration_ms,
                         error,
                         attrs,
+                        cycle,
                     )
                 )
         except (KeyError, ValueError, TypeError) as exc:

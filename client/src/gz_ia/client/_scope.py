@@ -67,6 +67,7 @@ class EventSink(Protocol):
         duration_ms: int | None = ...,
         error: str | None = ...,
         attrs: dict[str, AttrValue] | None = ...,
+        cycle: str | None = ...,
     ) -> None: ...
 
 
@@ -324,9 +325,14 @@ def _describe(exc: BaseException) -> str:
 
 
 class ActionScope:
-    """One task's cycle: READ (or PENDING) on entry, PENDING on :meth:`pending`, FINISH on exit."""
+    """One task's cycle: READ (or PENDING) on entry, PENDING on :meth:`pending`, FINISH on exit.
 
-    __slots__ = ("_attrs", "_failure", "_started", "name", "role", "session", "start")
+    Each scope sends its own ``cycle`` id with its events, so that scopes of the same action name
+    open at once (parallel tool calls, retries in tasks or threads) are separate cycles for the
+    collector and each keeps its own outcome.
+    """
+
+    __slots__ = ("_attrs", "_failure", "_started", "cycle", "name", "role", "session", "start")
 
     def __init__(self, session: SessionScope, name: str, *, start: Stage, role: str | None) -> None:
         if start is Stage.FINISH:
@@ -335,6 +341,9 @@ class ActionScope:
         self.name = name
         self.start = start
         self.role = role
+        # 40 random bits: two runs of one action open at once in a session never share an id in
+        # practice, forked children included (the random module would cost 10 ms to import).
+        self.cycle = os.urandom(5).hex()
         self._started = 0
         self._failure: str | None = None
         self._attrs: dict[str, AttrValue] | None = None
@@ -342,9 +351,36 @@ class ActionScope:
     def _elapsed_ms(self) -> int:
         return (time.monotonic_ns() - self._started) // 1_000_000
 
+    def _log(
+        self,
+        stage: Stage,
+        status: Status = Status.OK,
+        *,
+        duration_ms: int | None = None,
+        error: str | None = None,
+        attrs: dict[str, AttrValue] | None = None,
+    ) -> None:
+        session = self.session
+        client = session.client
+        if not client.enabled:
+            return
+        client.log(
+            session_id=session.session_id,
+            parent_session_id=session.parent_session_id,
+            agent=session.agent,
+            role=self.role if self.role is not None else session.role,
+            action=self.name,
+            stage=stage,
+            status=status,
+            duration_ms=duration_ms,
+            error=error,
+            attrs=attrs,
+            cycle=self.cycle,
+        )
+
     def pending(self, **attrs: AttrValue) -> None:
         """Mark the move from reading to changing things (PENDING), with optional measurements."""
-        self.session.log(self.name, Stage.PENDING, duration_ms=self._elapsed_ms(), role=self.role, attrs=attrs or None)
+        self._log(Stage.PENDING, duration_ms=self._elapsed_ms(), attrs=attrs or None)
 
     def fail(self, error: str) -> None:
         """Make the FINISH at exit a FAILED one with ``error``, without raising."""
@@ -356,20 +392,18 @@ class ActionScope:
 
     def __enter__(self) -> ActionScope:
         self._started = time.monotonic_ns()
-        self.session.log(self.name, self.start, role=self.role)
+        self._log(self.start)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         error = _describe(exc) if exc is not None else self._failure
-        self.session.log(
-            self.name,
+        self._log(
             Stage.FINISH,
             Status.FAILED if error else Status.OK,
             duration_ms=self._elapsed_ms(),
             error=error,
-            role=self.role,
             attrs=self._attrs,
         )
 

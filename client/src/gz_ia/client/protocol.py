@@ -71,6 +71,7 @@ class RejectReason(enum.StrEnum):
     MISSING_FIELD = "missing_field"
     INVALID_FIELD = "invalid_field"
     INVALID_TIMESTAMP = "invalid_timestamp"
+    TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
     INVALID_SESSION_ID = "invalid_session_id"
     INVALID_DURATION = "invalid_duration"
     ERROR_REQUIRED = "error_required"
@@ -79,11 +80,13 @@ class RejectReason(enum.StrEnum):
     BACKWARD_TRANSITION = "backward_transition"
     FINISH_WITHOUT_START = "finish_without_start"
     TOO_MANY_OPEN_ACTIONS = "too_many_open_actions"
+    TOO_MANY_OPEN_ACTIONS_TOTAL = "too_many_open_actions_total"
     SESSION_UNAVAILABLE = "session_unavailable"
     WRITE_FAILED = "write_failed"
     INTERNAL_ERROR = "internal_error"
     SHUTTING_DOWN = "shutting_down"
     MISROUTED = "misrouted"
+    INVALID_EVENT_NUMBER = "invalid_event_number"
 
 
 # --- client -> collector -------------------------------------------------------------------------

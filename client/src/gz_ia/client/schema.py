@@ -23,6 +23,7 @@ __all__ = [
     "MAX_ACTION_LENGTH",
     "MAX_AGENT_LENGTH",
     "MAX_ATTRS",
+    "MAX_CYCLE_LENGTH",
     "MAX_ERROR_LENGTH",
     "MAX_SESSION_ID_LENGTH",
     "SESSION_ID_PATTERN",
@@ -68,6 +69,7 @@ MAX_ERROR_LENGTH: Final = 16 * 1024
 MAX_ATTRS: Final = 32
 MAX_ATTR_KEY_LENGTH: Final = 64
 MAX_ATTR_STRING_LENGTH: Final = 1024
+MAX_CYCLE_LENGTH: Final = 32
 
 # A session id becomes a file name: letters, digits, "_", "-", "."; never a leading dot (no hidden
 # files, no "." or ".."), never a slash, bounded so that the file name stays far below NAME_MAX.
@@ -89,6 +91,7 @@ AttrValue = (
     | Annotated[str, msgspec.Meta(max_length=MAX_ATTR_STRING_LENGTH)]
 )
 Attrs = Annotated[dict[AttrKey, AttrValue], msgspec.Meta(max_length=MAX_ATTRS)]
+Cycle = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CYCLE_LENGTH)]
 
 _SAFE_ID: Final = re.compile(SESSION_ID_PATTERN)
 
@@ -106,7 +109,9 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     """One stage event of one task, as an agent reports it.
 
     ``attrs`` is a small optional map of per-event measurements (token counts, exit codes, bytes);
-    the published schema allows such extra properties.
+    the published schema allows such extra properties, as it allows ``cycle``: the id of one run of
+    ``action`` (one action scope), so that two runs of the same action open at once are two cycles
+    of the stage protocol, each keeping its own outcome. Without it, an action has one cycle at a time.
     """
 
     timestamp: Timestamp
@@ -120,6 +125,7 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     duration_ms: DurationMs | None = None
     error: ErrorText | None = None
     attrs: Attrs | None = None
+    cycle: Cycle | None = None
 
     def __post_init__(self) -> None:
         # Raised during decoding, msgspec turns this into a ValidationError for the event.

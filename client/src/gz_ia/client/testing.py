@@ -54,6 +54,7 @@ class CapturingClient:
         error: str | None = None,
         attrs: dict[str, AttrValue] | None = None,
         timestamp: datetime | None = None,
+        cycle: str | None = None,
     ) -> None:
         """Build the event and keep it."""
         self.emit(
@@ -69,6 +70,7 @@ class CapturingClient:
                 error=error,
                 attrs=attrs,
                 timestamp=timestamp,
+                cycle=cycle,
             )
         )
 

@@ -99,6 +99,10 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Where clients spill events (adopted at start and every 30 s when their process died); empty:
     ``$GZ_IA_SPOOL_DIR`` or ``$XDG_STATE_HOME/gz-ia/spool``."""
     max_open_actions: int = 10_000
+    """Open (unfinished) actions per session."""
+    max_open_actions_total: int = 1_000_000
+    """Open actions of all sessions in memory (about 100 bytes each); a sharded collector gives each
+    share its part."""
     max_backlog_batches: int = 64
     """Batches awaiting their verdict per connection before the collector stops reading it."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -114,6 +118,8 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ValueError("max_open_files must be at least 4")
         if self.max_open_actions < 1:
             raise ValueError("max_open_actions must be at least 1")
+        if self.max_open_actions_total < 1:
+            raise ValueError("max_open_actions_total must be at least 1")
         if not 1 <= self.shards <= _MAX_SHARDS:
             raise ValueError(f"shards must be between 1 and {_MAX_SHARDS}")
         if self.max_backlog_batches < 1:

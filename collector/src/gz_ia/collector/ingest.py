@@ -22,16 +22,29 @@ from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id
 
-from .stages import NEXT_STAGE, REFUSED, Rejection
+from .stages import (
+    DEFAULT_MAX_OPEN_ACTIONS,
+    DEFAULT_MAX_OPEN_ACTIONS_TOTAL,
+    NEXT_STAGE,
+    REFUSED,
+    CycleBudget,
+    Rejection,
+)
 from .stages import apply as apply_stage
 from .storage._layout import note_delivery
 from .storage.writer import AppendFile, RootStore, SessionState, Writer
 from .validation import DecodedBatch, unsafe_id
 
-__all__ = ["BatchOutcome", "Ingest", "RejectRecord"]
+__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_EVENT_NUMBER", "BatchOutcome", "Ingest", "RejectRecord"]
 
-DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
 _SAFE_PARENTS_KEPT: Final = 65_536
+EARLIEST_TIMESTAMP: Final = datetime(1970, 1, 1, tzinfo=UTC)
+"""Events stamped before this are refused (``timestamp_out_of_range``)."""
+LATEST_TIMESTAMP: Final = datetime(2100, 1, 1, tzinfo=UTC)
+"""Events stamped at or after this are refused: every reader can convert what lies between to any
+local time zone, and order it."""
+MAX_EVENT_NUMBER: Final = 2**63 - 1
+"""Producers number their events from 1 up to this (a signed 64-bit integer everywhere)."""
 LOSS_AGENT: Final = "gz-ia"
 """Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
 
@@ -62,6 +75,7 @@ class BatchOutcome:
         "first",
         "received_at",
         "rejections",
+        "rejects",
         "seqs",
         "touched",
         "written",
@@ -73,6 +87,9 @@ class BatchOutcome:
         self.seqs: list[int] | None = [] if want_seqs else None
         self.rejections: list[WireRejection] = []
         self.touched: dict[AppendFile, int] = {}
+        """Session files holding this batch's lines (or a duplicate's original), with their generation."""
+        self.rejects: tuple[AppendFile, int] | None = None
+        """The rejects file holding this batch's reject records, with its generation."""
         self.written: dict[tuple[Stage, Status], int] = {}
         """Events staged for writing, counted per (stage, status)."""
         self.durations: list[tuple[Status, int]] = []
@@ -82,8 +99,16 @@ class BatchOutcome:
         self.received_at = received_at
 
     def intact(self) -> bool:
-        """Tell whether every file this batch staged lines in still holds them (no failure since)."""
+        """Tell whether every session file this batch staged lines in still holds them (no failure since)."""
         return all(target.generation == generation for target, generation in self.touched.items())
+
+    def recorded(self) -> bool:
+        """Tell whether this batch's reject records are still staged or written (no failure since).
+
+        The rejections are answered either way: a client never resends a refused event, so a record
+        that could not be written is counted and logged as such, never retried.
+        """
+        return self.rejects is None or self.rejects[0].generation == self.rejects[1]
 
 
 class Ingest:
@@ -93,6 +118,7 @@ class Ingest:
         writer: the single writer.
         max_open_actions: bound on open cycles per session (memory bound against a flood of actions
             that never FINISH).
+        max_open_actions_total: bound on open cycles of all sessions in memory.
         clock: wall clock for reject records and latency.
     """
 
@@ -101,14 +127,20 @@ class Ingest:
         writer: Writer,
         *,
         max_open_actions: int = DEFAULT_MAX_OPEN_ACTIONS,
+        max_open_actions_total: int = DEFAULT_MAX_OPEN_ACTIONS_TOTAL,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.writer = writer
-        self.max_open_actions = max_open_actions
+        self.cycles = CycleBudget(
+            per_session=max_open_actions, total=max_open_actions_total, recount=self._open_cycles_in_memory
+        )
         self.clock = clock
         self._encoder = msgspec.json.Encoder()
         self._safe_parents: set[str] = set()
         self._line = bytearray()
+
+    def _open_cycles_in_memory(self) -> int:
+        return sum(len(state.open_actions) for root in self.writer.roots for state in root.sessions.values())
 
     def apply(self, root: RootStore, producer: str, batch: DecodedBatch) -> BatchOutcome:
         """Stage every event of ``batch`` from ``producer`` and return the batch's outcome.
@@ -133,8 +165,12 @@ class Ingest:
         quoted = self._encoder.encode(producer)[:-1].replace(b"%", b"%%")
         tail = b',"seq":%d,"delivery":' + quoted + b':%d"}\n'
         first = batch.first
+        if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events):
+            # Below 1 every number would pass for a duplicate of one already written.
+            self._reject_all(root, outcome, producer, batch, _numbering(first))
+            return outcome
         safe_parents = self._safe_parents
-        max_open_actions = self.max_open_actions
+        cycles = self.cycles
         rejections = batch.rejections
         for index, event in enumerate(batch.events):
             number = first + index
@@ -144,6 +180,10 @@ class Ingest:
                     self._reject(root, outcome, producer, number, index, rejection, None, batch.raw.get(index))
                 elif seqs is not None:
                     seqs.append(0)  # another share's event: its owner gives its seq
+                continue
+            timestamp = event.timestamp
+            if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
+                self._reject(root, outcome, producer, number, index, _out_of_range(timestamp), event, None)
                 continue
             state = sessions.get(event.session_id)
             parent = event.parent_session_id
@@ -161,6 +201,7 @@ class Ingest:
                 state = self._open_session(root, outcome, producer, number, index, event)
                 if state is None:
                     continue
+                cycles.adopt(state.open_actions)
             if number <= state.marks.get(producer, 0):
                 # Answered as delivered only if the original is still there when this batch is
                 # answered: it may be staged or in flight yet, and lost with a failed write.
@@ -172,27 +213,28 @@ class Ingest:
                 continue
             # The stage protocol: the table holds every allowed move; anything else is refused.
             open_actions = state.open_actions
-            action = event.action
+            cycle = event.cycle
+            key = event.action if cycle is None else (event.action, cycle)
             stage = event.stage
-            current = open_actions.get(action)
+            current = open_actions.get(key)
             following = NEXT_STAGE.get((current, stage), REFUSED)
             if following is REFUSED:
-                refusal = apply_stage(current, stage, action)
+                refusal = apply_stage(current, stage, event.action, cycle)
                 assert isinstance(refusal, Rejection)
                 self._reject(root, outcome, producer, number, index, refusal, event, None)
                 continue
             if following is None:
-                del open_actions[action]
+                cycles.close(open_actions, key)
                 finished.append(event)
             elif current is None:
-                if len(open_actions) >= max_open_actions:
-                    self._reject(root, outcome, producer, number, index, _too_many(state), event, None)
+                refusal = cycles.open(open_actions, key, following, state.session_id)
+                if refusal is not None:
+                    self._reject(root, outcome, producer, number, index, refusal, event, None)
                     continue
-                open_actions[action] = following
             elif following is not current:
-                open_actions[action] = following
-            if event.timestamp.tzinfo is not UTC:
-                event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
+                open_actions[key] = following
+            if timestamp.tzinfo is not UTC:
+                event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
             state.seq += 1
             # Encoded into a small reused buffer (msgspec sizes its buffer for each call), then
             # copied out as the session's next pending line.
@@ -273,9 +315,21 @@ class Ingest:
         )
         target = root.rejects
         target.pending.append(self._encoder.encode(record) + b"\n")
-        if target not in outcome.touched:
-            outcome.touched[target] = target.generation
+        if outcome.rejects is None:
+            outcome.rejects = (target, target.generation)
             self.writer.mark_dirty(target)
+
+    def _reject_all(
+        self, root: RootStore, outcome: BatchOutcome, producer: str, batch: DecodedBatch, rejection: Rejection
+    ) -> None:
+        """Refuse every event of ``batch`` this process answers for (not another share's) with ``rejection``."""
+        for index, event in enumerate(batch.events):
+            if event is not None or index in batch.rejections:
+                self._reject(
+                    root, outcome, producer, batch.first + index, index, rejection, event, batch.raw.get(index)
+                )
+            elif outcome.seqs is not None:
+                outcome.seqs.append(0)
 
 
 _any_msgpack: Final = msgspec.msgpack.Decoder()
@@ -301,9 +355,15 @@ def _count_written(accepted: list[LogEvent], failed_stages: list[Stage]) -> dict
     return written
 
 
-def _too_many(state: SessionState) -> Rejection:
+def _numbering(first: int) -> Rejection:
     return Rejection(
-        RejectReason.TOO_MANY_OPEN_ACTIONS,
-        f"session {state.session_id!r} already has {len(state.open_actions)} open actions; "
-        "FINISH some before starting more",
+        RejectReason.INVALID_EVENT_NUMBER,
+        f"the batch numbers its events from {first}; a producer numbers them from 1 up to 2^63-1",
+    )
+
+
+def _out_of_range(timestamp: datetime) -> Rejection:
+    return Rejection(
+        RejectReason.TIMESTAMP_OUT_OF_RANGE,
+        f"timestamp {timestamp.isoformat()} is outside 1970-01-01T00:00:00Z up to 2100-01-01T00:00:00Z (exclusive)",
     )

@@ -152,6 +152,11 @@ class Metrics:
         self.write_errors = Counter(
             "gzia_write_errors_total", "Failed appends or syncs, by errno.", ["kind"], registry=registry
         )
+        self.rejects_unrecorded = Counter(
+            "gzia_rejects_unrecorded_total",
+            "Rejected events answered to their client with their reason, whose record the rejects file lost.",
+            registry=registry,
+        )
         self.torn_repaired = Counter(
             "gzia_torn_lines_repaired_total",
             "Torn last lines (a crash mid-write) moved aside at recovery.",

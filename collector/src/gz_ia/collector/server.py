@@ -46,6 +46,7 @@ from gz_ia.client.protocol import (
     client_message_decoder,
     encode_frame,
 )
+from gz_ia.client.protocol import Rejection as WireRejection
 
 from .adoption import adopt_spools
 from .config import CollectorConfig
@@ -55,7 +56,7 @@ from .listener import peer_credentials, serve_sockets
 from .metrics import Metrics, write_error_kind
 from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
-from .stages import Rejection
+from .stages import Rejection, open_actions_share
 from .storage._layout import LayoutError
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
 from .systemd import Notifier, watchdog_interval
@@ -86,6 +87,8 @@ _MAX_STAGED_FILES: Final = 16_384
 each staged event is a buffer of its own: this bound, not the byte bound, keeps memory flat there."""
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
+_UNRECORDED_LOG_INTERVAL: Final = 60.0
+"""Seconds between log lines about reject records lost (a full disk would otherwise flood the log)."""
 
 
 def _plain(job: FlushJob) -> bool:
@@ -404,7 +407,11 @@ class Collector:
             on_deleted=self._count_retention,
             share=share,
         )
-        self.ingest = Ingest(self.writer, max_open_actions=config.max_open_actions)
+        self.ingest = Ingest(
+            self.writer,
+            max_open_actions=config.max_open_actions,
+            max_open_actions_total=open_actions_share(config.max_open_actions_total, shares),
+        )
         self.connections: set[Connection] = set()
         self.paused: set[Connection] = set()
         self.notifier = Notifier()
@@ -418,6 +425,7 @@ class Collector:
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping = asyncio.Event()
         self._error_logged: set[str] = set()
+        self._unrecorded_logged_at = -_UNRECORDED_LOG_INTERVAL
         self._bind_gauges()
 
     def _count_retention(self, files: int, nbytes: int) -> None:
@@ -558,7 +566,8 @@ class Collector:
         self.writer.configure(new)  # rotation and retention, from the next write on
         self.config = new
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
-        self.ingest.max_open_actions = new.max_open_actions
+        self.ingest.cycles.per_session = new.max_open_actions
+        self.ingest.cycles.total = open_actions_share(new.max_open_actions_total, self.shares)
         logging.getLogger().setLevel(new.log_level.upper())
         for connection in list(self.connections):
             connection._update_reading()  # a raised max_backlog_batches resumes paused connections
@@ -652,6 +661,8 @@ class Collector:
                 connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
                 continue
             self._count(outcome)
+            if not outcome.recorded():
+                self._report_unrecorded(outcome)
             any_written = any_written or bool(outcome.written)
             metrics.write_latency.observe(now - outcome.received_at)
             connection.send(
@@ -731,6 +742,24 @@ class Collector:
                 except Exception:  # pragma: no cover - never let a bad spool take the daemon down
                     log.exception("spool adoption failed; will retry")
                 self._fail_lost_batches()  # its write pass also wrote (or lost) what clients staged
+
+    def _report_unrecorded(self, outcome: BatchOutcome) -> None:
+        """A batch's reject records were lost with a failed write of the rejects file: its rejections
+        are still answered (a resend would pass for a duplicate), and the loss is counted and logged."""
+        lost = len(outcome.rejections)
+        self.metrics.rejects_unrecorded.inc(lost)
+        outcome.rejections = [
+            WireRejection(item.index, item.reason, item.detail + " (not recorded: the rejects file cannot be written)")
+            for item in outcome.rejections
+        ]
+        now = time.monotonic()
+        if now - self._unrecorded_logged_at >= _UNRECORDED_LOG_INTERVAL:
+            self._unrecorded_logged_at = now
+            log.error(
+                "%d rejected event(s) answered with their reason but not recorded in the rejects file "
+                "(gzia_rejects_unrecorded_total counts them all)",
+                lost,
+            )
 
     def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
         kind = write_error_kind(exc)

@@ -1,16 +1,21 @@
-"""The stage protocol: which stage may follow which, per ``(session_id, action)``.
+"""The stage protocol: which stage may follow which, per cycle, and how many cycles may be open.
 
+A cycle is keyed ``(session_id, action)``, or ``(session_id, action, cycle)`` for an event that
+carries a ``cycle`` id (one action scope: runs of one action open at once are separate cycles).
 READ opens a cycle or repeats while the cycle is still reading; PENDING opens a cycle, moves a
 reading cycle forward or repeats; FINISH closes an open cycle, after which the same action may
 start again. Going back (READ after PENDING) and FINISH without an open cycle are refused.
 
-:func:`apply` is pure: it takes the action's open stage (``None`` when no cycle is open) and returns
+:func:`apply` is pure: it takes the cycle's open stage (``None`` when no cycle is open) and returns
 the new open stage, or a :class:`Rejection`. Rejections are expected outcomes, not exceptions.
+Every cycle is opened through :class:`CycleBudget`, which bounds the memory they hold.
 """
 
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -18,10 +23,36 @@ import msgspec
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage
 
-__all__ = ["CLOSED", "NEXT_STAGE", "REFUSED", "Rejection", "apply"]
+__all__ = [
+    "CLOSED",
+    "DEFAULT_MAX_OPEN_ACTIONS",
+    "DEFAULT_MAX_OPEN_ACTIONS_TOTAL",
+    "NEXT_STAGE",
+    "REFUSED",
+    "CycleBudget",
+    "CycleKey",
+    "Rejection",
+    "apply",
+    "open_actions_share",
+]
+
+DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
+"""Open cycles per session."""
+DEFAULT_MAX_OPEN_ACTIONS_TOTAL: Final = 1_000_000
+"""Open cycles in a collector's memory (about 100 bytes each)."""
+_RECOUNT_INTERVAL: Final = 1.0
+
+CycleKey = str | tuple[str, str]
+"""What a session's open cycles are keyed on: the action, or ``(action, cycle)`` when the event names its cycle."""
 
 CLOSED: Final = None
 """The open stage of an action with no cycle in progress."""
+
+
+def open_actions_share(total: int, shares: int) -> int:
+    """The part of ``max_open_actions_total`` one of ``shares`` share processes holds (sessions are
+    spread evenly between them)."""
+    return max(1, total // shares)
 
 
 class Rejection(msgspec.Struct, frozen=True):
@@ -31,25 +62,27 @@ class Rejection(msgspec.Struct, frozen=True):
     detail: str
 
 
-def apply(open_stage: Stage | None, stage: Stage, action: str) -> Stage | Rejection | None:
-    """Return the action's open stage after ``stage``, or why ``stage`` is not allowed now.
+def apply(open_stage: Stage | None, stage: Stage, action: str, cycle: str | None = None) -> Stage | Rejection | None:
+    """Return the cycle's open stage after ``stage``, or why ``stage`` is not allowed now.
 
     Args:
         open_stage: READ or PENDING while a cycle is open, ``None`` when closed.
         stage: the incoming event's stage.
         action: the action name, for the message.
+        cycle: the event's cycle id, if it names one, for the message.
     """
+    named = f"action {action!r}" if cycle is None else f"action {action!r} cycle {cycle!r}"
     if stage is Stage.FINISH:
         if open_stage is None:
             return Rejection(
                 RejectReason.FINISH_WITHOUT_START,
-                f"FINISH for action {action!r} which has no open cycle (start it with READ or PENDING)",
+                f"FINISH for {named} which has no open cycle (start it with READ or PENDING)",
             )
         return CLOSED
     if stage is Stage.READ and open_stage is Stage.PENDING:
         return Rejection(
             RejectReason.BACKWARD_TRANSITION,
-            f"READ after PENDING for action {action!r}: a cycle cannot go back; FINISH it first",
+            f"READ after PENDING for {named}: a cycle cannot go back; FINISH it first",
         )
     return stage
 
@@ -74,3 +107,72 @@ NEXT_STAGE: Final[dict[tuple[Stage | None, Stage], Stage | None]] = {
 The collector looks each event up here (one dictionary lookup) and calls :func:`apply` only for the
 moves it refuses, to get the reason and the sentence.
 """
+
+
+class CycleBudget:
+    """The bound on open cycles, per session and across every session in memory.
+
+    An open cycle holds memory until its FINISH, and an agent may never send one. :meth:`open` is the
+    only way a cycle is opened, so neither bound can be bypassed. ``count`` goes up with each cycle
+    opened here and each session loaded with open cycles (:meth:`adopt`), and down with each FINISH;
+    sessions the writer lets go of are not subtracted, so when the count reaches the bound it is
+    taken again from the sessions in memory (``recount``, at most once a second).
+
+    Args:
+        per_session: open cycles one session may hold.
+        total: open cycles all sessions in memory may hold.
+        recount: the number of open cycles actually in memory.
+        clock: monotonic seconds, to space recounts.
+    """
+
+    __slots__ = ("_clock", "_recount", "_recounted_at", "count", "per_session", "total")
+
+    def __init__(
+        self,
+        *,
+        per_session: int = DEFAULT_MAX_OPEN_ACTIONS,
+        total: int = DEFAULT_MAX_OPEN_ACTIONS_TOTAL,
+        recount: Callable[[], int] = lambda: 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_session = per_session
+        self.total = total
+        self.count = 0
+        self._recount = recount
+        self._clock = clock
+        self._recounted_at = -_RECOUNT_INTERVAL
+
+    def open(self, cycles: dict[CycleKey, Stage], key: CycleKey, stage: Stage, session_id: str) -> Rejection | None:
+        """Open ``key`` at ``stage`` in a session's ``cycles``, or say which bound refuses it."""
+        if len(cycles) >= self.per_session:
+            return Rejection(
+                RejectReason.TOO_MANY_OPEN_ACTIONS,
+                f"session {session_id!r} already has {len(cycles)} open actions; FINISH some before starting more",
+            )
+        if self.count >= self.total and not self._below_total():
+            return Rejection(
+                RejectReason.TOO_MANY_OPEN_ACTIONS_TOTAL,
+                f"the collector holds {self.count} open actions, its max_open_actions_total; "
+                "FINISH some before starting more",
+            )
+        cycles[key] = stage
+        self.count += 1
+        return None
+
+    def close(self, cycles: dict[CycleKey, Stage], key: CycleKey) -> None:
+        """Close ``key``, an open cycle of ``cycles`` (its FINISH)."""
+        del cycles[key]
+        if self.count:
+            self.count -= 1
+
+    def adopt(self, cycles: dict[CycleKey, Stage]) -> None:
+        """Count the open cycles of a session just loaded into memory (rebuilt from its files)."""
+        self.count += len(cycles)
+
+    def _below_total(self) -> bool:
+        now = self._clock()
+        if now - self._recounted_at < _RECOUNT_INTERVAL:
+            return False
+        self._recounted_at = now
+        self.count = self._recount()
+        return self.count < self.total

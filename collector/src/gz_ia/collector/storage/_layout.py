@@ -54,6 +54,7 @@ __all__ = [
     "Checkpoint",
     "LayoutError",
     "LayoutTooNew",
+    "OpenCycles",
     "RootDirs",
     "Segment",
     "SegmentUnreadable",
@@ -341,6 +342,9 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     started: float = 0.0
     """When the active segment was started (collector clock), for daily rotation."""
     open_actions: dict[str, Stage] = {}
+    """Open cycles of events that name no ``cycle``: action → open stage."""
+    open_cycles: list[tuple[str, str, Stage]] = []
+    """Open cycles of events that name one: ``[action, cycle, open stage]``."""
     marks: dict[str, int] = {}
     failures: int = 0
     first_time: str = ""
@@ -388,11 +392,37 @@ def read_checkpoint(state_fd: int | None, name: str) -> Checkpoint | None:
     return checkpoint
 
 
+OpenCycles = dict[str | tuple[str, str], Stage]
+"""A session's open cycles: the action, or ``(action, cycle)`` for events naming their cycle → open stage."""
+
+
+def stored_cycles(open_cycles: OpenCycles) -> tuple[dict[str, Stage], list[tuple[str, str, Stage]]]:
+    """Split open cycles into a checkpoint's ``open_actions`` and ``open_cycles`` (JSON keys are strings)."""
+    plain: dict[str, Stage] = {}
+    named: list[tuple[str, str, Stage]] = []
+    for key, stage in open_cycles.items():
+        if isinstance(key, str):
+            plain[key] = stage
+        else:
+            named.append((key[0], key[1], stage))
+    return plain, named
+
+
+def loaded_cycles(checkpoint: Checkpoint) -> OpenCycles:
+    """A checkpoint's open cycles, keyed as :func:`stored_cycles` took them apart."""
+    cycles: OpenCycles = {}
+    cycles.update(checkpoint.open_actions)
+    for action, cycle, stage in checkpoint.open_cycles:
+        cycles[action, cycle] = stage
+    return cycles
+
+
 class Trace(msgspec.Struct, gc=False):
     """The part of a stored line that recovery and session summaries need."""
 
     action: str
     stage: Stage
+    cycle: str | None = None
     seq: int = 0
     delivery: str | None = None
     status: str = "OK"
@@ -411,7 +441,7 @@ class SessionFold:
 
     def __init__(self, checkpoint: Checkpoint | None = None) -> None:
         self.seq = 0
-        self.open_actions: dict[str, Stage] = {}
+        self.open_actions: OpenCycles = {}
         self.marks: dict[str, int] = {}
         self.failures = 0
         self.first_time = ""
@@ -420,7 +450,7 @@ class SessionFold:
         self.agent = ""
         if checkpoint is not None:
             self.seq = checkpoint.seq
-            self.open_actions = dict(checkpoint.open_actions)
+            self.open_actions = loaded_cycles(checkpoint)
             self.marks = dict(checkpoint.marks)
             self.failures = checkpoint.failures
             self.first_time = checkpoint.first_time
@@ -431,10 +461,11 @@ class SessionFold:
     def apply(self, trace: Trace) -> None:
         """Fold one line into the state."""
         self.seq = max(self.seq, trace.seq)
+        key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
         if trace.stage is Stage.FINISH:
-            self.open_actions.pop(trace.action, None)
+            self.open_actions.pop(key, None)
         else:
-            self.open_actions[trace.action] = trace.stage
+            self.open_actions[key] = trace.stage
         if trace.delivery:
             producer, _, number = trace.delivery.rpartition(":")
             if number.isdigit():

@@ -39,7 +39,7 @@ from typing import Final
 
 import msgspec
 
-from gz_ia.client.schema import LogEvent, Stage
+from gz_ia.client.schema import LogEvent
 from gz_ia.collector.config import CollectorConfig
 
 from . import _syncfs
@@ -47,6 +47,7 @@ from ._layout import (
     MAX_WATERMARKS,
     REJECTS_STEM,
     Checkpoint,
+    OpenCycles,
     RootDirs,
     Segment,
     active_name,
@@ -62,6 +63,7 @@ from ._layout import (
     session_archive,
     session_id_of,
     state_name,
+    stored_cycles,
     torn_name,
     write_file_atomically,
 )
@@ -160,7 +162,7 @@ class SessionState(AppendFile):
         self.root = root
         self.session_id = session_id
         self.seq = 0
-        self.open_actions: dict[str, Stage] = {}
+        self.open_actions: OpenCycles = {}
         self.marks: dict[str, int] = {}
         self.segment_seq = 0
         self.failures = 0
@@ -190,13 +192,15 @@ class SessionState(AppendFile):
         if self.last_stamp is not None:
             self.last_time = format_timestamp(self.last_stamp)
             self.last_stamp = None
+        open_actions, open_cycles = stored_cycles(self.open_actions)
         return Checkpoint(
             segment=self.segment,
             offset=self.size if offset is None else offset,
             seq=self.seq,
             segment_seq=self.segment_seq,
             started=self.started if started is None else started,
-            open_actions=dict(self.open_actions),
+            open_actions=open_actions,
+            open_cycles=open_cycles,
             marks=dict(self.marks),
             failures=self.failures,
             first_time=self.first_time,
