@@ -6,9 +6,12 @@ import asyncio
 import threading
 from typing import Any
 
+import msgspec
 import pytest
 
-from gz_ia.client import AsyncClient, Client, EventRejected, RejectReason, build_event, session
+from gz_ia.client import AsyncClient, Client, EventRejected, RejectReason, Status, build_event, session
+from gz_ia.client.schema import StoredEvent
+from gz_ia.collector.timeline import build_session
 
 # The stage protocol's key and its checkpoints are the write path's: one process and shards alike.
 pytestmark = pytest.mark.shards(1, 2)
@@ -60,6 +63,14 @@ def test_two_asyncio_tasks_in_one_action_name_both_keep_their_outcome(collector:
     failed = collector.gz_ia("logs", "--failed", "-o", "json", "-n", "all")
     assert failed.returncode == 0, failed.stderr
     assert "3 tests failed" in failed.stdout
+    stored = [
+        msgspec.json.decode(line, type=StoredEvent) for line in collector.session_file("par").read_bytes().splitlines()
+    ]
+    spans = build_session("par", stored).actions
+    assert [(span.status, span.first_seq, span.last_seq) for span in spans] == [
+        (Status.OK, 1, 3),
+        (Status.FAILED, 2, 4),
+    ]
 
 
 def test_threads_running_one_action_name_each_keep_their_outcome(collector: Any) -> None:

@@ -119,9 +119,9 @@ class CycleBudget:
     taken again from the sessions in memory (``recount``, at most once a second).
 
     Args:
+        recount: the number of open cycles actually in memory.
         per_session: open cycles one session may hold.
         total: open cycles all sessions in memory may hold.
-        recount: the number of open cycles actually in memory.
         clock: monotonic seconds, to space recounts.
     """
 
@@ -130,9 +130,9 @@ class CycleBudget:
     def __init__(
         self,
         *,
+        recount: Callable[[], int],
         per_session: int = DEFAULT_MAX_OPEN_ACTIONS,
         total: int = DEFAULT_MAX_OPEN_ACTIONS_TOTAL,
-        recount: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.per_session = per_session

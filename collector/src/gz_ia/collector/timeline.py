@@ -99,7 +99,8 @@ class SessionNode:
 def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode:
     """Fold a session's events (in ``seq`` order) into a :class:`SessionNode` without children."""
     node = SessionNode(session_id)
-    open_spans: dict[str, ActionSpan] = {}
+    # Keyed like the stage protocol: runs of one action that name their cycle are separate spans.
+    open_spans: dict[str | tuple[str, str], ActionSpan] = {}
     for event in events:
         node.events += 1
         node.last_seq = max(node.last_seq, event.seq)
@@ -111,12 +112,13 @@ def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode
         stamp = event.timestamp
         node.first = stamp if node.first is None else min(node.first, stamp)
         node.last = stamp if node.last is None else max(node.last, stamp)
-        span = open_spans.get(event.action)
+        key = event.action if event.cycle is None else (event.action, event.cycle)
+        span = open_spans.get(key)
         if span is None:
             span = ActionSpan(event.action, event.role, start=stamp, end=stamp, first_seq=event.seq)
             node.actions.append(span)
             if event.stage is not Stage.FINISH:
-                open_spans[event.action] = span
+                open_spans[key] = span
         span.end = max(span.end, stamp)
         span.last_seq = event.seq
         if event.stage is Stage.READ and span.read_at is None:
@@ -131,7 +133,7 @@ def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode
             if event.duration_ms is not None:
                 # The reported duration is measured by the agent; make the bar at least that long.
                 span.start = min(span.start, stamp - timedelta(milliseconds=event.duration_ms))
-            open_spans.pop(event.action, None)
+            open_spans.pop(key, None)
         if event.status is Status.FAILED and event.stage is not Stage.FINISH:
             span.error = event.error
     return node
