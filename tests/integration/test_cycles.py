@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
@@ -116,7 +117,11 @@ def test_an_open_cycle_survives_a_restart_and_a_rotation_by_its_id(make_collecto
     assert send("READ", "two") == 2
     assert send("PENDING", "one") == 3  # the first segment rotated after seq 2
     client.close()
-    collector.stop()
+    collector.stop()  # its last checkpoint covers the whole file: `sessions` reads it alone
+    listed = collector.gz_ia("sessions", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (summary,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert summary["open_actions"] == 2
     collector.start()
     client = collector.client()
     assert send("FINISH", "two", status="FAILED", error="boom") == 4

@@ -1321,7 +1321,7 @@ def _summary_of(
         first_time=_time(state.first_time),
         last_time=_time(state.last_time),
         events=state.seq,
-        open_actions=len(state.open_actions),
+        open_actions=len(state.open_actions) + (len(state.open_cycles) if isinstance(state, Checkpoint) else 0),
         failures=state.failures,
         segments=segments,
         incomplete=incomplete,
