@@ -224,7 +224,8 @@ class Ingest:
                 self._reject(root, outcome, producer, number, index, refusal, event, None)
                 continue
             if following is None:
-                cycles.close(open_actions, key)
+                del open_actions[key]
+                cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
                 finished.append(event)
             elif current is None:
                 refusal = cycles.open(open_actions, key, following, state.session_id)

@@ -114,9 +114,10 @@ class CycleBudget:
 
     An open cycle holds memory until its FINISH, and an agent may never send one. :meth:`open` is the
     only way a cycle is opened, so neither bound can be bypassed. ``count`` goes up with each cycle
-    opened here and each session loaded with open cycles (:meth:`adopt`), and down with each FINISH;
-    sessions the writer lets go of are not subtracted, so when the count reaches the bound it is
-    taken again from the sessions in memory (``recount``, at most once a second).
+    opened here and each session loaded with open cycles (:meth:`adopt`), and down with each FINISH
+    (the caller's ``count -= 1``: a close is never refused, and a call per event costs); sessions the
+    writer lets go of are not subtracted, so when the count reaches the bound it is taken again from
+    the sessions in memory (``recount``, at most once a second).
 
     Args:
         recount: the number of open cycles actually in memory.
@@ -158,12 +159,6 @@ class CycleBudget:
         cycles[key] = stage
         self.count += 1
         return None
-
-    def close(self, cycles: dict[CycleKey, Stage], key: CycleKey) -> None:
-        """Close ``key``, an open cycle of ``cycles`` (its FINISH)."""
-        del cycles[key]
-        if self.count:
-            self.count -= 1
 
     def adopt(self, cycles: dict[CycleKey, Stage]) -> None:
         """Count the open cycles of a session just loaded into memory (rebuilt from its files)."""
