@@ -81,6 +81,21 @@ def test_a_batch_numbered_outside_1_to_2_63_is_refused_not_taken_for_duplicates(
     assert not collector.session_file("numbered").exists()
 
 
+def test_a_batch_ending_at_2_63_minus_1_is_written(collector: CollectorProcess) -> None:
+    """The last number a producer may use is 2^63-1."""
+    sock = _connect(collector)
+    events = [_body("last", "a", "READ"), _body("last", "b", "READ")]
+    sock.sendall(encode_frame(Batch(first=2**63 - 2, events=events, verdicts=True)))
+    verdicts = first_reply(sock)
+    sock.close()
+    assert isinstance(verdicts, Verdicts), verdicts
+    assert (verdicts.seqs, verdicts.rejected) == ([1, 2], [])
+    assert [line["delivery"] for line in collector.session_lines("last")] == [
+        f"{_PRODUCER}:{2**63 - 2}",
+        f"{_PRODUCER}:{2**63 - 1}",
+    ]
+
+
 _STAMPS = {
     "0001-01-01T00:00:00Z": False,
     "0001-01-01T03:00:00+05:00": False,  # 0000-12-31T22:00Z: before year 1 in UTC

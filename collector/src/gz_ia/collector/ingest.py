@@ -165,7 +165,7 @@ class Ingest:
         quoted = self._encoder.encode(producer)[:-1].replace(b"%", b"%%")
         tail = b',"seq":%d,"delivery":' + quoted + b':%d"}\n'
         first = batch.first
-        if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events):
+        if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
             # Below 1 every number would pass for a duplicate of one already written.
             self._reject_all(root, outcome, producer, batch, _numbering(first))
             return outcome

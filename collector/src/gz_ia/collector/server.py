@@ -661,8 +661,6 @@ class Collector:
                 connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
                 continue
             self._count(outcome)
-            if not outcome.recorded():
-                self._report_unrecorded(outcome)
             any_written = any_written or bool(outcome.written)
             metrics.write_latency.observe(now - outcome.received_at)
             connection.send(
@@ -696,6 +694,8 @@ class Collector:
         metrics.observe_actions(outcome.durations)
         for rejection in outcome.rejections:
             metrics.events_rejected.labels(rejection.reason.value).inc()
+        if not outcome.recorded():
+            self._report_unrecorded(outcome)
         if outcome.duplicates:
             metrics.duplicates.inc(outcome.duplicates)
         if outcome.client_dropped:
