@@ -111,7 +111,7 @@ def test_an_open_cycle_survives_a_restart_and_a_rotation_by_its_id(make_collecto
 
     def send(stage: str, cycle: str | None, **fields: Any) -> int:
         event = build_event(session_id="rot", action="Run tests", stage=stage, agent="agy", cycle=cycle, **fields)
-        return client.send(event).seq
+        return int(client.send(event).seq)
 
     assert send("READ", "one") == 1
     assert send("READ", "two") == 2

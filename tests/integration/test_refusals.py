@@ -153,7 +153,7 @@ def test_open_actions_past_the_collector_wide_bound_are_refused(make_collector: 
     client = collector.client()
 
     def send(session: str, action: str, stage: str) -> int:
-        return client.send(build_event(session_id=session, action=action, stage=stage, agent="agy")).seq
+        return int(client.send(build_event(session_id=session, action=action, stage=stage, agent="agy")).seq)
 
     send("one", "a", "READ")
     send("one", "b", "READ")
