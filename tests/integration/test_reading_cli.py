@@ -183,7 +183,7 @@ def test_sessions_lists_parents_counts_and_failures(busy: Any) -> None:
     assert rows["sub"]["failures"] == 1
     assert rows["subsub"]["open_actions"] == 1
     table = _run(busy, "sessions").output.splitlines()
-    assert table[0].split() == ["SESSION", "PARENT", "AGENT", "FIRST", "LAST", "EVENTS", "OPEN", "FAILED"]
+    assert table[0].split() == ["LAST", "FIRST", "EVENTS", "OPEN", "FAILED", "AGENT", "PARENT", "SESSION"]
 
 
 def test_session_tree_draws_subagents_with_status(busy: Any) -> None:
@@ -326,8 +326,8 @@ def test_sessions_show_times_like_logs(busy: Any) -> None:
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
     for flags, zone in (((), r"\+05:30"), (("--utc",), "Z")):
         table = _in_zone(busy, _ZONE, "sessions", *flags).stdout.splitlines()
-        line = next(line for line in table if line.startswith("lone "))
-        first, last = re.findall(stamp + zone, line)
+        line = next(line for line in table if line.endswith("  lone"))
+        last, first = re.findall(stamp + zone, line)
         assert _instant(first) == expected, (flags, line)
         assert _instant(last) >= _instant(first)
 

@@ -12,6 +12,7 @@ from typing import Final
 
 __all__ = [
     "GZ_IA_DISABLED",
+    "GZ_IA_PAGER",
     "GZ_IA_PARENT_SESSION_ID",
     "GZ_IA_ROOT",
     "GZ_IA_SOCKET",
@@ -39,6 +40,9 @@ GZ_IA_SPOOL_DIR: Final = "GZ_IA_SPOOL_DIR"
 
 GZ_IA_DISABLED: Final = "GZ_IA_DISABLED"
 """``1``/``true``/``yes``: the default client is the null client; nothing is sent."""
+
+GZ_IA_PAGER: Final = "GZ_IA_PAGER"
+"""The pager of ``gz-ia``'s long human output on a terminal (before ``PAGER``; empty or ``cat``: none)."""
 
 HARNESS_DIR: Final = ".harness"
 SOCKET_NAME: Final = "collector.sock"

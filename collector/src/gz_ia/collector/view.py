@@ -135,35 +135,51 @@ def _when(value: datetime | None, *, utc: bool) -> str:
 
 def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False, utc: bool = True) -> list[str]:
     """Return the ``gz-ia sessions`` table: a header line, then one line per session (times as in
-    :func:`format_time`: UTC, or the local zone with its offset)."""
-    rows = [("SESSION", "PARENT", "AGENT", "FIRST", "LAST", "EVENTS", "OPEN", "FAILED")]
+    :func:`format_time`: UTC, or the local zone with its offset).
+
+    The session id comes last and whole (ids reach 128 characters and must stay copyable); a long
+    agent or parent is shortened in the middle so that the other columns keep their place.
+    """
+    rows = [("LAST", "FIRST", "EVENTS", "OPEN", "FAILED", "AGENT", "PARENT", "SESSION")]
     for item in summaries:
         rows.append(
             (
-                item.session_id,
-                item.parent_session_id or "-",
-                printable(item.agent) or "-",
-                _when(item.first_time, utc=utc),
                 _when(item.last_time, utc=utc),
+                _when(item.first_time, utc=utc),
                 str(item.events),
                 str(item.open_actions),
                 str(item.failures),
+                _middle(printable(item.agent) or "-", _NAME_WIDTH),
+                _middle(item.parent_session_id or "-", _NAME_WIDTH),
+                item.session_id,
             )
         )
     widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
     lines = []
     for number, row in enumerate(rows):
         cells = [
-            cell.rjust(width) if index >= 5 else cell.ljust(width)
+            cell.rjust(width) if 2 <= index <= 4 else cell.ljust(width)
             for index, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         line = "  ".join(cells).rstrip()
         if number == 0:
             line = _paint(line, _BOLD, colour)
-        elif row[7] != "0":
+        elif row[4] != "0":
             line = _paint(line, _FAILED, colour)
         lines.append(line)
     return lines
+
+
+_NAME_WIDTH: Final = 24
+"""Widest agent or parent shown by ``gz-ia sessions`` before it is shortened in the middle."""
+
+
+def _middle(text: str, width: int) -> str:
+    """``text`` shortened to ``width`` characters with an ellipsis in the middle (both ends kept)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
 
 
 def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:

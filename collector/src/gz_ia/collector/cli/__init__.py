@@ -45,6 +45,7 @@ from . import (  # noqa: E402, F401  - commands register themselves on the group
     _mcp,
     _reading,
     _session,
+    _sessions,
     _status,
     _view,
 )

@@ -21,7 +21,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -31,10 +31,13 @@ from gz_ia.client.schema import Stage, Status, StoredEvent
 
 from . import main, session
 from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of
+from ._complete import complete_session_id
+from ._pager import paged
 
 if TYPE_CHECKING:
     from gz_ia.collector.view import EventStyle
 
+_TIMES: Final = "now, today, yesterday, -1h, -15min, '2026-12-01 10:00', an epoch or RFC 3339"
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _RELATIVE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _STAGES: Final = [stage.value for stage in Stage]
@@ -64,18 +67,12 @@ def parse_duration(value: str) -> float:
     return seconds
 
 
-def parse_time(value: str, *, now: datetime) -> datetime:
-    """Return the instant of an RFC 3339 time, a Unix epoch, or a relative age (``10m`` ago)."""
-    text = value.strip()
-    if _RELATIVE.match(text.lower()):
-        return now - timedelta(seconds=parse_duration(text))
-    with contextlib.suppress(ValueError):
-        return datetime.fromtimestamp(float(text), UTC)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an RFC 3339 time, an epoch or a relative time like 10m") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+def parse_time(value: str, *, now: datetime, utc: bool = False) -> datetime:
+    """Return the instant of a time expression (:func:`gz_ia.collector.query.parse_time`); times without
+    an offset are local, or UTC with ``utc``."""
+    from gz_ia.collector.query import parse_time as parse_expression
+
+    return parse_expression(value, now=now, tz=UTC if utc else None)
 
 
 def use_colour(choice: str, stream: IO[str]) -> bool:
@@ -141,8 +138,8 @@ def _log_options(function: Any) -> Any:
             metavar="N|all",
             help="Show the last N events [default: all; 10 with --follow and no --since].",
         ),
-        click.option("-S", "--since", default=None, help="Only events at or after T (RFC 3339, epoch, or 10m ago)."),
-        click.option("-U", "--until", default=None, help="Only events before T (RFC 3339, epoch, or 10m ago)."),
+        click.option("-S", "--since", default=None, help=f"Only events at or after T ({_TIMES})."),
+        click.option("-U", "--until", default=None, help=f"Only events before T ({_TIMES})."),
         click.option("-r", "--reverse", is_flag=True, help="Newest first (not with --follow)."),
         click.option(
             "-o",
@@ -161,7 +158,16 @@ def _log_options(function: Any) -> Any:
             "--grep",
             default=None,
             metavar="REGEX",
-            help="Only events whose action or error matches the Python regex; exit 1 if none does (not with -f).",
+            help="Only events with a text field (action, error, agent, role, session ids, attrs) matching the "
+            "Python regex, ignoring case if it is all lower case; exit 1 if none does (not with -f).",
+        ),
+        click.option(
+            "--case-sensitive",
+            type=click.Choice(["yes", "no"]),
+            is_flag=False,
+            flag_value="yes",
+            default=None,
+            help="Force --grep to match case (yes, the default of the bare flag) or to ignore it (no).",
         ),
         click.option("--utc", is_flag=True, help="Show times in UTC (Z) instead of local time with its offset."),
         click.option("--agent", multiple=True, help="Only this agent (repeat: any of them)."),
@@ -187,7 +193,10 @@ def _log_options(function: Any) -> Any:
         ),
         click.option("--prefix/--no-prefix", default=None, help="Show the session id on each line."),
         click.option(
-            "--pager/--no-pager", default=False, help="Accepted for journalctl habits: the output is never paged."
+            "--pager/--no-pager",
+            default=True,
+            help="Page long human output on a terminal ($GZ_IA_PAGER, $PAGER, less) [default: page; never with "
+            "--json or -f].",
         ),
         click.option(
             "-q", "--quiet", is_flag=True, help="No '-- No entries --' banner (warnings of gaps are still printed)."
@@ -206,7 +215,8 @@ def _log_options(function: Any) -> Any:
 
 
 @session.command("logs")
-@click.argument("session_id")
+@click.argument("session_id", shell_complete=complete_session_id)
+@click.argument("matches", nargs=-1, metavar="[FIELD=VALUE]...")
 @click.option("--tree", is_flag=True, help="Also show subagent sessions (through parent_session_id).")
 @click.option(
     "--until-finished",
@@ -214,32 +224,42 @@ def _log_options(function: Any) -> Any:
     help="With -f: stop when the session's first action cycle (or the one --action's) finishes; "
     "exit 0 if it finished OK, 4 if FAILED.",
 )
+@click.option(
+    "--seq", default=None, metavar="N|N..M", help="Only the event with this seq (or this range); exit 1 if missing."
+)
 @_log_options
 @click.pass_context
 @_quietly
 def session_logs(ctx: click.Context, session_id: str, tree: bool, until_finished: bool, **options: Any) -> None:
     """Print the events of SESSION_ID in stored (seq) order, across every retained segment.
 
-    With --tree, its subagent sessions too, merged in time order.
+    With --tree, its subagent sessions too, merged in time order. FIELD=VALUE arguments keep events
+    whose FIELD (any stored field, or attrs.KEY) has that value: values of one field are ORed,
+    different fields ANDed.
     """
     _run_logs(ctx, [session_id], tree=tree, until_finished=until_finished, **options)
 
 
 @main.command("logs")
+@click.argument("matches", nargs=-1, metavar="[FIELD=VALUE]...")
 @_log_options
 @click.pass_context
 @_quietly
 def all_logs(ctx: click.Context, **options: Any) -> None:
-    """Print the events of every session of the root, merged in time order."""
-    _run_logs(ctx, None, tree=False, until_finished=False, **options)
+    """Print the events of every session of the root, merged in time order.
+
+    FIELD=VALUE arguments keep events whose FIELD (any stored field, or attrs.KEY) has that value:
+    values of one field are ORed, different fields ANDed.
+    """
+    _run_logs(ctx, None, tree=False, until_finished=False, seq=None, **options)
 
 
 def _filters(options: dict[str, Any], now: datetime) -> Any:
     from gz_ia.collector.storage.reader import Filters
 
     try:
-        since = parse_time(options["since"], now=now) if options["since"] else None
-        until = parse_time(options["until"], now=now) if options["until"] else None
+        since = parse_time(options["since"], now=now, utc=options["utc"]) if options["since"] else None
+        until = parse_time(options["until"], now=now, utc=options["utc"]) if options["until"] else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since/--until") from exc
     statuses = {Status(value.upper()) for value in options["status"]}
@@ -277,23 +297,28 @@ def _output_format(choice: str | None, *, as_json: bool) -> str:
     return "json" if as_json else choice or "short"
 
 
-def _grep(pattern: str | None) -> Callable[[StoredEvent], bool] | None:
-    """``--grep``: a predicate on an event's action and error (``re.search``), None without the flag."""
-    if pattern is None:
-        return None
+def _selection(options: dict[str, Any]) -> Any:
+    """``FIELD=VALUE`` arguments, ``--grep`` and ``--seq``, as one :class:`gz_ia.collector.query.Selection`."""
+    from gz_ia.collector.query import Selection, compile_grep, parse_matches, parse_seq_range
+
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise click.BadParameter(
-            f"{pattern!r} is not a valid regular expression: {exc}", param_hint="-g/--grep"
-        ) from exc
-
-    def matches(event: StoredEvent) -> bool:
-        return compiled.search(event.action) is not None or (
-            event.error is not None and compiled.search(event.error) is not None
-        )
-
-    return matches
+        matches = parse_matches(options["matches"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="FIELD=VALUE") from exc
+    grep = None
+    if options["grep"] is not None:
+        forced = {"yes": True, "no": False}.get(options["case_sensitive"] or "")
+        try:
+            grep = compile_grep(options["grep"], case_sensitive=forced)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="-g/--grep") from exc
+    seqs = None
+    if options["seq"] is not None:
+        try:
+            seqs = parse_seq_range(options["seq"])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--seq") from exc
+    return Selection(matches=matches, grep=grep, seqs=seqs)
 
 
 def _renderer(output: str, *, colour: bool, show_session: bool, utc: bool) -> Callable[[Any], str]:
@@ -351,9 +376,12 @@ def _run_logs(
     if follow and options["reverse"]:
         raise click.UsageError("--reverse cannot be combined with --follow")
     timeout = _follow_limits(options, single=session_ids is not None, until_finished=until_finished)
+    if options["seq"] is not None and (follow or tree):
+        raise click.UsageError("--seq names events of one session: not with --follow or --tree")
     count = _line_count(options["lines"], follow=follow, since=options["since"])
     filters = _filters(options, datetime.now(UTC))
-    grep = _grep(options["grep"])
+    selection = _selection(options)
+    grep = selection.predicate()
     root = root_of(ctx)
     out = _Output(flush_each=follow)
     colour = use_colour(options["color"], out.stream)
@@ -365,8 +393,13 @@ def _run_logs(
     render = _renderer(output, colour=colour, show_session=show_session, utc=options["utc"])
     # A follower's --json stream carries its gap notices in line with the events; stderr always does.
     gaps = GapReport(stdout_line=out.line if follow and machine else None)
+    ctx.with_resource(paged(options["pager"] and not machine and not follow))
+
+    seqs_shown: set[int] = set()
 
     def show(entry: Any) -> None:
+        if selection.seqs is not None:
+            seqs_shown.add(entry.event.seq)
         out.line(render(entry))
 
     plain_copy = (
@@ -431,7 +464,9 @@ def _run_logs(
                 click.echo(text, err=machine)
             if gaps:
                 ctx.exit(EXIT_GAP)
-            if grep is not None and not shown:
+            if selection.seqs is not None and session_ids is not None:
+                _check_seqs(ctx, session_ids[0], selection.seqs, seqs_shown, anchors.get(session_ids[0]))
+            if options["grep"] is not None and not shown:
                 ctx.exit(EXIT_NO_MATCH)
             return
         if watch is not None and watch.status is not None:
@@ -513,6 +548,38 @@ def _exists(root: Path, session_id: str) -> bool:
     except reader.SessionNotFound:
         return False
     return True
+
+
+def _check_seqs(
+    ctx: click.Context, session_id: str, seqs: tuple[int, int], shown: set[int], anchor: str | None
+) -> None:
+    """``--seq``: say which of the asked seqs were not printed, and exit 1 if any."""
+    from gz_ia.collector.storage import reader
+
+    missing = [seq for seq in range(seqs[0], seqs[1] + 1) if seq not in shown]
+    if not missing:
+        return
+    newest = reader.cursor_seq(anchor, session_id) if anchor is not None else 0
+    asked = f"seq {seqs[0]}" if seqs[0] == seqs[1] else f"seq {seqs[0]}..{seqs[1]}"
+    lost = [seq for seq in missing if seq <= newest]
+    parts = []
+    if lost:
+        parts.append(f"{_ranges(lost)} not retained or not matching the filters")
+    if len(lost) < len(missing):
+        parts.append(f"{_ranges([seq for seq in missing if seq > newest])} not written yet (newest: seq {newest})")
+    click.echo(f"gz-ia: session {session_id!r} has no event for {asked}: {'; '.join(parts)}", err=True)
+    ctx.exit(EXIT_NOT_FOUND)
+
+
+def _ranges(seqs: list[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``seq 3..5, 9``."""
+    runs: list[list[int]] = []
+    for seq in seqs:
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return "seq " + ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)
 
 
 def _all_ids(root: Path) -> list[str]:
@@ -649,58 +716,8 @@ def _summary_json(summary: Any) -> dict[str, Any]:
     }
 
 
-@main.command("sessions")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per session (times in UTC).")
-@click.option("--utc", is_flag=True, help="Show times in UTC (Z) instead of local time with its offset.")
-@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
-@click.option("-q", "--quiet", is_flag=True, help="No '-- No sessions --' banner.")
-@click.option(
-    "--verify",
-    is_flag=True,
-    help="Read every retained segment, so that any unreadable one marks its session incomplete.",
-)
-@click.pass_context
-@_quietly
-def sessions_command(ctx: click.Context, as_json: bool, utc: bool, color: str, quiet: bool, verify: bool) -> None:
-    """List the sessions of the root: id, parent, agent, first/last time, events, open actions, failures.
-
-    Times are local with their offset, as in gz-ia logs, unless --utc. A session some of whose
-    stored events cannot be read is named on stderr and the command exits 3.
-    """
-    from gz_ia.collector.storage import reader
-    from gz_ia.collector.view import format_sessions
-
-    try:
-        reader.require_root(root_of(ctx))
-        summaries = reader.list_sessions(root_of(ctx), verify=verify)
-    except reader.RootNotFound as exc:
-        _not_found(ctx, exc)
-    except reader.LayoutError as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)
-    out = _Output(flush_each=False)
-    if as_json:
-        for summary in summaries:
-            out.line(json.dumps(_summary_json(summary)))
-    elif summaries:
-        for line in format_sessions(summaries, colour=use_colour(color, out.stream), utc=utc):
-            out.line(line)
-    elif not quiet:
-        click.echo("-- No sessions --", err=True)
-    out.flush()
-    damaged = [summary.session_id for summary in summaries if summary.incomplete]
-    for session_id in damaged:
-        click.echo(
-            f"gz-ia: warning: session {session_id}: some stored events cannot be read "
-            f"(gz-ia session logs {session_id} says which)",
-            err=True,
-        )
-    if damaged:
-        ctx.exit(EXIT_GAP)
-
-
 @session.command("tree")
-@click.argument("session_id")
+@click.argument("session_id", shell_complete=complete_session_id)
 @click.option("--json", "as_json", is_flag=True, help="The tree as nested JSON.")
 @click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
 @click.pass_context

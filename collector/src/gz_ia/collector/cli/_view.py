@@ -9,10 +9,11 @@ import click
 
 from . import session
 from ._common import EXIT_NOT_FOUND, root_of
+from ._complete import complete_session_id
 
 
 @session.command("view")
-@click.argument("session_id")
+@click.argument("session_id", shell_complete=complete_session_id)
 @click.option("--tree", is_flag=True, help="Include every subagent session below SESSION_ID.")
 @click.option(
     "-o",

@@ -1,0 +1,121 @@
+"""``gz-ia sessions``: list the sessions of a root, filtered and ordered by last activity."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import click
+
+from . import main
+from ._common import EXIT_GAP, EXIT_NOT_FOUND, root_of
+from ._pager import paged
+from ._reading import _not_found, _Output, _quietly, _summary_json, parse_time, use_colour
+
+
+@main.command("sessions")
+@click.option("--agent", multiple=True, help="Only sessions of this agent (repeat: any of them).")
+@click.option("--role", multiple=True, help="Only sessions whose first event has this role (repeat: any of them).")
+@click.option("-S", "--since", default=None, help="Only sessions active at or after T (as in gz-ia logs).")
+@click.option("-U", "--until", default=None, help="Only sessions active before T (as in gz-ia logs).")
+@click.option("--failed", is_flag=True, help="Only sessions with a FAILED event.")
+@click.option("--open", "open_", is_flag=True, help="Only sessions with open actions (running).")
+@click.option(
+    "-n", "--lines", "limit", type=click.IntRange(min=0), default=None, help="Only the N most recently active."
+)
+@click.option("-r", "--reverse", is_flag=True, help="Most recently active first.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session, every field (times in UTC).")
+@click.option("--utc", is_flag=True, help="Show times in UTC (Z) instead of local time with its offset.")
+@click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
+@click.option("--pager/--no-pager", default=True, help="Page long output on a terminal [default: page].")
+@click.option("-q", "--quiet", is_flag=True, help="No '-- No sessions --' banner.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Read every retained segment, so that any unreadable one marks its session incomplete.",
+)
+@click.pass_context
+@_quietly
+def sessions_command(
+    ctx: click.Context,
+    agent: tuple[str, ...],
+    role: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    failed: bool,
+    open_: bool,
+    limit: int | None,
+    reverse: bool,
+    as_json: bool,
+    utc: bool,
+    color: str,
+    pager: bool,
+    quiet: bool,
+    verify: bool,
+) -> None:
+    """List the sessions of the root, the most recently active last (first with -r).
+
+    Columns: last and first event time, events, open actions, failures, agent, parent, and the
+    session id last, whole, so that it can be copied even when it is 128 characters long (a long
+    agent or parent is shortened in the middle; --json keeps every field whole). Times are local
+    with their offset, as in gz-ia logs, unless --utc. A session some of whose stored events cannot
+    be read is named on stderr and the command exits 3.
+    """
+    from gz_ia.collector.query import SessionQuery, select_sessions
+    from gz_ia.collector.storage import reader
+    from gz_ia.collector.view import format_sessions
+
+    now = datetime.now(UTC)
+    try:
+        query = SessionQuery(
+            agents=frozenset(agent),
+            roles=frozenset(role),
+            since=parse_time(since, now=now, utc=utc) if since else None,
+            until=parse_time(until, now=now, utc=utc) if until else None,
+            failed=failed,
+            open=open_,
+            limit=limit,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since/--until") from exc
+    root = root_of(ctx)
+
+    def role_of(session_id: str) -> str | None:
+        try:
+            entries = reader.read_page(root, session_id, limit=1).entries
+        except reader.SessionNotFound:
+            return None
+        return entries[0].event.role if entries else None
+
+    try:
+        reader.require_root(root)
+        summaries = select_sessions(reader.list_sessions(root, verify=verify), query, role_of)
+    except reader.RootNotFound as exc:
+        _not_found(ctx, exc)
+    except reader.LayoutError as exc:
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    if reverse:
+        summaries.reverse()
+    out = _Output(flush_each=False)
+    if as_json:
+        for summary in summaries:
+            out.line(json.dumps(_summary_json(summary)))
+    elif summaries:
+        colour = use_colour(color, out.stream)
+        with paged(pager):
+            for line in format_sessions(summaries, colour=colour, utc=utc):
+                out.line(line)
+            out.flush()
+    elif not quiet:
+        click.echo("-- No sessions --", err=True)
+    out.flush()
+    damaged = [summary.session_id for summary in summaries if summary.incomplete]
+    for session_id in damaged:
+        click.echo(
+            f"gz-ia: warning: session {session_id}: some stored events cannot be read "
+            f"(gz-ia session logs {session_id} says which)",
+            err=True,
+        )
+    if damaged:
+        ctx.exit(EXIT_GAP)

@@ -1,0 +1,214 @@
+"""The query language of the reading commands: time expressions, field matches, --grep's smart case."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.collector.query import (
+    SessionQuery,
+    compile_grep,
+    parse_matches,
+    parse_seq_range,
+    parse_span,
+    parse_time,
+    select_sessions,
+)
+from gz_ia.collector.storage.reader import SessionSummary
+
+NOW = datetime(2026, 12, 1, 12, 30, 15, tzinfo=UTC)
+PARIS = timezone(timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("now", NOW),
+        ("today", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("yesterday", datetime(2026, 11, 30, tzinfo=UTC)),
+        ("tomorrow", datetime(2026, 12, 2, tzinfo=UTC)),
+        ("-1h", NOW - timedelta(hours=1)),
+        ("-15min", NOW - timedelta(minutes=15)),
+        ("+5min", NOW + timedelta(minutes=5)),
+        ("1h 30min ago", NOW - timedelta(minutes=90)),
+        ("2 days ago", NOW - timedelta(days=2)),
+        ("10m", NOW - timedelta(minutes=10)),
+        ("7d", NOW - timedelta(days=7)),
+        ("2026-12-01 10:00", datetime(2026, 12, 1, 10, tzinfo=UTC)),
+        ("2026-12-01 10:00:05", datetime(2026, 12, 1, 10, 0, 5, tzinfo=UTC)),
+        ("2026-12-01", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("10:00", datetime(2026, 12, 1, 10, tzinfo=UTC)),
+        ("2026-12-01T10:00:00Z", datetime(2026, 12, 1, 10, tzinfo=UTC)),
+        ("2026-12-01T11:00:00+01:00", datetime(2026, 12, 1, 10, tzinfo=UTC)),
+        ("2026-12-01 10:00 UTC", datetime(2026, 12, 1, 10, tzinfo=UTC)),
+        ("@1764583200", datetime(2025, 12, 1, 10, tzinfo=UTC)),
+        ("1764583200.5", datetime(2025, 12, 1, 10, 0, 0, 500_000, tzinfo=UTC)),
+    ],
+)
+def test_parse_time_accepts_journalctl_forms(text: str, expected: datetime) -> None:
+    """Each of journalctl's forms, the ages of earlier versions, epochs and RFC 3339 name the right instant."""
+    assert parse_time(text, now=NOW, tz=UTC) == expected
+
+
+def test_days_and_wall_clock_times_are_in_the_given_zone() -> None:
+    """today, yesterday and times without an offset are wall-clock times of the zone; offsets win."""
+    assert parse_time("today", now=NOW, tz=PARIS) == datetime(2026, 12, 1, tzinfo=PARIS)
+    late = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)  # already 2 December in Paris
+    assert parse_time("yesterday", now=late, tz=PARIS) == datetime(2026, 12, 1, tzinfo=PARIS)
+    assert parse_time("2026-12-01 10:00", now=NOW, tz=PARIS) == datetime(2026, 12, 1, 9, tzinfo=UTC)
+    assert parse_time("2026-12-01 10:00 UTC", now=NOW, tz=PARIS) == datetime(2026, 12, 1, 10, tzinfo=UTC)
+    assert parse_time("2026-12-01T10:00:00Z", now=NOW, tz=PARIS) == datetime(2026, 12, 1, 10, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text", ["", "yesterday-ish", "-1 fortnight", "+", "2026-13-01", "soon", "-h"])
+def test_parse_time_rejects_other_text(text: str) -> None:
+    """Anything else is a ValueError that lists the accepted forms."""
+    with pytest.raises(ValueError, match="is not a time"):
+        parse_time(text, now=NOW, tz=UTC)
+
+
+@given(
+    amount=st.integers(min_value=0, max_value=10**6),
+    unit=st.sampled_from([("s", 1), ("sec", 1), ("min", 60), ("m", 60), ("h", 3600), ("hours", 3600), ("d", 86400)]),
+    sign=st.sampled_from(["-", "+", ""]),
+)
+def test_relative_times_are_now_plus_or_minus_the_span(amount: int, unit: tuple[str, int], sign: str) -> None:
+    """-N unit and a bare N unit are that long before now; +N unit is that long after."""
+    expected = timedelta(seconds=amount * unit[1])
+    moment = parse_time(f"{sign}{amount}{unit[0]}", now=NOW, tz=UTC)
+    assert moment == (NOW + expected if sign == "+" else NOW - expected)
+
+
+@given(st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)))
+def test_rfc3339_and_epochs_round_trip(moment: datetime) -> None:
+    """An RFC 3339 time and its epoch name the same instant, whatever the zone of offset-less times."""
+    assert parse_time(moment.isoformat(), now=NOW, tz=PARIS) == moment
+    epoch = parse_time(f"@{moment.timestamp()}", now=NOW, tz=PARIS)
+    assert abs(epoch - moment) < timedelta(milliseconds=1)
+
+
+def test_parse_span_adds_parts() -> None:
+    """A span may combine units; a bare number is seconds."""
+    assert parse_span("1h 30min") == 5400
+    assert parse_span("2h30m") == 9000
+    assert parse_span("90") == 90
+    with pytest.raises(ValueError, match="unknown unit"):
+        parse_span("3 parsecs")
+
+
+def _event(**fields: object) -> StoredEvent:
+    base: dict[str, object] = {
+        "timestamp": NOW,
+        "session_id": "s1",
+        "action": "Deploy service",
+        "stage": Stage.FINISH,
+        "status": Status.OK,
+        "agent": "claude",
+        "seq": 3,
+    }
+    base.update(fields)
+    return StoredEvent(**base)  # type: ignore[arg-type]
+
+
+def test_field_matches_or_one_field_and_different_fields() -> None:
+    """Values of one field are ORed, fields ANDed; attrs.* compares strings, numbers and booleans."""
+    matches = parse_matches(["stage=FINISH", "stage=READ", "attrs.tool=Bash"])
+    assert matches.test(_event(attrs={"tool": "Bash"}))
+    assert matches.test(_event(stage=Stage.READ, attrs={"tool": "Bash"}))
+    assert not matches.test(_event(stage=Stage.PENDING, attrs={"tool": "Bash"}))
+    assert not matches.test(_event(attrs={"tool": "Read"}))
+    assert not matches.test(_event())
+    assert parse_matches(["attrs.exit=2"]).test(_event(attrs={"exit": 2}))
+    assert parse_matches(["attrs.ok=true"]).test(_event(attrs={"ok": True}))
+    assert parse_matches(["seq=3", "status=failed"]).test(_event(status=Status.FAILED, error="x"))
+    assert parse_matches(["role="]).test(_event())
+    assert not parse_matches(["role="]).test(_event(role="coder"))
+
+
+def test_needles_are_in_every_matching_line() -> None:
+    """A string match yields the compact JSON key:value that a stored line must contain."""
+    event = _event(attrs={"tool": 'Ba"sh'}, role="coder")
+    import msgspec
+
+    raw = msgspec.json.encode(event)
+    for needles in parse_matches(['attrs.tool=Ba"sh', "role=coder", "stage=finish"]).needles():
+        assert any(needle in raw for needle in needles)
+    assert parse_matches(["attrs.exit=2"]).needles() == []
+
+
+def test_unknown_field_names_the_known_ones() -> None:
+    """An unknown field is an error that lists the stored fields and attrs.KEY."""
+    with pytest.raises(ValueError, match=r"unknown field 'tool'.*action.*attrs\.KEY"):
+        parse_matches(["tool=Bash"])
+    with pytest.raises(ValueError, match="is not FIELD=VALUE"):
+        parse_matches(["Bash"])
+    with pytest.raises(ValueError, match="seq is a number"):
+        parse_matches(["seq=x"])
+
+
+def test_grep_is_smart_about_case() -> None:
+    """An all-lower-case pattern ignores case, one with upper case does not, unless forced."""
+    assert compile_grep("deploy").search("Deploy")
+    assert not compile_grep("DEPLOY").search("Deploy")
+    assert not compile_grep("deploy", case_sensitive=True).search("Deploy")
+    assert compile_grep("DEPLOY", case_sensitive=False).search("Deploy")
+    assert compile_grep(r"\Wservice").flags & re.IGNORECASE  # escapes are not upper-case letters
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        compile_grep("(")
+
+
+def test_seq_ranges() -> None:
+    """--seq N and N..M are inclusive; anything else is an error."""
+    assert parse_seq_range("7") == (7, 7)
+    assert parse_seq_range("3..9") == (3, 9)
+    for bad in ("0", "9..3", "x", "1..", "-2"):
+        with pytest.raises(ValueError, match="seq"):
+            parse_seq_range(bad)
+
+
+def _summary(session_id: str, last_hours_ago: float, **fields: object) -> SessionSummary:
+    values: dict[str, object] = {
+        "session_id": session_id,
+        "parent_session_id": None,
+        "agent": "claude",
+        "first_time": NOW - timedelta(hours=last_hours_ago + 1),
+        "last_time": NOW - timedelta(hours=last_hours_ago),
+        "events": 10,
+        "open_actions": 0,
+        "failures": 0,
+        "segments": 1,
+    }
+    values.update(fields)
+    return SessionSummary(**values)  # type: ignore[arg-type]
+
+
+def test_select_sessions_filters_and_orders_by_last_activity() -> None:
+    """Sessions are ordered by last activity; -n keeps the most recent; filters AND."""
+    rows = [
+        _summary("old", 30),
+        _summary("recent-failed", 0.5, failures=2),
+        _summary("running", 2, open_actions=1, agent="codex"),
+        _summary("mid", 5),
+    ]
+    roles = {"mid": "planner"}
+    ids = [row.session_id for row in select_sessions(rows, SessionQuery(), roles.get)]
+    assert ids == ["old", "mid", "running", "recent-failed"]
+    assert [r.session_id for r in select_sessions(rows, SessionQuery(limit=2), roles.get)] == [
+        "running",
+        "recent-failed",
+    ]
+    since = SessionQuery(since=NOW - timedelta(hours=3))
+    assert [r.session_id for r in select_sessions(rows, since, roles.get)] == ["running", "recent-failed"]
+    until = SessionQuery(until=NOW - timedelta(hours=5.5))
+    assert [r.session_id for r in select_sessions(rows, until, roles.get)] == ["old", "mid"]
+    assert [r.session_id for r in select_sessions(rows, SessionQuery(failed=True), roles.get)] == ["recent-failed"]
+    assert [r.session_id for r in select_sessions(rows, SessionQuery(open=True), roles.get)] == ["running"]
+    codex = SessionQuery(agents=frozenset({"codex"}))
+    assert [r.session_id for r in select_sessions(rows, codex, roles.get)] == ["running"]
+    planner = SessionQuery(roles=frozenset({"planner"}))
+    assert [r.session_id for r in select_sessions(rows, planner, roles.get)] == ["mid"]

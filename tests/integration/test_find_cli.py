@@ -1,0 +1,281 @@
+"""Finding events and sessions through the real CLI against a real collector: time expressions, field
+matches, --grep, --seq, gz-ia sessions filters, the pager and shell completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gz_ia.client import build_event
+
+NOW = datetime.now(UTC)
+OLD = NOW - timedelta(hours=3)
+
+
+def _send(collector: Any, events: list[dict[str, Any]]) -> None:
+    client = collector.client()
+    try:
+        for fields in events:
+            values: dict[str, Any] = {"agent": "claude", "stage": "READ", "action": "look"}
+            values.update(fields)
+            client.send(build_event(**values), timeout=10)
+    finally:
+        client.close()
+
+
+@pytest.fixture(name="root")
+def _root(collector: Any) -> Any:
+    """A collector holding an old session, a recent one with tools in attrs, and a failed one."""
+    _send(
+        collector,
+        [
+            {"session_id": "old", "timestamp": OLD, "action": "Deploy old build"},
+            {"session_id": "old", "timestamp": OLD, "stage": "FINISH", "action": "Deploy old build"},
+            {"session_id": "new", "attrs": {"tool": "Bash", "cmd": "make CHECK"}, "role": "coder"},
+            {"session_id": "new", "stage": "FINISH", "attrs": {"tool": "Bash"}, "role": "coder"},
+            {"session_id": "new", "attrs": {"tool": "Read"}, "role": "coder", "action": "read"},
+            {"session_id": "new", "stage": "PENDING", "attrs": {"tool": "Edit"}, "action": "edit"},
+            {"session_id": "bad", "parent_session_id": "new", "agent": "codex", "role": "tester"},
+            {
+                "session_id": "bad",
+                "parent_session_id": "new",
+                "agent": "codex",
+                "stage": "FINISH",
+                "status": "FAILED",
+                "error": "Timeout waiting",
+                "role": "tester",
+            },
+        ],
+    )
+    return collector
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_since_and_until_accept_journalctl_forms(root: Any) -> None:
+    """-1h, +5min, now, yesterday and a local 'YYYY-MM-DD HH:MM' select by event time."""
+    recent = _json(root.gz_ia("logs", "--json", "--since", "-1h"))
+    assert {record["session_id"] for record in recent} == {"new", "bad"}
+    older = _json(root.gz_ia("logs", "--json", "--until", "-1h"))
+    assert {record["session_id"] for record in older} == {"old"}
+    assert len(_json(root.gz_ia("logs", "--json", "--since", "yesterday", "--until", "+5min"))) == 8
+    assert _json(root.gz_ia("logs", "--json", "--since", "+5min")) == []
+    two_hours_ago = (NOW - timedelta(hours=2)).astimezone().strftime("%Y-%m-%d %H:%M")
+    wall = _json(root.gz_ia("session", "logs", "old", "--json", "--until", two_hours_ago))
+    assert len(wall) == 2
+    assert _json(root.gz_ia("session", "logs", "old", "--json", "--since", two_hours_ago)) == []
+    bad = root.gz_ia("logs", "--since", "soonish")
+    assert bad.returncode == 2
+    assert "is not a time" in bad.stderr
+
+
+def test_field_matches_or_within_a_field_and_across_fields(root: Any) -> None:
+    """stage=FINISH attrs.tool=Bash ANDs; two tools OR; the same works on session logs."""
+    both = _json(root.gz_ia("logs", "--json", "stage=FINISH", "attrs.tool=Bash"))
+    assert [(r["session_id"], r["seq"]) for r in both] == [("new", 2)]
+    tools = _json(root.gz_ia("session", "logs", "new", "--json", "attrs.tool=Bash", "attrs.tool=Edit"))
+    assert [r["seq"] for r in tools] == [1, 2, 4]
+    failed = _json(root.gz_ia("logs", "--json", "status=FAILED", "agent=codex"))
+    assert [r["session_id"] for r in failed] == ["bad"]
+    children = _json(root.gz_ia("logs", "--json", "parent_session_id=new"))
+    assert [r["session_id"] for r in children] == ["bad", "bad"]
+    no_role = _json(root.gz_ia("session", "logs", "new", "--json", "role="))
+    assert [r["seq"] for r in no_role] == [4]
+
+
+def test_unknown_field_is_an_error_naming_the_known_ones(root: Any) -> None:
+    """A field that is not stored exits 2 and lists the fields; attrs.* is always allowed."""
+    result = root.gz_ia("logs", "tool=Bash")
+    assert result.returncode == 2
+    assert "unknown field 'tool'" in result.stderr
+    assert "action" in result.stderr
+    assert "attrs.KEY" in result.stderr
+    assert root.gz_ia("logs", "attrs.never_seen=x", "-q").returncode == 0
+
+
+def test_grep_searches_every_text_field_with_smart_case(root: Any) -> None:
+    """-g matches agent, role, error, session ids and attrs strings; lower case ignores case."""
+
+    def sessions_of(*args: str) -> list[tuple[str, int]]:
+        return [(r["session_id"], r["seq"]) for r in _json(root.gz_ia("logs", "--json", *args))]
+
+    assert sessions_of("-g", "deploy") == [("old", 1), ("old", 2)]
+    assert sessions_of("-g", "Deploy") == [("old", 1), ("old", 2)]
+    assert root.gz_ia("logs", "-g", "DEPLOY").returncode == 1
+    assert root.gz_ia("logs", "-g", "deploy", "--case-sensitive").returncode == 1
+    assert sessions_of("-g", "DEPLOY", "--case-sensitive=no") == [("old", 1), ("old", 2)]
+    assert sessions_of("-g", "timeout") == [("bad", 2)]  # error
+    assert sessions_of("-g", "^codex$") == [("bad", 1), ("bad", 2)]  # agent
+    assert sessions_of("-g", "tester") == [("bad", 1), ("bad", 2)]  # role
+    assert sessions_of("-g", "check") == [("new", 1)]  # attrs string value
+    assert [sid for sid, _seq in sessions_of("-g", "^new$")] == ["new"] * 4 + ["bad"] * 2  # session and parent ids
+
+
+def test_field_matches_apply_while_following(root: Any) -> None:
+    """session logs -f -n all stage=FINISH attrs.tool=Bash prints only those events, old and new."""
+    _send(root, [{"session_id": "live", "attrs": {"tool": "Bash"}}])
+    command = [sys.executable, "-c", "from gz_ia.collector.cli import main; main()"]
+    command += ["session", "logs", "live", "-f", "-n", "all", "--json", "stage=FINISH", "attrs.tool=Bash"]
+    with subprocess.Popen(
+        command, env=root.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as follower:
+        try:
+            _send(
+                root,
+                [
+                    {"session_id": "live", "stage": "FINISH", "attrs": {"tool": "Read"}},
+                    {"session_id": "live", "action": "wanted"},
+                    {"session_id": "live", "stage": "FINISH", "attrs": {"tool": "Bash"}, "action": "wanted"},
+                ],
+            )
+            assert follower.stdout is not None
+            record = json.loads(follower.stdout.readline())
+            assert (record["seq"], record["action"]) == (4, "wanted")
+        finally:
+            follower.terminate()
+
+
+def test_one_event_by_its_seq(root: Any) -> None:
+    """--seq N prints that event; N..M a range; a missing seq exits 1 and says which and why."""
+    one = _json(root.gz_ia("session", "logs", "new", "--seq", "3", "--json"))
+    assert [r["seq"] for r in one] == [3]
+    assert [r["seq"] for r in _json(root.gz_ia("session", "logs", "new", "--seq", "2..4", "--json"))] == [2, 3, 4]
+    missing = root.gz_ia("session", "logs", "new", "--seq", "3..6", "--json")
+    assert missing.returncode == 1
+    assert [json.loads(line)["seq"] for line in missing.stdout.splitlines()] == [3, 4]
+    assert "seq 5..6 not written yet (newest: seq 4)" in missing.stderr
+    human = root.gz_ia("session", "logs", "new", "--seq", "9", "--color", "never")
+    assert human.returncode == 1
+    assert "has no event for seq 9" in human.stderr
+    assert root.gz_ia("session", "logs", "new", "--seq", "0").returncode == 2
+    assert root.gz_ia("session", "logs", "new", "--seq", "1", "-f").returncode == 2
+
+
+def test_sessions_filter_and_sort_by_last_activity(root: Any) -> None:
+    """--failed, --open, --agent, --role, --since and -n select sessions, the most recently active last."""
+
+    def ids(*args: str) -> list[str]:
+        return [r["session_id"] for r in _json(root.gz_ia("sessions", "--json", *args))]
+
+    assert ids() == ["old", "new", "bad"]
+    assert ids("-r") == ["bad", "new", "old"]
+    assert ids("-n", "1") == ["bad"]
+    assert ids("--failed") == ["bad"]
+    assert ids("--open") == ["new"]  # edit is PENDING
+    assert ids("--agent", "codex", "--agent", "claude", "--since", "-1h") == ["new", "bad"]
+    assert ids("--until", "-1h") == ["old"]
+    assert ids("--role", "coder") == ["new"]
+    row = _json(root.gz_ia("sessions", "--json", "--failed"))[0]
+    assert set(row) >= {"session_id", "parent_session_id", "agent", "first_time", "last_time", "events"}
+    assert row["parent_session_id"] == "new"
+
+
+def test_sessions_table_keeps_long_ids_whole_and_last(collector: Any) -> None:
+    """A 128-character id is printed whole at the end of its line; a long parent is cut in the middle."""
+    parent = "p" * 60 + "-end"
+    child = "c" * 120 + "-tail-x"
+    _send(collector, [{"session_id": parent}, {"session_id": child, "parent_session_id": parent}])
+    lines = collector.gz_ia("sessions", "--color", "never", check=True).stdout.splitlines()
+    assert lines[0].split()[-1] == "SESSION"
+    row = next(line for line in lines if child in line)
+    assert row.endswith("  " + child)
+    assert "ppppppppppp\u2026pppppppp-end" in row
+    header_at = lines[0].index("SESSION")
+    assert all(line[header_at:].split()[0] in {"SESSION", parent, child} for line in lines)
+
+
+def _in_terminal(collector: Any, *args: str, env: dict[str, str]) -> str:
+    """Run gz-ia with stdout on a pseudo-terminal; return what reached the terminal."""
+    leader, follower = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+        env={**collector.env, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+    ) as process:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.close(leader)
+        assert process.stderr is not None
+        errors = process.stderr.read()
+        assert process.wait(timeout=30) == 0, errors
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_pager_is_used_on_a_terminal_only(root: Any, short_tmp: Path) -> None:
+    """GZ_IA_PAGER gets the human output on a TTY; never with --no-pager, --json or a pipe."""
+    paged = short_tmp / "paged.txt"
+    pager = {"GZ_IA_PAGER": f"cat > {paged}", "PAGER": "false"}
+    shown = _in_terminal(root, "logs", "--color", "never", env=pager)
+    text = paged.read_text()
+    assert "Deploy old build" in text
+    assert "Deploy old build" not in shown
+    paged.unlink()
+    assert "Deploy old build" in _in_terminal(root, "logs", "--no-pager", env=pager)
+    assert "Deploy old build" in _in_terminal(root, "logs", "--json", env=pager)
+    assert "new" in _in_terminal(root, "sessions", "--no-pager", env=pager)
+    assert not paged.exists()
+    _in_terminal(root, "sessions", "--color", "never", env=pager)
+    assert paged.read_text().splitlines()[0].split()[-1] == "SESSION"
+    paged.unlink()
+    piped = subprocess.run(
+        [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", "logs"],
+        env={**root.env, **pager},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Deploy old build" in piped.stdout
+    assert not paged.exists()
+
+
+@pytest.mark.parametrize("command", ["logs", "tree", "view"])
+def test_completion_offers_session_ids(root: Any, command: str) -> None:
+    """click's bash completion protocol completes session ids of session logs, tree and view."""
+    script = Path(sys.executable).parent / "gz-ia"
+    result = subprocess.run(
+        [str(script)],
+        env={
+            **root.env,
+            "_GZ_IA_COMPLETE": "bash_complete",
+            "COMP_WORDS": f"gz-ia session {command} n",
+            "COMP_CWORD": "3",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.split() == ["plain,new"]
+    everything = subprocess.run(
+        [str(script)],
+        env={
+            **root.env,
+            "_GZ_IA_COMPLETE": "bash_complete",
+            "COMP_WORDS": f"gz-ia session {command} ",
+            "COMP_CWORD": "3",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert everything.stdout.split() == ["plain,bad", "plain,new", "plain,old"]
