@@ -212,3 +212,17 @@ def test_select_sessions_filters_and_orders_by_last_activity() -> None:
     assert [r.session_id for r in select_sessions(rows, codex, roles.get)] == ["running"]
     planner = SessionQuery(roles=frozenset({"planner"}))
     assert [r.session_id for r in select_sessions(rows, planner, roles.get)] == ["mid"]
+
+
+def test_replay_keeps_the_greatest_timestamp_and_an_unknown_one_unknown() -> None:
+    """Recovery folds the greatest timestamp, not the last; a checkpoint without one leaves it unknown."""
+    from gz_ia.collector.storage._layout import Checkpoint, SessionFold, Trace
+
+    fold = SessionFold()
+    for seq, stamp in enumerate(["2026-12-01T10:00:00Z", "2026-12-01T12:00:00.5Z", "2026-12-01T11:00:00Z"], 1):
+        fold.apply(Trace(action="a", stage=Stage.READ, seq=seq, timestamp=stamp))
+    assert fold.newest_time == "2026-12-01T12:00:00.5Z"
+    assert fold.last_time == "2026-12-01T11:00:00Z"
+    legacy = SessionFold(Checkpoint(seq=3, last_time="2026-12-01T11:00:00Z"))
+    legacy.apply(Trace(action="a", stage=Stage.READ, seq=4, timestamp="2026-12-01T13:00:00Z"))
+    assert legacy.newest_time is None

@@ -279,3 +279,70 @@ def test_completion_offers_session_ids(root: Any, command: str) -> None:
         check=True,
     )
     assert everything.stdout.split() == ["plain,bad", "plain,new", "plain,old"]
+
+
+def _lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout.splitlines()
+
+
+def test_since_finds_an_event_older_sessions_wrote_first(collector: Any) -> None:
+    """A session whose last event is old but an earlier one is recent is not skipped by --since:
+    its checkpoint records the greatest timestamp, not the last one written."""
+    _send(
+        collector,
+        [
+            {"session_id": "back", "timestamp": NOW, "action": "recent"},
+            {"session_id": "back", "timestamp": OLD, "action": "late-arriving old"},
+        ],
+    )
+    collector.stop()  # the collector writes every checkpoint when it closes
+    state = json.loads((collector.root / "state" / "back.session.json").read_text())
+    assert datetime.fromisoformat(state["newest_time"]) == NOW
+    assert datetime.fromisoformat(state["last_time"]) == OLD
+    recent = _json(collector.gz_ia("logs", "--json", "--since", "-1h"))
+    assert [record["action"] for record in recent] == ["recent"]
+    collector.start()
+    _send(collector, [{"session_id": "back", "timestamp": OLD - timedelta(hours=1), "action": "older still"}])
+    collector.stop()
+    state = json.loads((collector.root / "state" / "back.session.json").read_text())
+    assert datetime.fromisoformat(state["newest_time"]) == NOW  # kept across a restart
+
+
+def test_root_wide_answers_match_the_careful_reader(make_collector: Any) -> None:
+    """Over rotated, compressed sessions and one with a corrupt line, gz-ia logs with matches prints
+    exactly what the session-by-session reader prints (--show-cursor takes that path)."""
+    collector = make_collector(env={"GZ_IA_ROTATION_MAX_BYTES": "4096", "GZ_IA_ROTATION_COMPRESS": "true"})
+    events = []
+    for index in range(60):
+        stage = ("READ", "FINISH")[index % 2]
+        failed = stage == "FINISH" and index % 6 == 1
+        events.append(
+            {
+                "session_id": f"s{(index // 2) % 3}",
+                "action": f"task-{index // 2}",
+                "stage": stage,
+                "status": "FAILED" if failed else "OK",
+                "error": "boom" if failed else None,
+                "attrs": {"tool": ("Bash", "Read", "Edit")[index % 5 % 3]},
+            }
+        )
+    _send(collector, events)
+    collector.stop()
+    active = collector.root / "sessions" / "s2.events.jsonl"
+    lines = active.read_bytes().splitlines(keepends=True)
+    active.write_bytes(b"".join([lines[0], b'{"not": "an event", "status":"FAILED"}\n', *lines[1:]]))
+    questions = [
+        ["--failed"],
+        ["--failed", "--since", "-1h"],
+        ["stage=FINISH", "attrs.tool=Bash"],
+        ["attrs.tool=Edit", "attrs.tool=Read", "-n", "4"],
+        ["-g", "TASK-1", "--case-sensitive=no", "-r"],
+        ["--since", "+1h"],
+    ]
+    for question in questions:
+        fast = collector.gz_ia("logs", "--json", *question)
+        careful = collector.gz_ia("logs", "--json", "--show-cursor", *question)
+        assert _lines(fast) == _lines(careful), question
+        assert fast.returncode == careful.returncode
+    assert len(_lines(collector.gz_ia("logs", "--json", "--failed"))) == 10

@@ -244,7 +244,9 @@ class Ingest:
             line += tail % (state.seq, number)
             state.pending.append(line[:])
             # The session's summary, for its checkpoints (a failed write rebuilds it from the file).
-            state.last_stamp = event.timestamp
+            stamp = state.last_stamp = event.timestamp
+            if stamp > state.newest_stamp:  # noqa: PLR1730 - max() would add a call per event
+                state.newest_stamp = stamp
             if not state.first_time:
                 state.note_first(event)
             if event.status is FAILED:

@@ -428,29 +428,38 @@ def _run_logs(
             if gaps:
                 ctx.exit(EXIT_GAP)
             return
-        members = _members(root, session_ids, tree=tree)
-        start = _start_positions(members, options["after_cursor"])
-        anchors: dict[str, str] = {}
-        for session_id in members:
-            try:
-                anchors[session_id] = reader.end_cursor(root, session_id)
-            except reader.SessionNotFound:
-                # Followed sessions are waited for; a tree may start at a session known only as a parent.
-                if not follow and not (tree and len(members) > 1):
-                    raise
-        watch = FinishWatch(members[0], options["action"][0] if options["action"] else None) if until_finished else None
-        if watch is not None and members[0] in anchors:
-            # The followed cycle may have begun, or ended, before the part of the history shown.
-            for entry in reader.iter_events(
-                root, members[0], until_seq=reader.cursor_seq(anchors[members[0]], members[0])
-            ):
-                if watch.feed(entry.event):
-                    break
         shown = 0
-        history = _history(
-            root, members, start, anchors, filters, count,
-            grep=grep, reverse=options["reverse"], on_gap=gaps, time_order=multi,
-        )  # fmt: skip
+        watch: FinishWatch | None = None
+        members: list[str] = []
+        anchors: dict[str, str] = {}
+        if session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]:
+            # A question over the whole root: skip sessions by their checkpoints, search bytes first.
+            from gz_ia.collector.query import search
+
+            history = search(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps)
+        else:
+            members = _members(root, session_ids, tree=tree)
+            start = _start_positions(members, options["after_cursor"])
+            for session_id in members:
+                try:
+                    anchors[session_id] = reader.end_cursor(root, session_id)
+                except reader.SessionNotFound:
+                    # Followed sessions are waited for; a tree may start at a session known only as a parent.
+                    if not follow and not (tree and len(members) > 1):
+                        raise
+            if until_finished:
+                watch = FinishWatch(members[0], options["action"][0] if options["action"] else None)
+            if watch is not None and members[0] in anchors:
+                # The followed cycle may have begun, or ended, before the part of the history shown.
+                for entry in reader.iter_events(
+                    root, members[0], until_seq=reader.cursor_seq(anchors[members[0]], members[0])
+                ):
+                    if watch.feed(entry.event):
+                        break
+            history = _history(
+                root, members, start, anchors, filters, count,
+                grep=grep, reverse=options["reverse"], on_gap=gaps, time_order=multi,
+            )  # fmt: skip
         for entry in history:
             show(entry)
             shown += 1

@@ -11,6 +11,7 @@ from ._match import Selection as Selection
 from ._match import compile_grep as compile_grep
 from ._match import parse_matches as parse_matches
 from ._match import parse_seq_range as parse_seq_range
+from ._scan import search as search
 from ._sessions import SessionQuery as SessionQuery
 from ._sessions import select_sessions as select_sessions
 from ._time import parse_span as parse_span
@@ -26,5 +27,6 @@ __all__ = [
     "parse_seq_range",
     "parse_span",
     "parse_time",
+    "search",
     "select_sessions",
 ]

@@ -37,6 +37,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
@@ -351,6 +352,10 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     last_time: str = ""
     parent: str = ""
     agent: str = ""
+    newest_time: str = ""
+    """The greatest event timestamp covered: timestamps are the agents' and may go backwards, so
+    ``last_time`` does not bound them. Readers skip a session whose newest event is older than
+    ``--since``. Empty when unknown (no event yet, or a checkpoint of an earlier gz-ia)."""
 
 
 _checkpoint_encoder: Final = msgspec.json.Encoder()
@@ -437,7 +442,17 @@ trace_decoder: Final = msgspec.json.Decoder(Trace)
 class SessionFold:
     """State rebuilt from a checkpoint and the lines after it: seq, open cycles, watermarks, summary."""
 
-    __slots__ = ("agent", "failures", "first_time", "last_time", "marks", "open_actions", "parent", "seq")
+    __slots__ = (
+        "agent",
+        "failures",
+        "first_time",
+        "last_time",
+        "marks",
+        "newest_time",
+        "open_actions",
+        "parent",
+        "seq",
+    )
 
     def __init__(self, checkpoint: Checkpoint | None = None) -> None:
         self.seq = 0
@@ -448,6 +463,8 @@ class SessionFold:
         self.last_time = ""
         self.parent = ""
         self.agent = ""
+        self.newest_time: str | None = ""
+        """The greatest timestamp folded; None when unknown for good (a checkpoint without it)."""
         if checkpoint is not None:
             self.seq = checkpoint.seq
             self.open_actions = loaded_cycles(checkpoint)
@@ -457,6 +474,7 @@ class SessionFold:
             self.last_time = checkpoint.last_time
             self.parent = checkpoint.parent
             self.agent = checkpoint.agent
+            self.newest_time = checkpoint.newest_time if checkpoint.newest_time or not checkpoint.seq else None
 
     def apply(self, trace: Trace) -> None:
         """Fold one line into the state."""
@@ -477,6 +495,18 @@ class SessionFold:
             self.parent = trace.parent_session_id or ""
             self.agent = trace.agent
         self.last_time = trace.timestamp or self.last_time
+        if self.newest_time is not None and trace.timestamp and later(trace.timestamp, self.newest_time):
+            self.newest_time = trace.timestamp
+
+
+def later(stamp: str, than: str) -> bool:
+    """Tell whether RFC 3339 time ``stamp`` is after ``than`` ("" is before everything; text that
+    does not parse is never later)."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+        return not than or moment > datetime.fromisoformat(than)
+    except ValueError:
+        return False
 
 
 def note_delivery(marks: dict[str, int], producer: str, number: int) -> None:

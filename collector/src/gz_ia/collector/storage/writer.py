@@ -33,7 +33,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -132,6 +132,17 @@ class AppendFile:
         self.last_write = 0.0
 
 
+NEVER: Final = datetime.min.replace(tzinfo=UTC)
+"""Before every timestamp: a session's ``newest_stamp`` before its first event."""
+
+
+def _parsed(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return NEVER
+
+
 def format_timestamp(timestamp: datetime) -> str:
     """``timestamp`` as the session file spells it (RFC 3339, as msgspec encodes it)."""
     return _json.encode(timestamp)[1:-1].decode()
@@ -147,6 +158,8 @@ class SessionState(AppendFile):
         "last_stamp",
         "last_time",
         "marks",
+        "newest_stamp",
+        "newest_unknown",
         "open_actions",
         "parent",
         "root",
@@ -172,6 +185,10 @@ class SessionState(AppendFile):
         """Timestamp of the last event staged, formatted into ``last_time`` only when a checkpoint needs it."""
         self.parent = ""
         self.agent = ""
+        self.newest_stamp = NEVER
+        """The greatest timestamp staged (one comparison per event: timestamps may go backwards)."""
+        self.newest_unknown = False
+        """Restored from a checkpoint that did not record it: the checkpoints leave it empty for good."""
         self.snapshot_at = 0.0
         self.snapshot_size = -1
         """Active-segment size at the last checkpoint (-1: none for this segment)."""
@@ -207,6 +224,9 @@ class SessionState(AppendFile):
             last_time=self.last_time,
             parent=self.parent,
             agent=self.agent,
+            newest_time=""
+            if self.newest_unknown or self.newest_stamp is NEVER
+            else format_timestamp(self.newest_stamp),
         )
 
 
@@ -898,6 +918,8 @@ class Writer:
         state.last_time = fold.last_time
         state.parent = fold.parent
         state.agent = fold.agent
+        state.newest_unknown = fold.newest_time is None
+        state.newest_stamp = _parsed(fold.newest_time) if fold.newest_time else NEVER
         state.segment_seq = segment_seq
         if not complete:
             log.warning("%s: rebuilt from the retained segments only; some state may be missing", state.session_id)

@@ -1,0 +1,216 @@
+"""Query benchmark: "what failed in the last hour, anywhere" over a big root, against rg and jq.
+
+Builds a root directly as files (what the collector would have written: one active segment and a
+checkpoint per session; building through the writer would take most of an hour at 10 million events),
+``--sessions`` sessions (10,000) holding ``--events`` events in all (10,000,000), most of them days
+old: ``--recent`` of the sessions (1 %) were active in the last 30 minutes. One FINISH in 50 is
+FAILED; one event in 1,000 used the tool ``WebFetch``.
+
+Then times, each as the median of ``--repeat`` runs after one warm-up (the files are in the page
+cache, as they are for a user asking twice), the output counted by ``wc -l``:
+
+* ``failed_last_hour``: ``gz-ia logs --failed --since -1h --json``, against
+  ``rg -N --no-filename '"status":"FAILED"'`` over every segment (rg cannot tell times: it must read
+  every file) and ``jq -c 'select(.status == "FAILED" and .timestamp >= T)'`` over them;
+* ``field_match``: ``gz-ia logs attrs.tool=WebFetch --json`` (every file must be read), against
+  ``rg -N --no-filename '"tool":"WebFetch"'`` and ``jq -c 'select(.attrs.tool == "WebFetch")'``.
+
+The ratio is rg's time over ours: above 1, gz-ia answered faster. ``rg`` is Debian's ``ripgrep``
+(installed with apt-get when missing).
+
+Usage::
+
+    uv run python bench/query.py [--events N] [--sessions N] [--root DIR --keep] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+
+from gz_ia.collector.storage._layout import LAYOUT_FILE, LAYOUT_VERSION, Checkpoint, encode_checkpoint
+
+_TOOLS = ("Bash", "Read", "Edit", "Grep")
+_CLI = [sys.executable, "-c", "from gz_ia.collector.cli import main; main()"]
+
+
+def _stamp(moment: datetime) -> str:
+    return msgspec.json.encode(moment)[1:-1].decode()
+
+
+def build(root: Path, sessions: int, events: int, recent: float, seed: int = 7) -> dict[str, int]:
+    """Write the root; return how many events are FAILED, FAILED in the last hour, and WebFetch."""
+    rng = random.Random(seed)
+    (root / "sessions").mkdir(parents=True)
+    (root / "state").mkdir()
+    (root / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION}) + "\n")
+    now = datetime.now(UTC)
+    per_session = events // sessions
+    recent_every = max(1, round(1 / recent)) if recent > 0 else 0
+    counts = {"failed": 0, "failed_last_hour": 0, "webfetch": 0}
+    for number in range(sessions):
+        session_id = f"agent-{number:06d}-" + "x" * 8
+        is_recent = recent_every and number % recent_every == 0
+        start = now - (timedelta(minutes=30) if is_recent else timedelta(days=rng.uniform(1, 30)))
+        lines: list[bytes] = []
+        failures = 0
+        first = last = ""
+        for index in range(per_session):
+            moment = start + timedelta(milliseconds=index * 1700 // max(1, per_session // 1000))
+            stage = ("READ", "PENDING", "FINISH")[index % 3]
+            failed = stage == "FINISH" and rng.random() < 0.02
+            tool = "WebFetch" if rng.random() < 0.001 else _TOOLS[index % 4]
+            stamp = _stamp(moment)
+            first = first or stamp
+            last = stamp
+            record: dict[str, object] = {
+                "timestamp": stamp,
+                "session_id": session_id,
+                "action": f"task-{index // 3}",
+                "stage": stage,
+                "status": "FAILED" if failed else "OK",
+                "agent": "claude",
+                "role": "coder",
+            }
+            if stage == "FINISH":
+                record["duration_ms"] = 1200 + index % 500
+            if failed:
+                record["error"] = "exit status 1: tests failed"
+            record["attrs"] = {"tool": tool, "tokens": 100 + index % 900}
+            record["seq"] = index + 1
+            record["delivery"] = f"p{number}:{index + 1}"
+            lines.append(msgspec.json.encode(record))
+            failures += failed
+            counts["failed"] += failed
+            counts["failed_last_hour"] += failed and moment >= now - timedelta(hours=1)
+            counts["webfetch"] += tool == "WebFetch"
+        data = b"\n".join(lines) + b"\n"
+        (root / "sessions" / f"{session_id}.events.jsonl").write_bytes(data)
+        checkpoint = Checkpoint(
+            segment=1,
+            offset=len(data),
+            seq=per_session,
+            failures=failures,
+            first_time=first,
+            last_time=last,
+            newest_time=last,
+            agent="claude",
+        )
+        (root / "state" / f"{session_id}.session.json").write_bytes(encode_checkpoint(checkpoint))
+    return counts
+
+
+def _rg() -> str:
+    found = shutil.which("rg")
+    if found is None:
+        subprocess.run(["apt-get", "install", "-y", "-q", "ripgrep"], check=True, capture_output=True)
+        found = shutil.which("rg")
+    if found is None:
+        raise SystemExit("rg (Debian's ripgrep) is needed")
+    return found
+
+
+def _timed(command: str, env: dict[str, str], repeat: int, *, warm_up: bool = True) -> tuple[float, int]:
+    """Median seconds of ``command | wc -l`` (a shell pipeline), after one warm-up; and the lines."""
+    lines = 0
+    times = []
+    for attempt in range(repeat + warm_up):
+        started = time.perf_counter()
+        pipeline = ["bash", "-o", "pipefail", "-c", f"{command} | wc -l"]
+        result = subprocess.run(pipeline, env=env, capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - started
+        if result.returncode not in (0, 1):  # 1: nothing matched (rg, gz-ia --grep)
+            raise SystemExit(f"{command!r} failed: {result.stderr}")
+        lines = int(result.stdout.split()[0])
+        if attempt or not warm_up:
+            times.append(elapsed)
+    return statistics.median(times), lines
+
+
+def measure(root: Path, repeat: int, with_jq: bool) -> dict[str, object]:
+    """Time each question with gz-ia, rg and jq; return the figures."""
+    env = {**os.environ, "GZ_IA_ROOT": str(root), "LC_ALL": "C"}
+    cli = " ".join(_CLI[:2]) + f" '{_CLI[2]}'"
+    files = f"{root}/sessions"
+    rg = _rg()
+    every = f"find {files} -name '*.jsonl' -exec cat {{}} +"
+    since = _stamp(datetime.now(UTC) - timedelta(hours=1))
+    questions = {
+        "failed_last_hour": (
+            f"{cli} logs --failed --since -1h --json",
+            f'{rg} -N --no-filename \'"status":"FAILED"\' {files}',
+            f'{every} | jq -c \'select(.status == "FAILED" and .timestamp >= "{since}")\'',
+        ),
+        "field_match": (
+            f"{cli} logs attrs.tool=WebFetch --json",
+            f'{rg} -N --no-filename \'"tool":"WebFetch"\' {files}',
+            f"{every} | jq -c 'select(.attrs.tool == \"WebFetch\")'",
+        ),
+    }
+    figures: dict[str, object] = {}
+    for name, (ours, theirs, jq) in questions.items():
+        ours_s, ours_lines = _timed(ours, env, repeat)
+        rg_s, rg_lines = _timed(theirs, env, repeat)
+        row: dict[str, object] = {
+            "gz_ia_seconds": round(ours_s, 3),
+            "gz_ia_lines": ours_lines,
+            "rg_seconds": round(rg_s, 3),
+            "rg_lines": rg_lines,
+            "rg_over_gz_ia": round(rg_s / ours_s, 2),
+            "command": ours.replace(cli, "gz-ia"),
+        }
+        if with_jq:
+            jq_s, jq_lines = _timed(jq, env, 1, warm_up=False)  # minutes at 10 million events: once
+            row.update(jq_seconds=round(jq_s, 3), jq_lines=jq_lines, jq_over_gz_ia=round(jq_s / ours_s, 2))
+        figures[name] = row
+    return figures
+
+
+def main() -> int:
+    """Build (or reuse) the root, measure, print (and optionally write) the figures as JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="events in all")
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--recent", type=float, default=0.01, help="fraction of sessions active in the last hour")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-jq", action="store_true", help="skip jq (minutes at 10 million events)")
+    parser.add_argument("--root", type=Path, default=None, help="build here, or reuse a root built before")
+    parser.add_argument("--keep", action="store_true", help="keep the root for another run")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result to this file")
+    args = parser.parse_args()
+    base = None
+    if args.root is None:
+        base = Path(tempfile.mkdtemp(prefix="gzquery", dir="/tmp"))
+        args.root = base / ".harness"
+    try:
+        figures: dict[str, object] = {"sessions": args.sessions, "events": args.events, "recent": args.recent}
+        if not (args.root / LAYOUT_FILE).exists():
+            started = time.perf_counter()
+            figures["built"] = build(args.root, args.sessions, args.events, args.recent)
+            figures["build_seconds"] = round(time.perf_counter() - started, 1)
+        figures["bytes"] = sum(path.stat().st_size for path in (args.root / "sessions").iterdir())
+        figures.update(measure(args.root, args.repeat, not args.no_jq))
+    finally:
+        if base is not None and not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
