@@ -37,7 +37,6 @@ from gz_ia.collector.storage._layout import (
     RootDirs,
     Segment,
     SegmentUnreadable,
-    locate_active,
     open_archive,
     parse_archive_name,
     read_checkpoint,
@@ -51,6 +50,8 @@ from ._match import Selection
 __all__ = ["search"]
 
 _BLOCK: Final = 1 << 22
+_SAMPLE: Final = 1 << 16
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
 
@@ -84,7 +85,7 @@ class _Listing:
 
     def __init__(self, dirs: RootDirs) -> None:
         self.ids: set[str] = set()
-        self.newest_archive: dict[str, int] = {}
+        self.archives: dict[str, list[int]] = {}
         self.active: set[str] = set()
         for name in os.listdir(dirs.sessions_fd):
             session_id = session_id_of(name)
@@ -95,7 +96,9 @@ class _Listing:
                 if archive is None:
                     continue
                 session_id = archive[0]
-                self.newest_archive[session_id] = max(archive[1], self.newest_archive.get(session_id, 0))
+                numbers = self.archives.setdefault(session_id, [])
+                if archive[1] not in numbers:  # plain and compressed while compression runs
+                    numbers.append(archive[1])
             self.ids.add(session_id)
         if dirs.state_fd is not None:
             for name in os.listdir(dirs.state_fd):
@@ -107,7 +110,7 @@ class _Listing:
 def _covering(dirs: RootDirs, session_id: str, listing: _Listing) -> Checkpoint | None:
     """The session's checkpoint when it covers every stored line, else None."""
     checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
-    if checkpoint is None or listing.newest_archive.get(session_id, 0) >= checkpoint.segment:
+    if checkpoint is None or max(listing.archives.get(session_id, [0])) >= checkpoint.segment:
         return None
     if session_id not in listing.active:
         return checkpoint if checkpoint.offset == 0 else None
@@ -132,9 +135,10 @@ def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
     return True
 
 
-def _plan(dirs: RootDirs, filters: reader.Filters, selection: Selection) -> list[str]:
-    """The sessions that may hold a match, in id order."""
-    listing = _Listing(dirs)
+def _plan(
+    dirs: RootDirs, listing: _Listing, filters: reader.Filters, selection: Selection
+) -> list[tuple[str, Checkpoint | None]]:
+    """The sessions that may hold a match, in id order, with their checkpoint when it was read."""
     ids = listing.ids
     named = selection.matches.values_of("session_id")
     if named is not None:
@@ -142,54 +146,47 @@ def _plan(dirs: RootDirs, filters: reader.Filters, selection: Selection) -> list
     prunable = filters.since is not None or filters.statuses == {Status.FAILED}
     kept = []
     for session_id in sorted(ids):
+        checkpoint = None
         if prunable:
             checkpoint = _covering(dirs, session_id, listing)
             if checkpoint is not None and not _may_match(checkpoint, filters):
                 continue
-        kept.append(session_id)
+        kept.append((session_id, checkpoint))
     return kept
 
 
-def _segments(dirs: RootDirs, session_id: str) -> Iterator[Segment]:
-    """Open the session's segments, oldest first; :class:`_Fallback` on anything unusual."""
-    checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
-    number, active, unreadable = locate_active(dirs.sessions_fd, session_id, checkpoint.segment if checkpoint else 1)
-    if unreadable:
+def _segments(dirs: RootDirs, session_id: str, listing: _Listing, checkpoint: Checkpoint | None) -> list[Segment]:
+    """Open the session's segments as listed, oldest first; :class:`_Fallback` on anything unusual
+    (a hole between archives, a file that moved since the listing, an unreadable one)."""
+    archives = sorted(listing.archives.get(session_id, []))
+    if archives and archives[-1] - archives[0] + 1 != len(archives):
         raise _Fallback
+    if checkpoint is None:
+        checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
+    number = max(archives[-1] + 1 if archives else 1, checkpoint.segment if checkpoint is not None else 1)
     opened: list[Segment] = []
     try:
-        for archived in range(number - 1, 0, -1):
+        for archived in archives:
+            opened.append(open_archive(dirs.sessions_fd, session_archive(session_id, archived), archived))
+        if session_id in listing.active:
+            fd = os.open(session_id + ACTIVE_SUFFIX, _READ_FLAGS, dir_fd=dirs.sessions_fd)
             try:
-                opened.append(open_archive(dirs.sessions_fd, session_archive(session_id, archived), archived))
-            except FileNotFoundError:
-                if archived == number - 1 and not opened and active is None:
-                    raise _Fallback from None
-                # Older archives were deleted by retention; a missing one below another would be a hole.
-                if any(_exists(dirs, session_id, below) for below in range(archived - 1, max(0, archived - 2), -1)):
-                    raise _Fallback from None
-                break
-            except SegmentUnreadable:
-                raise _Fallback from None
-        opened.reverse()
-        if active is not None:
-            opened.append(active)
-        yield from opened
-    finally:
+                info = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                raise
+            opened.append(Segment(number, fd=fd, data=None, size=info.st_size, ino=info.st_ino, active=True))
+            if not stat.S_ISREG(info.st_mode):
+                raise _Fallback
+    except (OSError, SegmentUnreadable):
         for segment in opened:
             segment.close()
-        if active is not None and active not in opened:
-            active.close()
-
-
-def _exists(dirs: RootDirs, session_id: str, number: int) -> bool:
-    names = session_archive(session_id, number)
-    for compressed in (False, True):
-        try:
-            os.stat(names(compressed), dir_fd=dirs.sessions_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        return True
-    return False
+        raise _Fallback from None
+    except _Fallback:
+        for segment in opened:
+            segment.close()
+        raise
+    return opened
 
 
 def _content(segment: Segment) -> bytes:
@@ -209,37 +206,91 @@ def _content(segment: Segment) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
-def _starts(data: bytes, group: tuple[bytes, ...]) -> list[int]:
-    """Offsets of the lines of ``data`` that contain one of ``group``, ascending, each once."""
-    starts: set[int] = set()
-    for needle in group:
+class _Finder:
+    """Finds the lines holding one of a few byte strings, memchr-fast when they have a rare byte.
+
+    ``bytes.find`` of a whole needle crawls through JSON, whose common bytes (``"``, ``:``, letters)
+    defeat its skips; like ripgrep, look first for the needle's rarest byte (a one-byte ``find`` is
+    ``memchr``), then check the needle around it. Which byte is rare is learnt from the first block.
+    """
+
+    def __init__(self, groups: list[tuple[bytes, ...]]) -> None:
+        self.groups = groups
+        self.group = groups[0]
+        self.rest = groups[1:]
+        """The groups checked on each candidate line (after the searched one)."""
+        self.rare: list[tuple[bytes, int]] | None = None
+
+    def _learn(self, sample: bytes) -> None:
+        # Search for the group that is rarest in the sample: fewer candidate lines to check.
+        ordered = sorted(self.groups, key=lambda group: sum(sample.count(needle) for needle in group))
+        self.group, self.rest = ordered[0], ordered[1:]
+        chosen: list[tuple[bytes, int]] = []
+        for needle in self.group:
+            counts = {needle[i : i + 1]: sample.count(needle[i : i + 1]) for i in range(len(needle))}
+            byte = min(counts, key=lambda item: counts[item])
+            if counts[byte] * 256 > len(sample):
+                self.rare = []  # no byte rarer than one in 256: the plain search is as good
+                return
+            chosen.append((byte, needle.index(byte)))
+        self.rare = chosen
+
+    def starts(self, data: bytes) -> list[int]:
+        """Offsets of the lines of ``data`` that contain one of the strings, ascending, each once."""
+        if self.rare is None:
+            self._learn(data[:_SAMPLE])
+        starts: set[int] = set()
+        for index, needle in enumerate(self.group):
+            if self.rare:
+                byte, offset = self.rare[index]
+                hits = self._by_rare_byte(data, needle, byte, offset)
+            else:
+                hits = self._by_needle(data, needle)
+            for position in hits:
+                starts.add(data.rfind(b"\n", 0, position) + 1)
+        return sorted(starts)
+
+    @staticmethod
+    def _by_needle(data: bytes, needle: bytes) -> Iterator[int]:
         position = data.find(needle)
         while position >= 0:
-            start = data.rfind(b"\n", 0, position) + 1
-            starts.add(start)
-            end = data.find(b"\n", position)
-            position = data.find(needle, end + 1) if end >= 0 else -1
-    return sorted(starts)
+            yield position
+            position = data.find(needle, position + len(needle))
+
+    @staticmethod
+    def _by_rare_byte(data: bytes, needle: bytes, byte: bytes, offset: int) -> Iterator[int]:
+        position = data.find(byte, offset)
+        while position >= 0:
+            start = position - offset
+            if data.startswith(needle, start):
+                yield start
+            position = data.find(byte, position + 1)
 
 
 def _session(
     dirs: RootDirs,
+    listing: _Listing,
     session_id: str,
+    checkpoint: Checkpoint | None,
     filters: reader.Filters,
     test: Callable[[StoredEvent], bool],
-    needles: list[tuple[bytes, ...]],
+    finder: _Finder | None,
 ) -> list[reader.Entry]:
     """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
     found: list[reader.Entry] = []
     expected: int | None = None
-    for segment in _segments(dirs, session_id):
-        try:
-            data = _content(segment)
-        except SegmentUnreadable:
-            raise _Fallback from None
-        if needles:
-            starts: Iterable[int] = _starts(data, needles[0])
-            rest = needles[1:]
+    segments = _segments(dirs, session_id, listing, checkpoint)
+    try:
+        contents = [(segment.number, _content(segment)) for segment in segments]
+    except SegmentUnreadable:
+        raise _Fallback from None
+    finally:
+        for segment in segments:
+            segment.close()
+    for number, data in contents:
+        if finder is not None:
+            starts: Iterable[int] = finder.starts(data)
+            rest = finder.rest
         else:
             starts = _line_starts(data)
             rest = []
@@ -252,12 +303,12 @@ def _session(
                 event = _decoder.decode(raw)
             except msgspec.DecodeError:
                 raise _Fallback from None
-            if not needles:
+            if finder is None:
                 if expected is not None and event.seq != expected:
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
             if filters.match(event) and test(event):
-                cursor = reader._Position(session_id, segment.number, end + 1, event.seq).encode()
+                cursor = reader._Position(session_id, number, end + 1, event.seq).encode()
                 found.append(reader.Entry(raw.decode(errors="replace"), event, cursor))
     return found
 
@@ -302,12 +353,14 @@ def search(
         return  # no root, no sessions: as reader.list_sessions has it
     test = selection.test
     needles = needles_of(filters, selection)
+    finder = _Finder(needles) if needles else None
     per_session: list[list[reader.Entry]] = []
     fallbacks: list[str] = []
     try:
-        for session_id in _plan(dirs, filters, selection):
+        listing = _Listing(dirs)
+        for session_id, checkpoint in _plan(dirs, listing, filters, selection):
             try:
-                entries = _session(dirs, session_id, filters, test, needles)
+                entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder)
             except _Fallback:
                 fallbacks.append(session_id)
                 continue
