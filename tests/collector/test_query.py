@@ -226,3 +226,26 @@ def test_replay_keeps_the_greatest_timestamp_and_an_unknown_one_unknown() -> Non
     legacy = SessionFold(Checkpoint(seq=3, last_time="2026-12-01T11:00:00Z"))
     legacy.apply(Trace(action="a", stage=Stage.READ, seq=4, timestamp="2026-12-01T13:00:00Z"))
     assert legacy.newest_time is None
+
+
+@given(
+    lines=st.lists(st.text(alphabet='ab":WFx{}', max_size=30), min_size=1, max_size=40),
+    needles=st.lists(st.text(alphabet='ab":WF', min_size=1, max_size=5), min_size=1, max_size=3),
+    sample_size=st.sampled_from([0, 16, 1 << 16]),
+)
+def test_finder_finds_exactly_the_lines_holding_a_needle(
+    lines: list[str], needles: list[str], sample_size: int
+) -> None:
+    """The byte search returns every line that contains one of the needles, once, whichever byte it picks."""
+    from gz_ia.collector.query import _scan
+
+    data = "".join(line + "\n" for line in lines).encode()
+    group = tuple(needle.encode() for needle in needles)
+    finder = _scan._Finder([group])
+    finder._learn(data[:sample_size])
+    starts, offset = [], 0
+    for line in lines:
+        if any(needle in line for needle in needles):
+            starts.append(offset)
+        offset += len(line.encode()) + 1
+    assert finder.starts(data) == starts
