@@ -22,6 +22,7 @@ import heapq
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -51,6 +52,9 @@ __all__ = ["search"]
 
 _BLOCK: Final = 1 << 22
 _SAMPLE: Final = 1 << 16
+_WORKERS: Final = min(4, os.cpu_count() or 1)
+_CHUNK: Final = 128
+"""Sessions per task of the thread pool (a task per session costs more than a small session's read)."""
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
@@ -161,8 +165,8 @@ def _segments(dirs: RootDirs, session_id: str, listing: _Listing, checkpoint: Ch
     archives = sorted(listing.archives.get(session_id, []))
     if archives and archives[-1] - archives[0] + 1 != len(archives):
         raise _Fallback
-    if checkpoint is None:
-        checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
+    # The active segment's number only goes into the entries' cursors, where it is a hint checked
+    # against seq: without a checkpoint at hand, one past the newest archive saves reading it.
     number = max(archives[-1] + 1 if archives else 1, checkpoint.segment if checkpoint is not None else 1)
     opened: list[Segment] = []
     try:
@@ -358,14 +362,26 @@ def search(
     fallbacks: list[str] = []
     try:
         listing = _Listing(dirs)
-        for session_id, checkpoint in _plan(dirs, listing, filters, selection):
-            try:
-                entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder)
-            except _Fallback:
-                fallbacks.append(session_id)
-                continue
-            if entries:
-                per_session.append(entries)
+
+        def read(chunk: list[tuple[str, Checkpoint | None]]) -> list[tuple[str, list[reader.Entry] | None]]:
+            done: list[tuple[str, list[reader.Entry] | None]] = []
+            for session_id, checkpoint in chunk:
+                try:
+                    done.append((session_id, _session(dirs, listing, session_id, checkpoint, filters, test, finder)))
+                except _Fallback:
+                    done.append((session_id, None))
+            return done
+
+        plan = _plan(dirs, listing, filters, selection)
+        chunks = [plan[index : index + _CHUNK] for index in range(0, len(plan), _CHUNK)]
+        # Copying the files out of the page cache (pread) releases the GIL: threads overlap it.
+        with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
+            for done in pool.map(read, chunks):
+                for session_id, entries in done:
+                    if entries is None:
+                        fallbacks.append(session_id)
+                    elif entries:
+                        per_session.append(entries)
     finally:
         dirs.close()
     for session_id in fallbacks:
