@@ -129,7 +129,10 @@ def _relative(text: str, now: datetime) -> datetime | None:
         seconds = parse_span(text)
     except ValueError:
         return None
-    return now + timedelta(seconds=sign * seconds)
+    try:
+        return now + timedelta(seconds=sign * seconds)
+    except (OverflowError, ValueError):
+        raise ValueError(f"{text!r} reaches outside the years 1 to 9999") from None
 
 
 def _wall_clock(moment: datetime, zone: tzinfo | None) -> datetime:
