@@ -689,6 +689,10 @@ class Front:
         down = self.shares.down()
         if down or len(reports) < self.shares.count:
             merged["healthy"] = False
+            merged["reasons"] = [
+                *(merged.get("reasons") or []),  # type: ignore[misc]
+                *(f"share {share} is down, being restarted" for share in down),
+            ]
         merged.update(
             {
                 "version": self.version,

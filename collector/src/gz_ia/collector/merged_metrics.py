@@ -141,6 +141,7 @@ def merge_reports(reports: list[dict[str, object]]) -> dict[str, object]:
     """The shares' status reports as one: numbers summed, roots merged by path, healthy if all are."""
     merged: dict[str, object] = dict(reports[0]) if reports else {}
     merged["healthy"] = all(report.get("healthy") is True for report in reports)
+    merged["reasons"] = [reason for report in reports for reason in _listed(report.get("reasons"))]
     roots: dict[object, dict[str, object]] = {}
     for report in reports:
         listed = report.get("roots")
@@ -156,6 +157,10 @@ def merge_reports(reports: list[dict[str, object]]) -> dict[str, object]:
             _add(counters, part)
     merged["counters"] = counters
     return merged
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def _add(into: dict[str, object], part: dict[str, object]) -> None:

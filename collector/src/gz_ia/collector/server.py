@@ -50,6 +50,7 @@ from gz_ia.client.protocol import Rejection as WireRejection
 
 from .adoption import adopt_spools
 from .config import CollectorConfig
+from .health import Health
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
 from .listener import peer_credentials, serve_sockets
@@ -262,6 +263,7 @@ class Connection(asyncio.Protocol):
                 # A full or read-only disk is a fault that clears, not a refusal: the client keeps its
                 # events and comes back (backoff), instead of giving them up.
                 self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
+                self.collector.health.failed(Path(hello.root), cause)
                 self.fail(RejectReason.WRITE_FAILED, f"cannot prepare root {hello.root!r} now: {cause}")
                 return
             self._count_refused(RejectReason.ROOT_NOT_ALLOWED)
@@ -426,6 +428,7 @@ class Collector:
         self._stopping = asyncio.Event()
         self._error_logged: set[str] = set()
         self._unrecorded_logged_at = -_UNRECORDED_LOG_INTERVAL
+        self.health = Health()
         self._bind_gauges()
 
     def _count_retention(self, files: int, nbytes: int) -> None:
@@ -618,7 +621,9 @@ class Collector:
                 written_data, failed = await asyncio.to_thread(writer.write, job, durable=durable)
             else:
                 written_data, failed = [], list(job.failed)
-            _written, failed, nbytes = writer.finish(job, written_data, failed)
+            written, failed, nbytes = writer.finish(job, written_data, failed)
+            if self.health.failing and written:
+                self._note_healed(written)
             self._answer(replies, failed, nbytes)
             if failed:
                 self._fail_lost_batches()
@@ -761,9 +766,17 @@ class Collector:
                 lost,
             )
 
+    def _note_healed(self, written: list[AppendFile]) -> None:
+        """Writes succeeded: the roots they went to are healthy again (only looked at while one is not)."""
+        roots = {root for root in map(self.writer.root_path_of, written) if root is not None}
+        self.health.wrote(roots)
+
     def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
         kind = write_error_kind(exc)
         self.metrics.write_errors.labels(kind).inc()
+        root = self.writer.root_path_of(target)
+        if root is not None:
+            self.health.failed(root, exc)
         if kind not in self._error_logged:
             self._error_logged.add(kind)
             log.error("cannot write %s: %s (unacknowledged events stay with their clients)", target.name, exc)
@@ -783,8 +796,10 @@ class Collector:
 
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
+        healthy, reasons = self.health.report()
         return {
-            "healthy": True,
+            "healthy": healthy,
+            "reasons": reasons,
             "version": self.version,
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 3),

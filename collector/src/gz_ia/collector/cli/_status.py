@@ -18,8 +18,9 @@ from ._common import EXIT_UNAVAILABLE, EXIT_UNHEALTHY, socket_path_of
 def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """Ask the running collector for its health, uptime, roots and counters.
 
-    Exits 1 when it answers unhealthy (a share of a sharded collector is down) and 69 when none
-    answers.
+    Exits 1 when it answers unhealthy (it cannot write a root: a full disk, a removed or read-only
+    root, an I/O error; or a share of a sharded collector is down), with the reasons, and 69 when
+    none answers.
     """
     from gz_ia.collector.status import StatusUnavailable, query_status
 
@@ -43,6 +44,8 @@ def _print_report(report: dict[str, Any]) -> None:
         f"gz-ia collector {report['version']}: {health}, pid {report['pid']}, "
         f"up {report['uptime_seconds']:.0f} s, durability {report['durability']}"
     )
+    for reason in report.get("reasons", []):
+        click.echo(f"  unhealthy: {reason}")
     shares = report.get("shares")
     if isinstance(shares, dict):  # a sharded collector (shards > 1)
         pids = ", ".join("-" if pid is None else str(pid) for pid in shares["pids"])

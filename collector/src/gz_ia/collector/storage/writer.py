@@ -341,6 +341,14 @@ class Writer:
         """Every root opened since start."""
         return list(self._roots.values())
 
+    def root_path_of(self, target: AppendFile) -> Path | None:
+        """The root a session or rejects file belongs to (None: a root no longer served)."""
+        if isinstance(target, SessionState):
+            return target.root.path
+        return next(
+            (store.path for store in (*self._roots.values(), *self._stale_roots) if store.rejects is target), None
+        )
+
     def session(self, root: RootStore, session_id: str) -> SessionState:
         """Return the session's state, recovering it from its files on first touch."""
         state = root.sessions.get(session_id)

@@ -1,0 +1,84 @@
+"""`healthy` in gz-ia status is derived from what the collector observes: a root it cannot write
+makes it unhealthy, with the reason and exit 1, until writes to that root succeed again."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import wait_for
+
+from gz_ia.client import Client
+from gz_ia.collector.cli._common import EXIT_UNHEALTHY
+
+pytestmark = pytest.mark.shards(1, 2)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 16, 4096, 512, 1):
+            chunk = b"\0" * size
+            while True:
+                try:
+                    os.write(fd, chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(name="small_disk")
+def _small_disk(short_tmp: Path) -> Any:
+    """A 1 MiB tmpfs mounted for the test (we are root), always unmounted at the end."""
+    mount_point = short_tmp / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _status(collector: Any) -> tuple[int, dict[str, Any]]:
+    result = collector.gz_ia("status", "--json")
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_a_full_disk_makes_the_collector_unhealthy_until_writes_succeed(collector: Any, small_disk: Path) -> None:
+    """ENOSPC on a root: status says unhealthy (JSON, text, exit 1) with the reason; once the
+    disk has room again and the held events are written, it is healthy."""
+    root = small_disk / ".harness"
+    root.mkdir()
+    client = Client(socket_path=collector.socket, root=root)
+    try:
+        client.log(session_id="full", action="first", stage="READ", agent="agy")
+        assert client.flush(timeout=30)
+        code, report = _status(collector)
+        assert (code, report["healthy"], report["reasons"]) == (0, True, [])
+        filler = small_disk / "filler"
+        _fill(filler)
+        for n in range(20):
+            client.log(session_id="full", action="step", stage="READ", agent="agy", attrs={"n": n, "pad": "x" * 2000})
+        assert client.flush(timeout=1) is False
+        wait_for(lambda: _status(collector)[0] == EXIT_UNHEALTHY, timeout=30, message="an unhealthy status")
+        code, report = _status(collector)
+        assert report["healthy"] is False
+        assert any(str(root) in reason and "disk is full" in reason for reason in report["reasons"]), report
+        text = collector.gz_ia("status")
+        assert text.returncode == EXIT_UNHEALTHY
+        assert "UNHEALTHY" in text.stdout and "disk is full (ENOSPC)" in text.stdout, text.stdout
+        filler.unlink()
+        assert client.flush(timeout=60)
+    finally:
+        client.close()
+    code, report = _status(collector)
+    assert (code, report["healthy"], report["reasons"]) == (0, True, [])
