@@ -7,6 +7,7 @@ replies, the shares' lifecycle and the merged metrics.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -224,6 +225,50 @@ def test_a_share_that_dies_is_restarted_and_its_clients_resend(make_collector: A
     assert status["shares"]["restarts"] == 1
     assert victim not in status["shares"]["pids"]
     assert "share 1 exited" in collector.log()
+
+
+def _share_children(front: int) -> list[int]:
+    """The share processes of a front, once they run the share's code (after exec)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{front}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += [int(pid) for pid in (task / "children").read_text().split()]
+    shares = []
+    for pid in children:
+        with contextlib.suppress(OSError):
+            if b"gz_ia.collector.shares" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                shares.append(pid)
+    return shares
+
+
+def test_a_share_killed_while_starting_is_restarted_and_the_collector_serves(make_collector: Any) -> None:
+    """SIGKILL a share as soon as its process runs, long before it can answer: the front restarts
+    it (as it would one that died later) instead of exiting, and then serves every session."""
+    collector = make_collector(start=False)
+    collector.start(wait=False)
+    assert collector.proc is not None
+    victims: list[int] = []
+
+    def kill_first_share() -> bool:
+        shares = _share_children(collector.proc.pid)  # type: ignore[union-attr]
+        if shares:
+            os.kill(shares[0], signal.SIGKILL)
+            victims.append(shares[0])
+        return bool(shares)
+
+    wait_for(kill_first_share, interval=0.001, message="a share process to appear")
+    collector.wait_ready(timeout=40)
+    assert collector.log_lines("while starting; restarting it")
+    status = _status(collector)
+    assert status["healthy"] is True and status["shares"]["restarts"] == 1
+    assert victims[0] not in status["shares"]["pids"]
+    client = collector.client()
+    try:
+        for index in range(40):
+            client.send(build_event(session_id=f"st-{index}", action="a", stage="READ", agent="t"), timeout=20)
+    finally:
+        client.close()
+    assert len(collector.all_sessions()) == 40
 
 
 def test_the_shares_stop_with_the_front_even_when_it_is_killed(make_collector: Any) -> None:

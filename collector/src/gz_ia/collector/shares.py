@@ -43,6 +43,9 @@ _RESTART_DELAY: Final = 1.0
 """Seconds before a share that exited is started again, doubled for each exit in a row that came
 soon after its start (a share that crashes at once), up to ``_RESTART_DELAY_MAX``."""
 _RESTART_DELAY_MAX: Final = 30.0
+_START_ATTEMPTS: Final = 5
+"""Exits in a row while starting after which a share is taken as unable to start (the collector
+exits): 31 s of restart delays, far more than any crash during a start needs."""
 _STABLE_AFTER: Final = 60.0
 """A share that ran this long before it exited is restarted after the shortest delay again."""
 _APPLY_TIMEOUT: Final = 10.0
@@ -130,7 +133,26 @@ class Shares:
         for share in range(self.count):
             self._spawn(share)
         for share in range(self.count):
-            await asyncio.to_thread(self._wait_ready, share)
+            await self._start_one(share)
+
+    async def _start_one(self, share: int) -> None:
+        """Wait until ``share`` answers; one that exits meanwhile is restarted as :meth:`watch` would.
+
+        Only a share that keeps exiting while it starts (``_START_ATTEMPTS`` times in a row: a
+        broken installation, not a crash) or never answers fails the start.
+        """
+        while True:
+            try:
+                await asyncio.to_thread(self._wait_ready, share)
+                return
+            except ShareFailed as exc:
+                if self._running(share) or self._quick_exits[share] + 1 >= _START_ATTEMPTS:
+                    raise
+                self.restarts += 1
+                delay = self._restart_delay(share)
+                log.error("%s; restarting it in %.0f s", exc, delay)
+                await asyncio.sleep(delay)
+                self._spawn(share)
 
     def _spawn(self, share: int) -> None:
         self._ready[share] = False
