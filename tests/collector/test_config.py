@@ -107,6 +107,8 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "spool_dir": "/tmp/spool",
         "max_open_actions": "9",
         "max_open_actions_total": "99",
+        "max_connections": "9",
+        "max_connections_per_uid": "9",
         "max_backlog_batches": "9",
         "log_level": "debug",
         "shards": "3",

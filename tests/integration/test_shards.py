@@ -247,10 +247,11 @@ def test_a_share_killed_while_starting_is_restarted_and_the_collector_serves(mak
     collector = make_collector(start=False)
     collector.start(wait=False)
     assert collector.proc is not None
+    front = collector.proc.pid
     victims: list[int] = []
 
     def kill_first_share() -> bool:
-        shares = _share_children(collector.proc.pid)  # type: ignore[union-attr]
+        shares = _share_children(front)
         if shares:
             os.kill(shares[0], signal.SIGKILL)
             victims.append(shares[0])

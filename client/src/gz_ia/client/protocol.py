@@ -87,6 +87,7 @@ class RejectReason(enum.StrEnum):
     SHUTTING_DOWN = "shutting_down"
     MISROUTED = "misrouted"
     INVALID_EVENT_NUMBER = "invalid_event_number"
+    BUSY = "busy"
 
 
 # --- client -> collector -------------------------------------------------------------------------

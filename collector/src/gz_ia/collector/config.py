@@ -103,6 +103,12 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     max_open_actions_total: int = 1_000_000
     """Open actions of all sessions in memory (about 100 bytes each); a sharded collector gives each
     share its part."""
+    max_connections: int = 0
+    """Client connections held at once; past it new ones are refused ``busy``. 0: derived from the
+    descriptor limit (see docs/operations.md)."""
+    max_connections_per_uid: int = 0
+    """Client connections one uid may hold at once. 0: ``max_connections``, or half of it when
+    ``allow_uids`` lets other users in."""
     max_backlog_batches: int = 64
     """Batches awaiting their verdict per connection before the collector stops reading it."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -122,6 +128,9 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ValueError("max_open_actions_total must be at least 1")
         if not 1 <= self.shards <= _MAX_SHARDS:
             raise ValueError(f"shards must be between 1 and {_MAX_SHARDS}")
+        for key in ("max_connections", "max_connections_per_uid"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0 (0: derived from the descriptor limit)")
         if self.max_backlog_batches < 1:
             raise ValueError("max_backlog_batches must be at least 1")
         if self.metrics_address not in ("", "off", "auto"):

@@ -69,6 +69,7 @@ from gz_ia.client.protocol import (
 
 from .adoption import adopt_spools_through
 from .config import CollectorConfig
+from .connection_limits import ConnectionLimits
 from .listener import peer_credentials, serve_sockets
 from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
 from .metrics import Metrics
@@ -174,6 +175,11 @@ class _Client(asyncio.Protocol):
             front.metrics.connections_refused.inc()
             log.warning("refused a connection from uid %d (pid %d): not allowed", uid, self.pid)
             self.fail(RejectReason.PERMISSION_DENIED, f"uid {uid} may not use this collector")
+            return
+        refused = front.limits.admit(uid)
+        if refused is not None:
+            front.metrics.connections_over_limit.labels(refused[0]).inc()
+            self.fail(RejectReason.BUSY, refused[1])
             return
         front.clients.add(self)
         front.metrics.connections_total.inc()
@@ -338,7 +344,9 @@ class _Client(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.front.clients.discard(self)
+        if self in self.front.clients:
+            self.front.clients.discard(self)
+            self.front.limits.release(self.uid)
         self.front.paused.discard(self)
         self._close_links()
 
@@ -545,6 +553,8 @@ class Front:
         self.socket_path = near
         self.shares = Shares(config.shards, config, near=near)
         self.clients: set[_Client] = set()
+        self.limits = ConnectionLimits(config, per_connection=1 + config.shards)
+        """A client connection costs the front one descriptor, and one more to each share."""
         self.paused: set[_Client] = set()
         """Clients not read for backpressure: a share's backlog is full, or they do not read."""
         self.connecting: set[asyncio.Future[None]] = set()
@@ -667,6 +677,7 @@ class Front:
                 return
             old = self.config
             self.config = new
+            self.limits.configure(new)
             logging.getLogger().setLevel(new.log_level.upper())
             lagging = await self.shares.reload(new)
             if lagging:

@@ -174,6 +174,14 @@ class Metrics:
         self.connections_refused = Counter(
             "gzia_connections_refused_total", "Connections refused (other uid).", registry=registry
         )
+        self.connections_over_limit = Counter(
+            "gzia_connections_over_limit_total",
+            "Connections refused busy past max_connections (limit=total) or max_connections_per_uid (limit=per_uid).",
+            ["limit"],
+            registry=registry,
+        )
+        for limit in ("total", "per_uid"):
+            self.connections_over_limit.labels(limit)
         self.sessions_active = Gauge(
             "gzia_sessions_active",
             "Sessions held in memory with at least one open action (idle sessions are released past 20,000).",

@@ -50,6 +50,7 @@ from gz_ia.client.protocol import Rejection as WireRejection
 
 from .adoption import adopt_spools
 from .config import CollectorConfig
+from .connection_limits import ConnectionLimits
 from .health import Health
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
@@ -155,6 +156,8 @@ class Connection(asyncio.Protocol):
             log.warning("refused a connection from uid %d (pid %d): not allowed", self.uid, self.pid)
             self.fail(RejectReason.PERMISSION_DENIED, f"uid {self.uid} may not use this collector")
             return
+        if not collector.admit(self):
+            return
         collector.connections.add(self)
         collector.metrics.connections_total.inc()
         # A share's connections come from its front, whose first frame names the real client
@@ -163,7 +166,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.collector.connections.discard(self)
+        if self in self.collector.connections:
+            self.collector.connections.discard(self)
+            if self.collector.limits is not None:
+                self.collector.limits.release(self.uid)
         self.collector.paused.discard(self)
 
     def pause_writing(self) -> None:
@@ -429,7 +435,24 @@ class Collector:
         self._error_logged: set[str] = set()
         self._unrecorded_logged_at = -_UNRECORDED_LOG_INTERVAL
         self.health = Health()
+        self.limits = ConnectionLimits(config) if shares == 1 else None
+        """Connection limits; a share's connections all come from its front, which applies them."""
         self._bind_gauges()
+
+    def admit(self, connection: Connection) -> bool:
+        """Count ``connection`` against the connection limits, or refuse it ``busy`` (see .connection_limits)."""
+        if self.limits is None:
+            return True
+        refused = self.limits.admit(connection.uid)
+        if refused is None:
+            return True
+        limit, detail = refused
+        self.metrics.connections_over_limit.labels(limit).inc()
+        if limit not in self._error_logged:
+            self._error_logged.add(limit)
+            log.warning("refusing connections: %s (counted in gzia_connections_over_limit_total)", detail)
+        connection.fail(RejectReason.BUSY, detail)
+        return False
 
     def _count_retention(self, files: int, nbytes: int) -> None:
         # Called from the writer's worker thread; prometheus_client counters are thread-safe.
@@ -571,6 +594,8 @@ class Collector:
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
         self.ingest.cycles.per_session = new.max_open_actions
         self.ingest.cycles.total = open_actions_share(new.max_open_actions_total, self.shares)
+        if self.limits is not None:
+            self.limits.configure(new)
         logging.getLogger().setLevel(new.log_level.upper())
         for connection in list(self.connections):
             connection._update_reading()  # a raised max_backlog_batches resumes paused connections

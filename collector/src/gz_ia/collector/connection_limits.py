@@ -1,0 +1,92 @@
+"""How many client connections the collector holds, in total and per uid: idle connections cannot
+take the descriptors every other client and every session file needs.
+
+Past a limit a new connection is refused at once with ``busy`` (the client keeps its events and
+comes back with backoff), counted in ``gzia_connections_over_limit_total``, and the connections
+already open keep being served. ``max_connections = 0`` derives the limit from the descriptor limit:
+the part :func:`.server.file_budget` leaves beside the session files, less a margin for the listening
+sockets, the metrics server and the roots' directories.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Final
+
+from .config import CollectorConfig
+
+__all__ = ["MIN_CONNECTIONS", "ConnectionLimits", "auto_max_connections"]
+
+MIN_CONNECTIONS: Final = 16
+_MARGIN: Final = 32
+"""Descriptors of the socket reserve kept for listening sockets, the metrics server and root directories."""
+
+
+def auto_max_connections(descriptors: int, *, per_connection: int = 1) -> int:
+    """The default ``max_connections`` for a process allowed ``descriptors`` open files.
+
+    ``per_connection``: descriptors a connection costs (a sharded collector's front holds one to
+    each share besides the client's).
+    """
+    reserve = max(64, descriptors // 8)  # what file_budget keeps for sockets
+    return max(MIN_CONNECTIONS, (reserve - _MARGIN) // per_connection)
+
+
+def _descriptors() -> int:
+    """The descriptor limit, with the soft limit raised to the hard one first (as file_budget does)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+class ConnectionLimits:
+    """Count connections by uid and admit one only within the limits.
+
+    Args:
+        config: ``max_connections`` and ``max_connections_per_uid`` (0: derived, see the module).
+        per_connection: descriptors one client connection costs in this process.
+    """
+
+    def __init__(self, config: CollectorConfig, *, per_connection: int = 1) -> None:
+        self._per_connection = per_connection
+        self._by_uid: dict[int, int] = {}
+        self.open = 0
+        self.total = 0
+        self.per_uid = 0
+        self.configure(config)
+
+    def configure(self, config: CollectorConfig) -> None:
+        """Take the limits of ``config`` (at start and on reload; open connections stay)."""
+        self.total = config.max_connections or auto_max_connections(_descriptors(), per_connection=self._per_connection)
+        if config.max_connections_per_uid:
+            self.per_uid = min(config.max_connections_per_uid, self.total)
+        else:
+            # One user alone may use them all; with other uids allowed, none may take more than half.
+            self.per_uid = self.total if not config.allow_uids else max(1, self.total // 2)
+
+    def admit(self, uid: int) -> tuple[str, str] | None:
+        """Count a new connection of ``uid``; or refuse it: ``(limit, detail)``, limit ``total`` or ``per_uid``."""
+        if self.open >= self.total:
+            return "total", f"the collector holds its limit of {self.total} connections (max_connections); retry later"
+        held = self._by_uid.get(uid, 0)
+        if held >= self.per_uid:
+            return "per_uid", (
+                f"uid {uid} holds its limit of {self.per_uid} connections (max_connections_per_uid); retry later"
+            )
+        self._by_uid[uid] = held + 1
+        self.open += 1
+        return None
+
+    def release(self, uid: int) -> None:
+        """A connection admitted for ``uid`` closed."""
+        held = self._by_uid.get(uid, 0)
+        if held <= 1:
+            self._by_uid.pop(uid, None)
+        else:
+            self._by_uid[uid] = held - 1
+        self.open -= 1
