@@ -170,7 +170,11 @@ def test_gc_removes_idle_sessions_and_dry_run_only_reports(tmp_path: Path) -> No
     for path in harness.root.rglob("idle*"):
         _age(path, 40 * _DAY, harness.now)
     runner = CliRunner()
-    env = {"GZ_IA_ROOT": str(harness.root), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env = {
+        "GZ_IA_ROOT": str(harness.root),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "GZ_IA_SOCKET": str(tmp_path / "no-collector.sock"),  # gz-ia gc deletes by itself
+    }
     dry = runner.invoke(main, ["gc", "--older-than", "30d", "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
     assert "would remove 1 idle session(s)" in dry.output

@@ -32,6 +32,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Batch",
     "ClientMessage",
+    "Collect",
     "CollectorMessage",
     "Error",
     "FrameReader",
@@ -174,6 +175,21 @@ class Query(msgspec.Struct, tag="query", kw_only=True):
     what: str = "status"
 
 
+class Collect(msgspec.Struct, tag="collect", kw_only=True):
+    """Ask the collector to apply retention to a root now (``gz-ia gc``), answered by a
+    :class:`Report` ``{"gc": ...}``: it deletes in its own writer, with its running retention
+    settings, and never a session it is writing."""
+
+    root: str
+    older_than: float = 0.0
+    """Remove whole sessions idle for longer than this many seconds (0: none)."""
+    vacuum_bytes: int = 0
+    """Delete the oldest archives until the root takes at most this many bytes (0: no such limit)."""
+    vacuum_seconds: float = 0.0
+    """Delete archives older than this many seconds (0: no such limit)."""
+    dry_run: bool = False
+
+
 # --- collector -> client -------------------------------------------------------------------------
 
 
@@ -223,7 +239,7 @@ class Report(msgspec.Struct, tag="report", kw_only=True):
     data: dict[str, object]
 
 
-ClientMessage = Hello | Batch | Route | Query
+ClientMessage = Hello | Batch | Route | Query | Collect
 CollectorMessage = Welcome | Verdicts | Error | Report
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -68,6 +68,7 @@ from gz_ia.client.protocol import (
 )
 
 from .adoption import adopt_spools_through
+from .collection import merge_gc_reports
 from .config import CollectorConfig
 from .connection_limits import ConnectionLimits
 from .listener import peer_credentials, serve_sockets
@@ -521,6 +522,8 @@ def merge_replies(replies: list[CollectorMessage], front: Front) -> CollectorMes
         return Verdicts(first=first.first, count=first.count, seqs=seqs, rejected=rejected)
     if isinstance(first, Report):
         reports = [reply.data for reply in replies if isinstance(reply, Report)]
+        if "gc" in first.data:  # gz-ia gc: each share removed its own sessions
+            return Report(data={"gc": merge_gc_reports([_gc_part(report) for report in reports])})
         if "metrics" in first.data:
             texts = [str(report.get("metrics", "")) for report in reports]
             return Report(data={"metrics": merged_exposition(front.metrics.registry, texts)})
@@ -722,3 +725,8 @@ class Front:
             }
         )
         return merged
+
+
+def _gc_part(report: dict[str, object]) -> dict[str, object]:
+    part = report.get("gc")
+    return part if isinstance(part, dict) else {}

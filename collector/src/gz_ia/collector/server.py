@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import re
@@ -32,6 +33,7 @@ from gz_ia.client.protocol import (
     MAX_FRAME,
     PROTOCOL_VERSION,
     Batch,
+    Collect,
     Error,
     FrameReader,
     FrameTooLarge,
@@ -49,6 +51,7 @@ from gz_ia.client.protocol import (
 from gz_ia.client.protocol import Rejection as WireRejection
 
 from .adoption import adopt_spools
+from .collection import gc_report, keeper
 from .config import CollectorConfig
 from .connection_limits import ConnectionLimits
 from .health import Health
@@ -60,6 +63,7 @@ from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
 from .stages import Rejection, open_actions_share
 from .storage._layout import LayoutError
+from .storage.retention import RetentionReport, apply_retention, collect_idle
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
 from .systemd import Notifier, watchdog_interval
 from .validation import DecodedBatch, decode_batch, decode_share, reject_misrouted
@@ -242,6 +246,8 @@ class Connection(asyncio.Protocol):
                 self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
             case Query():
                 self.send(Report(data=self.collector.status()))
+            case Collect():
+                self._collect(message)
             case Batch():
                 self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
                 self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
@@ -330,6 +336,24 @@ class Connection(asyncio.Protocol):
         outcome = collector.ingest.apply(self.root, self.producer, decoded)
         self.awaiting += 1
         collector.enqueue(self, outcome, size)
+
+    def _collect(self, request: Collect) -> None:
+        """``gz-ia gc``: run it in the collector's writer, answer with its report (see .collection)."""
+        task = asyncio.ensure_future(self.collector.collect(request, self.uid))
+        self.collector.tasks.add(task)
+
+        def answer(done: asyncio.Future[dict[str, object]]) -> None:
+            self.collector.tasks.discard(done)
+            exc = done.exception()
+            if exc is None:
+                self.send(Report(data={"gc": done.result()}))
+            elif isinstance(exc, LayoutError | OSError):
+                self.fail(RejectReason.ROOT_NOT_ALLOWED, f"cannot collect {request.root!r}: {exc}")
+            else:
+                log.error("gc of %s failed", request.root, exc_info=exc)
+                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this gc; see its log")
+
+        task.add_done_callback(answer)
 
     def _count_refused(self, reason: RejectReason, *, whole: bool = False) -> None:
         """Count a frame refused as a whole; in a sharded collector every share sees it, share 0 counts
@@ -435,6 +459,8 @@ class Collector:
         self._error_logged: set[str] = set()
         self._unrecorded_logged_at = -_UNRECORDED_LOG_INTERVAL
         self.health = Health()
+        self.tasks: set[asyncio.Future[dict[str, object]]] = set()
+        """Requests in progress (``gz-ia gc``), referenced until they answer."""
         self.limits = ConnectionLimits(config) if shares == 1 else None
         """Connection limits; a share's connections all come from its front, which applies them."""
         self._bind_gauges()
@@ -805,6 +831,53 @@ class Collector:
         if kind not in self._error_logged:
             self._error_logged.add(kind)
             log.error("cannot write %s: %s (unacknowledged events stay with their clients)", target.name, exc)
+
+    # --- gz-ia gc ----------------------------------------------------------------------------------------
+
+    async def collect(self, request: Collect, uid: int) -> dict[str, object]:
+        """Apply retention to a root now, as its writer (see :mod:`.collection`).
+
+        Idle sessions are removed on the loop under the flush lock, so no write pass is in flight
+        and nothing is staged meanwhile; archives are trimmed in the storage worker with the
+        running retention settings, tightened by the request's vacuum limits. In a sharded
+        collector each share removes and trims its own sessions, and share 0 the rejects files
+        and the root's budget.
+
+        Raises:
+            LayoutError: the root cannot be used (missing, someone else's, ...).
+        """
+        writer = self.writer
+        store = writer.root(Path(request.root), owner=uid)
+        policy = writer.retention.tightened(max_root_bytes=request.vacuum_bytes, max_age_seconds=request.vacuum_seconds)
+        owners, share = self.owners, self.share
+
+        def owns(session_id: str | None) -> bool:
+            if session_id is None:
+                return share == 0
+            return owners is None or owners[session_id] == share
+
+        now = writer.clock()
+        kept: list[str] = []
+        idle = RetentionReport()
+        if request.older_than > 0:
+            async with self._flush_lock:
+                release = functools.partial(
+                    writer.release_for_collection, store, idle_for=request.older_than, dry_run=request.dry_run
+                )
+                idle = collect_idle(
+                    store.dirs, request.older_than, now=now, dry_run=request.dry_run, keep=keeper(owns, release, kept)
+                )
+        trimmed = await asyncio.wrap_future(
+            writer.storage_job(
+                lambda: apply_retention(
+                    store.dirs, policy, now=now, dry_run=request.dry_run, owns=owns, budget=share == 0
+                )
+            )
+        )
+        if not request.dry_run:
+            writer.count_deleted(idle)
+            writer.count_deleted(trimmed)
+        return gc_report(store.path, policy, idle, trimmed, kept_live=kept, dry_run=request.dry_run, by="collector")
 
     # --- status ---------------------------------------------------------------------------------------
 

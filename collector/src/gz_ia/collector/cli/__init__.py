@@ -40,6 +40,7 @@ def session() -> None:
 
 from . import (  # noqa: E402, F401  - commands register themselves on the groups
     _export,
+    _gc,
     _install,
     _integrations,
     _mcp,

@@ -1,4 +1,4 @@
-"""Reading commands: ``gz-ia session logs``, ``gz-ia logs``, ``gz-ia sessions``, ``gz-ia session tree``, ``gz-ia gc``.
+"""Reading commands: ``gz-ia session logs``, ``gz-ia logs``, ``gz-ia sessions``, ``gz-ia session tree``.
 
 Conventions follow journalctl, kubectl and docker logs (ECOSYSTEM.md §2): ``-f`` follows like
 ``tail -F``, ``-n`` limits to the last N events (10 with ``-f`` and no ``--since``), ``-o`` picks the
@@ -707,7 +707,7 @@ def _history(
     yield from (reversed(selected) if reverse else selected)
 
 
-# --- sessions, trees, gc ----------------------------------------------------------------------------------
+# --- sessions and trees -----------------------------------------------------------------------------------
 
 
 def _summary_json(summary: Any) -> dict[str, Any]:
@@ -759,68 +759,3 @@ def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, col
         for line in format_tree(node, colour=use_colour(color, out.stream)):
             out.line(line)
     out.flush()
-
-
-@main.command("gc")
-@click.option(
-    "--older-than",
-    default="30d",
-    show_default=True,
-    help="Remove whole sessions whose last write is older than this (10m, 12h, 30d, 2w).",
-)
-@click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Collector config whose [retention] limits to apply too [default: the collector's].",
-)
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-@click.pass_context
-def gc_command(ctx: click.Context, older_than: str, dry_run: bool, config_path: Path | None, quiet: bool) -> None:
-    """Remove idle sessions and apply the retention limits to the root, now.
-
-    A session is idle when its last write (the newest mtime of its active file and archives) is
-    older than --older-than, open actions or not: nothing has written to it for that long. Only
-    files the collector names are removed.
-    """
-    from gz_ia.collector.config import ConfigError, load_config
-    from gz_ia.collector.storage._layout import LayoutError, open_root
-    from gz_ia.collector.storage.retention import MIN_IDLE_AGE, RetentionPolicy, apply_retention, collect_idle
-
-    try:
-        threshold = parse_duration(older_than)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--older-than") from exc
-    if threshold < MIN_IDLE_AGE:
-        raise click.BadParameter(
-            f"{older_than!r} is too recent: a running collector may still be writing a session idle for "
-            f"less than {MIN_IDLE_AGE / 60:g} minutes",
-            param_hint="--older-than",
-        )
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
-    root = root_of(ctx)
-    try:
-        dirs = open_root(root, owner=None, create=False)
-    except LayoutError as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)
-    now = time.time()
-    try:
-        idle = collect_idle(dirs, threshold, now=now, dry_run=dry_run)
-        kept = apply_retention(dirs, RetentionPolicy(config.retention), now=now, dry_run=dry_run)
-    finally:
-        dirs.close()
-    if quiet:
-        return
-    verb = "would remove" if dry_run else "removed"
-    for deletion in [*idle.deleted, *kept.deleted]:
-        click.echo(f"{verb} {deletion.directory}/{deletion.name} ({deletion.size} bytes, {deletion.reason})")
-    click.echo(
-        f"{verb} {len(idle.sessions_removed)} idle session(s) and "
-        f"{idle.files + kept.files} file(s), {idle.bytes + kept.bytes} bytes"
-    )

@@ -54,8 +54,11 @@ __all__ = [
     "Deletion",
     "RetentionPolicy",
     "RetentionReport",
+    "RootUsage",
+    "SessionUsage",
     "apply_retention",
     "collect_idle",
+    "disk_usage",
     "enforce_session",
 ]
 
@@ -117,6 +120,14 @@ class RetentionPolicy:
     def active(self) -> bool:
         """Whether any limit is set."""
         return bool(self.max_archives or self.max_age_seconds or self.max_root_bytes)
+
+    def tightened(self, *, max_root_bytes: int = 0, max_age_seconds: float = 0.0) -> RetentionPolicy:
+        """This policy with a budget and an archive age at most these (0: keep this policy's):
+        ``gz-ia gc --vacuum-size`` and ``--vacuum-time``."""
+        tight = RetentionPolicy(RetentionConfig(max_archives=self.max_archives))
+        tight.max_root_bytes = min(filter(None, (self.max_root_bytes, max_root_bytes)), default=0)
+        tight.max_age_seconds = min(filter(None, (self.max_age_seconds, max_age_seconds)), default=0.0)
+        return tight
 
 
 @dataclass(slots=True)
@@ -283,15 +294,81 @@ def enforce_session(
     return report
 
 
-def apply_retention(dirs: RootDirs, policy: RetentionPolicy, *, now: float, dry_run: bool = False) -> RetentionReport:
-    """Apply every limit to every session and the rejects file of a root (``gz-ia gc``)."""
+def apply_retention(
+    dirs: RootDirs,
+    policy: RetentionPolicy,
+    *,
+    now: float,
+    dry_run: bool = False,
+    owns: Callable[[str | None], bool] | None = None,
+    budget: bool = True,
+) -> RetentionReport:
+    """Apply every limit to every session and the rejects file of a root (``gz-ia gc``).
+
+    Args:
+        owns: only trim the archives of these sessions (None: the rejects files), for a share of a
+            sharded collector; None: all of them.
+        budget: also apply ``max_root_bytes``, over the whole root (one share of a sharded
+            collector does: archives are never written, so any process may delete them).
+    """
     report = RetentionReport()
     groups = _inventory(dirs)
-    for group in groups.values():
-        _trim_group(group, policy, now, report, dry_run=dry_run)
-    if policy.max_root_bytes:
+    for key, group in groups.items():
+        if owns is None or owns(key):
+            _trim_group(group, policy, now, report, dry_run=dry_run)
+    if budget and policy.max_root_bytes:
         _enforce_budget(groups, policy, report, dry_run=dry_run)
     return report
+
+
+@dataclass(slots=True)
+class SessionUsage:
+    """The bytes one session takes under a root (sizes, as ``max_root_bytes`` counts them)."""
+
+    active_bytes: int = 0
+    archived_bytes: int = 0
+    archives: int = 0
+    other_bytes: int = 0
+    """Torn fragments and the checkpoint."""
+    last_write: float = 0.0
+
+    @property
+    def bytes(self) -> int:
+        """Everything the session takes."""
+        return self.active_bytes + self.archived_bytes + self.other_bytes
+
+
+@dataclass(slots=True)
+class RootUsage:
+    """What the files the collector generated under a root take (``gz-ia disk-usage``)."""
+
+    sessions: dict[str, SessionUsage] = field(default_factory=dict)
+    rejects_bytes: int = 0
+    files: int = 0
+
+    @property
+    def bytes(self) -> int:
+        """Everything under the root that retention manages, the budget's measure."""
+        return self.rejects_bytes + sum(usage.bytes for usage in self.sessions.values())
+
+
+def disk_usage(dirs: RootDirs) -> RootUsage:
+    """Measure every generated file under a root, by session (one listing of each directory)."""
+    usage = RootUsage()
+    for key, group in _inventory(dirs).items():
+        archived = [item for files in group.archives.values() for item in files]
+        usage.files += len(archived) + len(group.others)
+        if key is None:
+            usage.rejects_bytes += sum(item.size for item in (*archived, *group.others))
+            continue
+        session = usage.sessions[key] = SessionUsage(last_write=group.last_write, archives=len(group.archives))
+        session.archived_bytes = sum(item.size for item in archived)
+        for item in group.others:
+            if item.name == active_name(key):
+                session.active_bytes += item.size
+            else:
+                session.other_bytes += item.size
+    return usage
 
 
 def collect_idle(

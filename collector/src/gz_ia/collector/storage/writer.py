@@ -359,6 +359,35 @@ class Writer:
             self._new_states += 1
         return state
 
+    def release_for_collection(self, root: RootStore, session_id: str, idle_for: float, *, dry_run: bool) -> bool:
+        """Before ``gz-ia gc`` removes an idle session: tell whether this writer keeps it, else forget it.
+
+        Kept: a session in memory with lines staged, open actions, or a write within ``idle_for``
+        seconds (whatever its files' mtimes say). Otherwise its state is dropped (unless
+        ``dry_run``), so that nothing is appended to or checkpointed for the removed files: its next
+        event starts it again. Call on the event loop with no write pass in flight.
+        """
+        state = root.sessions.get(session_id)
+        if state is None:
+            return False
+        if state.pending or state in self._dirty or state.open_actions or self.clock() - state.last_write < idle_for:
+            return True
+        if not dry_run:
+            self.forget(state)
+        return False
+
+    def storage_job(self, job: Callable[[], RetentionReport]) -> concurrent.futures.Future[RetentionReport]:
+        """Run ``job`` in the storage worker thread, after the compression and retention queued before it."""
+        if self._executor is None:
+            done: concurrent.futures.Future[RetentionReport] = concurrent.futures.Future()
+            done.set_result(job())
+            return done
+        return self._executor.submit(job)
+
+    def count_deleted(self, report: RetentionReport) -> None:
+        """Count what a retention pass run outside the writer (``gz-ia gc`` through the collector) deleted."""
+        self._count_deleted(report)
+
     def mark_dirty(self, target: AppendFile) -> None:
         """Note that ``target`` has pending bytes for the next flush."""
         self._dirty[target] = None
