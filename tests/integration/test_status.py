@@ -12,6 +12,7 @@ from tests.conftest import CollectorProcess
 
 from gz_ia.client import EventRejected, build_event
 from gz_ia.collector.cli._common import EXIT_UNAVAILABLE, version
+from gz_ia.collector.metrics import root_id
 
 # The write and delivery path: run against one process and against a sharded collector.
 pytestmark = pytest.mark.shards(1, 2)
@@ -46,7 +47,9 @@ def test_status_json_reports_health_version_roots_and_counters(busy: CollectorPr
     assert report["version"] == version()
     assert report["pid"] == _proc(busy).pid
     assert report["uptime_seconds"] >= 0
-    assert report["roots"] == [{"path": str(busy.root), "sessions_loaded": 3, "open_sessions": 2}]
+    assert report["roots"] == [
+        {"path": str(busy.root), "id": root_id(busy.root), "sessions_loaded": 3, "open_sessions": 2}
+    ]
     counters = report["counters"]
     assert (counters["received"], counters["written"], counters["rejected"]) == (4, 3, 1)
     assert counters["rejected_by_reason"] == {"finish_without_start": 1}
@@ -61,7 +64,7 @@ def test_status_text_is_readable(busy: CollectorProcess) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"gz-ia collector {version()}: healthy, pid {_proc(busy).pid}, up ")
     assert lines[0].endswith("durability os")
-    assert f"root {busy.root}: 3 sessions loaded, 2 with open actions" in lines
+    assert f"root {busy.root} (id {root_id(busy.root)}): 3 sessions loaded, 2 with open actions" in lines
     assert "events: received 4, written 3, rejected 1, duplicates 0, write_errors 0" in lines
     assert "  rejected finish_without_start: 1" in lines
     shares = [line for line in lines if line.startswith("shares: ")]

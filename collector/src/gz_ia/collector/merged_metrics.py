@@ -35,6 +35,7 @@ FRONT_ONLY: Final = frozenset(
         "gzia_connections_active",
         "gzia_connections",
         "gzia_connections_refused",
+        "gzia_connections_over_limit",
         "gzia_connections_paused",
         "gzia_received_bytes",
         "gzia_config_reloads",

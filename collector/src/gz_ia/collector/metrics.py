@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import bisect
 import errno
+import hashlib
 import itertools
 import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Final
 
 from prometheus_client import (
@@ -32,7 +34,7 @@ from prometheus_client.registry import Collector
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 
-__all__ = ["RELOAD_RESULTS", "WRITE_ERROR_KINDS", "ActionDurations", "Metrics", "write_error_kind"]
+__all__ = ["RELOAD_RESULTS", "WRITE_ERROR_KINDS", "ActionDurations", "Metrics", "root_id", "write_error_kind"]
 
 _LATENCY_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -60,6 +62,15 @@ def _sum(counter: Counter) -> float:
 
 def _by_label(counter: Counter, label: str) -> dict[str, int]:
     return {labels[label]: int(value) for labels, value in _samples(counter)}
+
+
+def root_id(path: Path) -> str:
+    """The ``root`` label of a session root: 12 hex digits of the SHA-256 of its path.
+
+    Paths are long and say where users work; the id is short, stable across restarts, and shown
+    beside the path in ``gz-ia status``. One series per root served since the start.
+    """
+    return hashlib.sha256(str(path).encode()).hexdigest()[:12]
 
 
 def _bound_label(bound: float) -> str:
@@ -202,6 +213,19 @@ class Metrics:
             "gzia_write_duration_seconds",
             "Time from a batch's arrival to its verdict (write, and sync when durable).",
             buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.fsync_latency = Histogram(
+            "gzia_fsync_duration_seconds",
+            "Time one durable write pass spent making its files durable (fdatasync or syncfs; durability = fsync).",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.root_size = Gauge(
+            "gzia_root_size_bytes",
+            "Bytes of the files retention manages under a root (by root id, see gz-ia status); "
+            "measured by retention passes.",
+            ["root"],
             registry=registry,
         )
         self.action_duration = ActionDurations(

@@ -58,7 +58,7 @@ from .health import Health
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
 from .listener import peer_credentials, serve_sockets
-from .metrics import Metrics, write_error_kind
+from .metrics import Metrics, root_id, write_error_kind
 from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
 from .stages import Rejection, open_actions_share
@@ -437,6 +437,9 @@ class Collector:
             config=config,
             on_rotated=metrics.rotations.inc,
             on_deleted=self._count_retention,
+            on_synced=metrics.fsync_latency.observe,
+            # One process measures each root: in a sharded collector every share serves every root.
+            on_measured=self._measured_root if share == 0 else None,
             share=share,
         )
         self.ingest = Ingest(
@@ -479,6 +482,10 @@ class Collector:
             log.warning("refusing connections: %s (counted in gzia_connections_over_limit_total)", detail)
         connection.fail(RejectReason.BUSY, detail)
         return False
+
+    def _measured_root(self, path: Path, size: int) -> None:
+        # Called from the writer's worker thread; prometheus_client gauges are thread-safe.
+        self.metrics.root_size.labels(root_id(path)).set(size)
 
     def _count_retention(self, files: int, nbytes: int) -> None:
         # Called from the writer's worker thread; prometheus_client counters are thread-safe.
@@ -867,13 +874,14 @@ class Collector:
                 idle = collect_idle(
                     store.dirs, request.older_than, now=now, dry_run=request.dry_run, keep=keeper(owns, release, kept)
                 )
-        trimmed = await asyncio.wrap_future(
-            writer.storage_job(
-                lambda: apply_retention(
-                    store.dirs, policy, now=now, dry_run=request.dry_run, owns=owns, budget=share == 0
-                )
-            )
-        )
+
+        def trim() -> RetentionReport:
+            report = apply_retention(store.dirs, policy, now=now, dry_run=request.dry_run, owns=owns, budget=share == 0)
+            if not request.dry_run:
+                writer.measure(store.dirs, force=True)
+            return report
+
+        trimmed = await asyncio.wrap_future(writer.storage_job(trim))
         if not request.dry_run:
             writer.count_deleted(idle)
             writer.count_deleted(trimmed)
@@ -909,6 +917,7 @@ class Collector:
             "roots": [
                 {
                     "path": str(root.path),
+                    "id": root_id(root.path),
                     "sessions_loaded": len(root.sessions),
                     "open_sessions": sum(1 for state in root.sessions.values() if state.open_actions),
                 }

@@ -59,7 +59,8 @@ def _print_report(report: dict[str, Any]) -> None:
         click.echo("limits: " + ", ".join(f"{key} {value}" for key, value in limits.items()))
     for root in report["roots"]:
         click.echo(
-            f"root {root['path']}: {root['sessions_loaded']} sessions loaded, {root['open_sessions']} with open actions"
+            f"root {root['path']} (id {root.get('id', '-')}): {root['sessions_loaded']} sessions loaded, "
+            f"{root['open_sessions']} with open actions"
         )
     counters = report["counters"]
     click.echo(

@@ -67,7 +67,7 @@ from ._layout import (
     torn_name,
     write_file_atomically,
 )
-from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport, enforce_session
+from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport, disk_usage, enforce_session
 from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
 
 __all__ = ["MAX_WATERMARKS", "AppendFile", "FlushJob", "RootStore", "SessionState", "Writer"]
@@ -82,6 +82,8 @@ _SYNCFS_MIN_FILES: Final = 64
 """A durable pass over this many files or more is synced with ``syncfs`` instead of file by file."""
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
 _SCAN_CHUNK: Final = 1 << 20
+_MEASURE_INTERVAL: Final = 60.0
+"""Seconds between two measures of a root's size after rotations (each lists the whole root)."""
 _json: Final = msgspec.json.Encoder()
 
 
@@ -262,6 +264,10 @@ class Writer:
         clock: wall clock (Unix seconds) for daily rotation, archive ages and snapshots.
         on_rotated: called on the event loop after each rotation.
         on_deleted: called from the worker thread with (files, bytes) removed by retention.
+        on_synced: called (from the thread that synced) with the seconds one durable write pass
+            spent in ``fdatasync``/``syncfs``.
+        on_measured: called from the worker thread with (root path, bytes) after a retention pass
+            measured what the root takes (at most once a minute per root, and after each gc).
         snapshot_interval: seconds between checkpoints of a session that keeps being written.
         background: run compression and retention in a worker thread (False: at once, inline).
         share: in a sharded collector, the share this writer belongs to: it names the rejects file
@@ -278,6 +284,8 @@ class Writer:
         clock: Callable[[], float] = time.time,
         on_rotated: Callable[[], None] | None = None,
         on_deleted: Callable[[int, int], None] | None = None,
+        on_synced: Callable[[float], None] | None = None,
+        on_measured: Callable[[Path, int], None] | None = None,
         snapshot_interval: float = 30.0,
         background: bool = True,
         share: int = 0,
@@ -298,6 +306,10 @@ class Writer:
         self._on_torn = on_torn
         self._on_rotated = on_rotated
         self._on_deleted = on_deleted
+        self._on_synced = on_synced
+        self._on_measured = on_measured
+        self._measured: dict[Path, float] = {}
+        """When each root was last measured (worker thread only)."""
         self.clock = clock
         self.snapshot_interval = snapshot_interval
         self.rotations = 0
@@ -334,6 +346,9 @@ class Writer:
             store = RootStore(open_root(path, owner=owner), self._rejects_stem)
             self._recover_rejects(store)
             self._roots[key] = store
+            if self._on_measured is not None:
+                dirs = store.dirs
+                self._submit(lambda: self.measure(dirs, force=True))
         return store
 
     @property
@@ -538,7 +553,10 @@ class Writer:
                         fcntl.flock(guarded, fcntl.LOCK_UN)
             written.append((target, data))
         if durable and written:
+            started = time.perf_counter()
             written, unsynced = self._sync_written(written)
+            if self._on_synced is not None:
+                self._on_synced(time.perf_counter() - started)
             failed += unsynced
         return written, failed
 
@@ -896,8 +914,23 @@ class Writer:
                 os.fsync(dir_fd)
             report = enforce_session(dirs, session_id, number, self.retention, now=self.clock(), rejects_stem=stem)
             self._count_deleted(report)
+            self.measure(dirs)
         except OSError as exc:
             log.error("after rotating segment %d of %s: %s", number, session_id or stem + ".jsonl", exc)
+
+    def measure(self, dirs: RootDirs, *, force: bool = False) -> None:
+        """Worker thread: report what a root takes to ``on_measured`` (a directory listing and a
+        ``stat`` per file, so at most once every ``_MEASURE_INTERVAL`` seconds unless ``force``)."""
+        if self._on_measured is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._measured.get(dirs.path, -_MEASURE_INTERVAL) < _MEASURE_INTERVAL:
+            return
+        self._measured[dirs.path] = now
+        try:
+            self._on_measured(dirs.path, disk_usage(dirs).bytes)
+        except OSError as exc:
+            log.warning("cannot measure %s: %s", dirs.path, exc)
 
     def _count_deleted(self, report: RetentionReport) -> None:
         if not report.deleted:
