@@ -3,7 +3,7 @@
 
 Exit codes: 0 success (nothing to delete included), 1 the root is missing or unusable (or the
 collector refused it), 2 usage error, 69 (``EX_UNAVAILABLE``) a collector listens but did not
-answer, or is busy: nothing was deleted.
+answer, is busy or is restarting a share: nothing was deleted.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def gc_command(
     write is older than --older-than, open actions or not. Only files the collector names are
     removed.
     """
-    from gz_ia.client.protocol import Collect, Error, Report
+    from gz_ia.client.protocol import Collect, Error, RejectReason, Report
     from gz_ia.collector.storage.retention import MIN_IDLE_AGE
 
     threshold = _option(parse_duration, older_than, "--older-than")
@@ -150,7 +150,9 @@ def gc_command(
     else:
         if isinstance(reply, Error):
             click.echo(f"gz-ia: the collector refused the gc: {reply.reason}: {reply.detail}", err=True)
-            ctx.exit(EXIT_UNAVAILABLE if reply.reason == "busy" else EXIT_NOT_FOUND)
+            # A root it cannot use is the caller's to fix; anything else (busy, a share being
+            # restarted) passes: nothing was deleted, try again.
+            ctx.exit(EXIT_NOT_FOUND if reply.reason == RejectReason.ROOT_NOT_ALLOWED else EXIT_UNAVAILABLE)
         answer = reply.data.get("gc") if isinstance(reply, Report) else None
         if not isinstance(answer, dict):
             click.echo(f"gz-ia: the collector at {path} does not run gc (an older version?)", err=True)
