@@ -3,6 +3,7 @@ and every connection already open (and every one after a slot frees) is served."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Any
 
@@ -22,7 +23,10 @@ def _connect(collector: CollectorProcess) -> socket.socket:
 
 
 def _hello(sock: socket.socket, collector: CollectorProcess) -> Any:
-    sock.sendall(encode_frame(Hello(proto=PROTOCOL_VERSION, producer="abc", pid=1, root=str(collector.root))))
+    """Say hello and return the first reply: a welcome, or the refusal sent as it connected (when the
+    collector closed the connection before the hello arrived, the refusal is still there to read)."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(encode_frame(Hello(proto=PROTOCOL_VERSION, producer="abc", pid=1, root=str(collector.root))))
     return first_reply(sock)
 
 

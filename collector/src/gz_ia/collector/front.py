@@ -177,7 +177,7 @@ class _Client(asyncio.Protocol):
             log.warning("refused a connection from uid %d (pid %d): not allowed", uid, self.pid)
             self.fail(RejectReason.PERMISSION_DENIED, f"uid {uid} may not use this collector")
             return
-        refused = front.limits.admit(uid)
+        refused = front.connection_limits.admit(uid)
         if refused is not None:
             front.metrics.connections_over_limit.labels(refused[0]).inc()
             self.fail(RejectReason.BUSY, refused[1])
@@ -347,7 +347,7 @@ class _Client(asyncio.Protocol):
         self.closing = True
         if self in self.front.clients:
             self.front.clients.discard(self)
-            self.front.limits.release(self.uid)
+            self.front.connection_limits.release(self.uid)
         self.front.paused.discard(self)
         self._close_links()
 
@@ -556,7 +556,7 @@ class Front:
         self.socket_path = near
         self.shares = Shares(config.shards, config, near=near)
         self.clients: set[_Client] = set()
-        self.limits = ConnectionLimits(config, per_connection=1 + config.shards)
+        self.connection_limits = ConnectionLimits(config, per_connection=1 + config.shards)
         """A client connection costs the front one descriptor, and one more to each share."""
         self.paused: set[_Client] = set()
         """Clients not read for backpressure: a share's backlog is full, or they do not read."""
@@ -680,7 +680,7 @@ class Front:
                 return
             old = self.config
             self.config = new
-            self.limits.configure(new)
+            self.connection_limits.configure(new)
             logging.getLogger().setLevel(new.log_level.upper())
             lagging = await self.shares.reload(new)
             if lagging:
@@ -707,6 +707,12 @@ class Front:
                 *(merged.get("reasons") or []),  # type: ignore[misc]
                 *(f"share {share} is down, being restarted" for share in down),
             ]
+        limits = merged.get("limits")
+        merged["limits"] = {
+            **(limits if isinstance(limits, dict) else {}),
+            "max_connections": self.connection_limits.total,  # the front's: it holds the clients
+            "max_connections_per_uid": self.connection_limits.per_uid,
+        }
         merged.update(
             {
                 "version": self.version,

@@ -172,8 +172,8 @@ class Connection(asyncio.Protocol):
         self.closing = True
         if self in self.collector.connections:
             self.collector.connections.discard(self)
-            if self.collector.limits is not None:
-                self.collector.limits.release(self.uid)
+            if self.collector.connection_limits is not None:
+                self.collector.connection_limits.release(self.uid)
         self.collector.paused.discard(self)
 
     def pause_writing(self) -> None:
@@ -464,15 +464,15 @@ class Collector:
         self.health = Health()
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
-        self.limits = ConnectionLimits(config) if shares == 1 else None
+        self.connection_limits = ConnectionLimits(config) if shares == 1 else None
         """Connection limits; a share's connections all come from its front, which applies them."""
         self._bind_gauges()
 
     def admit(self, connection: Connection) -> bool:
         """Count ``connection`` against the connection limits, or refuse it ``busy`` (see .connection_limits)."""
-        if self.limits is None:
+        if self.connection_limits is None:
             return True
-        refused = self.limits.admit(connection.uid)
+        refused = self.connection_limits.admit(connection.uid)
         if refused is None:
             return True
         limit, detail = refused
@@ -627,8 +627,8 @@ class Collector:
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
         self.ingest.cycles.per_session = new.max_open_actions
         self.ingest.cycles.total = open_actions_share(new.max_open_actions_total, self.shares)
-        if self.limits is not None:
-            self.limits.configure(new)
+        if self.connection_limits is not None:
+            self.connection_limits.configure(new)
         logging.getLogger().setLevel(new.log_level.upper())
         for connection in list(self.connections):
             connection._update_reading()  # a raised max_backlog_batches resumes paused connections
@@ -898,7 +898,14 @@ class Collector:
             "descriptor_limit": -1 if soft == resource.RLIM_INFINITY else soft,
             "max_open_actions": self.config.max_open_actions,
             "max_backlog_batches": self.config.max_backlog_batches,
+            **self._connection_limits(),
         }
+
+    def _connection_limits(self) -> dict[str, int]:
+        limits = self.connection_limits
+        if limits is None:  # a share: its front applies them
+            return {}
+        return {"max_connections": limits.total, "max_connections_per_uid": limits.per_uid}
 
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
