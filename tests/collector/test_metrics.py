@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.metrics import RELOAD_RESULTS, WRITE_ERROR_KINDS, Metrics, write_error_kind
+from gz_ia.collector.metrics import RELOAD_RESULTS, WRITE_ERROR_KINDS, Metrics, root_id, write_error_kind
 
 # The documented metrics, by name (counters without their _total suffix, as the parser names them).
 REQUIRED = {
@@ -49,6 +49,7 @@ ALLOWED_LABELS = {
     "reason": {reason.value for reason in RejectReason},
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
+    "limit": {"total", "per_uid"},
 }
 
 
@@ -236,7 +237,7 @@ def test_write_error_kind_maps_to_a_fixed_set(code: int | None, kind: str) -> No
 
 def test_every_metric_is_documented(metrics: Metrics, registry: CollectorRegistry) -> None:
     """docs/operations.md's metrics table lists exactly the gzia_ metrics the collector exports (and
-    the sharded front's own gauge, which only a front makes)."""
+    the sharded front's own gauge, which only a front makes, and the per-root one)."""
     docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     documented = set(re.findall(r"^\| `(gzia_[a-z_]+)` \|", docs, re.MULTILINE))
     exported = {
@@ -250,4 +251,17 @@ def test_every_metric_is_documented(metrics: Metrics, registry: CollectorRegistr
         for family in text_string_to_metric_families(generate_latest(registry).decode())
         if family.type == "histogram" and family.name.startswith("gzia_")
     }
-    assert documented == exported | {"gzia_shares_answering"}
+    # gzia_root_size_bytes has a series per root served, none before.
+    assert documented == exported | {"gzia_shares_answering", "gzia_root_size_bytes"}
+
+
+def test_the_root_label_is_a_short_stable_id_never_the_path(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """The per-root gauge is labelled by 12 hex digits of the path's hash: bounded in length, the
+    same across restarts, different for different roots."""
+    long_root = Path("/home/someone/" + "deep/" * 200 + ".harness")
+    metrics.root_size.labels(root_id(long_root)).set(123)
+    text = generate_latest(registry).decode()
+    assert f'gzia_root_size_bytes{{root="{root_id(long_root)}"}} 123.0' in text
+    assert "someone" not in text
+    assert re.fullmatch(r"[0-9a-f]{12}", root_id(long_root))
+    assert root_id(long_root) == root_id(Path(str(long_root))) != root_id(Path("/other/.harness"))
