@@ -347,3 +347,44 @@ def test_a_wide_pass_of_appends_is_written_on_the_loop_in_parts_that_let_it_read
         patch.setenv("GZ_IA_STATE_DIR", str(tmp_path / "state"))
         lab.run(scenario)
     assert _deliveries(lab.root / "sessions" / "w599.events.jsonl") == [("aa:600", "a-w599"), ("aa:1200", "b-w599")]
+
+
+def test_a_failed_sync_is_never_acknowledged_and_the_collector_says_it_is_unhealthy(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """durability = fsync: an fdatasync that fails with EIO (a device error; no disk here fails on
+    demand, so the call is replaced) answers write_failed, cuts the unsynced bytes off, and makes
+    the status unhealthy with the reason, until a write to that root succeeds again."""
+    real = os.fdatasync
+    failing = threading.Event()
+
+    def fdatasync(fd: int) -> None:
+        if failing.is_set():
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+    async def scenario(lab: Lab) -> None:
+        collector = lab.collector
+        peer = await lab.connect("aa")
+        await peer.send(1, "aa-1")
+        assert isinstance(await peer.next(), Verdicts)
+        assert collector.status()["healthy"] is True
+        failing.set()
+        await peer.send(2, "aa-2")
+        failure = await peer.next()
+        assert isinstance(failure, Error) and failure.reason is RejectReason.WRITE_FAILED
+        status = collector.status()
+        assert status["healthy"] is False
+        assert any("an I/O error (EIO)" in str(reason) and str(lab.root) in str(reason) for reason in status["reasons"])  # type: ignore[attr-defined]
+        assert _deliveries(lab.session_file) == [("aa:1", "aa-1")], "the unsynced line is cut off again"
+        failing.clear()
+        again = await lab.connect("aa")
+        await again.send(2, "aa-2")
+        verdicts = await again.next()
+        assert isinstance(verdicts, Verdicts)
+        assert (collector.status()["healthy"], collector.status()["reasons"]) == (True, [])
+
+    lab.run(scenario)
+    assert _deliveries(lab.session_file) == [("aa:1", "aa-1"), ("aa:2", "aa-2")]
