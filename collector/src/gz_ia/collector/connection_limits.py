@@ -5,7 +5,7 @@ Past a limit a new connection is refused at once with ``busy`` (the client keeps
 comes back with backoff), counted in ``gzia_connections_over_limit_total``, and the connections
 already open keep being served. ``max_connections = 0`` derives the limit from the descriptor limit:
 the part :func:`.server.file_budget` leaves beside the session files, less a margin for the listening
-sockets, the metrics server and the roots' directories.
+sockets, the metrics server and the roots' directories (see :func:`auto_max_connections`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ _MARGIN: Final = 32
 def auto_max_connections(descriptors: int, *, per_connection: int = 1) -> int:
     """The default ``max_connections`` for a process allowed ``descriptors`` open files.
 
-    ``per_connection``: descriptors a connection costs (a sharded collector's front holds one to
-    each share besides the client's).
+    The sockets' part of a collector's descriptors (what :func:`.server.file_budget` leaves beside
+    the session files) less a margin: a share of a sharded collector holds one connection per client
+    too. ``per_connection``: descriptors a client costs here (a front holds one to each share besides
+    the client's, and no session files), which bounds it as well.
     """
     reserve = max(64, descriptors // 8)  # what file_budget keeps for sockets
-    return max(MIN_CONNECTIONS, (reserve - _MARGIN) // per_connection)
+    return max(MIN_CONNECTIONS, min(reserve - _MARGIN, (descriptors - 2 * _MARGIN) // per_connection))
 
 
 def _descriptors() -> int:
