@@ -16,7 +16,14 @@ from prometheus_client.registry import Collector
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.metrics import RELOAD_RESULTS, WRITE_ERROR_KINDS, Metrics, root_id, write_error_kind
+from gz_ia.collector.metrics import (
+    RELOAD_RESULTS,
+    SPOOL_OUTCOMES,
+    WRITE_ERROR_KINDS,
+    Metrics,
+    root_id,
+    write_error_kind,
+)
 
 # The documented metrics, by name (counters without their _total suffix, as the parser names them).
 REQUIRED = {
@@ -50,6 +57,7 @@ ALLOWED_LABELS = {
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
+    "outcome": set(SPOOL_OUTCOMES),
 }
 
 

@@ -232,7 +232,13 @@ class Sender:
         self._backoff = _BACKOFF_MIN
         self._retry_at = 0.0
         self._spool = (
-            Spool(self.spool_dir, self.producer, str(self.root), max_bytes=self.max_spool_bytes)
+            Spool(
+                self.spool_dir,
+                self.producer,
+                str(self.root),
+                max_bytes=self.max_spool_bytes,
+                socket=str(self.socket_path),
+            )
             if self.spool_dir is not None
             else None
         )

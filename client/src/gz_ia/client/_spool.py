@@ -9,8 +9,10 @@ A spool belongs to one producer and holds numbered segments::
 Every record is a 4-byte big-endian length and a MessagePack body. Events get their producer number
 (``pseq``) when spilled, so a resend from the spool is recognised by the collector like any other
 resend, whether the client delivers it after reconnecting or the collector adopts the spool of a
-client that died (its lock is free). Past ``max_bytes`` the oldest segment is deleted and its events
-are counted as dropped, per session, so that the loss can be reported.
+client that died (its lock is free). The header names the root the events go to and (from version 2)
+the collector socket they were meant for, so that only a collector entitled to them adopts them; a
+version 1 header, without a socket, still reads (``socket`` is empty). Past ``max_bytes`` the oldest
+segment is deleted and its events are counted as dropped, per session, so that the loss can be reported.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import msgspec
 
 __all__ = ["SPOOL_VERSION", "Spool", "SpoolHeader", "SpoolRecord", "read_segment"]
 
-SPOOL_VERSION: Final = 1
+SPOOL_VERSION: Final = 2
 SEGMENT_BYTES: Final = 1 << 20
 _LENGTH: Final = struct.Struct(">I")
 
@@ -38,6 +40,8 @@ class SpoolHeader(msgspec.Struct, tag="spool", kw_only=True):
     version: int
     producer: str
     root: str
+    socket: str = ""
+    """The collector's socket the events were sent to (absolute); empty in version 1 spools."""
 
 
 class SpoolRecord(msgspec.Struct, array_like=True):
@@ -96,12 +100,14 @@ class Spool:
         producer: the producer id owning the spool.
         root: the session root the events go to.
         max_bytes: bound on the spool's size; past it the oldest segment is dropped.
+        socket: the collector's socket the events were meant for, recorded in each segment.
     """
 
-    def __init__(self, directory: Path, producer: str, root: str, *, max_bytes: int) -> None:
+    def __init__(self, directory: Path, producer: str, root: str, *, max_bytes: int, socket: str = "") -> None:
         self.directory = directory
         self.producer = producer
         self.root = root
+        self.socket = os.path.abspath(socket) if socket else ""
         self.max_bytes = max_bytes
         self._lock_fd: int | None = None
         self._segments: list[Path] = []
@@ -137,7 +143,9 @@ class Spool:
         if self._current is None or self._current_size >= segment_bytes:
             self._current = self.directory / f"{self.producer}.{self._next_segment:06d}.spool"
             self._next_segment += 1
-            header = _frame(SpoolHeader(version=SPOOL_VERSION, producer=self.producer, root=self.root))
+            header = _frame(
+                SpoolHeader(version=SPOOL_VERSION, producer=self.producer, root=self.root, socket=self.socket)
+            )
             data = header + data
             self._segments.append(self._current)
             self._current_size = 0

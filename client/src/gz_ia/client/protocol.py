@@ -89,6 +89,7 @@ class RejectReason(enum.StrEnum):
     MISROUTED = "misrouted"
     INVALID_EVENT_NUMBER = "invalid_event_number"
     BUSY = "busy"
+    ROOT_LOCKED = "root_locked"
 
 
 # --- client -> collector -------------------------------------------------------------------------

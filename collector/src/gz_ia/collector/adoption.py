@@ -1,57 +1,103 @@
 """Adopting the disk spools of clients that died before they could deliver.
 
 A client spills events to ``<spool dir>/<producer>.<n>.spool`` while the collector is unreachable
-and holds ``<producer>.lock`` while it lives. A spool whose lock is free belongs to a dead process:
-the collector ingests its events under the dead producer's id (so anything already written is
-recognised as a duplicate), in the order of their producer numbers, writes them, and only then
-deletes the segments. A crash in between
-only means the next adoption finds the same events again and drops them as duplicates.
+and holds ``<producer>.lock`` while it lives. A spool whose lock is free belongs to a dead process.
+Each segment's header names the root its events go to and the collector socket they were sent to
+(older clients name none). A collector adopts a segment only when it is entitled to it: meant for
+one of its own sockets, for a socket where no collector answers any more (the collector moved), or
+for none; and only once it holds the root's lock (:mod:`.storage.root_lock`), so a root another
+collector serves is left to that one. It ingests the events under the dead producer's id (so
+anything already written is recognised as a duplicate), in the order of their producer numbers, in
+batches within the protocol's limits, writes them, and only then deletes the segments. A crash in
+between only means the next adoption finds the same events again and drops them as duplicates.
+
+A segment that can never be adopted (unreadable, holding an event larger than a frame, or meant for
+a root that is refused for a reason that will not change) is moved into ``<spool dir>/quarantine/``
+with a ``.reason`` file beside it, counted and listed by ``gz-ia status``: it never holds up the
+others, and nothing in it is deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import msgspec
 
 from gz_ia.client._spool import SpoolRecord, orphaned_spools, read_segment
 from gz_ia.client.protocol import (
     MAX_BATCH_EVENTS,
+    MAX_FRAME,
     PROTOCOL_VERSION,
     Batch,
     Error,
     FrameReader,
     FrameTooLarge,
     Hello,
+    RejectReason,
     Verdicts,
     collector_message_decoder,
     encode_frame,
 )
 
 from .ingest import BatchOutcome, Ingest
+from .metrics import Metrics
 from .storage._layout import LayoutError
-from .storage.writer import Writer
+from .storage.root_lock import RootLocked
+from .storage.writer import RootStore, Writer
 from .validation import decode_batch
 
-__all__ = ["adopt_spools", "adopt_spools_through"]
+__all__ = [
+    "QUARANTINE_DIR",
+    "Adoption",
+    "NotNow",
+    "Unadoptable",
+    "adopt_spools",
+    "adopt_spools_through",
+    "count_adoption",
+    "quarantined_spools",
+]
 
 log = logging.getLogger("gz_ia.collector")
 
+QUARANTINE_DIR: Final = "quarantine"
+_REASON_SUFFIX: Final = ".reason"
+_BATCH_BYTES: Final = MAX_FRAME - 1024
+"""Encoded events per adoption batch: the batch's envelope around them fits in what is left of a frame."""
+_TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
+"""Errors opening a root that clear by themselves (as the handshake treats them): retry, never quarantine."""
+_RETRIED: Final = frozenset(
+    {RejectReason.ROOT_LOCKED, RejectReason.WRITE_FAILED, RejectReason.SHUTTING_DOWN, RejectReason.INTERNAL_ERROR}
+)
+"""Refusals of a spooled batch that may not happen next time; any other is for good."""
 
-def _runs(records: list[SpoolRecord]) -> list[list[SpoolRecord]]:
-    """Split records into runs of consecutive producer numbers (one batch each)."""
-    runs: list[list[SpoolRecord]] = []
-    for record in records:
-        if runs and record.pseq == runs[-1][-1].pseq + 1 and len(runs[-1]) < MAX_BATCH_EVENTS:
-            runs[-1].append(record)
-        else:
-            runs.append([record])
-    return runs
+
+class NotNow(Exception):
+    """A spool cannot be delivered now (a failed write, a root another collector serves): retried later."""
+
+
+class Unadoptable(Exception):
+    """A spool can never be delivered as it is: it is quarantined."""
+
+
+class Adoption:
+    """What one round of adoption did: events delivered, spool files adopted and quarantined."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.adopted = 0
+        self.quarantined = 0
+
+
+Deliver = Callable[[str, str, list[SpoolRecord]], int]
+"""Deliver one producer's records for one root, ordered by number; return how many were answered.
+Raises :class:`NotNow` or :class:`Unadoptable`."""
 
 
 def adopt_spools(
@@ -60,91 +106,267 @@ def adopt_spools(
     writer: Writer,
     *,
     uid: int,
+    sockets: list[str],
+    open_root: Callable[[Path], RootStore],
     durable: bool,
     on_outcome: Callable[[BatchOutcome], None],
-) -> int:
-    """Ingest and remove every orphaned spool under ``directory``; return the events adopted.
+) -> Adoption:
+    """Ingest every orphaned spool under ``directory`` this collector is entitled to (see the module).
 
-    Only spool files owned by ``uid`` are read; ``durable`` syncs what is written before the spool
-    is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics).
+    Only spool files owned by ``uid`` are read; ``sockets`` are this collector's; ``open_root``
+    returns a root's store once this collector holds its lock (raising
+    :class:`~.storage.root_lock.RootLocked` otherwise); ``durable`` syncs what is written before the
+    spool is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics).
 
     A producer's events are written in the order of their numbers, not of its segments: at exit a
     client spools its unanswered window, older numbers, after what it spilled while waiting, and
     applied segment by segment those would follow higher numbers of the same session and be taken
-    for duplicates. So the whole spool is read first (it is bounded by the client's
-    ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
+    for duplicates. So each root's part of a spool is read whole first (it is bounded by the
+    client's ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
     """
 
-    def deliver(producer: str, spool: _Spool) -> int | None:
-        outcomes = []
-        for root_path, records in spool.by_root.items():
-            try:
-                root = writer.root(Path(root_path), owner=uid)
-            except (OSError, LayoutError) as exc:
-                log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root_path, exc)
-                return None
-            outcomes += [ingest.apply(root, producer, decode_batch(frame[4:])) for frame in _batch_frames(records)]
-        # Every root could be opened: write the lot, then answer for it.
+    def deliver(producer: str, root_path: str, records: list[SpoolRecord]) -> int:
+        bodies = _batch_bodies(records)
+        try:
+            root = open_root(Path(root_path))
+        except RootLocked as exc:
+            raise NotNow(str(exc)) from exc
+        except LayoutError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
+                raise NotNow(str(exc)) from exc
+            raise Unadoptable(str(exc)) from exc
+        except OSError as exc:
+            raise NotNow(f"cannot open root {root_path!r}: {exc}") from exc
+        outcomes = [ingest.apply(root, producer, decode_batch(body)) for body in bodies]
         _, failed, _ = writer.flush(durable=durable)
         if failed or not all(outcome.intact() for outcome in outcomes):
-            log.warning("cannot write the spooled events of %s yet; will retry", producer)
-            return None
+            raise NotNow("its events could not be written")
         for outcome in outcomes:
             on_outcome(outcome)
         return sum(outcome.count for outcome in outcomes)
 
-    return _adopt_each(directory, uid, deliver)
+    return _adopt_each(directory, uid, _entitled(sockets), deliver)
 
 
-def adopt_spools_through(socket_path: Path, directory: Path, *, uid: int, timeout: float = 60.0) -> int:
-    """Deliver every orphaned spool under ``directory`` as a client of the collector on ``socket_path``.
+def adopt_spools_through(
+    socket_path: Path, directory: Path, *, uid: int, sockets: list[str], timeout: float = 60.0
+) -> Adoption:
+    """Deliver every orphaned spool under ``directory`` this collector is entitled to, as a client of
+    the collector on ``socket_path`` (one of ``sockets``, its own).
 
     This is adoption in a sharded collector, whose front holds no sessions: it sends each dead
     producer's events, under that producer's id and numbers, through its own socket like any client
     (one connection per root, batches in the order of their numbers), and deletes the spool only
-    once every batch has its verdicts. Runs in a thread: the front's loop serves the connection.
+    once every batch has its verdicts. The front's handshake takes the root's lock, as for any
+    client. Runs in a thread: the front's loop serves the connection.
     """
 
-    def deliver(producer: str, spool: _Spool) -> int | None:
+    def deliver(producer: str, root_path: str, records: list[SpoolRecord]) -> int:
+        frames = [len(body).to_bytes(4, "big") + body for body in _batch_bodies(records)]
         try:
-            return sum(
-                _send_spool(socket_path, producer, root_path, records, timeout)
-                for root_path, records in spool.by_root.items()
-            )
-        except (OSError, FrameTooLarge, msgspec.DecodeError, _NotDelivered) as exc:
-            log.warning("cannot adopt the spool of %s yet: %s; will retry", producer, exc)
-            return None
+            return _send_spool(socket_path, producer, root_path, frames, timeout)
+        except (OSError, FrameTooLarge, msgspec.DecodeError) as exc:
+            raise NotNow(str(exc)) from exc
 
-    return _adopt_each(directory, uid, deliver)
+    return _adopt_each(directory, uid, _entitled(sockets), deliver)
 
 
-def _adopt_each(directory: Path, uid: int, deliver: Callable[[str, _Spool], int | None]) -> int:
-    """Read each orphaned spool, ``deliver`` it (None: not now), and delete it once delivered."""
-    adopted = 0
+def count_adoption(metrics: Metrics, done: Adoption) -> None:
+    """Count what a round of adoption did (events, and spool files by outcome)."""
+    if done.events:
+        metrics.spool_adopted.inc(done.events)
+    if done.adopted:
+        metrics.spool_files.labels("adopted").inc(done.adopted)
+    if done.quarantined:
+        metrics.spool_files.labels("quarantined").inc(done.quarantined)
+
+
+def quarantined_spools(directory: Path) -> list[dict[str, str]]:
+    """The spool files moved aside under ``directory``, each with why (for ``gz-ia status``)."""
+    quarantine = directory / QUARANTINE_DIR
+    try:
+        paths = sorted(path for path in quarantine.iterdir() if path.name.endswith(".spool"))
+    except OSError:
+        return []
+    listed = []
+    for path in paths:
+        try:
+            reason = path.with_name(path.name + _REASON_SUFFIX).read_text(errors="replace").strip()
+        except OSError:
+            reason = ""
+        listed.append({"path": str(path), "reason": reason})
+    return listed
+
+
+class _Part:
+    """One root's share of a dead producer's spool: its records (each number once) and segment files."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket = socket_path
+        self.numbered: dict[int, SpoolRecord] = {}
+        self.paths: list[Path] = []
+
+    def ordered(self) -> list[SpoolRecord]:
+        return [self.numbered[number] for number in sorted(self.numbered)]
+
+
+def _adopt_each(directory: Path, uid: int, entitled: Callable[[str], bool], deliver: Deliver) -> Adoption:
+    """Adopt each orphaned spool (see :func:`_adopt_one`); one that fails never stops the others."""
+    done = Adoption()
     for producer, lock_fd, segments in orphaned_spools(directory):
         try:
-            spool = _read_spool(segments, uid)
-            if spool is None:
-                continue
-            delivered = deliver(producer, spool)
-            if delivered is None:
-                continue
-            adopted += delivered
-            spool.remove(directory, producer)
+            _adopt_one(directory, producer, segments, uid, entitled, deliver, done)
+        except Exception:  # a bug on one spool must not keep every later one waiting
+            log.exception("cannot adopt the spool of %s; will retry", producer)
         finally:
             os.close(lock_fd)
-    if adopted:
-        log.info("adopted %d spooled events of clients that exited before delivering them", adopted)
-    return adopted
+    if done.events:
+        log.info("adopted %d spooled events of clients that exited before delivering them", done.events)
+    return done
 
 
-class _NotDelivered(Exception):
-    """The collector answered a spooled batch with an error."""
+def _adopt_one(
+    directory: Path,
+    producer: str,
+    segments: list[Path],
+    uid: int,
+    entitled: Callable[[str], bool],
+    deliver: Deliver,
+    done: Adoption,
+) -> None:
+    """Deliver, quarantine or leave each root's part of one dead producer's spool."""
+    parts: dict[str, _Part] = {}
+    left = False
+    """Something stays for later (or is not this collector's): the producer's lock file too."""
+    for path in segments:
+        try:
+            if os.stat(path, follow_symlinks=False).st_uid != uid:
+                left = True
+                continue
+            header, records = read_segment(path)
+        except msgspec.DecodeError as exc:
+            if _quarantine(directory, path, f"unreadable: {exc}"):
+                done.quarantined += 1
+            else:
+                left = True
+            continue
+        except OSError as exc:
+            log.warning("cannot adopt spool %s yet: %s; will retry", path, exc)
+            return  # a segment missing from its root's part would have its numbers taken as written
+        part = parts.setdefault(header.root, _Part(header.socket))
+        part.paths.append(path)
+        for record in records:
+            part.numbered.setdefault(record.pseq, record)  # a resent window may repeat a spooled event
+    for root, part in parts.items():
+        if not entitled(part.socket):
+            left = True
+            continue
+        try:
+            count = deliver(producer, root, part.ordered())
+        except NotNow as exc:
+            log.warning("cannot adopt the spool of %s into %s yet: %s; will retry", producer, root, exc)
+            left = True
+            continue
+        except Unadoptable as exc:
+            moved = sum(_quarantine(directory, path, f"cannot be adopted into {root}: {exc}") for path in part.paths)
+            done.quarantined += moved
+            left = left or moved < len(part.paths)
+            continue
+        done.events += count
+        done.adopted += len(part.paths)
+        for path in part.paths:
+            path.unlink(missing_ok=True)
+    if not left:
+        with contextlib.suppress(OSError):
+            (directory / f"{producer}.lock").unlink()
 
 
-def _send_spool(socket_path: Path, producer: str, root: str, numbered: dict[int, SpoolRecord], timeout: float) -> int:
-    """Send one root's spooled events; return how many were answered (written, duplicate or rejected)."""
-    frames = _batch_frames(numbered)
+def _quarantine(directory: Path, path: Path, reason: str) -> bool:
+    """Move a spool file that can never be adopted into the quarantine directory, saying why;
+    False when it cannot be moved now (it stays, and is tried again next round)."""
+    quarantine = directory / QUARANTINE_DIR
+    try:
+        quarantine.mkdir(mode=0o700, exist_ok=True)
+        target = quarantine / path.name
+        number = 1
+        while target.exists():
+            target = quarantine / f"{path.stem}.{number}{path.suffix}"
+            number += 1
+        target.with_name(target.name + _REASON_SUFFIX).write_text(reason + "\n")
+        path.rename(target)
+    except OSError as exc:
+        log.error("cannot quarantine spool %s (%s): %s; will retry", path, reason, exc)
+        return False
+    log.error("spool %s cannot be adopted: %s; moved to %s", path, reason, target)
+    return True
+
+
+def _entitled(sockets: list[str]) -> Callable[[str], bool]:
+    """Whether this collector (listening on ``sockets``) may adopt a spool meant for a socket."""
+    ours = {os.path.realpath(path) for path in sockets}
+    answers: dict[str, bool] = {}
+
+    def entitled(meant_for: str) -> bool:
+        if not meant_for or os.path.realpath(meant_for) in ours:
+            return True
+        if meant_for not in answers:
+            answers[meant_for] = _answers(meant_for)
+            if answers[meant_for]:
+                log.debug("leaving spools meant for %s to the collector there", meant_for)
+        return not answers[meant_for]
+
+    return entitled
+
+
+def _answers(path: str) -> bool:
+    """Whether a collector listens on the socket ``path`` (a full accept queue counts as one)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+    return True
+
+
+def _batch_bodies(records: list[SpoolRecord]) -> list[bytes]:
+    """Batch bodies of the records, in order: runs of consecutive numbers, each within the limits
+    of one frame (bytes and events).
+
+    Raises:
+        Unadoptable: an event is larger than a frame can carry.
+    """
+    bodies: list[bytes] = []
+    run: list[SpoolRecord] = []
+    size = 0
+    for record in records:
+        length = len(record.body)
+        if length > _BATCH_BYTES:
+            raise Unadoptable(f"event {record.pseq} of session {record.session_id!r} is {length} bytes, over a frame")
+        if run and (record.pseq != run[-1].pseq + 1 or len(run) >= MAX_BATCH_EVENTS or size + length > _BATCH_BYTES):
+            bodies.append(_batch_body(run))
+            run, size = [], 0
+        run.append(record)
+        size += length
+    if run:
+        bodies.append(_batch_body(run))
+    return bodies
+
+
+def _batch_body(run: list[SpoolRecord]) -> bytes:
+    return msgspec.msgpack.encode(Batch(first=run[0].pseq, events=[record.body for record in run]))
+
+
+def _send_spool(socket_path: Path, producer: str, root: str, frames: list[bytes], timeout: float) -> int:
+    """Send one root's spooled batches; return how many events were answered (written, duplicate or rejected).
+
+    Raises:
+        NotNow: the collector refused them for now (another collector serves the root, a failed write).
+        Unadoptable: the collector refused them for a reason that will not change.
+    """
     reader = FrameReader()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
@@ -157,59 +379,13 @@ def _send_spool(socket_path: Path, producer: str, root: str, numbered: dict[int,
         while replies < len(frames) + 1:
             data = sock.recv(1 << 16)
             if not data:
-                raise _NotDelivered("the collector closed the connection")
+                raise NotNow("the collector closed the connection")
             for body in reader.feed(data):
                 message = collector_message_decoder.decode(body)
                 if isinstance(message, Error):
-                    raise _NotDelivered(f"{message.reason}: {message.detail}")
+                    refusal = f"{message.reason}: {message.detail}"
+                    raise NotNow(refusal) if message.reason in _RETRIED else Unadoptable(refusal)
                 replies += 1
                 if isinstance(message, Verdicts):
                     answered += message.count
     return answered
-
-
-class _Spool:
-    """What could be read of one dead producer's spool: its records by root, each event once."""
-
-    def __init__(self) -> None:
-        self.by_root: dict[str, dict[int, SpoolRecord]] = {}
-        self.read: list[Path] = []
-        self.complete = True
-        """False when a segment was skipped (someone else's, or not a spool): the lock stays."""
-
-    def remove(self, directory: Path, producer: str) -> None:
-        """Delete the segments read (their events are written), and the lock if nothing is left."""
-        for path in self.read:
-            path.unlink(missing_ok=True)
-        if self.complete:
-            with contextlib.suppress(OSError):
-                (directory / f"{producer}.lock").unlink()
-
-
-def _read_spool(segments: list[Path], uid: int) -> _Spool | None:
-    """Read every segment owned by ``uid``; None when one cannot be read now (retried later)."""
-    spool = _Spool()
-    for path in segments:
-        try:
-            if os.stat(path, follow_symlinks=False).st_uid != uid:
-                spool.complete = False
-                continue
-            header, records = read_segment(path)
-        except msgspec.DecodeError as exc:
-            log.warning("cannot adopt spool %s: %s", path, exc)
-            spool.complete = False
-            continue
-        except OSError as exc:
-            log.warning("cannot adopt spool %s yet: %s; will retry", path, exc)
-            return None
-        spool.read.append(path)
-        numbered = spool.by_root.setdefault(header.root, {})
-        for record in records:
-            numbered.setdefault(record.pseq, record)  # a resent window may repeat a spooled event
-    return spool
-
-
-def _batch_frames(numbered: dict[int, SpoolRecord]) -> list[bytes]:
-    """The records in the order of their numbers, as Batch frames of consecutive numbers."""
-    ordered = [numbered[number] for number in sorted(numbered)]
-    return [encode_frame(Batch(first=run[0].pseq, events=[record.body for record in run])) for run in _runs(ordered)]

@@ -67,15 +67,18 @@ from gz_ia.client.protocol import (
     route_decoder,
 )
 
-from .adoption import adopt_spools_through
+from .adoption import adopt_spools_through, count_adoption, quarantined_spools
 from .collection import merge_gc_reports
 from .config import CollectorConfig
 from .connection_limits import ConnectionLimits
+from .known_roots import KnownRoots, default_state_dir
 from .listener import peer_credentials, serve_sockets
 from .merged_metrics import MergedMetrics, merge_reports, merged_exposition
 from .metrics import Metrics
 from .reload import begin_reload, changed_settings, finish_reload
 from .shares import ShareFailed, Shares, peer_frame
+from .storage._layout import LayoutError
+from .storage.root_lock import RootLocked, RootLocks
 from .systemd import Notifier, watchdog_interval
 
 __all__ = ["Front"]
@@ -271,6 +274,9 @@ class _Client(asyncio.Protocol):
             first = client_message_decoder.decode(body)
         except msgspec.DecodeError:
             first = None
+        if isinstance(first, Hello) and not self.front.take_root(first.root, self.uid):
+            self._refuse(RejectReason.ROOT_LOCKED, self.front.root_refusal)
+            return
         self.routing = isinstance(first, Hello) and first.routes and len(self.links) > 1
         self._to_every_share(body)
 
@@ -570,10 +576,20 @@ class Front:
         self.registry.register(MergedMetrics(metrics.registry, self.shares.sockets))
         metrics.connections.set_function(lambda: len(self.clients))
         metrics.paused_connections.set_function(lambda: len(self.paused))
+        self.sockets: list[str] = []
+        """The paths of the sockets the front listens on (known once :meth:`serve` runs)."""
+        self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets)
+        """The roots this collector serves: the front holds them for its shares (see .storage.root_lock)."""
+        self.known_roots = KnownRoots(default_state_dir())
+        self.root_refusal = ""
+        """Why the last root was refused (the detail of the client's ``root_locked``)."""
+        self._refusals_logged: set[tuple[Path, str]] = set()
 
     async def serve(self, sockets: list[socket.socket]) -> None:
         """Start the shares, serve the clients until SIGTERM/SIGINT, then drain and return."""
         loop = asyncio.get_running_loop()
+        self.sockets[:] = [os.path.abspath(str(sock.getsockname())) for sock in sockets]
+        self._take_known_roots()  # before the shares start: share 0 repairs the roots held here
         try:
             await self.shares.start()
         except ShareFailed as exc:
@@ -621,16 +637,53 @@ class Front:
             log.info("stopped")
             self.notifier.close()
 
+    def take_root(self, root: str, uid: int) -> bool:
+        """Take the lock of the root a client's hello names, for this collector; False when another
+        collector holds it (:attr:`root_refusal` says which). A root that cannot be used at all is
+        passed on: the shares refuse it with the reason."""
+        path = Path(root)
+        try:
+            self.root_locks.take(path, uid)
+        except RootLocked as exc:
+            self.root_refusal = str(exc)
+            key = (exc.path, exc.holder)
+            if key not in self._refusals_logged:
+                self._refusals_logged.add(key)
+                log.error("%s: its clients are refused with root_locked and keep their events", exc)
+            return False
+        except (LayoutError, OSError):
+            return True
+        self.known_roots.add(path, uid, self.sockets[0] if self.sockets else "")
+        return True
+
+    def _take_known_roots(self) -> None:
+        """Take the roots this collector served before (its share 0 repairs them before it answers)."""
+        gone: list[tuple[Path, int]] = []
+        for path, uid in self.known_roots.served_through(self.sockets):
+            if not path.is_dir():
+                gone.append((path, uid))
+                continue
+            try:
+                self.root_locks.take(path, uid)
+            except (RootLocked, LayoutError, OSError) as exc:
+                log.warning("not taking %s at start: %s", path, exc)
+        self.known_roots.discard(gone)
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where clients spool (and where adoption looks)."""
+        return Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
+
     async def _adopt(self) -> None:
         """Deliver the spools of clients that died, through the front's own socket (see adoption)."""
-        directory = Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
         try:
-            adopted = await asyncio.to_thread(adopt_spools_through, self.socket_path, directory, uid=self.uid)
+            done = await asyncio.to_thread(
+                adopt_spools_through, self.socket_path, self.spool_dir, uid=self.uid, sockets=self.sockets
+            )
         except Exception:  # pragma: no cover - never let a bad spool take the daemon down
             log.exception("spool adoption failed; will retry")
         else:
-            if adopted:
-                self.metrics.spool_adopted.inc(adopted)
+            count_adoption(self.metrics, done)
 
     async def _adoption_loop(self) -> None:
         while True:
@@ -722,6 +775,7 @@ class Front:
                 "durability": self.config.durability,
                 "metrics_endpoint": self.metrics.endpoint_report(),
                 "connections": len(self.clients),
+                "spools": {"quarantined": quarantined_spools(self.spool_dir)},
                 "shares": {
                     "count": self.shares.count,
                     "pids": self.shares.pids(),

@@ -34,12 +34,21 @@ from prometheus_client.registry import Collector
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 
-__all__ = ["RELOAD_RESULTS", "WRITE_ERROR_KINDS", "ActionDurations", "Metrics", "root_id", "write_error_kind"]
+__all__ = [
+    "RELOAD_RESULTS",
+    "SPOOL_OUTCOMES",
+    "WRITE_ERROR_KINDS",
+    "ActionDurations",
+    "Metrics",
+    "root_id",
+    "write_error_kind",
+]
 
 _LATENCY_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 WRITE_ERROR_KINDS: Final = ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
 RELOAD_RESULTS: Final = ("applied", "refused")
+SPOOL_OUTCOMES: Final = ("adopted", "quarantined")
 
 
 def write_error_kind(exc: OSError) -> str:
@@ -242,6 +251,13 @@ class Metrics:
             "Events delivered from the disk spools of clients that exited before delivering them.",
             registry=registry,
         )
+        self.spool_files = Counter(
+            "gzia_spool_files_total",
+            "Spool files of clients that exited, by outcome: adopted (delivered, deleted) or quarantined "
+            "(moved aside: they can never be adopted).",
+            ["outcome"],
+            registry=registry,
+        )
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",
@@ -269,6 +285,8 @@ class Metrics:
             self.write_errors.labels(kind)
         for result in RELOAD_RESULTS:
             self.config_reloads.labels(result)
+        for outcome in SPOOL_OUTCOMES:
+            self.spool_files.labels(outcome)
         self._written_children = {
             (stage, status): self.events_written.labels(stage.value, status.value)
             for stage in Stage

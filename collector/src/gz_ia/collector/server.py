@@ -50,7 +50,7 @@ from gz_ia.client.protocol import (
 )
 from gz_ia.client.protocol import Rejection as WireRejection
 
-from .adoption import adopt_spools
+from .adoption import adopt_spools, count_adoption, quarantined_spools
 from .collection import gc_report, keeper
 from .config import CollectorConfig
 from .connection_limits import ConnectionLimits
@@ -64,6 +64,7 @@ from .shares import peer_decoder
 from .stages import Rejection, open_actions_share
 from .storage._layout import LayoutError
 from .storage.retention import RetentionReport, apply_retention, collect_idle
+from .storage.root_lock import RootLocked, RootLocks
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
 from .systemd import Notifier, watchdog_interval
 from .validation import DecodedBatch, decode_batch, decode_share, reject_misrouted
@@ -266,9 +267,13 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.MALFORMED, "producer must be 1-32 lowercase hex digits")
             return
         try:
-            self.root = self.collector.writer.root(Path(hello.root), owner=self.uid)
-            if self.collector.share == 0:
-                self.collector.known_roots.add(self.root.path, self.uid)
+            self.root = self.collector.open_root(Path(hello.root), self.uid)
+        except RootLocked as exc:
+            # Another collector writes this root: writing it too would number events it numbers.
+            self.collector.refused_root(exc)
+            self._count_refused(RejectReason.ROOT_LOCKED)
+            self.fail(RejectReason.ROOT_LOCKED, str(exc))
+            return
         except (LayoutError, OSError) as exc:
             cause = exc if isinstance(exc, OSError) else exc.__cause__
             if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
@@ -451,6 +456,10 @@ class Collector:
         self.paused: set[Connection] = set()
         self.notifier = Notifier()
         self.known_roots = KnownRoots(default_state_dir())
+        self.sockets: list[str] = []
+        """The paths of the sockets this process listens on (known once :meth:`serve` runs)."""
+        self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets, front=os.getppid() if shares > 1 else None)
+        self._refusals_logged: set[tuple[Path, str]] = set()
         self._replies: list[tuple[Connection, BatchOutcome]] = []
         self._work = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -510,6 +519,7 @@ class Collector:
     async def serve(self, sockets: list[socket.socket]) -> None:
         """Serve on the given listening sockets until SIGTERM/SIGINT, then drain and return."""
         loop = asyncio.get_running_loop()
+        self.sockets[:] = [os.path.abspath(str(sock.getsockname())) for sock in sockets]
         if self.share == 0:
             # Before any connection is served (in a sharded collector, before the front starts
             # the other shares' clients: it waits for every share to answer).
@@ -555,6 +565,7 @@ class Collector:
             await self._flush_once()
             await self._close_connections()
             self.writer.close()
+            self.root_locks.release()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
             log.info("stopped")
@@ -764,37 +775,75 @@ class Collector:
         if outcome.client_dropped:
             metrics.client_dropped.inc(outcome.client_dropped)
 
+    def open_root(self, path: Path, uid: int) -> RootStore:
+        """The store of root ``path`` (owned by ``uid``), once this collector holds its lock.
+
+        Raises:
+            RootLocked: another collector serves the root.
+            LayoutError, OSError: the root cannot be used (see :meth:`.Writer.root`).
+        """
+        self.root_locks.take(path, uid)
+        store = self.writer.root(path, owner=uid)
+        if self.shares == 1:  # a sharded collector's front remembers the roots it serves
+            self.known_roots.add(path, uid, self.sockets[0] if self.sockets else "")
+        return store
+
+    def refused_root(self, exc: RootLocked) -> None:
+        """Say loudly, once per root and holder, that a root is left to the collector that holds it."""
+        key = (exc.path, exc.holder)
+        if key not in self._refusals_logged:
+            self._refusals_logged.add(key)
+            log.error("%s: its clients are refused with root_locked and keep their events", exc)
+
     def _repair_known_roots(self) -> None:
-        """Move torn last lines aside in every root served before, before anyone reads them."""
+        """Take the roots this collector served before and move torn last lines aside in them,
+        before anyone reads them. In a sharded collector's share 0, the roots its front took."""
         gone: list[tuple[Path, int]] = []
-        for path, uid in self.known_roots:
+        served = (
+            self.known_roots.served_through(self.sockets)
+            if self.shares == 1
+            else [(path, uid) for path, uid, _socket in self.known_roots]
+        )
+        for path, uid in served:
             if not path.is_dir():
                 gone.append((path, uid))
                 continue
             try:
+                self.root_locks.take(path, uid)
                 repaired = self.writer.repair_root(path, owner=uid)
+            except RootLocked as exc:
+                if self.shares == 1:
+                    log.warning("not taking %s at start: %s", path, exc)
+                continue
             except (OSError, LayoutError) as exc:
                 log.warning("not repairing %s at start: %s", path, exc)
                 continue
             if repaired:
                 log.warning("repaired %d torn last line(s) under %s (moved to <id>.events.torn)", repaired, path)
-        self.known_roots.discard(gone)
+        if self.shares == 1:  # in a sharded collector the front keeps the file
+            self.known_roots.discard(gone)
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where clients spool (and where adoption looks)."""
+        return Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
 
     def adopt_spools(self) -> int:
-        """Deliver the disk spools of clients that died (see :mod:`.adoption`)."""
-        directory = Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
-        adopted = adopt_spools(
-            directory,
+        """Deliver the disk spools of clients that died (see :mod:`.adoption`); return the events."""
+        done = adopt_spools(
+            self.spool_dir,
             self.ingest,
             self.writer,
             uid=self.uid,
+            sockets=self.sockets,
+            open_root=lambda path: self.open_root(path, self.uid),
             durable=self.config.durability == "fsync",
             on_outcome=self._count,
         )
-        if adopted:
-            self.metrics.spool_adopted.inc(adopted)
+        count_adoption(self.metrics, done)
+        if done.events:
             self.metrics.mark_written()
-        return adopted
+        return done.events
 
     async def _adoption_loop(self) -> None:
         while True:
@@ -913,6 +962,7 @@ class Collector:
         return {
             "healthy": healthy,
             "reasons": reasons,
+            "spools": {"quarantined": quarantined_spools(self.spool_dir)},
             "version": self.version,
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 3),

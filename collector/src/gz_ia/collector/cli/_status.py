@@ -68,6 +68,12 @@ def _print_report(report: dict[str, Any]) -> None:
     )
     for reason, count in counters.get("rejected_by_reason", {}).items():
         click.echo(f"  rejected {reason}: {count}")
+    spools = report.get("spools")
+    quarantined = spools.get("quarantined", []) if isinstance(spools, dict) else []
+    if quarantined:
+        click.echo(f"quarantined spools: {len(quarantined)} (they will never be adopted; their events are kept there)")
+    for entry in quarantined:
+        click.echo(f"  {entry['path']}: {entry['reason']}")
 
 
 def _print_metrics(endpoint: object) -> None:
