@@ -102,26 +102,29 @@ def _dead_spool(producer: str, segments: list[bytes]) -> None:
 
 
 def test_a_spool_that_cannot_be_adopted_is_quarantined_and_never_blocks_the_next(make_collector: Any) -> None:
-    """An unreadable spool and one holding an event too large for any frame are moved aside, counted
-    and named by gz-ia status; an older client's spool (version 1) sorted after them is adopted."""
+    """An unreadable spool, one holding an event too large for any frame and one whose root is gone are
+    moved aside, counted and named by gz-ia status; an older client's spool (version 1) is adopted."""
     collector = make_collector(start=False)
     _dead_spool("00000000", [b"\x00\x00\x00\x05garbage, not a spool"])
     oversized = LogEvent(**{**msgspec.structs.asdict(_event("huge", 0)), "error": "E" * (1 << 20)})
     _dead_spool("00000001", [_segment("00000001", collector.root, [(1, oversized)], socket=str(collector.socket))])
     events = [(n + 1, _event("older", n)) for n in range(20)]
     _dead_spool("00000002", [_segment("00000002", collector.root, events, socket=None)])
+    gone = collector.base / "removed-workspace" / ".harness"
+    _dead_spool("00000003", [_segment("00000003", gone, events, socket=str(collector.socket))])
     collector.start()
     assert [line["attrs"]["n"] for line in collector.session_lines("older")] == list(range(20))
     quarantine = _spool_dir() / "quarantine"
-    names = ["00000000.000001.spool", "00000001.000001.spool"]
+    names = ["00000000.000001.spool", "00000001.000001.spool", "00000003.000001.spool"]
     assert sorted(path.name for path in quarantine.glob("*.spool")) == names
     assert not list(_spool_dir().glob("*.spool")) and not list(_spool_dir().glob("*.lock"))
-    assert _metric(collector, 'gzia_spool_files_total{outcome="quarantined"}') == 2
+    assert _metric(collector, 'gzia_spool_files_total{outcome="quarantined"}') == 3
     assert _metric(collector, 'gzia_spool_files_total{outcome="adopted"}') == 1
     report = json.loads(collector.gz_ia("status", "--json", check=True).stdout)
     listed = report["spools"]["quarantined"]
     assert [Path(entry["path"]).name for entry in listed] == names
     assert "unreadable" in listed[0]["reason"] and "over a frame" in listed[1]["reason"]
+    assert f"cannot be adopted into {gone}" in listed[2]["reason"]
     text = collector.gz_ia("status", check=True).stdout
     assert str(quarantine / "00000000.000001.spool") in text
 

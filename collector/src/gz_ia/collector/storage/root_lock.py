@@ -85,7 +85,9 @@ class RootLocks:
         name = COLLECTOR_LOCK if self.front is None else WRITERS_LOCK
         try:
             info = os.stat(path / STATE_DIR / name, follow_symlinks=False)
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return True  # cannot tell now: letting go could hand the root to another collector
             info = None
         if info is not None and (info.st_dev, info.st_ino) == held.identity:
             return True
