@@ -36,7 +36,7 @@ def _deliver(socket: Path, root: Path, action: str, timeout: float = 20) -> None
 
 def test_a_second_collector_refuses_a_root_the_first_one_writes(make_collector: Any) -> None:
     """Collector B refuses A's root with root_locked, naming A; its client spools instead of losing the
-    event, and B adopts that spool once A is gone: every seq once, every event written."""
+    event, and B adopts that spool only once A is gone: every seq once, every event written."""
     first = make_collector()
     second = make_collector()
     assert first.proc is not None
@@ -49,10 +49,14 @@ def test_a_second_collector_refuses_a_root_the_first_one_writes(make_collector: 
     other.close(timeout=0.2)
     spooled = [read_segment(path) for path in _spool_dir().glob("*.spool")]
     assert [(header.root, header.socket) for header, _ in spooled] == [(str(first.root), str(second.socket))]
+    spooled_producer = spooled[0][0].producer
     assert second.log_lines("root_locked")
     refused = [line for line in second.metrics().splitlines() if 'rejected_total{reason="root_locked"}' in line]
     assert float(refused[0].split()[1]) >= 1
     _deliver(first.socket, first.root, "c")
+    assert [(line["seq"], line["action"]) for line in first.session_lines("shared")] == [(1, "a"), (2, "c")]
+    second.restart()  # the spool is meant for it, but the root is A's: left alone
+    assert second.log_lines(f"cannot adopt the spool of {spooled_producer}")
     assert [(line["seq"], line["action"]) for line in first.session_lines("shared")] == [(1, "a"), (2, "c")]
     first.stop()
     second.restart()  # adopts its own spool now that it can take the root
