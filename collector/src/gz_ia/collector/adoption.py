@@ -41,7 +41,9 @@ from gz_ia.client.protocol import (
     FrameTooLarge,
     Hello,
     RejectReason,
+    Report,
     Verdicts,
+    Welcome,
     collector_message_decoder,
     encode_frame,
 )
@@ -363,29 +365,56 @@ def _batch_body(run: list[SpoolRecord]) -> bytes:
 def _send_spool(socket_path: Path, producer: str, root: str, frames: list[bytes], timeout: float) -> int:
     """Send one root's spooled batches; return how many events were answered (written, duplicate or rejected).
 
+    The batches follow the collector's welcome: a refused handshake closes the connection, and a
+    batch sent meanwhile would fail with EPIPE before the refusal that says why could be read.
+
     Raises:
         NotNow: the collector refused them for now (another collector serves the root, a failed write).
         Unadoptable: the collector refused them for a reason that will not change.
+        OSError: the connection failed.
     """
-    reader = FrameReader()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(socket_path))
+        replies = _Replies(sock)
         sock.sendall(encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=0, root=root)))
-        for frame in frames:
-            sock.sendall(frame)
-        replies = 0
+        replies.next()  # the welcome
         answered = 0
-        while replies < len(frames) + 1:
-            data = sock.recv(1 << 16)
+        for frame in frames:
+            try:
+                sock.sendall(frame)
+            except OSError:
+                replies.refusal()  # the reason the collector closed the connection, if it gave one
+                raise
+        for _ in frames:
+            message = replies.next()
+            if isinstance(message, Verdicts):
+                answered += message.count
+    return answered
+
+
+class _Replies:
+    """The collector's replies on an adoption connection, one at a time; an Error raises."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = FrameReader()
+        self.pending: list[bytes] = []
+
+    def next(self) -> Welcome | Verdicts | Report:
+        while not self.pending:
+            data = self.sock.recv(1 << 16)
             if not data:
                 raise NotNow("the collector closed the connection")
-            for body in reader.feed(data):
-                message = collector_message_decoder.decode(body)
-                if isinstance(message, Error):
-                    refusal = f"{message.reason}: {message.detail}"
-                    raise NotNow(refusal) if message.reason in _RETRIED else Unadoptable(refusal)
-                replies += 1
-                if isinstance(message, Verdicts):
-                    answered += message.count
-    return answered
+            self.pending += self.reader.feed(data)
+        message = collector_message_decoder.decode(self.pending.pop(0))
+        if isinstance(message, Error):
+            refusal = f"{message.reason}: {message.detail}"
+            raise NotNow(refusal) if message.reason in _RETRIED else Unadoptable(refusal)
+        return message
+
+    def refusal(self) -> None:
+        """After a failed send: raise the collector's refusal if one came (replies before it are skipped)."""
+        with contextlib.suppress(OSError, NotNow):
+            while True:
+                self.next()
