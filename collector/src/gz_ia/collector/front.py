@@ -583,7 +583,6 @@ class Front:
         self.known_roots = KnownRoots(default_state_dir())
         self.root_refusal = ""
         """Why the last root was refused (the detail of the client's ``root_locked``)."""
-        self._refusals_logged: set[tuple[Path, str]] = set()
 
     async def serve(self, sockets: list[socket.socket]) -> None:
         """Start the shares, serve the clients until SIGTERM/SIGINT, then drain and return."""
@@ -646,10 +645,7 @@ class Front:
             self.root_locks.take(path, uid)
         except RootLocked as exc:
             self.root_refusal = str(exc)
-            key = (exc.path, exc.holder)
-            if key not in self._refusals_logged:
-                self._refusals_logged.add(key)
-                log.error("%s: its clients are refused with root_locked and keep their events", exc)
+            self.root_locks.refused(exc)
             return False
         except (LayoutError, OSError):
             return True

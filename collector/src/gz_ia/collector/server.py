@@ -270,7 +270,7 @@ class Connection(asyncio.Protocol):
             self.root = self.collector.open_root(Path(hello.root), self.uid)
         except RootLocked as exc:
             # Another collector writes this root: writing it too would number events it numbers.
-            self.collector.refused_root(exc)
+            self.collector.root_locks.refused(exc)
             self._count_refused(RejectReason.ROOT_LOCKED)
             self.fail(RejectReason.ROOT_LOCKED, str(exc))
             return
@@ -459,7 +459,6 @@ class Collector:
         self.sockets: list[str] = []
         """The paths of the sockets this process listens on (known once :meth:`serve` runs)."""
         self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets, front=os.getppid() if shares > 1 else None)
-        self._refusals_logged: set[tuple[Path, str]] = set()
         self._replies: list[tuple[Connection, BatchOutcome]] = []
         self._work = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -787,13 +786,6 @@ class Collector:
         if self.shares == 1:  # a sharded collector's front remembers the roots it serves
             self.known_roots.add(path, uid, self.sockets[0] if self.sockets else "")
         return store
-
-    def refused_root(self, exc: RootLocked) -> None:
-        """Say loudly, once per root and holder, that a root is left to the collector that holds it."""
-        key = (exc.path, exc.holder)
-        if key not in self._refusals_logged:
-            self._refusals_logged.add(key)
-            log.error("%s: its clients are refused with root_locked and keep their events", exc)
 
     def _repair_known_roots(self) -> None:
         """Take the roots this collector served before and move torn last lines aside in them,

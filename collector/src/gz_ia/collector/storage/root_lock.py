@@ -76,6 +76,7 @@ class RootLocks:
         self.sockets = sockets
         self.front = front
         self._held: dict[Path, _Held] = {}
+        self._refusals_logged: set[tuple[Path, str]] = set()
 
     def holds(self, path: Path) -> bool:
         """Whether this process holds ``path``'s lock, and that lock is still the root's (not removed)."""
@@ -153,6 +154,13 @@ class RootLocks:
             os.close(writers)
             raise
         return writers
+
+    def refused(self, exc: RootLocked) -> None:
+        """Say loudly, once per root and holder, that a root is left to the collector holding it."""
+        key = (exc.path, exc.holder)
+        if key not in self._refusals_logged:
+            self._refusals_logged.add(key)
+            log.error("%s: its clients are refused with root_locked and keep their events", exc)
 
     def release(self) -> None:
         """Let go of every root (at exit; the kernel would anyway)."""
