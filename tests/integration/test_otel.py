@@ -21,26 +21,43 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from tests.conftest import free_port, wait_for
+
+from gz_ia.collector.otel_spans import cycle_span_id, session_span_id
 
 CLI = "from gz_ia.collector.cli import main; main()"
 
 
 class Receiver:
-    """A loopback OTLP/HTTP logs endpoint: decodes every request, can refuse (503) or go away entirely."""
+    """A loopback OTLP/HTTP endpoint (logs and traces): decodes every request; can refuse (503), be slow, or go away.
+
+    ``slow``: the request is stored, then answered only when the test calls :meth:`release`, as a
+    backend that keeps what it gets but answers later than the exporter waits.
+    """
 
     def __init__(self, port: int) -> None:
         self.port = port
         self.records: list[dict[str, Any]] = []
+        self.spans: list[dict[str, Any]] = []
         self.requests = 0
         self.refused = 0
+        self.slow_requests = 0
         self.mode = "ok"
         self.lock = threading.Lock()
+        self.released = threading.Event()
         self.server: http.server.ThreadingHTTPServer | None = None
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1/logs"
+
+    def release(self) -> None:
+        """Answer every request held in ``slow`` mode (too late for the exporter that sent it)."""
+        self.released.set()
 
     def start(self) -> None:
         receiver = self
@@ -52,37 +69,58 @@ class Receiver:
                     body = gzip.decompress(body)
                 with receiver.lock:
                     receiver.requests += 1
-                    if receiver.mode == "refuse" or self.path != "/v1/logs":
+                    mode = receiver.mode
+                    if mode == "refuse" or self.path not in ("/v1/logs", "/v1/traces"):
                         receiver.refused += 1
                         self.send_response(503)
                         self.end_headers()
                         return
-                    request = ExportLogsServiceRequest()
-                    request.ParseFromString(body)
-                    receiver.records += flatten(request)
-                payload = ExportLogsServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                    if self.path == "/v1/logs":
+                        logs = ExportLogsServiceRequest()
+                        logs.ParseFromString(body)
+                        receiver.records += flatten(logs)
+                        payload = ExportLogsServiceResponse().SerializeToString()
+                    else:
+                        traces = ExportTraceServiceRequest()
+                        traces.ParseFromString(body)
+                        receiver.spans += flatten_spans(traces)
+                        payload = ExportTraceServiceResponse().SerializeToString()
+                    if mode == "slow":
+                        receiver.slow_requests += 1
+                if mode == "slow":
+                    receiver.released.wait(60)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-protobuf")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the exporter gave up waiting: the request is stored all the same
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
         """Go away: the port refuses connections until :meth:`start`."""
+        self.released.set()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        self.released = threading.Event()
 
     def keys(self) -> list[tuple[str, int]]:
         with self.lock:
             return [(record["attributes"]["session.id"], record["attributes"]["gz_ia.seq"]) for record in self.records]
+
+    def span_ids(self) -> set[str]:
+        with self.lock:
+            return {span["span_id"] for span in self.spans}
 
 
 def flatten(request: ExportLogsServiceRequest) -> list[dict[str, Any]]:
@@ -105,6 +143,35 @@ def flatten(request: ExportLogsServiceRequest) -> list[dict[str, Any]]:
                         "trace_id": record.trace_id.hex(),
                         "span_id": record.span_id.hex(),
                         "attributes": {kv.key: _value(kv.value) for kv in record.attributes},
+                    }
+                )
+    return out
+
+
+def flatten_spans(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
+    """Turn an OTLP trace request into one plain dict per span."""
+    out: list[dict[str, Any]] = []
+    for resource_spans in request.resource_spans:
+        resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                out.append(
+                    {
+                        "resource": resource,
+                        "scope": scope_spans.scope.name,
+                        "name": span.name,
+                        "trace_id": span.trace_id.hex(),
+                        "span_id": span.span_id.hex(),
+                        "parent_span_id": span.parent_span_id.hex(),
+                        "start": span.start_time_unix_nano,
+                        "end": span.end_time_unix_nano,
+                        "status_code": span.status.code,
+                        "status_message": span.status.message,
+                        "attributes": {kv.key: _value(kv.value) for kv in span.attributes},
+                        "events": [
+                            (event.name, event.time_unix_nano, {kv.key: _value(kv.value) for kv in event.attributes})
+                            for event in span.events
+                        ],
                     }
                 )
     return out
@@ -133,6 +200,7 @@ class Exporter:
             "--poll-interval", "0.05",
             "--retry-max", "0.3",
             "--batch-size", "7",
+            "--session-idle", "0",
             "--metrics-address", f"127.0.0.1:{self.metrics_port}",
             *extra,
         ]  # fmt: skip
@@ -145,9 +213,9 @@ class Exporter:
         environment["OTEL_SERVICE_NAME"] = "gz-ia-test"
         return environment
 
-    def start(self) -> None:
+    def start(self, *extra: str, env: dict[str, str] | None = None) -> None:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.args(), stdout=log, stderr=log, env=self.env)
+            self.proc = subprocess.Popen(self.args(*extra), stdout=log, stderr=log, env={**self.env, **(env or {})})
         wait_for(lambda: "ready" in self.log(), message="exporter ready")
 
     def log(self) -> str:
@@ -226,7 +294,8 @@ def test_records_carry_the_documented_mapping(collector: Any, receiver: Receiver
     root_trace = hashlib.sha256(b"root").digest()[:16].hex()
     for (session_id, _seq), record in by_key.items():
         assert record["trace_id"] == root_trace  # one trace for the whole tree
-        assert record["span_id"] == hashlib.sha256(session_id.encode()).digest()[:8].hex()
+        span = session_span_id("root", session_id).to_bytes(8, "big").hex()
+        assert record["span_id"] == span  # the session's span, so a backend links logs and traces
         assert record["event_name"] == "gz_ia.stage_event"
         assert record["body"] is None
         assert record["resource"]["service.name"] == "gz-ia-test"
@@ -350,3 +419,151 @@ def test_export_without_the_extra_exits_2_naming_it(collector: Any, tmp_path: Pa
     assert result.returncode == 2, result.stderr
     assert "pip install 'gz-ia-collector[otel]'" in result.stderr
     assert not os.listdir(tmp_path)
+
+
+def _hex(value: int, size: int) -> str:
+    return value.to_bytes(size, "big").hex()
+
+
+def _ns(stored: dict[str, Any]) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(stored["timestamp"].replace("Z", "+00:00")).timestamp() * 1_000_000) * 1000
+
+
+def log_tree(collector: Any) -> None:
+    """A root session with an OK and a FAILED cycle and a cycle left open; a subagent whose later
+    events omit the parent; a grandchild."""
+    client = collector.client()
+    client.log(session_id="root", action="plan", stage="READ", agent="claude", role="planner")
+    client.log(session_id="root", action="plan", stage="PENDING", agent="claude", role="planner")
+    client.log(session_id="root", action="plan", stage="FINISH", agent="claude", role="planner", duration_ms=42)
+    client.log(session_id="kid", parent_session_id="root", action="test", stage="PENDING", agent="agy",
+               attrs={"tokens": 12})  # fmt: skip
+    client.log(session_id="kid", action="test", stage="FINISH", agent="agy", status="FAILED", error="boom")
+    client.log(session_id="grandkid", parent_session_id="kid", action="lint", stage="READ", agent="agy")
+    client.log(session_id="grandkid", parent_session_id="kid", action="lint", stage="FINISH", agent="agy")
+    client.log(session_id="root", action="deploy", stage="PENDING", agent="claude")  # still open
+    assert client.flush(10)
+    client.close()
+
+
+def expected_spans() -> dict[str, str]:
+    """span id -> what it is, for the tree :func:`log_tree` writes (the open cycle excluded)."""
+    return {
+        _hex(session_span_id("root", "root"), 8): "session root",
+        _hex(session_span_id("root", "kid"), 8): "session kid",
+        _hex(session_span_id("root", "grandkid"), 8): "session grandkid",
+        _hex(cycle_span_id("root", "root", 1), 8): "plan",
+        _hex(cycle_span_id("root", "kid", 1), 8): "test",
+        _hex(cycle_span_id("root", "grandkid", 1), 8): "lint",
+    }
+
+
+def check_tree(collector: Any, spans: list[dict[str, Any]]) -> None:
+    """Assert ids, parents, names, status, times and events of every span of :func:`log_tree`."""
+    stored = collector.all_sessions()
+    trace = hashlib.sha256(b"root").digest()[:16].hex()
+    by_id: dict[str, dict[str, Any]] = {}
+    for span in spans:
+        assert span["trace_id"] == trace  # one trace for the whole tree, kid's parentless events included
+        previous = by_id.setdefault(span["span_id"], span)
+        if previous["name"].startswith("execute_tool"):
+            assert previous == span  # a re-sent cycle span is the same span
+    session = {sid: _hex(session_span_id("root", sid), 8) for sid in ("root", "kid", "grandkid")}
+    assert by_id[session["root"]]["parent_span_id"] == ""
+    assert by_id[session["kid"]]["parent_span_id"] == session["root"]
+    assert by_id[session["grandkid"]]["parent_span_id"] == session["kid"]
+    assert by_id[session["kid"]]["name"] == "invoke_agent agy"
+    assert by_id[session["kid"]]["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    plan = by_id[_hex(cycle_span_id("root", "root", 1), 8)]
+    test = by_id[_hex(cycle_span_id("root", "kid", 1), 8)]
+    lint = by_id[_hex(cycle_span_id("root", "grandkid", 1), 8)]
+    assert (plan["parent_span_id"], test["parent_span_id"], lint["parent_span_id"]) == (
+        session["root"],
+        session["kid"],
+        session["grandkid"],
+    )
+    assert plan["name"] == "execute_tool plan"
+    assert plan["attributes"]["gen_ai.operation.name"] == "execute_tool"
+    assert plan["attributes"]["gen_ai.tool.name"] == "plan"
+    assert plan["attributes"]["gen_ai.agent.name"] == "claude"
+    assert plan["attributes"]["gz_ia.duration_ms"] == 42
+    assert plan["status_code"] == 0  # UNSET
+    assert [event[0] for event in plan["events"]] == ["READ", "PENDING", "FINISH"]
+    assert (plan["start"], plan["end"]) == (_ns(stored["root"][0]), _ns(stored["root"][2]))
+    assert [event[1] for event in plan["events"]] == [_ns(line) for line in stored["root"][:3]]
+    assert test["status_code"] == 2  # ERROR
+    assert test["status_message"] == "boom"
+    assert test["attributes"]["gz_ia.attr.tokens"] == 12
+    assert (test["start"], test["end"]) == (_ns(stored["kid"][0]), _ns(stored["kid"][1]))
+    root_span = by_id[session["root"]]
+    assert root_span["start"] == _ns(stored["root"][0])
+    assert root_span["end"] == _ns(stored["root"][3])  # its last event so far: the open cycle's start
+
+
+def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
+    """Each finished cycle is a span under its session's span; subagents nest; an open cycle waits for its FINISH."""
+    log_tree(collector)
+    exporter.start()
+    expected = expected_spans()
+    wait_for(lambda: receiver.span_ids() >= set(expected), message="the tree's spans")
+    wait_for(lambda: exporter.metric("gzia_otel_lag_events") == 0, message="caught up")
+    assert receiver.span_ids() == set(expected)  # the open "deploy" cycle is not exported
+    check_tree(collector, receiver.spans)
+    client = collector.client()
+    client.log(session_id="root", action="deploy", stage="FINISH", agent="claude")
+    assert client.flush(10)
+    client.close()
+    deploy = _hex(cycle_span_id("root", "root", 4), 8)
+    wait_for(lambda: deploy in receiver.span_ids(), message="the deploy cycle once finished")
+    span = next(span for span in receiver.spans if span["span_id"] == deploy)
+    stored = collector.all_sessions()["root"]
+    assert (span["start"], span["end"]) == (_ns(stored[3]), _ns(stored[4]))
+    root_id = _hex(session_span_id("root", "root"), 8)
+    wait_for(
+        lambda: any(s["span_id"] == root_id and s["end"] == _ns(stored[4]) for s in receiver.spans),
+        message="the grown root session re-sent with the same id",
+    )
+
+
+def test_spans_survive_a_backend_down_then_slow_then_up(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
+    """Down (refused), slow (stored but answered after the timeout), up: every span arrives, re-sends keep their ids."""
+    receiver.stop()
+    log_tree(collector)
+    exporter.start(env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+    wait_for(lambda: exporter.metric("gzia_otel_export_failures_total") >= 1, message="refused while down")
+    receiver.mode = "slow"
+    receiver.start()
+    wait_for(lambda: receiver.slow_requests >= 2, timeout=30, message="a re-send after a request timed out")
+    assert exporter.metric("gzia_otel_export_unanswered_total") >= 1
+    assert "no answer in time; the next attempts wait up to 2.0 s" in exporter.log()
+    receiver.mode = "ok"
+    receiver.release()
+    expected = expected_spans()
+    wait_for(lambda: receiver.span_ids() >= set(expected), timeout=30, message="every span")
+    wait_for(lambda: exporter.metric("gzia_otel_lag_events") == 0, timeout=30, message="caught up")
+    assert receiver.span_ids() == set(expected)
+    check_tree(collector, receiver.spans)
+    exporter.stop()
+    assert sorted(receiver.keys()) == sorted(set(receiver.keys())) == expected_keys(collector)
+
+
+def test_a_slow_backend_gets_each_log_record_at_most_once_per_unanswered_attempt(
+    collector: Any, receiver: Receiver, exporter: Exporter
+) -> None:
+    """Log records have no ids to merge on: a record is re-sent only after an attempt that got no answer."""
+    log_events(collector, "w1", 5)
+    receiver.mode = "slow"
+    exporter.start("--signals", "logs", env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+    wait_for(lambda: receiver.slow_requests >= 2, timeout=30, message="a re-send after a request timed out")
+    receiver.mode = "ok"
+    receiver.release()
+    wait_for(lambda: exporter.metric("gzia_otel_lag_events") == 0, timeout=30, message="caught up")
+    unanswered = exporter.metric("gzia_otel_export_unanswered_total")
+    exporter.stop()
+    keys = receiver.keys()
+    assert sorted(set(keys)) == expected_keys(collector)
+    assert unanswered >= 1
+    assert all(keys.count(key) <= 1 + unanswered for key in set(keys))
+    assert receiver.spans == []  # --signals logs sends no spans

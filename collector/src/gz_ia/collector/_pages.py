@@ -30,14 +30,17 @@ __all__ = [
     "Entry",
     "Page",
     "SessionNotFound",
+    "SessionSummary",
     "iter_session",
     "list_session_ids",
     "list_sessions",
     "read_page",
+    "session_summaries",
     "session_tree",
 ]
 
 SessionNotFound = _reader.SessionNotFound
+SessionSummary = _reader.SessionSummary
 session_tree = _reader.session_tree
 """The one tree of subagent sessions (``gz-ia session tree``, ``--tree``, the timeline, MCP)."""
 list_sessions = _reader.list_sessions
@@ -217,3 +220,11 @@ def _reverse_page(fd: int, before: int | None, limit: int) -> Page:
         index -= 1
     next_cursor = f"r:{starts[index + 1]}" if lines and index + 1 < len(starts) else "r:0"
     return Page(entries, next_cursor, incomplete, index < 0)
+
+
+def session_summaries(root: Path) -> dict[str, SessionSummary]:
+    """Return every session's summary (first event's parent and agent, times, counts), keyed by id."""
+    try:
+        return dict(_reader.session_summaries(root))
+    except (LayoutError, LookupError, OSError):
+        return {}

@@ -1,44 +1,37 @@
-"""OpenTelemetry export: ship stored events to an OTLP/HTTP backend as log records (``gz-ia export otel``).
+"""OpenTelemetry export: ship stored events to an OTLP/HTTP backend as spans and log records (``gz-ia export otel``).
 
 The exporter is a separate consumer, off the ingest path: it reads what the collector has already
-written, page by page, and keeps its own position per session. The position advances only after
-the backend answered 2xx for a batch, so a backend that is down or refusing loses nothing and never
-slows the collector; the exporter retries the same batch with a growing pause. Positions live in
-``$XDG_STATE_HOME/gz-ia/otel/<root key>/<session>.json`` (``--state-dir`` moves them) and are
-replaced atomically (temporary file, fsync, rename).
+written, page by page, and keeps its own position per session and signal. A position advances only
+after the backend answered 2xx, so a backend that is down or refusing loses nothing and never slows
+the collector; the exporter retries with a growing pause. Positions live in
+``$XDG_STATE_HOME/gz-ia/otel/<root key>/<session>.json`` (log records) and
+``.../<root key>/traces/<session>.json`` (spans, with the cycles still open), replaced atomically.
 
-Each position records the last exported ``seq``, which the collector assigns per session from 1
-without gaps: an event at or below it is never sent again, and a jump over missing numbers (data
-retention deleted before export) is counted in ``gzia_otel_dropped_events_total`` instead of being
-lost silently. Delivery is at least once across a crash between the backend's 2xx and the
-position's rename (``session.id`` + ``gz_ia.seq`` identify a record for deduplication); across a
-clean stop, a restart, a backend outage or a collector restart it is exactly once.
+Traces (:mod:`.otel_spans`): each action cycle is a span, sent once its FINISH is read; each
+session is a span, sent once the session has been quiet for ``session_idle`` seconds and sent again,
+with the same ids, whenever it grew since. Ids are derived from the root session, the session and
+the cycle, so every re-send (after a timeout, a crash, a growing session) is the same span.
 
-Field mapping (OTel Logs Data Model; see docs/user-guide.md):
+Log records: one per event; ``TraceId`` is the tree's trace and ``SpanId`` the session's span.
+A record can arrive twice only when an attempt got no answer in time (the backend may have stored it
+anyway) or the exporter died between the backend's 2xx and the position's rename; after an
+unanswered attempt the request timeout doubles, up to ``timeout_max``, so a slow backend is not
+sent the same batch over and over. ``session.id`` + ``gz_ia.seq`` identify a record.
 
-=====================  ==========================================================================
-LogRecord              from the stored event
-=====================  ==========================================================================
-Timestamp              ``timestamp``
-ObservedTimestamp      when the exporter read the event
-SeverityNumber/Text    ``FAILED`` → 17 ``ERROR``; otherwise 9 ``INFO``
-EventName              ``gz_ia.stage_event``
-Body                   empty (events carry their data in attributes)
-TraceId                first 16 bytes of SHA-256 of the tree's root session id
-SpanId                 first 8 bytes of SHA-256 of ``session_id``: subagents nest under their root
-Attributes             ``session.id``, ``gen_ai.agent.name``, ``gz_ia.*``: see :func:`event_attributes`
-Resource               ``service.name`` (``OTEL_SERVICE_NAME``, default ``gz-ia-collector``),
-                       ``service.version``, ``host.name``, plus ``OTEL_RESOURCE_ATTRIBUTES``
-=====================  ==========================================================================
+Each position records the last exported ``seq`` (the collector assigns it per session from 1
+without gaps): a jump over missing numbers (retention deleted them before export) is counted in
+``gzia_otel_dropped_events_total`` and logged, never silent.
 
-The OTLP endpoint, headers, compression and timeout come from the standard
-``OTEL_EXPORTER_OTLP_[LOGS_]*`` variables. Every OpenTelemetry import is in this module and happens
-only when an exporter is built, so the collector itself never needs the ``[otel]`` extra.
+The OTLP endpoint, headers, compression and timeout come from the standard ``OTEL_EXPORTER_OTLP_*``
+variables. Every OpenTelemetry import is in this module and happens only when a sender is built,
+so the collector itself never needs the ``[otel]`` extra.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import enum
 import hashlib
 import logging
 import os
@@ -48,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -56,18 +49,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gz_ia.client.schema import Status, StoredEvent, is_safe_session_id
 
 from . import _pages
+from .otel_spans import SessionInfo, SpanData, TraceState, fold, session_span, session_span_id, trace_id_of
 
 __all__ = [
     "OTEL_EXTRA_HINT",
+    "SIGNALS",
     "BatchSender",
     "CursorStore",
     "ExportSettings",
     "MissingExtraError",
     "OtelExporter",
+    "Outcome",
     "Position",
     "event_attributes",
     "root_key",
-    "span_id_of",
     "trace_id_of",
 ]
 
@@ -76,7 +71,12 @@ log = logging.getLogger("gz_ia.otel")
 OTEL_EXTRA_HINT: Final = "pip install 'gz-ia-collector[otel]'"
 EVENT_NAME: Final = "gz_ia.stage_event"
 SCOPE_NAME: Final = "gz_ia.collector.otel_export"
+SIGNALS: Final = ("traces", "logs")
+TRACES_DIR: Final = "traces"
 _MAX_PARENT_HOPS: Final = 64
+_DEFAULT_TIMEOUT: Final = 10.0
+_NO_ANSWER_SHARE: Final = 0.9
+"""A failed attempt that used this share of its timeout got no answer (the SDK does not say which)."""
 
 
 class MissingExtraError(RuntimeError):
@@ -84,15 +84,15 @@ class MissingExtraError(RuntimeError):
 
 
 class Position(msgspec.Struct, kw_only=True):
-    """Where export stands in one session: the last ``seq`` the backend accepted, and the cursor after it."""
+    """Where log export stands in one session: the last ``seq`` the backend accepted, and the cursor after it."""
 
     seq: int = 0
     cursor: str | None = None
     session_id: str = ""
 
 
-_position_decoder: Final = msgspec.json.Decoder(Position)
-_position_encoder: Final = msgspec.json.Encoder()
+_State = TypeVar("_State", Position, TraceState)
+_encoder: Final = msgspec.json.Encoder()
 
 
 def root_key(root: Path) -> str:
@@ -107,56 +107,48 @@ def default_state_dir() -> Path:
 
 
 class CursorStore:
-    """The persisted export positions of one root, one small JSON file per session."""
+    """The persisted export positions of one root, one small JSON file per session and signal."""
 
     def __init__(self, state_dir: Path, root: Path) -> None:
         self.directory = state_dir / root_key(root)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.traces = self.directory / TRACES_DIR
+        self.traces.mkdir(parents=True, exist_ok=True, mode=0o700)
         marker = self.directory / "root.txt"
         if not marker.exists():
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(str(root.absolute()) + "\n")
 
-    def load(self, session_id: str) -> Position:
-        """Return the session's position; a missing or unreadable file means from the start."""
-        path = self.directory / f"{session_id}.json"
-        try:
-            return _position_decoder.decode(path.read_bytes())
-        except FileNotFoundError:
-            return Position(session_id=session_id)
-        except (OSError, msgspec.DecodeError) as exc:
-            # Starting over can only duplicate, never lose: the seq check still skips nothing new.
-            log.warning("unreadable export position %s (%s): exporting the session from its start", path, exc)
-            return Position(session_id=session_id)
+    def _path(self, kind: type[Position] | type[TraceState], session_id: str) -> Path:
+        return (self.traces if kind is TraceState else self.directory) / f"{session_id}.json"
 
-    def save(self, position: Position) -> None:
+    def load(self, kind: type[_State], session_id: str) -> _State:
+        """Return the session's position; a missing or unreadable file means from the start."""
+        path = self._path(kind, session_id)
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=kind)
+        except FileNotFoundError:
+            return kind(session_id=session_id)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Starting over can only re-send, never lose: the seq check still skips nothing new.
+            log.warning("unreadable export position %s (%s): exporting the session from its start", path, exc)
+            return kind(session_id=session_id)
+
+    def save(self, position: Position | TraceState) -> None:
         """Replace the session's position atomically (temporary file, fsync, rename)."""
-        path = self.directory / f"{position.session_id}.json"
+        path = self._path(type(position), position.session_id)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, _position_encoder.encode(position))
+            os.write(fd, _encoder.encode(position))
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temporary, path)
 
 
-def trace_id_of(root_session_id: str) -> int:
-    """Return the 128-bit trace id shared by every session of one tree."""
-    value = int.from_bytes(hashlib.sha256(root_session_id.encode()).digest()[:16], "big")
-    return value or 1  # all-zero ids are invalid in OTLP
-
-
-def span_id_of(session_id: str) -> int:
-    """Return the 64-bit span id of one session."""
-    value = int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big")
-    return value or 1
-
-
 def event_attributes(event: StoredEvent, root_session_id: str) -> dict[str, str | int | float | bool]:
-    """Return the OTel attributes of one stored event (unset optional fields are left out)."""
+    """Return the OTel attributes of one stored event's log record (unset optional fields are left out)."""
     attributes: dict[str, str | int | float | bool] = {
         "session.id": event.session_id,
         "gen_ai.agent.name": event.agent,
@@ -180,29 +172,102 @@ def event_attributes(event: StoredEvent, root_session_id: str) -> dict[str, str 
     return attributes
 
 
-class BatchSender(Protocol):
-    """What the exporter needs from the OTLP side: send a batch, say whether it was accepted."""
+class Outcome(enum.Enum):
+    """What one attempt to send a batch came to."""
 
-    def send(self, items: Sequence[tuple[StoredEvent, str]]) -> bool:
-        """Send ``(event, root session id)`` pairs; True only when the backend answered 2xx."""
+    ACCEPTED = "accepted"
+    """The backend answered 2xx."""
+    REFUSED = "refused"
+    """The backend answered an error, or nobody listened: it did not store the batch."""
+    NO_ANSWER = "no answer"
+    """No answer within the timeout: the backend may have stored the batch anyway."""
+
+
+class BatchSender(Protocol):
+    """What the exporter needs from the OTLP side: send a batch, say how it went."""
+
+    def send_logs(self, items: Sequence[tuple[StoredEvent, str]]) -> Outcome:
+        """Send ``(event, root session id)`` pairs as log records."""
+        ...
+
+    def send_spans(self, spans: Sequence[SpanData]) -> Outcome:
+        """Send finished spans."""
         ...
 
     def close(self) -> None:
-        """Release the connection."""
+        """Release the connections."""
         ...
 
 
-class _OtlpSender:
-    """The real :class:`BatchSender`: SDK log records through ``OTLPLogExporter`` (OTLP/HTTP protobuf)."""
+def _configured_timeout(signal: str) -> float:
+    """The request timeout the SDK would use for ``signal`` (its variables, in seconds, as it reads them)."""
+    raw = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT")
+    try:
+        value = float(raw) if raw else _DEFAULT_TIMEOUT
+    except ValueError:
+        value = _DEFAULT_TIMEOUT
+    return value if value > 0 else _DEFAULT_TIMEOUT
 
-    def __init__(self, *, version: str, endpoint: str | None = None) -> None:
+
+class _Channel:
+    """One signal's SDK exporter, rebuilt with a doubled timeout after an attempt that got no answer.
+
+    A backend slower than the timeout stores batches the exporter believes lost; sending the same
+    batch again at the same timeout would repeat that forever, so the timeout grows (and never
+    shrinks during a run) until the backend answers in time or ``timeout_max`` is reached.
+    """
+
+    def __init__(self, factory: Callable[[float], Any], signal: str, timeout_max: float) -> None:
+        self._factory = factory
+        self.signal = signal
+        self.timeout = _configured_timeout(signal)
+        self.timeout_max = max(timeout_max, self.timeout)
+        self.exporter: Any = factory(self.timeout)
+
+    def export(self, batch: Sequence[Any], success: object) -> Outcome:
+        started = time.monotonic()
+        if self.exporter.export(batch) == success:
+            return Outcome.ACCEPTED
+        if time.monotonic() - started < self.timeout * _NO_ANSWER_SHARE:
+            return Outcome.REFUSED
+        if self.timeout < self.timeout_max:
+            self.timeout = min(self.timeout_max, self.timeout * 2)
+            log.warning("OTLP %s: no answer in time; the next attempts wait up to %.1f s", self.signal, self.timeout)
+            with contextlib.suppress(Exception):
+                self.exporter.shutdown()
+            self.exporter = self._factory(self.timeout)
+        return Outcome.NO_ANSWER
+
+    def close(self) -> None:
+        self.exporter.shutdown()
+
+
+def _endpoint(base: str | None, signal: str) -> str | None:
+    """``--endpoint`` is the backend's base URL; a signal path given with it is tolerated."""
+    if base is None:
+        return None
+    base = base.rstrip("/")
+    for known in ("/v1/logs", "/v1/traces"):
+        base = base.removesuffix(known)
+    return f"{base}/v1/{signal}"
+
+
+class _OtlpSender:
+    """The real :class:`BatchSender`: SDK spans and log records through the OTLP/HTTP protobuf exporters."""
+
+    def __init__(
+        self, *, version: str, endpoint: str | None = None, signals: Sequence[str] = SIGNALS, timeout_max: float = 120.0
+    ) -> None:
         try:
             from opentelemetry import trace
             from opentelemetry._logs import LogRecord, SeverityNumber
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk._logs import ReadableLogRecord
             from opentelemetry.sdk._logs.export import LogRecordExportResult
             from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import Event, ReadableSpan
+            from opentelemetry.sdk.trace.export import SpanExportResult
             from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         except ImportError as exc:
             raise MissingExtraError(
@@ -211,9 +276,12 @@ class _OtlpSender:
         self._trace = trace
         self._log_record = LogRecord
         self._readable = ReadableLogRecord
+        self._readable_span = ReadableSpan
+        self._span_event = Event
         self._severity_error = SeverityNumber.ERROR
         self._severity_info = SeverityNumber.INFO
-        self._success = LogRecordExportResult.SUCCESS
+        self._logs_success = LogRecordExportResult.SUCCESS
+        self._spans_success = SpanExportResult.SUCCESS
         self._resource = Resource.create(
             {
                 "service.name": os.environ.get("OTEL_SERVICE_NAME") or "gz-ia-collector",
@@ -222,20 +290,29 @@ class _OtlpSender:
             }
         )
         self._scope = InstrumentationScope(SCOPE_NAME, version)
-        # Any: the SDK leaves shutdown() unannotated, and this module is the only one that calls it.
-        self._exporter: Any = OTLPLogExporter(endpoint=endpoint)
+        logs_url, traces_url = _endpoint(endpoint, "logs"), _endpoint(endpoint, "traces")
+        self._logs = (
+            _Channel(lambda timeout: OTLPLogExporter(endpoint=logs_url, timeout=timeout), "logs", timeout_max)
+            if "logs" in signals
+            else None
+        )
+        self._spans = (
+            _Channel(lambda timeout: OTLPSpanExporter(endpoint=traces_url, timeout=timeout), "traces", timeout_max)
+            if "traces" in signals
+            else None
+        )
+
+    def _context(self, trace_id: int, span_id: int) -> Any:
+        return self._trace.SpanContext(
+            trace_id=trace_id,
+            span_id=span_id,
+            is_remote=False,
+            trace_flags=self._trace.TraceFlags(self._trace.TraceFlags.SAMPLED),
+        )
 
     def _record(self, event: StoredEvent, root_session_id: str, observed: int) -> Any:
-        context = self._trace.set_span_in_context(
-            self._trace.NonRecordingSpan(
-                self._trace.SpanContext(
-                    trace_id=trace_id_of(root_session_id),
-                    span_id=span_id_of(event.session_id),
-                    is_remote=False,
-                    trace_flags=self._trace.TraceFlags(self._trace.TraceFlags.SAMPLED),
-                )
-            )
-        )
+        span = self._context(trace_id_of(root_session_id), session_span_id(root_session_id, event.session_id))
+        context = self._trace.set_span_in_context(self._trace.NonRecordingSpan(span))
         failed = event.status is Status.FAILED
         record = self._log_record(
             timestamp=int(event.timestamp.timestamp() * 1_000_000) * 1000,
@@ -248,22 +325,65 @@ class _OtlpSender:
         )
         return self._readable(log_record=record, resource=self._resource, instrumentation_scope=self._scope)
 
-    def send(self, items: Sequence[tuple[StoredEvent, str]]) -> bool:
+    def _span(self, data: SpanData) -> Any:
+        trace = self._trace
+        status = (
+            trace.Status(trace.StatusCode.ERROR, data.error)
+            if data.error is not None
+            else trace.Status(trace.StatusCode.UNSET)
+        )
+        events = []
+        for item in data.events:
+            attributes: dict[str, str | int] = {"gz_ia.seq": item.seq, "gz_ia.status": item.status}
+            if item.error:
+                attributes["exception.message"] = item.error
+            if item.duration_ms is not None:
+                attributes["gz_ia.duration_ms"] = item.duration_ms
+            events.append(self._span_event(item.stage, attributes, timestamp=item.time_ns))
+        parent = self._context(data.trace_id, data.parent_span_id) if data.parent_span_id is not None else None
+        return self._readable_span(
+            name=data.name,
+            context=self._context(data.trace_id, data.span_id),
+            parent=parent,
+            resource=self._resource,
+            attributes=data.attributes,
+            events=events,
+            kind=trace.SpanKind.INTERNAL,
+            status=status,
+            start_time=data.start_ns,
+            end_time=data.end_ns,
+            instrumentation_scope=self._scope,
+        )
+
+    def send_logs(self, items: Sequence[tuple[StoredEvent, str]]) -> Outcome:
+        if self._logs is None:
+            return Outcome.ACCEPTED
         observed = time.time_ns()
-        records = [self._record(event, root_id, observed) for event, root_id in items]
-        return bool(self._exporter.export(records) == self._success)
+        return self._logs.export(
+            [self._record(event, root_id, observed) for event, root_id in items], self._logs_success
+        )
+
+    def send_spans(self, spans: Sequence[SpanData]) -> Outcome:
+        if self._spans is None:
+            return Outcome.ACCEPTED
+        return self._spans.export([self._span(data) for data in spans], self._spans_success)
 
     def close(self) -> None:
-        self._exporter.shutdown()
+        for channel in (self._logs, self._spans):
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    channel.close()
 
 
-def make_sender(*, version: str, endpoint: str | None = None) -> BatchSender:
-    """Build the OTLP/HTTP sender (standard ``OTEL_EXPORTER_OTLP_*`` settings).
+def make_sender(
+    *, version: str, endpoint: str | None = None, signals: Sequence[str] = SIGNALS, timeout_max: float = 120.0
+) -> BatchSender:
+    """Build the OTLP/HTTP sender (standard ``OTEL_EXPORTER_OTLP_*`` settings; ``endpoint`` is the base URL).
 
     Raises:
         MissingExtraError: the ``[otel]`` extra is not installed.
     """
-    return _OtlpSender(version=version, endpoint=endpoint)
+    return _OtlpSender(version=version, endpoint=endpoint, signals=signals, timeout_max=timeout_max)
 
 
 class _Metrics:
@@ -271,12 +391,22 @@ class _Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.exported = Counter(
-            "gzia_otel_exported_events", "Events the OTLP backend accepted (2xx)", registry=registry
+            "gzia_otel_exported_events", "Events the OTLP backend accepted as log records (2xx)", registry=registry
+        )
+        self.spans = Counter(
+            "gzia_otel_exported_spans",
+            "Spans the OTLP backend accepted (2xx), counting a session span each time it is re-sent",
+            registry=registry,
         )
         self.batches = Counter("gzia_otel_export_batches", "Batches the OTLP backend accepted", registry=registry)
         self.failures = Counter(
             "gzia_otel_export_failures",
-            "Batches the OTLP backend refused or did not answer; retried",
+            "Batches the OTLP backend refused or did not answer in time; retried",
+            registry=registry,
+        )
+        self.unanswered = Counter(
+            "gzia_otel_export_unanswered",
+            "Batches the OTLP backend did not answer in time (it may have stored them: re-sent)",
             registry=registry,
         )
         self.dropped = Counter(
@@ -310,13 +440,26 @@ class ExportSettings:
     batch_size: int = 512
     retry_initial: float = 0.5
     retry_max: float = 30.0
+    signals: tuple[str, ...] = SIGNALS
+    session_idle: float = 30.0
+    """Seconds a session must be quiet before its span is sent (again, when it grew)."""
+
+
+@dataclass
+class _Behind:
+    """How one session stands after a pass: sent, still behind, and the oldest event behind."""
+
+    sent: int = 0
+    healthy: bool = True
+    lag: int = 0
+    since: float | None = None
 
 
 class OtelExporter:
     """Tail every session of the given roots and ship new events through a :class:`BatchSender`.
 
     Args:
-        settings: roots, state directory, pacing.
+        settings: roots, state directory, signals, pacing.
         sender: where batches go (the OTLP/HTTP sender in production).
         registry: Prometheus registry for the ``gzia_otel_*`` metrics.
         clock: wall clock in seconds, injectable for tests.
@@ -332,13 +475,16 @@ class OtelExporter:
     ) -> None:
         if settings.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        unknown = set(settings.signals) - set(SIGNALS)
+        if unknown or not settings.signals:
+            raise ValueError(f"signals must be among {', '.join(SIGNALS)}")
         self.settings = settings
         self.sender = sender
         self.clock = clock
         self.metrics = _Metrics(registry)
         self._stores = {root: CursorStore(settings.state_dir, root) for root in settings.roots}
         self._positions: dict[tuple[Path, str], Position] = {}
-        self._parents: dict[tuple[Path, str], str | None] = {}
+        self._traces: dict[tuple[Path, str], TraceState] = {}
         self._backoff = 0.0
 
     # --- one pass --------------------------------------------------------------------------------
@@ -350,108 +496,180 @@ class OtelExporter:
         oldest: float | None = None
         healthy = True
         for root, store in self._stores.items():
-            for session_id in _pages.list_session_ids(root):
-                sent, ok, lag, since = self._export_session(root, store, session_id, allow_send=healthy)
-                exported += sent
-                healthy = healthy and ok
-                lag_events += lag
-                if since is not None:
-                    oldest = since if oldest is None else min(oldest, since)
+            summaries = _pages.session_summaries(root)
+            parents = {sid: summary.parent_session_id for sid, summary in summaries.items()}
+            for session_id in sorted(summaries):
+                root_session = _root_of(session_id, parents)
+                behind = _Behind()
+                if "traces" in self.settings.signals:
+                    traced = self._export_traces(root, store, session_id, root_session, summaries[session_id], healthy)
+                    healthy = healthy and traced.healthy
+                    behind = traced
+                if "logs" in self.settings.signals:
+                    logged = self._export_logs(root, store, session_id, root_session, healthy)
+                    healthy = healthy and logged.healthy
+                    if logged.lag > behind.lag:
+                        behind.lag, behind.since = logged.lag, logged.since
+                    behind.sent += logged.sent
+                exported += behind.sent
+                lag_events += behind.lag
+                if behind.since is not None:
+                    oldest = behind.since if oldest is None else min(oldest, behind.since)
         self.metrics.lag_events.set(lag_events)
         self.metrics.lag_seconds.set(max(0.0, self.clock() - oldest) if oldest is not None else 0.0)
         return exported, healthy
 
-    def _position(self, root: Path, store: CursorStore, session_id: str) -> Position:
-        key = (root, session_id)
-        position = self._positions.get(key)
-        if position is None:
-            position = store.load(session_id)
-            position.session_id = session_id
-            self._positions[key] = position
-        return position
+    def _failed(self, outcome: Outcome) -> None:
+        self.metrics.failures.inc()
+        if outcome is Outcome.NO_ANSWER:
+            self.metrics.unanswered.inc()
+        self.metrics.up.set(0)
 
-    def _export_session(
-        self, root: Path, store: CursorStore, session_id: str, *, allow_send: bool
-    ) -> tuple[int, bool, int, float | None]:
-        """Return (exported, healthy, events still behind, timestamp of the oldest one behind)."""
-        position = self._position(root, store, session_id)
-        exported = 0
+    def _accepted(self) -> None:
+        self.metrics.batches.inc()
+        self.metrics.up.set(1)
+        self.metrics.last_success.set(self.clock())
+
+    def _fresh(self, root: Path, session_id: str, state: Position | TraceState) -> tuple[list[_pages.Entry], bool]:
+        """Return the entries after ``state.seq`` on the next page (moving the cursor past sent ones), and ``end``."""
         while True:
             try:
-                page = _pages.read_page(root, session_id, cursor=position.cursor, limit=self.settings.batch_size)
+                page = _pages.read_page(root, session_id, cursor=state.cursor, limit=self.settings.batch_size)
             except _pages.SessionNotFound:
-                return exported, True, 0, None
+                return [], True
             except ValueError:
                 # A cursor from another reader version: fall back to the seq watermark alone.
                 log.info("export position of %s no longer matches the reader; resuming by seq", session_id)
-                position.cursor = None
+                state.cursor = None
                 continue
-            if page.expired and position.cursor is not None:
+            if page.expired and state.cursor is not None:
                 # Retention deleted what followed the cursor: start again from the oldest retained
                 # event; the seq watermark skips what was sent, and a gap is counted as dropped.
-                position.cursor = None
+                state.cursor = None
                 continue
-            fresh = [entry for entry in page.entries if entry.event.seq > position.seq]
+            fresh = [entry for entry in page.entries if entry.event.seq > state.seq]
+            if fresh:
+                return fresh, page.end
+            if page.entries and page.next_cursor is not None:
+                state.cursor = page.next_cursor  # only already-exported lines: skip them
+                if not page.end:
+                    continue
+            return [], True
+
+    def _note_gap(self, session_id: str, state: Position | TraceState, first_seq: int, signal: str) -> None:
+        gap = first_seq - state.seq - 1
+        if gap > 0:
+            log.warning("session %s: %d events were deleted before export (%s)", session_id, gap, signal)
+            self.metrics.dropped.inc(gap)
+
+    def _export_logs(self, root: Path, store: CursorStore, session_id: str, root_session: str, allow: bool) -> _Behind:
+        key = (root, session_id)
+        position = self._positions.get(key) or store.load(Position, session_id)
+        position.session_id = session_id
+        self._positions[key] = position
+        result = _Behind()
+        while True:
+            fresh, end = self._fresh(root, session_id, position)
             if not fresh:
-                if page.entries and page.next_cursor is not None:
-                    position.cursor = page.next_cursor  # only already-exported lines: skip them
-                    if not page.end:
-                        continue
-                return exported, True, 0, None
-            if not allow_send:
-                return exported, True, self._behind(root, session_id, position), fresh[0].event.timestamp.timestamp()
-            gap = fresh[0].event.seq - position.seq - 1
-            items = [(entry.event, self._root_session(root, entry.event)) for entry in fresh]
-            if not self.sender.send(items):
-                self.metrics.failures.inc()
-                self.metrics.up.set(0)
-                return exported, False, self._behind(root, session_id, position), fresh[0].event.timestamp.timestamp()
-            if gap > 0:
-                log.warning("session %s: %d events were deleted before export", session_id, gap)
-                self.metrics.dropped.inc(gap)
+                return result
+            if not allow:
+                return self._behind(root, session_id, position.seq, fresh, result, healthy=True)
+            outcome = self.sender.send_logs([(entry.event, root_session) for entry in fresh])
+            if outcome is not Outcome.ACCEPTED:
+                self._failed(outcome)
+                return self._behind(root, session_id, position.seq, fresh, result, healthy=False)
+            self._note_gap(session_id, position, fresh[0].event.seq, "logs")
             position.seq = fresh[-1].event.seq
             position.cursor = fresh[-1].cursor
             store.save(position)
-            exported += len(fresh)
+            result.sent += len(fresh)
             self.metrics.exported.inc(len(fresh))
-            self.metrics.batches.inc()
-            self.metrics.up.set(1)
-            self.metrics.last_success.set(self.clock())
-            if page.end:
-                return exported, True, 0, None
+            self._accepted()
+            if end:
+                return result
 
-    def _behind(self, root: Path, session_id: str, position: Position) -> int:
+    def _export_traces(
+        self,
+        root: Path,
+        store: CursorStore,
+        session_id: str,
+        root_session: str,
+        summary: _pages.SessionSummary,
+        allow: bool,
+    ) -> _Behind:
+        key = (root, session_id)
+        state = self._traces.get(key) or store.load(TraceState, session_id)
+        state.session_id = session_id
+        self._traces[key] = state
+        result = _Behind()
+        while True:
+            fresh, end = self._fresh(root, session_id, state)
+            if not fresh:
+                break
+            if not allow:
+                return self._behind(root, session_id, state.seq, fresh, result, healthy=True)
+            # Fold into a copy: the position changes only once the backend took the finished spans.
+            work = copy.deepcopy(state)
+            spans = fold(work, [entry.event for entry in fresh], root_session)
+            if spans:
+                outcome = self.sender.send_spans(spans)
+                if outcome is not Outcome.ACCEPTED:
+                    self._failed(outcome)
+                    return self._behind(root, session_id, state.seq, fresh, result, healthy=False)
+                self.metrics.spans.inc(len(spans))
+                self._accepted()
+            self._note_gap(session_id, state, fresh[0].event.seq, "traces")
+            work.cursor = fresh[-1].cursor
+            store.save(work)
+            state = self._traces[key] = work
+            if end:
+                break
+        if (
+            allow
+            and summary.first_time is not None
+            and summary.last_time is not None
+            and summary.events > state.session_span_events
+            and self.clock() - summary.last_time.timestamp() >= self.settings.session_idle
+        ):
+            info = SessionInfo(
+                session_id=session_id,
+                root_session_id=root_session,
+                parent_session_id=summary.parent_session_id,
+                agent=summary.agent,
+                first_time=summary.first_time,
+                last_time=summary.last_time,
+                events=summary.events,
+                failures=summary.failures,
+            )
+            outcome = self.sender.send_spans([session_span(info)])
+            if outcome is not Outcome.ACCEPTED:
+                self._failed(outcome)
+                result.healthy = False
+                return result
+            self.metrics.spans.inc()
+            self._accepted()
+            state.session_span_events = summary.events
+            store.save(state)
+        return result
+
+    def _behind(
+        self,
+        root: Path,
+        session_id: str,
+        seq: int,
+        fresh: list[_pages.Entry],
+        result: _Behind,
+        *,
+        healthy: bool,
+    ) -> _Behind:
         try:
             last = _pages.read_page(root, session_id, limit=1, reverse=True).entries
         except (_pages.SessionNotFound, ValueError):
-            return 0
-        return max(0, last[0].event.seq - position.seq) if last else 0
-
-    def _root_session(self, root: Path, event: StoredEvent) -> str:
-        """Follow ``parent_session_id`` up through the root's sessions to the tree's root."""
-        current = event.session_id
-        parent = event.parent_session_id
-        self._parents.setdefault((root, current), parent)
-        seen = {current}
-        for _ in range(_MAX_PARENT_HOPS):
-            if parent is None or parent in seen or not is_safe_session_id(parent):
-                return current
-            seen.add(parent)
-            current = parent
-            parent = self._parent_of(root, current)
-        return current
-
-    def _parent_of(self, root: Path, session_id: str) -> str | None:
-        key = (root, session_id)
-        if key not in self._parents:
-            try:
-                first = _pages.read_page(root, session_id, limit=1).entries
-            except (_pages.SessionNotFound, ValueError):
-                return None  # not written (yet) under this root: it counts as the top
-            if not first:
-                return None
-            self._parents[key] = first[0].event.parent_session_id
-        return self._parents[key]
+            last = []
+        result.lag = max(0, last[0].event.seq - seq) if last else 0
+        result.since = fresh[0].event.timestamp.timestamp()
+        result.healthy = healthy
+        return result
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -480,13 +698,28 @@ class OtelExporter:
             self.sender.close()
 
 
+def _root_of(session_id: str, parents: Mapping[str, str | None]) -> str:
+    """Follow each session's recorded parent (from its files, not from one event) up to the tree's root."""
+    current = session_id
+    seen = {current}
+    for _ in range(_MAX_PARENT_HOPS):
+        parent = parents.get(current)
+        if parent is None or parent in seen or not is_safe_session_id(parent):
+            return current
+        if parent not in parents:
+            return parent  # not written (yet) under this root: its id is still the tree's top
+        seen.add(parent)
+        current = parent
+    return current
+
+
 def positions(state_dir: Path, root: Path) -> Mapping[str, Position]:
-    """Return the persisted positions of a root (for ``gz-ia export otel --status`` and tests)."""
+    """Return the persisted log-record positions of a root (for tests and inspection)."""
     directory = state_dir / root_key(root)
     found: dict[str, Position] = {}
     if not directory.is_dir():
         return found
     for path in sorted(directory.glob("*.json")):
         with contextlib.suppress(OSError, msgspec.DecodeError):
-            found[path.stem] = _position_decoder.decode(path.read_bytes())
+            found[path.stem] = msgspec.json.decode(path.read_bytes(), type=Position)
     return found

@@ -35,9 +35,29 @@ def export() -> None:
 @click.option(
     "--endpoint",
     default=None,
-    help="OTLP/HTTP logs URL, e.g. http://host:4318/v1/logs "
-    "[default: $OTEL_EXPORTER_OTLP_LOGS_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT + /v1/logs, "
-    "else http://localhost:4318/v1/logs].",
+    help="OTLP/HTTP base URL, e.g. http://host:4318 (/v1/traces and /v1/logs are added) "
+    "[default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / _LOGS_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT, "
+    "else http://localhost:4318].",
+)
+@click.option(
+    "--signals",
+    default="traces,logs",
+    show_default=True,
+    help="What to send, comma-separated: traces (a span per action cycle and per session), logs (a record per event).",
+)
+@click.option(
+    "--session-idle",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a session must be quiet before its span is sent (sent again, same ids, if it grows).",
+)
+@click.option(
+    "--timeout-max",
+    type=click.FloatRange(min=0.01),
+    default=120.0,
+    show_default=True,
+    help="After a request the backend did not answer in time, the timeout doubles up to this many seconds.",
 )
 @click.option(
     "--state-dir",
@@ -66,6 +86,9 @@ def export_otel(
     ctx: click.Context,
     roots: tuple[Path, ...],
     endpoint: str | None,
+    signals: str,
+    session_idle: float,
+    timeout_max: float,
     state_dir: Path | None,
     poll_interval: float,
     batch_size: int,
@@ -73,10 +96,11 @@ def export_otel(
     metrics_address: str,
     once: bool,
 ) -> None:
-    """Send every accepted event to an OTLP/HTTP backend as a log record, exactly once.
+    """Send stored events to an OTLP/HTTP backend: spans (cycles, sessions) and log records.
 
     Positions advance only when the backend answers 2xx; a backend outage just makes the exporter
-    wait and retry. Standard OTEL_EXPORTER_OTLP_* variables (headers, compression, timeout) apply.
+    wait and retry. Spans carry ids derived from the session and the cycle, so a re-send is the same
+    span. Standard OTEL_EXPORTER_OTLP_* variables (headers, compression, timeout) apply.
     """
     import logging
 
@@ -84,6 +108,7 @@ def export_otel(
 
     from gz_ia.collector.otel_export import (
         OTEL_EXTRA_HINT,
+        SIGNALS,
         ExportSettings,
         MissingExtraError,
         OtelExporter,
@@ -91,9 +116,12 @@ def export_otel(
         make_sender,
     )
 
+    chosen = tuple(dict.fromkeys(part.strip() for part in signals.split(",") if part.strip()))
+    if not chosen or not set(chosen) <= set(SIGNALS):
+        raise click.BadParameter(f"{signals!r}: choose from {', '.join(SIGNALS)}", param_hint="--signals")
     logging.basicConfig(format="gz-ia export otel: %(levelname)s %(message)s", level=logging.INFO)
     try:
-        sender = make_sender(version=version(), endpoint=endpoint)
+        sender = make_sender(version=version(), endpoint=endpoint, signals=chosen, timeout_max=timeout_max)
     except MissingExtraError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         click.echo(f"Install the extra with: {OTEL_EXTRA_HINT}", err=True)
@@ -104,6 +132,8 @@ def export_otel(
         poll_interval=poll_interval,
         batch_size=batch_size,
         retry_max=retry_max,
+        signals=chosen,
+        session_idle=session_idle,
     )
     registry = CollectorRegistry()
     exporter = OtelExporter(settings, sender, registry=registry)
