@@ -270,7 +270,9 @@ def test_guide_documents_every_exporter_metric_and_tool() -> None:
     assert exposed, "no exporter metrics"
     for name in exposed:
         assert f"`{name}`" in text, name
-    for tool in ("log_event", "read_session", "events_since", "list_sessions", "session_summary"):
+    from gz_ia.collector.mcp_server import TOOLS
+
+    for tool in TOOLS:
         assert f"`{tool}`" in text, tool
 
 

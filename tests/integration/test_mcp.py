@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -30,13 +31,76 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str,
     return result.structured_content
 
 
-async def test_tools_are_listed_with_schemas(collector: Any) -> None:
-    """The server offers the five gz-ia tools, each with an input schema naming its parameters."""
-    async with mcp_session(collector) as session:
+READING = ("read_session", "get_event", "events_since", "failed_events", "list_sessions", "session_summary")
+
+
+async def test_tools_are_listed_with_typed_schemas_and_annotations(collector: Any) -> None:
+    """Every tool: each parameter described, stage and status as enums, an output schema, annotations; the version."""
+    params = StdioServerParameters(command=sys.executable, args=["-c", CLI, "mcp"], env=collector.env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        initialized = await session.initialize()
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-    assert set(tools) == {"log_event", "read_session", "events_since", "list_sessions", "session_summary"}
-    assert {"session_id", "action", "stage", "agent"} <= set(tools["log_event"].input_schema["required"])
+    assert initialized.server_info.name == "gz-ia"
+    assert initialized.server_info.version == importlib.metadata.version("gz-ia-collector")
+    assert set(tools) == {"log_event", *READING}
+    for name, tool in tools.items():
+        for parameter, schema in tool.input_schema["properties"].items():
+            assert schema.get("description"), f"{name}.{parameter} is not described"
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
+        assert tool.annotations is not None, name
+        assert tool.title, name
+    log_event = tools["log_event"]
+    assert {"session_id", "action", "stage", "agent"} <= set(log_event.input_schema["required"])
+    assert log_event.input_schema["properties"]["stage"]["enum"] == ["READ", "PENDING", "FINISH"]
+    assert log_event.input_schema["properties"]["status"]["enum"] == ["OK", "FAILED"]
+    assert log_event.annotations is not None
+    assert log_event.annotations.read_only_hint is False
+    assert log_event.annotations.destructive_hint is False
+    assert log_event.annotations.idempotent_hint is False
+    assert {"accepted", "session_id"} <= set(log_event.output_schema["required"])  # type: ignore[index]
+    for name in READING:
+        annotations = tools[name].annotations
+        assert annotations is not None and annotations.read_only_hint is True, name
     assert "cursor" in tools["read_session"].input_schema["properties"]
+    assert tools["get_event"].input_schema["properties"]["seq"]["minimum"] == 1
+    event = tools["get_event"].output_schema["$defs"]["Event"]  # type: ignore[index]
+    assert event["properties"]["stage"]["enum"] == ["READ", "PENDING", "FINISH"]
+    assert {"timestamp", "session_id", "action", "stage", "status", "agent", "seq"} <= set(event["required"])
+
+
+async def test_failed_events_across_sessions_and_one_event_by_seq(collector: Any) -> None:
+    """failed_events finds FAILED events in every session (since a time); get_event returns one event by seq."""
+    client = collector.client()
+    client.log(session_id="fa", action="build", stage="PENDING", agent="claude")
+    client.log(session_id="fa", action="build", stage="FINISH", agent="claude", status="FAILED", error="early")
+    assert client.flush(10)
+    stored = collector.session_lines("fa")
+    client.log(session_id="fb", parent_session_id="fa", action="test", stage="PENDING", agent="agy")
+    client.log(session_id="fb", action="test", stage="FINISH", agent="agy", status="FAILED", error="late")
+    client.log(session_id="fc", action="ok", stage="READ", agent="agy")
+    client.log(session_id="fc", action="ok", stage="FINISH", agent="agy")
+    assert client.flush(10)
+    client.close()
+    later = collector.session_lines("fb")[1]["timestamp"]
+    async with mcp_session(collector) as session:
+        every = await call(session, "failed_events")
+        since = await call(session, "failed_events", since=later)
+        capped = await call(session, "failed_events", limit=1)
+        one = await call(session, "get_event", session_id="fa", seq=2)
+        missing = await session.call_tool("get_event", {"session_id": "fa", "seq": 9})
+        bad_stage = await session.call_tool(
+            "log_event", {"session_id": "fa", "action": "a", "stage": "DONE", "agent": "claude"}
+        )
+    assert [(e["session_id"], e["error"]) for e in every["events"]] == [("fa", "early"), ("fb", "late")]
+    assert every["more"] is False
+    assert [(e["session_id"], e["seq"]) for e in since["events"]] == [("fb", 2)]
+    assert [e["error"] for e in capped["events"]] == ["early"]
+    assert capped["more"] is True
+    assert one["event"] == {key: value for key, value in stored[1].items() if key != "delivery"}
+    assert missing.is_error
+    assert "no event 9" in str(missing.content)
+    assert bad_stage.is_error  # the enum refuses it before anything is sent
+    assert [line["stage"] for line in collector.session_lines("fa")] == ["PENDING", "FINISH"]
 
 
 async def test_log_event_gives_the_collectors_verdict(collector: Any, schema_validator: Any) -> None:

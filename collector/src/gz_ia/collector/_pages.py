@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-from gz_ia.client.schema import StoredEvent, is_safe_session_id
+from gz_ia.client.schema import Status, StoredEvent, is_safe_session_id
 
 from .storage import reader as _reader
 from .storage._layout import LayoutError, active_name, open_root, session_id_of
@@ -31,6 +32,8 @@ __all__ = [
     "Page",
     "SessionNotFound",
     "SessionSummary",
+    "event_at",
+    "failed_events",
     "iter_session",
     "list_session_ids",
     "list_sessions",
@@ -228,3 +231,22 @@ def session_summaries(root: Path) -> dict[str, SessionSummary]:
         return dict(_reader.session_summaries(root))
     except (LayoutError, LookupError, OSError):
         return {}
+
+
+def failed_events(root: Path, session_id: str, *, since: datetime | None = None) -> Iterator[Entry]:
+    """Yield a session's FAILED events (at or after ``since``), oldest first, without decoding the rest twice."""
+    filters = _reader.Filters(statuses=frozenset({Status.FAILED}), since=since)
+    for entry in _reader.iter_events(root, session_id, filters=filters):
+        yield Entry(entry.line, entry.event, entry.cursor)
+
+
+def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
+    """Return the session's event number ``seq``, or None when it does not exist (or retention deleted it).
+
+    Raises:
+        SessionNotFound: nothing is stored for the session.
+    """
+    for entry in iter_session(root, session_id):
+        if entry.event.seq >= seq:
+            return entry if entry.event.seq == seq else None
+    return None

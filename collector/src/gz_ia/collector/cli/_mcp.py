@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from . import main
-from ._common import root_of, socket_path_of
+from ._common import root_of, socket_path_of, version
 
 EXIT_MISSING_EXTRA = 2
 MCP_EXTRA_HINT = "pip install 'gz-ia-collector[mcp]'"
@@ -16,8 +16,9 @@ MCP_EXTRA_HINT = "pip install 'gz-ia-collector[mcp]'"
 def mcp_command(ctx: click.Context) -> None:
     """Run the gz-ia MCP server on stdin/stdout (register this command with your agent).
 
-    Tools: log_event, read_session, events_since, list_sessions, session_summary. Events go to the
-    collector on --socket; sessions are read from --root (found like .git by default).
+    Tools: log_event, read_session, get_event, events_since, failed_events, list_sessions,
+    session_summary. Events go to the collector on --socket; sessions are read from --root (found
+    like .git by default).
     """
     try:
         import mcp.server.mcpserver  # noqa: F401 - only to tell whether the extra is installed
@@ -29,4 +30,4 @@ def mcp_command(ctx: click.Context) -> None:
         ctx.exit(EXIT_MISSING_EXTRA)
     from gz_ia.collector.mcp_server import serve
 
-    serve(socket_path=socket_path_of(ctx), root=root_of(ctx))
+    serve(socket_path=socket_path_of(ctx), root=root_of(ctx), version=version())
