@@ -119,6 +119,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "retention.max_archives": "9",
         "retention.max_age_days": "9.5",
         "retention.max_root_bytes": "9",
+        "retention.max_held_archives": "9",
     }
     assert sorted(values) == sorted(key for key, _ in config_keys())
     config_file.write_text("")

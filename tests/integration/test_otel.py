@@ -567,3 +567,62 @@ def test_a_slow_backend_gets_each_log_record_at_most_once_per_unanswered_attempt
     assert unanswered >= 1
     assert all(keys.count(key) <= 1 + unanswered for key in set(keys))
     assert receiver.spans == []  # --signals logs sends no spans
+
+
+def archives(collector: Any, session_id: str) -> list[Path]:
+    """The session's archived segments on disk."""
+    return sorted((collector.root / "sessions").glob(f"{session_id}.events.*.jsonl*"))
+
+
+def stored_seqs(collector: Any, session_id: str) -> list[int]:
+    """Every seq still stored for the session, archives included, through the collector's reader."""
+    from gz_ia.collector.storage.reader import iter_events
+
+    return [entry.event.seq for entry in iter_events(collector.root, session_id)]
+
+
+def test_retention_keeps_unsent_segments_up_to_a_bound(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
+    """Unsent archives outlive max_archives, at most max_held_archives of them; the rest is reported."""
+    collector.write_config("[rotation]\nmax_events = 5\n[retention]\nmax_archives = 1\nmax_held_archives = 3\n")
+    collector.restart()
+    log_events(collector, "h", 5)
+    receiver.mode = "refuse"
+    refused = subprocess.run(
+        exporter.args("--once"), env=exporter.env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert list((collector.root / "state" / "export-holds").glob("*.json"))  # the exporter needs segment 1
+    for start in range(5, 35, 5):  # one batch each: the collector rotates between write passes
+        log_events(collector, "h", 5, start=start)
+    wait_for(lambda: len(archives(collector, "h")) >= 4, message="rotations")
+    kept = stored_seqs(collector, "h")
+    assert len(archives(collector, "h")) == 1 + 3  # max_archives, plus the bound of held ones
+    assert kept[0] > 1  # beyond the bound, the oldest unsent archives went all the same
+    receiver.mode = "ok"
+    done = subprocess.run(
+        exporter.args("--once", "--signals", "logs"),
+        env=exporter.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(receiver.keys()) == [("h", seq) for seq in kept]
+    assert f"session h: {kept[0] - 1} events were deleted before export (logs)" in done.stderr
+    for start in (35, 40):
+        log_events(collector, "h", 5, start=start)
+    again = subprocess.run(
+        exporter.args("--once", "--signals", "logs"),
+        env=exporter.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    for start in (45, 50, 55):
+        log_events(collector, "h", 5, start=start)
+    # Everything up to seq 45 is sent: the hold moved on, and retention deletes what was sent.
+    wait_for(lambda: stored_seqs(collector, "h")[0] > 35, message="sent archives deleted")
+    assert sorted(receiver.keys()) == [("h", seq) for seq in range(kept[0], 46)]

@@ -32,6 +32,7 @@ __all__ = [
     "Page",
     "SessionNotFound",
     "SessionSummary",
+    "cursor_segment",
     "event_at",
     "failed_events",
     "iter_session",
@@ -250,3 +251,13 @@ def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
         if entry.event.seq >= seq:
             return entry if entry.event.seq == seq else None
     return None
+
+
+def cursor_segment(cursor: str | None, session_id: str) -> int:
+    """Return the segment a cursor's boundary lies in (1 for no cursor, or one this reader cannot read)."""
+    if cursor is None:
+        return 1
+    try:
+        return int(_reader.cursor_segment(cursor, session_id))
+    except (ValueError, LookupError):
+        return 1

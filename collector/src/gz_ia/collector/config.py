@@ -74,9 +74,12 @@ class RetentionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     max_root_bytes: int = 0
     """Disk budget for a whole root (0: no limit); least recently active sessions lose their oldest
     segments first."""
+    max_held_archives: int = 100
+    """Archives per session kept past ``max_archives`` / ``max_age_days`` because an exporter has
+    not sent them yet (0: exporters hold nothing); ``max_root_bytes`` still applies."""
 
     def __post_init__(self) -> None:
-        for key in ("max_archives", "max_age_days", "max_root_bytes"):
+        for key in ("max_archives", "max_age_days", "max_root_bytes", "max_held_archives"):
             if getattr(self, key) < 0:
                 raise ValueError(f"retention.{key} must be >= 0")
 

@@ -50,6 +50,8 @@ from gz_ia.client.schema import Status, StoredEvent, is_safe_session_id
 
 from . import _pages
 from .otel_spans import SessionInfo, SpanData, TraceState, fold, session_span, session_span_id, trace_id_of
+from .storage._layout import LayoutError, open_root
+from .storage.export_holds import write_hold
 
 __all__ = [
     "OTEL_EXTRA_HINT",
@@ -485,6 +487,8 @@ class OtelExporter:
         self._stores = {root: CursorStore(settings.state_dir, root) for root in settings.roots}
         self._positions: dict[tuple[Path, str], Position] = {}
         self._traces: dict[tuple[Path, str], TraceState] = {}
+        self._holds: dict[Path, dict[str, int]] = {}
+        self._hold_key = root_key(settings.state_dir)
         self._backoff = 0.0
 
     # --- one pass --------------------------------------------------------------------------------
@@ -515,9 +519,37 @@ class OtelExporter:
                 lag_events += behind.lag
                 if behind.since is not None:
                     oldest = behind.since if oldest is None else min(oldest, behind.since)
+            self._hold(root, summaries)
         self.metrics.lag_events.set(lag_events)
         self.metrics.lag_seconds.set(max(0.0, self.clock() - oldest) if oldest is not None else 0.0)
         return exported, healthy
+
+    def _hold(self, root: Path, sessions: Mapping[str, object]) -> None:
+        """Tell retention, through the root's export holds, the first segment each session still needs."""
+        needed: dict[str, int] = {}
+        for session_id in sessions:
+            states: list[Position | TraceState | None] = []
+            if "logs" in self.settings.signals:
+                states.append(self._positions.get((root, session_id)))
+            if "traces" in self.settings.signals:
+                states.append(self._traces.get((root, session_id)))
+            needed[session_id] = min(
+                _pages.cursor_segment(state.cursor if state is not None else None, session_id) for state in states
+            )
+        if needed == self._holds.get(root):
+            return
+        try:
+            dirs = open_root(root, owner=None, create=False)
+        except LayoutError:
+            return
+        try:
+            write_hold(dirs, self._hold_key, needed)
+        except OSError as exc:
+            log.warning("cannot write the export hold under %s (%s): retention may delete unsent events", root, exc)
+            return
+        finally:
+            dirs.close()
+        self._holds[root] = needed
 
     def _failed(self, outcome: Outcome) -> None:
         self.metrics.failures.inc()

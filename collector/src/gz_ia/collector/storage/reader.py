@@ -93,6 +93,7 @@ __all__ = [
     "check_cursor",
     "combine_cursors",
     "copy_lines",
+    "cursor_segment",
     "cursor_seq",
     "cursor_sessions",
     "end_cursor",
@@ -426,6 +427,15 @@ def cursor_seq(cursor: str, session_id: str) -> int:
         InvalidCursor: not a cursor of this reader, or none for that session.
     """
     return _single_position(cursor, session_id).seq
+
+
+def cursor_segment(cursor: str, session_id: str) -> int:
+    """Return the segment number a cursor's boundary in ``session_id`` lies in (what follows is there or later).
+
+    Raises:
+        InvalidCursor: not a cursor of this reader, or none for that session.
+    """
+    return _single_position(cursor, session_id).segment
 
 
 def cursor_sessions(cursor: str) -> list[str]:

@@ -13,6 +13,9 @@ non-regular file with a generated name is not deleted either.
 * ``max_root_bytes``: while everything the collector generated under a root is larger, archives are
   deleted, those of the least recently active session first (oldest segment first), then the next
   session's. Active files are never deleted by the budget.
+* ``max_held_archives``: archives an exporter has not sent yet (:mod:`.export_holds`) are spared
+  from ``max_archives`` and ``max_age_days``, at most this many per session (the oldest beyond it
+  go); the root budget ignores holds.
 * :func:`collect_idle` (``gz-ia gc --older-than``): a session whose last write (newest mtime among its
   active file and archives) is older than the threshold is removed entirely, open actions or not: a
   session silent for that long has no live writer, and keeping abandoned cycles forever would defeat
@@ -50,6 +53,7 @@ from ._layout import (
     state_name,
     torn_name,
 )
+from .export_holds import read_holds
 
 __all__ = [
     "IDLE_RECHECK",
@@ -112,10 +116,11 @@ class RetentionPolicy:
         config: ``[retention]`` of the collector configuration.
     """
 
-    __slots__ = ("max_age_seconds", "max_archives", "max_root_bytes")
+    __slots__ = ("max_age_seconds", "max_archives", "max_held_archives", "max_root_bytes")
 
     def __init__(self, config: RetentionConfig) -> None:
         self.max_archives = config.max_archives
+        self.max_held_archives = config.max_held_archives
         self.max_age_seconds = config.max_age_days * _DAY
         self.max_root_bytes = config.max_root_bytes
 
@@ -220,7 +225,15 @@ def _delete(item: _File, reason: str, report: RetentionReport, *, dry_run: bool)
     report.deleted.append(Deletion(item.directory, item.name, item.size, reason))
 
 
-def _trim_group(group: _Group, policy: RetentionPolicy, now: float, report: RetentionReport, *, dry_run: bool) -> None:
+def _trim_group(
+    group: _Group,
+    policy: RetentionPolicy,
+    now: float,
+    report: RetentionReport,
+    *,
+    dry_run: bool,
+    held_from: int | None = None,
+) -> None:
     numbers = sorted(group.archives)
     doomed: dict[int, str] = {}
     if policy.max_archives and len(numbers) > policy.max_archives:
@@ -231,6 +244,10 @@ def _trim_group(group: _Group, policy: RetentionPolicy, now: float, report: Rete
         for number in numbers:
             if number not in doomed and max(item.mtime for item in group.archives[number]) < limit:
                 doomed[number] = "max_age"
+    if held_from is not None and policy.max_held_archives:
+        held = [number for number in sorted(doomed) if number >= held_from]
+        for number in held[-policy.max_held_archives :]:  # an exporter still needs them
+            del doomed[number]
     for number in sorted(doomed):  # oldest first
         for item in group.archives.pop(number):
             _delete(item, doomed[number], report, dry_run=dry_run)
@@ -291,7 +308,8 @@ def enforce_session(
                     )
             missing = 0 if found else missing + 1
             number -= 1
-        _trim_group(group, policy, now, report, dry_run=False)
+        held_from = read_holds(dirs).get(session_id) if session_id is not None else None
+        _trim_group(group, policy, now, report, dry_run=False, held_from=held_from)
     if policy.max_root_bytes:
         _enforce_budget(_inventory(dirs), policy, report, dry_run=False)
     return report
@@ -316,9 +334,11 @@ def apply_retention(
     """
     report = RetentionReport()
     groups = _inventory(dirs)
+    holds = read_holds(dirs)
     for key, group in groups.items():
         if owns is None or owns(key):
-            _trim_group(group, policy, now, report, dry_run=dry_run)
+            held_from = holds.get(key) if key is not None else None
+            _trim_group(group, policy, now, report, dry_run=dry_run, held_from=held_from)
     if budget and policy.max_root_bytes:
         _enforce_budget(groups, policy, report, dry_run=dry_run)
     return report
