@@ -280,3 +280,55 @@ def test_guide_documents_every_exporter_metric_and_tool() -> None:
 def test_documents_have_console_commands(path: Path) -> None:
     """Each checked document has console blocks, so a renamed fence cannot silently skip them."""
     assert any(block.language == "console" and commands(block.body) for block in blocks(path))
+
+
+def _span_table() -> dict[str, tuple[str, set[str]]]:
+    """The guide's span table: kind -> (the name it documents, the attributes it names)."""
+    text = GUIDE.read_text()
+    section = text[text.index("## 11. OpenTelemetry export") : text.index("## 12.")]
+    rows: dict[str, tuple[str, set[str]]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in ("session", "cycle", "span event"):
+            names = set(re.findall(r"`([a-z_]+(?:\.[a-z_<>]+)+)`", cells[2]))
+            rows[cells[0]] = (cells[1], names)
+    return rows
+
+
+def test_guide_otel_span_table_matches_what_the_exporter_sends(collector: Any, tmp_path: Path) -> None:
+    """Every span attribute the guide's table names is sent, and every attribute sent is in the table."""
+    from tests.conftest import free_port
+    from tests.integration.test_otel import Receiver
+
+    client = collector.client()
+    client.log(session_id="d1", action="plan", stage="READ", agent="claude", role="planner", attrs={"tokens": 3})
+    client.log(session_id="d1", action="plan", stage="FINISH", agent="claude", role="planner", duration_ms=5)
+    client.log(session_id="d2", parent_session_id="d1", action="test", stage="PENDING", agent="agy")
+    client.log(session_id="d2", action="test", stage="FINISH", agent="agy", status="FAILED", error="boom")
+    assert client.flush(10)
+    client.close()
+    receiver = Receiver(free_port())
+    receiver.start()
+    try:
+        result = subprocess.run(
+            ["gz-ia", "export", "otel", "--once", "--session-idle", "0", "--metrics-address", "off",
+             "--endpoint", f"http://127.0.0.1:{receiver.port}", "--state-dir", str(tmp_path)],
+            env={**collector.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        receiver.stop()
+    assert result.returncode == 0, result.stderr
+    table = _span_table()
+    assert set(table) == {"session", "cycle", "span event"}
+    conditional = {"gz_ia.dropped_span_events"}  # only past 128 stage events in one cycle
+    sent: dict[str, set[str]] = {"session": set(), "cycle": set(), "span event": set()}
+    for span in receiver.spans:
+        kind = "session" if span["attributes"]["gen_ai.operation.name"] == "invoke_agent" else "cycle"
+        documented_name = table[kind][0].strip("`").split(" <")[0]
+        assert span["name"].startswith(documented_name + " "), span["name"]
+        sent[kind] |= {re.sub(r"^gz_ia\.attr\..*", "gz_ia.attr.<key>", key) for key in span["attributes"]}
+        for _name, _time, attributes in span["events"]:
+            sent["span event"] |= set(attributes)
+    for kind, (_name, documented) in table.items():
+        assert sent[kind] == documented - conditional, kind

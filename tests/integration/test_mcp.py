@@ -11,6 +11,8 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from gz_ia.collector.mcp_server import TOOLS
+
 CLI = "from gz_ia.collector.cli import main; main()"
 
 
@@ -42,7 +44,7 @@ async def test_tools_are_listed_with_typed_schemas_and_annotations(collector: An
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
     assert initialized.server_info.name == "gz-ia"
     assert initialized.server_info.version == importlib.metadata.version("gz-ia-collector")
-    assert set(tools) == {"log_event", *READING}
+    assert set(tools) == {"log_event", *READING} == set(TOOLS)  # TOOLS: what the guide must document
     for name, tool in tools.items():
         for parameter, schema in tool.input_schema["properties"].items():
             assert schema.get("description"), f"{name}.{parameter} is not described"
