@@ -36,7 +36,8 @@ class Receiver:
     """A loopback OTLP/HTTP endpoint (logs and traces): decodes every request; can refuse (503), be slow, or go away.
 
     ``slow``: the request is stored, then answered only when the test calls :meth:`release`, as a
-    backend that keeps what it gets but answers later than the exporter waits.
+    backend that keeps what it gets but answers later than the exporter waits. ``late``: stored,
+    then answered after ``delay`` seconds, as a backend that is slow but does answer.
     """
 
     def __init__(self, port: int) -> None:
@@ -47,6 +48,7 @@ class Receiver:
         self.refused = 0
         self.slow_requests = 0
         self.mode = "ok"
+        self.delay = 0.0
         self.lock = threading.Lock()
         self.released = threading.Event()
         self.server: http.server.ThreadingHTTPServer | None = None
@@ -85,10 +87,12 @@ class Receiver:
                         traces.ParseFromString(body)
                         receiver.spans += flatten_spans(traces)
                         payload = ExportTraceServiceResponse().SerializeToString()
-                    if mode == "slow":
+                    if mode in ("slow", "late"):
                         receiver.slow_requests += 1
                 if mode == "slow":
                     receiver.released.wait(60)
+                elif mode == "late":
+                    time.sleep(receiver.delay)  # the simulated backend's latency, not a test threshold
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-protobuf")
@@ -552,14 +556,18 @@ def test_spans_survive_a_backend_down_then_slow_then_up(collector: Any, receiver
 def test_a_slow_backend_gets_each_log_record_at_most_once_per_unanswered_attempt(
     collector: Any, receiver: Receiver, exporter: Exporter
 ) -> None:
-    """Log records have no ids to merge on: a record is re-sent only after an attempt that got no answer."""
+    """A backend that answers after the timeout: the timeout doubles, so records stop being re-sent.
+
+    Log records have no ids a backend merges on, so each unanswered attempt may duplicate its batch;
+    with a fixed timeout the same batch would be sent (and stored) again forever.
+    """
     log_events(collector, "w1", 5)
-    receiver.mode = "slow"
+    receiver.mode, receiver.delay = "late", 1.5
     exporter.start("--signals", "logs", env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
-    wait_for(lambda: receiver.slow_requests >= 2, timeout=30, message="a re-send after a request timed out")
-    receiver.mode = "ok"
-    receiver.release()
-    wait_for(lambda: exporter.metric("gzia_otel_lag_events") == 0, timeout=30, message="caught up")
+    wait_for(lambda: "the next attempts wait up to 2.0 s" in exporter.log(), timeout=30, message="a timeout")
+    wait_for(lambda: exporter.metric("gzia_otel_exported_events_total") == 5, timeout=60, message="answered in time")
+    log_events(collector, "w1", 5, start=5)
+    wait_for(lambda: exporter.metric("gzia_otel_exported_events_total") == 10, timeout=60, message="the next batch")
     unanswered = exporter.metric("gzia_otel_export_unanswered_total")
     exporter.stop()
     keys = receiver.keys()
