@@ -3,9 +3,9 @@
 The exporter is a separate consumer, off the ingest path: it reads what the collector has already
 written, page by page, and keeps its own position per session and signal. A position advances only
 after the backend answered 2xx, so a backend that is down or refusing loses nothing and never slows
-the collector; the exporter retries with a growing pause. Positions live in
-``$XDG_STATE_HOME/gz-ia/otel/<root key>/<session>.json`` (log records) and
-``.../<root key>/traces/<session>.json`` (spans, with the cycles still open), replaced atomically.
+the collector; the exporter retries with a growing pause. Positions: :mod:`.otel_positions`; the
+OTLP side: :mod:`.otel_senders`. After each pass the exporter tells retention which segments it
+still needs (:mod:`.storage.export_holds`).
 
 Traces (:mod:`.otel_spans`): each action cycle is a span, sent once its FINISH is read; each
 session is a span, sent once the session has been quiet for ``session_idle`` seconds and sent again,
@@ -23,369 +23,46 @@ without gaps): a jump over missing numbers (retention deleted them before export
 ``gzia_otel_dropped_events_total`` and logged, never silent.
 
 The OTLP endpoint, headers, compression and timeout come from the standard ``OTEL_EXPORTER_OTLP_*``
-variables. Every OpenTelemetry import is in this module and happens only when a sender is built,
-so the collector itself never needs the ``[otel]`` extra.
+variables. Every OpenTelemetry import is in :mod:`.otel_senders` and happens only when a sender is
+built, so the collector itself never needs the ``[otel]`` extra.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import enum
-import hashlib
 import logging
-import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Final
 
-import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gz_ia.client.schema import Status, StoredEvent, is_safe_session_id
+from gz_ia.client.schema import is_safe_session_id
 
 from . import _pages
-from .otel_spans import SessionInfo, SpanData, TraceState, fold, session_span, session_span_id, trace_id_of
+from .otel_positions import CursorStore, Position, default_state_dir, root_key
+from .otel_senders import OTEL_EXTRA_HINT, SIGNALS, BatchSender, MissingExtraError, Outcome, make_sender
+from .otel_spans import SessionInfo, TraceState, fold, session_span
 from .storage._layout import LayoutError, open_root
 from .storage.export_holds import write_hold
 
 __all__ = [
     "OTEL_EXTRA_HINT",
     "SIGNALS",
-    "BatchSender",
-    "CursorStore",
     "ExportSettings",
     "MissingExtraError",
     "OtelExporter",
-    "Outcome",
-    "Position",
-    "event_attributes",
-    "root_key",
-    "trace_id_of",
+    "default_state_dir",
+    "make_sender",
 ]
 
 log = logging.getLogger("gz_ia.otel")
 
-OTEL_EXTRA_HINT: Final = "pip install 'gz-ia-collector[otel]'"
-EVENT_NAME: Final = "gz_ia.stage_event"
-SCOPE_NAME: Final = "gz_ia.collector.otel_export"
-SIGNALS: Final = ("traces", "logs")
-TRACES_DIR: Final = "traces"
 _MAX_PARENT_HOPS: Final = 64
-_DEFAULT_TIMEOUT: Final = 10.0
-_NO_ANSWER_SHARE: Final = 0.9
-"""A failed attempt that used this share of its timeout got no answer (the SDK does not say which)."""
-
-
-class MissingExtraError(RuntimeError):
-    """The ``[otel]`` extra is not installed, so export cannot be configured."""
-
-
-class Position(msgspec.Struct, kw_only=True):
-    """Where log export stands in one session: the last ``seq`` the backend accepted, and the cursor after it."""
-
-    seq: int = 0
-    cursor: str | None = None
-    session_id: str = ""
-
-
-_State = TypeVar("_State", Position, TraceState)
-_encoder: Final = msgspec.json.Encoder()
-
-
-def root_key(root: Path) -> str:
-    """Return the directory name that keeps one root's positions apart from another's."""
-    return hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:16]
-
-
-def default_state_dir() -> Path:
-    """Return ``$XDG_STATE_HOME/gz-ia/otel`` (``~/.local/state/gz-ia/otel``)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "gz-ia" / "otel"
-
-
-class CursorStore:
-    """The persisted export positions of one root, one small JSON file per session and signal."""
-
-    def __init__(self, state_dir: Path, root: Path) -> None:
-        self.directory = state_dir / root_key(root)
-        self.traces = self.directory / TRACES_DIR
-        self.traces.mkdir(parents=True, exist_ok=True, mode=0o700)
-        marker = self.directory / "root.txt"
-        if not marker.exists():
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(str(root.absolute()) + "\n")
-
-    def _path(self, kind: type[Position] | type[TraceState], session_id: str) -> Path:
-        return (self.traces if kind is TraceState else self.directory) / f"{session_id}.json"
-
-    def load(self, kind: type[_State], session_id: str) -> _State:
-        """Return the session's position; a missing or unreadable file means from the start."""
-        path = self._path(kind, session_id)
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=kind)
-        except FileNotFoundError:
-            return kind(session_id=session_id)
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Starting over can only re-send, never lose: the seq check still skips nothing new.
-            log.warning("unreadable export position %s (%s): exporting the session from its start", path, exc)
-            return kind(session_id=session_id)
-
-    def save(self, position: Position | TraceState) -> None:
-        """Replace the session's position atomically (temporary file, fsync, rename)."""
-        path = self._path(type(position), position.session_id)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, _encoder.encode(position))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-
-
-def event_attributes(event: StoredEvent, root_session_id: str) -> dict[str, str | int | float | bool]:
-    """Return the OTel attributes of one stored event's log record (unset optional fields are left out)."""
-    attributes: dict[str, str | int | float | bool] = {
-        "session.id": event.session_id,
-        "gen_ai.agent.name": event.agent,
-        "gz_ia.agent": event.agent,
-        "gz_ia.action": event.action,
-        "gz_ia.stage": event.stage.value,
-        "gz_ia.status": event.status.value,
-        "gz_ia.seq": event.seq,
-        "gz_ia.root_session_id": root_session_id,
-    }
-    if event.parent_session_id:
-        attributes["gz_ia.parent_session_id"] = event.parent_session_id
-    if event.role:
-        attributes["gz_ia.role"] = event.role
-    if event.duration_ms is not None:
-        attributes["gz_ia.duration_ms"] = event.duration_ms
-    if event.error:
-        attributes["exception.message"] = event.error
-    for key, value in (event.attrs or {}).items():
-        attributes[f"gz_ia.attr.{key}"] = value
-    return attributes
-
-
-class Outcome(enum.Enum):
-    """What one attempt to send a batch came to."""
-
-    ACCEPTED = "accepted"
-    """The backend answered 2xx."""
-    REFUSED = "refused"
-    """The backend answered an error, or nobody listened: it did not store the batch."""
-    NO_ANSWER = "no answer"
-    """No answer within the timeout: the backend may have stored the batch anyway."""
-
-
-class BatchSender(Protocol):
-    """What the exporter needs from the OTLP side: send a batch, say how it went."""
-
-    def send_logs(self, items: Sequence[tuple[StoredEvent, str]]) -> Outcome:
-        """Send ``(event, root session id)`` pairs as log records."""
-        ...
-
-    def send_spans(self, spans: Sequence[SpanData]) -> Outcome:
-        """Send finished spans."""
-        ...
-
-    def close(self) -> None:
-        """Release the connections."""
-        ...
-
-
-def _configured_timeout(signal: str) -> float:
-    """The request timeout the SDK would use for ``signal`` (its variables, in seconds, as it reads them)."""
-    raw = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT")
-    try:
-        value = float(raw) if raw else _DEFAULT_TIMEOUT
-    except ValueError:
-        value = _DEFAULT_TIMEOUT
-    return value if value > 0 else _DEFAULT_TIMEOUT
-
-
-class _Channel:
-    """One signal's SDK exporter, rebuilt with a doubled timeout after an attempt that got no answer.
-
-    A backend slower than the timeout stores batches the exporter believes lost; sending the same
-    batch again at the same timeout would repeat that forever, so the timeout grows (and never
-    shrinks during a run) until the backend answers in time or ``timeout_max`` is reached.
-    """
-
-    def __init__(self, factory: Callable[[float], Any], signal: str, timeout_max: float) -> None:
-        self._factory = factory
-        self.signal = signal
-        self.timeout = _configured_timeout(signal)
-        self.timeout_max = max(timeout_max, self.timeout)
-        self.exporter: Any = factory(self.timeout)
-
-    def export(self, batch: Sequence[Any], success: object) -> Outcome:
-        started = time.monotonic()
-        if self.exporter.export(batch) == success:
-            return Outcome.ACCEPTED
-        if time.monotonic() - started < self.timeout * _NO_ANSWER_SHARE:
-            return Outcome.REFUSED
-        if self.timeout < self.timeout_max:
-            self.timeout = min(self.timeout_max, self.timeout * 2)
-            log.warning("OTLP %s: no answer in time; the next attempts wait up to %.1f s", self.signal, self.timeout)
-            with contextlib.suppress(Exception):
-                self.exporter.shutdown()
-            self.exporter = self._factory(self.timeout)
-        return Outcome.NO_ANSWER
-
-    def close(self) -> None:
-        self.exporter.shutdown()
-
-
-def _endpoint(base: str | None, signal: str) -> str | None:
-    """``--endpoint`` is the backend's base URL; a signal path given with it is tolerated."""
-    if base is None:
-        return None
-    base = base.rstrip("/")
-    for known in ("/v1/logs", "/v1/traces"):
-        base = base.removesuffix(known)
-    return f"{base}/v1/{signal}"
-
-
-class _OtlpSender:
-    """The real :class:`BatchSender`: SDK spans and log records through the OTLP/HTTP protobuf exporters."""
-
-    def __init__(
-        self, *, version: str, endpoint: str | None = None, signals: Sequence[str] = SIGNALS, timeout_max: float = 120.0
-    ) -> None:
-        try:
-            from opentelemetry import trace
-            from opentelemetry._logs import LogRecord, SeverityNumber
-            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk._logs import ReadableLogRecord
-            from opentelemetry.sdk._logs.export import LogRecordExportResult
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import Event, ReadableSpan
-            from opentelemetry.sdk.trace.export import SpanExportResult
-            from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-        except ImportError as exc:
-            raise MissingExtraError(
-                f"OpenTelemetry export needs the optional [otel] extra ({exc}); install it with: {OTEL_EXTRA_HINT}"
-            ) from exc
-        self._trace = trace
-        self._log_record = LogRecord
-        self._readable = ReadableLogRecord
-        self._readable_span = ReadableSpan
-        self._span_event = Event
-        self._severity_error = SeverityNumber.ERROR
-        self._severity_info = SeverityNumber.INFO
-        self._logs_success = LogRecordExportResult.SUCCESS
-        self._spans_success = SpanExportResult.SUCCESS
-        self._resource = Resource.create(
-            {
-                "service.name": os.environ.get("OTEL_SERVICE_NAME") or "gz-ia-collector",
-                "service.version": version,
-                "host.name": socket.gethostname(),
-            }
-        )
-        self._scope = InstrumentationScope(SCOPE_NAME, version)
-        logs_url, traces_url = _endpoint(endpoint, "logs"), _endpoint(endpoint, "traces")
-        self._logs = (
-            _Channel(lambda timeout: OTLPLogExporter(endpoint=logs_url, timeout=timeout), "logs", timeout_max)
-            if "logs" in signals
-            else None
-        )
-        self._spans = (
-            _Channel(lambda timeout: OTLPSpanExporter(endpoint=traces_url, timeout=timeout), "traces", timeout_max)
-            if "traces" in signals
-            else None
-        )
-
-    def _context(self, trace_id: int, span_id: int) -> Any:
-        return self._trace.SpanContext(
-            trace_id=trace_id,
-            span_id=span_id,
-            is_remote=False,
-            trace_flags=self._trace.TraceFlags(self._trace.TraceFlags.SAMPLED),
-        )
-
-    def _record(self, event: StoredEvent, root_session_id: str, observed: int) -> Any:
-        span = self._context(trace_id_of(root_session_id), session_span_id(root_session_id, event.session_id))
-        context = self._trace.set_span_in_context(self._trace.NonRecordingSpan(span))
-        failed = event.status is Status.FAILED
-        record = self._log_record(
-            timestamp=int(event.timestamp.timestamp() * 1_000_000) * 1000,
-            observed_timestamp=observed,
-            context=context,
-            severity_number=self._severity_error if failed else self._severity_info,
-            severity_text="ERROR" if failed else "INFO",
-            attributes=event_attributes(event, root_session_id),
-            event_name=EVENT_NAME,
-        )
-        return self._readable(log_record=record, resource=self._resource, instrumentation_scope=self._scope)
-
-    def _span(self, data: SpanData) -> Any:
-        trace = self._trace
-        status = (
-            trace.Status(trace.StatusCode.ERROR, data.error)
-            if data.error is not None
-            else trace.Status(trace.StatusCode.UNSET)
-        )
-        events = []
-        for item in data.events:
-            attributes: dict[str, str | int] = {"gz_ia.seq": item.seq, "gz_ia.status": item.status}
-            if item.error:
-                attributes["exception.message"] = item.error
-            if item.duration_ms is not None:
-                attributes["gz_ia.duration_ms"] = item.duration_ms
-            events.append(self._span_event(item.stage, attributes, timestamp=item.time_ns))
-        parent = self._context(data.trace_id, data.parent_span_id) if data.parent_span_id is not None else None
-        return self._readable_span(
-            name=data.name,
-            context=self._context(data.trace_id, data.span_id),
-            parent=parent,
-            resource=self._resource,
-            attributes=data.attributes,
-            events=events,
-            kind=trace.SpanKind.INTERNAL,
-            status=status,
-            start_time=data.start_ns,
-            end_time=data.end_ns,
-            instrumentation_scope=self._scope,
-        )
-
-    def send_logs(self, items: Sequence[tuple[StoredEvent, str]]) -> Outcome:
-        if self._logs is None:
-            return Outcome.ACCEPTED
-        observed = time.time_ns()
-        return self._logs.export(
-            [self._record(event, root_id, observed) for event, root_id in items], self._logs_success
-        )
-
-    def send_spans(self, spans: Sequence[SpanData]) -> Outcome:
-        if self._spans is None:
-            return Outcome.ACCEPTED
-        return self._spans.export([self._span(data) for data in spans], self._spans_success)
-
-    def close(self) -> None:
-        for channel in (self._logs, self._spans):
-            if channel is not None:
-                with contextlib.suppress(Exception):
-                    channel.close()
-
-
-def make_sender(
-    *, version: str, endpoint: str | None = None, signals: Sequence[str] = SIGNALS, timeout_max: float = 120.0
-) -> BatchSender:
-    """Build the OTLP/HTTP sender (standard ``OTEL_EXPORTER_OTLP_*`` settings; ``endpoint`` is the base URL).
-
-    Raises:
-        MissingExtraError: the ``[otel]`` extra is not installed.
-    """
-    return _OtlpSender(version=version, endpoint=endpoint, signals=signals, timeout_max=timeout_max)
 
 
 class _Metrics:
@@ -743,15 +420,3 @@ def _root_of(session_id: str, parents: Mapping[str, str | None]) -> str:
         seen.add(parent)
         current = parent
     return current
-
-
-def positions(state_dir: Path, root: Path) -> Mapping[str, Position]:
-    """Return the persisted log-record positions of a root (for tests and inspection)."""
-    directory = state_dir / root_key(root)
-    found: dict[str, Position] = {}
-    if not directory.is_dir():
-        return found
-    for path in sorted(directory.glob("*.json")):
-        with contextlib.suppress(OSError, msgspec.DecodeError):
-            found[path.stem] = msgspec.json.decode(path.read_bytes(), type=Position)
-    return found
