@@ -515,6 +515,8 @@ def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: 
     wait_for(lambda: exporter.metric("gzia_otel_lag_events") == 0, message="caught up")
     assert receiver.span_ids() == set(expected)  # the open "deploy" cycle is not exported
     check_tree(collector, receiver.spans)
+    root_trace = hashlib.sha256(b"root").digest()[:16].hex()
+    assert {record["trace_id"] for record in receiver.records} == {root_trace}  # kid's parentless event too
     client = collector.client()
     client.log(session_id="root", action="deploy", stage="FINISH", agent="claude")
     assert client.flush(10)
