@@ -269,7 +269,8 @@ class OtelExporter:
         gap = first_seq - state.seq - 1
         if gap > 0:
             log.warning("session %s: %d events were deleted before export (%s)", session_id, gap, signal)
-            self.metrics.dropped.inc(gap)
+            if signal == ("logs" if "logs" in self.settings.signals else "traces"):
+                self.metrics.dropped.inc(gap)  # each deleted event once, not once per signal
 
     def _export_logs(self, root: Path, store: CursorStore, session_id: str, root_session: str, allow: bool) -> _Behind:
         key = (root, session_id)
