@@ -538,7 +538,9 @@ def test_spans_survive_a_backend_down_then_slow_then_up(collector: Any, receiver
     receiver.stop()
     log_tree(collector)
     exporter.start(env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
-    wait_for(lambda: exporter.metric("gzia_otel_export_failures_total") >= 1, message="refused while down")
+    wait_for(lambda: exporter.metric("gzia_otel_export_failures_total") >= 2, message="refused while down")
+    assert exporter.metric("gzia_otel_export_unanswered_total") == 0  # a refused connection stored nothing
+    assert "no answer in time" not in exporter.log()
     receiver.mode = "slow"
     receiver.start()
     wait_for(lambda: receiver.slow_requests >= 2, timeout=30, message="a re-send after a request timed out")

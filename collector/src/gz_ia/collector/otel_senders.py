@@ -41,8 +41,6 @@ EVENT_NAME: Final = "gz_ia.stage_event"
 SCOPE_NAME: Final = "gz_ia.collector.otel_export"
 SIGNALS: Final = ("traces", "logs")
 _DEFAULT_TIMEOUT: Final = 10.0
-_NO_ANSWER_SHARE: Final = 0.9
-"""A failed attempt that used this share of its timeout got no answer (the SDK does not say which)."""
 
 
 class MissingExtraError(RuntimeError):
@@ -111,6 +109,36 @@ def _configured_timeout(signal: str) -> float:
     return value if value > 0 else _DEFAULT_TIMEOUT
 
 
+def _watching_session() -> Any:
+    """Return a ``requests`` session that notes when a request went out and got no answer.
+
+    The SDK's exporters only say "failed"; a request that was sent and then timed out (or whose
+    connection broke before the answer) may have been stored by the backend, while a refused
+    connection or an error status was not. The exporters accept a session, so this one tells them apart.
+    """
+    import requests
+    from urllib3.exceptions import NewConnectionError
+
+    class _WatchingSession(requests.Session):
+        unanswered = False
+
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().request(*args, **kwargs)
+            except requests.exceptions.ConnectTimeout:
+                raise  # never reached the backend
+            except requests.exceptions.ConnectionError as exc:
+                reason = getattr(exc.args[0], "reason", None) if exc.args else None
+                if not isinstance(reason, NewConnectionError):  # refused: nothing was sent
+                    self.unanswered = True
+                raise
+            except requests.exceptions.Timeout:
+                self.unanswered = True
+                raise
+
+    return _WatchingSession()
+
+
 class _Channel:
     """One signal's SDK exporter, rebuilt with a doubled timeout after an attempt that got no answer.
 
@@ -119,25 +147,27 @@ class _Channel:
     shrinks during a run) until the backend answers in time or ``timeout_max`` is reached.
     """
 
-    def __init__(self, factory: Callable[[float], Any], signal: str, timeout_max: float) -> None:
+    def __init__(self, factory: Callable[[float, Any], Any], signal: str, timeout_max: float) -> None:
         self._factory = factory
         self.signal = signal
         self.timeout = _configured_timeout(signal)
         self.timeout_max = max(timeout_max, self.timeout)
-        self.exporter: Any = factory(self.timeout)
+        self.session = _watching_session()
+        self.exporter: Any = factory(self.timeout, self.session)
 
     def export(self, batch: Sequence[Any], success: object) -> Outcome:
-        started = time.monotonic()
+        self.session.unanswered = False
         if self.exporter.export(batch) == success:
             return Outcome.ACCEPTED
-        if time.monotonic() - started < self.timeout * _NO_ANSWER_SHARE:
+        if not self.session.unanswered:
             return Outcome.REFUSED
         if self.timeout < self.timeout_max:
             self.timeout = min(self.timeout_max, self.timeout * 2)
             log.warning("OTLP %s: no answer in time; the next attempts wait up to %.1f s", self.signal, self.timeout)
             with contextlib.suppress(Exception):
                 self.exporter.shutdown()
-            self.exporter = self._factory(self.timeout)
+            self.session = _watching_session()
+            self.exporter = self._factory(self.timeout, self.session)
         return Outcome.NO_ANSWER
 
     def close(self) -> None:
@@ -194,12 +224,20 @@ class _OtlpSender:
         self._scope = InstrumentationScope(SCOPE_NAME, version)
         logs_url, traces_url = _endpoint(endpoint, "logs"), _endpoint(endpoint, "traces")
         self._logs = (
-            _Channel(lambda timeout: OTLPLogExporter(endpoint=logs_url, timeout=timeout), "logs", timeout_max)
+            _Channel(
+                lambda timeout, session: OTLPLogExporter(endpoint=logs_url, timeout=timeout, session=session),
+                "logs",
+                timeout_max,
+            )
             if "logs" in signals
             else None
         )
         self._spans = (
-            _Channel(lambda timeout: OTLPSpanExporter(endpoint=traces_url, timeout=timeout), "traces", timeout_max)
+            _Channel(
+                lambda timeout, session: OTLPSpanExporter(endpoint=traces_url, timeout=timeout, session=session),
+                "traces",
+                timeout_max,
+            )
             if "traces" in signals
             else None
         )
