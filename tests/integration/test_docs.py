@@ -303,6 +303,8 @@ def test_guide_otel_span_table_matches_what_the_exporter_sends(collector: Any, t
     client = collector.client()
     client.log(session_id="d1", action="plan", stage="READ", agent="claude", role="planner", attrs={"tokens": 3})
     client.log(session_id="d1", action="plan", stage="FINISH", agent="claude", role="planner", duration_ms=5)
+    client.log(session_id="d1", action="edit", cycle="c1", stage="PENDING", agent="claude")
+    client.log(session_id="d1", action="edit", cycle="c1", stage="FINISH", agent="claude")
     client.log(session_id="d2", parent_session_id="d1", action="test", stage="PENDING", agent="agy")
     client.log(session_id="d2", action="test", stage="FINISH", agent="agy", status="FAILED", error="boom")
     assert client.flush(10)

@@ -533,6 +533,27 @@ def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: 
     )
 
 
+def test_two_open_cycles_of_one_action_are_two_spans(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
+    """Events with cycle ids: two runs of one action open at once end as two spans, each with its own outcome."""
+    client = collector.client()
+    client.log(session_id="cc", action="edit", cycle="a", stage="PENDING", agent="claude")
+    client.log(session_id="cc", action="edit", cycle="b", stage="PENDING", agent="claude")
+    client.log(session_id="cc", action="edit", cycle="b", stage="FINISH", agent="claude", status="FAILED", error="no")
+    client.log(session_id="cc", action="edit", cycle="a", stage="FINISH", agent="claude")
+    assert client.flush(10)
+    client.close()
+    exporter.start()
+    first_a, first_b = (_hex(cycle_span_id("cc", "cc", seq), 8) for seq in (1, 2))
+    wait_for(lambda: {first_a, first_b} <= receiver.span_ids(), message="both cycles")
+    stored = collector.all_sessions()["cc"]
+    spans = {span["span_id"]: span for span in receiver.spans}
+    assert (spans[first_a]["attributes"]["gz_ia.cycle"], spans[first_a]["status_code"]) == ("a", 0)
+    assert (spans[first_b]["attributes"]["gz_ia.cycle"], spans[first_b]["status_code"]) == ("b", 2)
+    assert (spans[first_a]["start"], spans[first_a]["end"]) == (_ns(stored[0]), _ns(stored[3]))
+    assert (spans[first_b]["start"], spans[first_b]["end"]) == (_ns(stored[1]), _ns(stored[2]))
+    assert [event[0] for event in spans[first_a]["events"]] == ["PENDING", "FINISH"]
+
+
 def test_spans_survive_a_backend_down_then_slow_then_up(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
     """Down (refused), slow (stored but answered after the timeout), up: every span arrives, re-sends keep their ids."""
     receiver.stop()

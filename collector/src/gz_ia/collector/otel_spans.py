@@ -4,10 +4,10 @@ This module is pure (no OpenTelemetry import): it folds a session's events, in `
 :class:`SpanData` and keeps what is still open in a :class:`TraceState` that the exporter persists
 with its position, so a cycle that started before a restart still ends as one span.
 
-* A cycle starts at the first stage event of an action that has no open cycle and ends at that
-  action's FINISH; every stage event is a span event. Cycles are keyed by the action name and named
-  by the ``seq`` of their first event, so the collector's one-open-cycle-per-action rule makes each
-  cycle's span id unique and stable.
+* A cycle starts at the first stage event of an action (and ``cycle`` id, when the event has one)
+  that has no open cycle and ends at its FINISH; every stage event is a span event. Cycles are keyed
+  by action and cycle id, as the collector's stage protocol keys them, and named by the ``seq`` of
+  their first event, which makes each cycle's span id unique and stable.
 * A session is a span from its first to its last event; a subagent session's parent span is its
   parent session's span; every session of one tree shares the trace of the tree's root session.
 * Ids are the first bytes of SHA-256 over (root session, session, first seq of the cycle): a span
@@ -83,6 +83,7 @@ class OpenCycle(msgspec.Struct, kw_only=True):
     """A cycle whose FINISH has not been read yet (persisted with the exporter's position)."""
 
     action: str
+    cycle: str | None = None
     first_seq: int
     agent: str
     role: str | None = None
@@ -136,10 +137,13 @@ def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> 
     """Fold ``events`` (in ``seq`` order, all after ``state.seq``) into ``state``; return the cycles they finished."""
     finished: list[SpanData] = []
     for event in events:
-        cycle = state.open.get(event.action)
+        key = event.action if event.cycle is None else f"{event.action}\0{event.cycle}"
+        cycle = state.open.get(key)
         if cycle is None:
-            cycle = OpenCycle(action=event.action, first_seq=event.seq, agent=event.agent, role=event.role)
-            state.open[event.action] = cycle
+            cycle = OpenCycle(
+                action=event.action, cycle=event.cycle, first_seq=event.seq, agent=event.agent, role=event.role
+            )
+            state.open[key] = cycle
         if len(cycle.events) < MAX_SPAN_EVENTS:
             cycle.events.append(
                 SpanEventData(
@@ -155,7 +159,7 @@ def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> 
             cycle.dropped_events += 1
         cycle.attrs.update(event.attrs or {})
         if event.stage is Stage.FINISH:
-            del state.open[event.action]
+            del state.open[key]
             finished.append(_cycle_span(cycle, event, root_session_id))
         state.seq = event.seq
     return finished
@@ -174,6 +178,8 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
         "gz_ia.last_seq": finish.seq,
         "gz_ia.root_session_id": root_session_id,
     }
+    if cycle.cycle is not None:
+        attributes["gz_ia.cycle"] = cycle.cycle
     if cycle.role:
         attributes["gz_ia.role"] = cycle.role
     if finish.duration_ms is not None:
