@@ -90,6 +90,7 @@ class Event(TypedDict):
     session_id: str
     parent_session_id: NotRequired[Annotated[str, Field(description="The parent session of a subagent.")]]
     action: Annotated[str, Field(description="The task this stage belongs to.")]
+    cycle: NotRequired[Annotated[str, Field(description="Which run of the action, when several are open.")]]
     stage: StageName
     status: StatusName
     agent: str
