@@ -118,7 +118,11 @@ if sys.argv[2] == "in-flight":  # welcomed first: then the collector freezes wit
 for n in range(int(sys.argv[1])):
     client.log(session_id="orphan", action="work", stage="PENDING", agent="agy", attrs={"n": n})
     if n % 10 == 9:
-        time.sleep(0.001)  # lets the sender thread spill: faster, it would have to drop
+        # Wait until the sender thread has spilled the queue: faster, it would have to drop (by design),
+        # and a loaded machine may not run the sender thread within any fixed pause.
+        deadline = time.monotonic() + 30
+        while client.stats().queued > 10 and time.monotonic() < deadline:
+            time.sleep(0.001)
 """
 
 
