@@ -30,12 +30,18 @@ def auto_max_connections(descriptors: int, *, per_connection: int = 1) -> int:
     too. ``per_connection``: descriptors a client costs here (a front holds one to each share besides
     the client's, and no session files), which bounds it as well.
     """
-    reserve = max(64, descriptors // 8)  # what file_budget keeps for sockets
+    reserve = socket_reserve(descriptors)
     return max(MIN_CONNECTIONS, min(reserve - _MARGIN, (descriptors - 2 * _MARGIN) // per_connection))
 
 
-def _descriptors() -> int:
-    """The descriptor limit, with the soft limit raised to the hard one first (as file_budget does)."""
+def socket_reserve(descriptors: int) -> int:
+    """The descriptors kept for sockets, the metrics server and the rest: an eighth, at least 64."""
+    return max(64, descriptors // 8)
+
+
+def descriptor_limit() -> int | None:
+    """The descriptor limit, with the soft limit raised to the hard one first (what systemd
+    recommends for daemons that need many descriptors); None when unlimited."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         try:
@@ -43,7 +49,7 @@ def _descriptors() -> int:
             soft = hard
         except (OSError, ValueError):
             pass
-    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 class ConnectionLimits:
@@ -64,7 +70,9 @@ class ConnectionLimits:
 
     def configure(self, config: CollectorConfig) -> None:
         """Take the limits of ``config`` (at start and on reload; open connections stay)."""
-        self.total = config.max_connections or auto_max_connections(_descriptors(), per_connection=self._per_connection)
+        self.total = config.max_connections or auto_max_connections(
+            descriptor_limit() or 1 << 20, per_connection=self._per_connection
+        )
         if config.max_connections_per_uid:
             self.per_uid = min(config.max_connections_per_uid, self.total)
         else:

@@ -53,7 +53,7 @@ from gz_ia.client.protocol import Rejection as WireRejection
 from .adoption import adopt_spools, count_adoption, quarantined_spools
 from .collection import gc_report, keeper
 from .config import CollectorConfig
-from .connection_limits import ConnectionLimits
+from .connection_limits import ConnectionLimits, descriptor_limit, socket_reserve
 from .health import Health
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
@@ -111,17 +111,10 @@ def file_budget(configured: int) -> int:
     that need many descriptors); an eighth of it (at least 64) stays for sockets and the rest goes to
     session files, so that ``ulimit -n 256`` cannot make writes fail with EMFILE.
     """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (OSError, ValueError):
-            pass
-    if soft == resource.RLIM_INFINITY:
+    soft = descriptor_limit()
+    if soft is None:
         return configured
-    # Keep an eighth of the limit (at least 64) for sockets, the metrics server and the rest.
-    budget = max(8, soft - max(64, soft // 8))
+    budget = max(8, soft - socket_reserve(soft))
     if budget < configured:
         log.info("max_open_files lowered from %d to %d by the descriptor limit (%d)", configured, budget, soft)
     return min(configured, budget)
