@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from tests.conftest import send_events
 
 from gz_ia.client import build_event
 
@@ -30,17 +31,18 @@ _BOUND = 30.0
 
 
 def _send(collector: Any, session_id: str, first: int, count: int, *, parent: str | None = None) -> None:
-    """Send READ/PENDING/FINISH cycles numbered from ``first`` and wait for every verdict."""
-    client = collector.client()
-    try:
-        for index in range(first, first + count):
-            stage = ("READ", "PENDING", "FINISH")[index % 3]
-            event = build_event(
-                session_id=session_id, parent_session_id=parent, action=f"task-{index // 3}", stage=stage, agent="a"
-            )
-            client.send(event, timeout=10)
-    finally:
-        client.close()
+    """Send READ/PENDING/FINISH cycles numbered from ``first`` and wait for every verdict.
+
+    Ten events to a batch: the collector rotates at most once per batch, and these tests need many
+    rotations (and retention deleting archives)."""
+    events = [
+        build_event(
+            session_id=session_id, parent_session_id=parent, action=f"task-{index // 3}", stage=stage, agent="a"
+        )
+        for index in range(first, first + count)
+        for stage in [("READ", "PENDING", "FINISH")[index % 3]]
+    ]
+    send_events(collector, events, per_batch=10)
 
 
 def _seqs(stdout: str) -> list[int]:
