@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from tests.conftest import send_events
+from tests.conftest import send_events, wait_for
 
 from gz_ia.client import build_event
 
@@ -51,6 +51,12 @@ def _seqs(stdout: str) -> list[int]:
 
 def _archives(collector: Any, session_id: str) -> list[Path]:
     return sorted((collector.root / "sessions").glob(f"{session_id}.events.0*"))
+
+
+def _retained(collector: Any, session_id: str) -> None:
+    """Wait until retention (a worker thread, behind the writes) has deleted the archives past its limit."""
+    limit = int(RETAINING["GZ_IA_RETENTION_MAX_ARCHIVES"])
+    wait_for(lambda: len(_archives(collector, session_id)) <= limit, message=f"retention to trim {session_id}")
 
 
 _STARTED: list[Follower] = []
@@ -145,6 +151,7 @@ def test_after_cursor_past_retention_says_what_it_skipped_and_goes_on(make_colle
     first = collector.gz_ia("session", "logs", "lone", "--json", "--show-cursor")
     cursor = first.stderr.strip().splitlines()[-1].removeprefix("-- cursor: ")
     _send(collector, "lone", 3, 200)
+    _retained(collector, "lone")
     result = collector.gz_ia("session", "logs", "lone", "--json", "--after-cursor", cursor)
     assert result.returncode == 3, result.stderr
     shown = _seqs(result.stdout)
@@ -226,10 +233,10 @@ def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any) -> 
     follower.proc.send_signal(signal.SIGSTOP)
     try:
         _send(collector, "lone", 3, 200)
+        _retained(collector, "lone")
     finally:
         follower.proc.send_signal(signal.SIGCONT)
-    # Retention may still be deleting while the follower catches up: every seq is either shown once,
-    # in order, or inside a lagged notice that comes where it is missing.
+    # Every seq is either shown once, in order, or inside a lagged notice that comes where it is missing.
     expected, notices = 4, []
     while expected <= 203:
         record = follower.take(1)[0]
