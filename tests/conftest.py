@@ -12,7 +12,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +300,14 @@ def _short_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(name="module_short_tmp", scope="module")
+def _module_short_tmp() -> Iterator[Path]:
+    """``short_tmp`` shared by the tests of one module (for collectors built once per module)."""
+    path = Path(tempfile.mkdtemp(prefix="gzm", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run a test that starts collectors against one process, and also against a front with two shares
     where it is marked ``shards(1, 2)`` (the write and delivery path, where the two differ)."""
@@ -313,7 +322,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``needs_collector`` every test that starts a collector (through ``make_collector``), before
     ``-m`` selects: scripts/test-client, which installs the client alone, deselects them."""
     for item in items:
-        if "make_collector" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "make_collector" in names or "make_module_collector" in names:
             item.add_marker(pytest.mark.needs_collector)
 
 
@@ -346,6 +356,59 @@ def _make_collector(short_tmp: Path, shards: int) -> Iterator[Any]:
 def _collector(make_collector: Any) -> CollectorProcess:
     """One running collector process."""
     return make_collector()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(name="make_module_collector", scope="module")
+def _make_module_collector(module_short_tmp: Path) -> Iterator[Any]:
+    """``make_collector`` for read-side fixtures built once per module (one process, no shards).
+
+    Whatever such a fixture sends spools, if ever, into the module's own directory: the per-test
+    spool directory is not set up yet when a module-scoped fixture runs.
+    """
+    made: list[CollectorProcess] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GZ_IA_SPOOL_DIR", str(module_short_tmp / "spool"))
+
+        def make(*args: str, start: bool = True, env: dict[str, str] | None = None) -> CollectorProcess:
+            base = module_short_tmp / f"m{len(made)}"
+            base.mkdir()
+            process = CollectorProcess(base, *args, env=env)
+            made.append(process)
+            if start:
+                process.start()
+            return process
+
+        yield make
+        for process in made:
+            process.close()
+
+
+def send_events(
+    collector: CollectorProcess, events: Iterable[Any], *, per_batch: int = 1_000, timeout: float = 30.0
+) -> list[Any]:
+    """Send ``events`` through one client ``per_batch`` at a time (queued together, so batched on the
+    wire) and return every verdict in order; fails on a rejection or a verdict missing after ``timeout``
+    seconds. The collector rotates at most once per batch: a small ``per_batch`` makes many segments."""
+    listed = list(events)
+    verdicts: list[Any] = []
+    client = collector.client()
+    try:
+        for start in range(0, len(listed), per_batch):
+            futures = [client.send_future(event) for event in listed[start : start + per_batch]]
+            verdicts += [future.result(timeout) for future in futures]
+        return verdicts
+    finally:
+        client.close()
+
+
+def increasing_timestamps() -> Iterator[datetime]:
+    """Now, stamped afresh for each event but strictly increasing, so that time filters and merges
+    see distinct instants even for events built within the same microsecond."""
+    last = datetime.now(UTC)
+    while True:
+        now = datetime.now(UTC)
+        last = now if now > last else last + timedelta(microseconds=1)
+        yield last
 
 
 @pytest.fixture(name="schema_validator", scope="session")

@@ -11,6 +11,7 @@ import threading
 from typing import IO, Any
 
 import pytest
+from tests.conftest import send_events
 
 from gz_ia.client import build_event
 
@@ -20,14 +21,16 @@ _BOUND = 30.0
 
 
 def _send(collector: Any, session_id: str, first: int, count: int) -> None:
-    client = collector.client()
-    try:
-        for index in range(first, first + count):
-            stage = ("READ", "PENDING", "FINISH")[index % 3]
-            event = build_event(session_id=session_id, action=f"task-{index // 3}", stage=stage, agent="claude")
-            client.send(event, timeout=10)
-    finally:
-        client.close()
+    """Send events ``first`` to ``first + count - 1`` of a session in one batch; wait for every verdict."""
+    send_events(
+        collector,
+        [
+            build_event(session_id=session_id, action=f"task-{index // 3}", stage=stage, agent="claude")
+            for index in range(first, first + count)
+            for stage in [("READ", "PENDING", "FINISH")[index % 3]]
+        ],
+        per_batch=10,  # the collector rotates at most once per batch: keep rotating every few batches
+    )
 
 
 class Follower:

@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from tests.conftest import first_reply
+from tests.conftest import first_reply, wait_for
 
 from gz_ia.client import build_event
 from gz_ia.client.protocol import (
@@ -530,7 +531,26 @@ def test_a_burst_of_clients_waits_in_the_accept_queue(collector: Any) -> None:
             sock.close()
 
 
-def test_a_send_waits_for_room_in_a_full_accept_queue(collector: Any) -> None:
+def _count_full_queue_connects(monkeypatch: pytest.MonkeyPatch, path: Path) -> Callable[[], int]:
+    """Count the connects to ``path`` that fail with EAGAIN (a full accept queue) from now on, by any
+    socket this process makes; the connects themselves are real. Returns the counter."""
+    refused = 0
+
+    class CountingSocket(socket.socket):
+        def connect(self, address: Any) -> None:
+            nonlocal refused
+            try:
+                super().connect(address)
+            except BlockingIOError:
+                if address == str(path):
+                    refused += 1
+                raise
+
+    monkeypatch.setattr(socket, "socket", CountingSocket)
+    return lambda: refused
+
+
+def test_a_send_waits_for_room_in_a_full_accept_queue(collector: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that finds the collector's accept queue full waits for room within its connect
     timeout: ``send()`` gets its verdict instead of ``CollectorUnavailable``.
 
@@ -552,10 +572,11 @@ def test_a_send_waits_for_room_in_a_full_accept_queue(collector: Any) -> None:
                 break
             fillers.append(sock)
         assert len(fillers) == 1_025
+        full = _count_full_queue_connects(monkeypatch, collector.socket)
         client = collector.client(connect_timeout=10.0)
         # What send() waits on: failed with CollectorUnavailable when the connect is refused.
         verdict = client.send_future(build_event(session_id="queued", action="a", stage="READ", agent="t"))
-        time.sleep(0.5)  # the client's connects meet the full queue meanwhile
+        wait_for(lambda: full() >= 2, message="the client to meet the full accept queue twice")
         assert not verdict.done()  # still waiting, not failed
     finally:
         os.kill(pid, signal.SIGCONT)

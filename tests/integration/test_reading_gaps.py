@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from tests.conftest import send_events, wait_for
 
 from gz_ia.client import build_event
 
@@ -30,17 +31,18 @@ _BOUND = 30.0
 
 
 def _send(collector: Any, session_id: str, first: int, count: int, *, parent: str | None = None) -> None:
-    """Send READ/PENDING/FINISH cycles numbered from ``first`` and wait for every verdict."""
-    client = collector.client()
-    try:
-        for index in range(first, first + count):
-            stage = ("READ", "PENDING", "FINISH")[index % 3]
-            event = build_event(
-                session_id=session_id, parent_session_id=parent, action=f"task-{index // 3}", stage=stage, agent="a"
-            )
-            client.send(event, timeout=10)
-    finally:
-        client.close()
+    """Send READ/PENDING/FINISH cycles numbered from ``first`` and wait for every verdict.
+
+    Ten events to a batch: the collector rotates at most once per batch, and these tests need many
+    rotations (and retention deleting archives)."""
+    events = [
+        build_event(
+            session_id=session_id, parent_session_id=parent, action=f"task-{index // 3}", stage=stage, agent="a"
+        )
+        for index in range(first, first + count)
+        for stage in [("READ", "PENDING", "FINISH")[index % 3]]
+    ]
+    send_events(collector, events, per_batch=10)
 
 
 def _seqs(stdout: str) -> list[int]:
@@ -49,6 +51,12 @@ def _seqs(stdout: str) -> list[int]:
 
 def _archives(collector: Any, session_id: str) -> list[Path]:
     return sorted((collector.root / "sessions").glob(f"{session_id}.events.0*"))
+
+
+def _retained(collector: Any, session_id: str) -> None:
+    """Wait until retention (a worker thread, behind the writes) has deleted the archives past its limit."""
+    limit = int(RETAINING["GZ_IA_RETENTION_MAX_ARCHIVES"])
+    wait_for(lambda: len(_archives(collector, session_id)) <= limit, message=f"retention to trim {session_id}")
 
 
 _STARTED: list[Follower] = []
@@ -143,6 +151,7 @@ def test_after_cursor_past_retention_says_what_it_skipped_and_goes_on(make_colle
     first = collector.gz_ia("session", "logs", "lone", "--json", "--show-cursor")
     cursor = first.stderr.strip().splitlines()[-1].removeprefix("-- cursor: ")
     _send(collector, "lone", 3, 200)
+    _retained(collector, "lone")
     result = collector.gz_ia("session", "logs", "lone", "--json", "--after-cursor", cursor)
     assert result.returncode == 3, result.stderr
     shown = _seqs(result.stdout)
@@ -224,10 +233,10 @@ def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any) -> 
     follower.proc.send_signal(signal.SIGSTOP)
     try:
         _send(collector, "lone", 3, 200)
+        _retained(collector, "lone")
     finally:
         follower.proc.send_signal(signal.SIGCONT)
-    # Retention may still be deleting while the follower catches up: every seq is either shown once,
-    # in order, or inside a lagged notice that comes where it is missing.
+    # Every seq is either shown once, in order, or inside a lagged notice that comes where it is missing.
     expected, notices = 4, []
     while expected <= 203:
         record = follower.take(1)[0]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import wait_for
 
 from gz_ia.client import Client
 
@@ -92,13 +92,16 @@ def test_a_read_only_root_holds_events_until_it_is_writable_again(
     client = Client(socket_path=collector.socket, root=root)
     try:
         _log(client, 0, 30)
-        assert client.flush(timeout=3) is False, "nothing can be acknowledged while the root is read-only"
+        # The collector has met the read-only root on this client's behalf: from then on, none of
+        # its events may be acknowledged.
+        wait_for(
+            lambda: _metric(collector, 'gzia_write_errors_total{kind="EROFS"}') >= 1,
+            timeout=30,
+            message="the collector to count the read-only root",
+        )
+        assert client.flush(timeout=0) is False, "nothing can be acknowledged while the root is read-only"
         stats = client.stats()
         assert (stats.accepted, stats.rejected, stats.dropped) == (0, 0, 0)
-        deadline = time.monotonic() + 30
-        while _metric(collector, 'gzia_write_errors_total{kind="EROFS"}') < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _metric(collector, 'gzia_write_errors_total{kind="EROFS"}') >= 1
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
     assert client.flush(timeout=60)

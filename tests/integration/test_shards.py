@@ -425,7 +425,13 @@ def test_a_reload_is_over_only_when_every_share_has_applied_it(make_collector: A
                 lambda: collector.log_lines("configuration reloaded", process="gz-ia-collector[share 0]"),
                 message="share 0 to apply the reload",
             )
-            time.sleep(0.5)  # the front is waiting for share 1
+            # The front asks share 0 then share 1 for its status, over and over: its third question
+            # to the stalled share 1 from now on follows a whole round that found share 0 applied.
+            asked = _connections_to(_share_socket(collector, 1))
+            wait_for(
+                lambda: _connections_to(_share_socket(collector, 1)) >= asked + 3,
+                message="the front to ask the stalled share 1 again after share 0 applied the reload",
+            )
             assert not collector.log_lines("configuration reloaded"), collector.log()
         finally:
             os.kill(share, signal.SIGCONT)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from tests.conftest import send_events
 
 from gz_ia.client import build_event
 from gz_ia.collector.timeline import COLOURS
@@ -54,28 +55,31 @@ window.addEventListener("load", function () {
 
 def known_session(collector: Any) -> None:
     """A planner with one OK and one FAILED action, and a subagent with one OK and one still-open action."""
-    client = collector.client()
 
-    def send(session_id: str, action: str, stage: str, at: float, **fields: Any) -> None:
+    def event(session_id: str, action: str, stage: str, at: float, **fields: Any) -> Any:
         who: dict[str, Any] = (
             {"agent": "claude", "role": "planner"}
             if session_id == "tl-root"
             else {"agent": "agy", "role": "test-runner", "parent_session_id": "tl-root"}
         )
-        event = build_event(
+        return build_event(
             session_id=session_id, action=action, stage=stage, timestamp=T0 + timedelta(seconds=at), **who, **fields
         )
-        client.send(event, timeout=10)
 
-    send("tl-root", "Plan the change", "READ", 0)
-    send("tl-root", "Plan the change", "PENDING", 1)
-    send("tl-sub", "Index deps", "READ", 1.5)
-    send("tl-root", "Plan the change", "FINISH", 3, duration_ms=3000)
-    send("tl-root", "Run tests", "PENDING", 4)
-    send("tl-sub", "Index deps", "FINISH", 5, duration_ms=3500)
-    send("tl-sub", "Open action", "READ", 6)
-    send("tl-root", "Run tests", "FINISH", 8, status="FAILED", error="3 tests failed: test_io <db>", duration_ms=4000)
-    client.close()
+    failed: dict[str, Any] = {"status": "FAILED", "error": "3 tests failed: test_io <db>"}
+    send_events(
+        collector,
+        [
+            event("tl-root", "Plan the change", "READ", 0),
+            event("tl-root", "Plan the change", "PENDING", 1),
+            event("tl-sub", "Index deps", "READ", 1.5),
+            event("tl-root", "Plan the change", "FINISH", 3, duration_ms=3000),
+            event("tl-root", "Run tests", "PENDING", 4),
+            event("tl-sub", "Index deps", "FINISH", 5, duration_ms=3500),
+            event("tl-sub", "Open action", "READ", 6),
+            event("tl-root", "Run tests", "FINISH", 8, duration_ms=4000, **failed),
+        ],
+    )
 
 
 def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -105,9 +109,11 @@ def count(image: Image.Image, box: list[float], colour: str) -> int:
     return sum(1 for index in range(0, len(data), 3) if near(tuple(data[index : index + 3]), colour))
 
 
-@pytest.fixture(name="page")
-def _page(collector: Any) -> Path:
-    """The known session tree written by `gz-ia session view tl-root --tree -o ...`."""
+@pytest.fixture(name="page", scope="module")
+def _page(make_module_collector: Any) -> Path:
+    """The known session tree written by `gz-ia session view tl-root --tree -o ...` (once per module:
+    the tests only read the page)."""
+    collector = make_module_collector()
     known_session(collector)
     output: Path = collector.base / "timeline.html"
     result = collector.gz_ia("session", "view", "tl-root", "--tree", "-o", str(output))
