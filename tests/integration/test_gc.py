@@ -103,6 +103,21 @@ def test_gc_without_a_collector_runs_by_itself(make_collector: Any) -> None:
     assert not collector.session_file("old").exists()
 
 
+def test_gc_by_itself_never_deletes_in_a_root_another_collector_writes(make_collector: Any, short_tmp: Path) -> None:
+    """Asked on a socket where nothing answers, gz-ia deletes by itself only in a root no collector
+    writes: the root's lock names the collector that does, and nothing is deleted."""
+    collector = make_collector()
+    _send(collector, "old")
+    collector.restart()
+    assert _send(collector, "live") == [1]
+    _age(collector.root, "old", 40)
+    result = collector.gz_ia("--socket", str(short_tmp / "nobody.sock"), "gc", "--older-than", "30d")
+    assert result.returncode == 69, result.stdout + result.stderr
+    assert "another collector writes" in result.stderr and str(collector.socket) in result.stderr
+    assert collector.session_file("old").exists(), "nothing was deleted"
+    assert _send(collector, "live") == [2]
+
+
 def test_disk_usage_per_root_and_per_session(make_collector: Any, tmp_path: Path) -> None:
     collector = make_collector()
     _send(collector, "small", 1)

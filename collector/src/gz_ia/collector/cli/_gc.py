@@ -9,6 +9,7 @@ answer, is busy or is restarting a share: nothing was deleted.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -172,11 +173,13 @@ def _option(parse: Any, value: str, hint: str) -> Any:
 
 
 def _collect_here(ctx: click.Context, root: Path, config_path: Path | None, request: Any) -> dict[str, object]:
-    """No collector answers: delete from this process, going by the files' mtimes."""
+    """No collector answers: delete from this process, going by the files' mtimes, holding the
+    root's writer lock so that no collector writes it meanwhile (and none that does is overruled)."""
     from gz_ia.collector.collection import collect_locally
     from gz_ia.collector.config import ConfigError, load_config
     from gz_ia.collector.storage._layout import LayoutError, open_root
     from gz_ia.collector.storage.retention import RetentionPolicy
+    from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 
     try:
         config = load_config(config_path)
@@ -190,9 +193,20 @@ def _collect_here(ctx: click.Context, root: Path, config_path: Path | None, requ
     policy = RetentionPolicy(config.retention).tightened(
         max_root_bytes=request.vacuum_bytes, max_age_seconds=request.vacuum_seconds
     )
+    locks = RootLocks(pid=os.getpid(), sockets=[])
     try:
+        if not request.dry_run:
+            locks.take(root, owner=os.getuid())
         return collect_locally(dirs, policy, older_than=request.older_than, now=time.time(), dry_run=request.dry_run)
+    except RootLocked as exc:
+        click.echo(
+            f"gz-ia: another collector writes {root} ({exc.holder}); nothing was deleted: "
+            "run gz-ia gc with that collector's --socket",
+            err=True,
+        )
+        ctx.exit(EXIT_UNAVAILABLE)
     finally:
+        locks.release()
         dirs.close()
 
 
