@@ -55,6 +55,10 @@ SHARED = ["shared-0", "shared-1"]
 IDLE = ["idle-0", "idle-1", "idle-2"]
 """Sessions written once before the agents start and aged two days: what ``gz-ia gc`` removes."""
 FRAME_TOO_LARGE = "frame_too_large"
+NOTICE_LOSSES = {
+    FRAME_TOO_LARGE: "refused by its client (frame_too_large), counted in a gz-ia.dropped notice",
+    "dropped": "dropped by its client (buffer and spool full), counted in a gz-ia.dropped notice",
+}
 PACE = 0.05
 """Seconds between an agent worker's steps, on average: a few hundred events a second in all."""
 CONFIG = """\
@@ -247,6 +251,7 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
         account.acknowledged += len(agent.acks)
         unexplained: collections.Counter[str] = collections.Counter()
         refused_by_client: collections.Counter[str] = collections.Counter()
+        rejected_by_collector = 0
         for eid, session_id, _stage, _kind in agent.emitted:
             where = audit.occurrences.get(eid, [])
             if len(where) > 1:
@@ -264,11 +269,13 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
                 account.problem("an acknowledged event not on disk", f"{eid}: seq {agent.acks[eid]}")
             if eid in rejected:
                 account.losses[f"rejected by the collector, in rejects.jsonl: {rejected[eid]}"] += 1
+                rejected_by_collector += 1
             elif agent.refused.get(eid) == FRAME_TOO_LARGE:
                 refused_by_client[session_id] += 1
             elif eid in agent.refused:
                 # Refused by the collector while its rejects file could not be written (a full disk).
                 account.losses[f"rejected by the collector, counted by the client: {agent.refused[eid]}"] += 1
+                rejected_by_collector += 1
             else:
                 unexplained[session_id] += 1
         sessions = set(unexplained) | set(refused_by_client)
@@ -282,7 +289,12 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
             # What it still held in memory died with it: only unacknowledged events can be among them.
             lost = sum(unexplained.values()) + sum(refused_by_client.values())
             reported_total = sum(sum(by_reason.values()) for by_reason in reported.values())
-            account.losses["refused or dropped by a client, in a gz-ia.dropped notice"] += min(lost, reported_total)
+            remaining = lost
+            for by_reason in reported.values():
+                for reason, count in by_reason.items():
+                    taken = min(remaining, count)
+                    account.losses[NOTICE_LOSSES[reason]] += taken
+                    remaining -= taken
             account.unacknowledged_with_killed_agents += max(0, lost - reported_total)
             bound = len(agent.emitted) - len(agent.acks)
             account.held_by_killed_agents_bound += bound
@@ -297,8 +309,15 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
                     f"agent {agent.name}, session {session_id}: {missing} events missing "
                     f"({refused_by_client[session_id]} refused by the client), notices report {by_reason}",
                 )
-            account.losses["refused or dropped by a client, in a gz-ia.dropped notice"] += min(
-                missing, sum(by_reason.values())
+            else:
+                for reason, count in by_reason.items():
+                    account.losses[NOTICE_LOSSES[reason]] += count
+        refused_reported = sum(by_reason[FRAME_TOO_LARGE] for by_reason in reported.values())
+        if int(agent.stats.get("rejected", 0)) != refused_reported + rejected_by_collector:
+            account.problem(
+                "a client's rejected counter and the records disagree",
+                f"agent {agent.name}: stats().rejected {agent.stats.get('rejected')}, "
+                f"{refused_reported} in notices, {rejected_by_collector} refused by the collector",
             )
         dropped_reported = sum(by_reason["dropped"] for by_reason in reported.values())
         if int(agent.stats.get("dropped", 0)) != dropped_reported:
@@ -354,7 +373,7 @@ def test_chaos_every_event_on_disk_once_or_a_loud_loss(
     started = time.monotonic()
     peak_kib = 0
     try:
-        size_mib = 64 + math.ceil(duration)
+        size_mib = 32 + math.ceil(duration / 2)
         subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m,mode=0755", "tmpfs", str(collector.workspace)],
             check=True,
