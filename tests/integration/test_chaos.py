@@ -93,6 +93,8 @@ class AgentRecords:
     refused: dict[str, str]
     stats: dict[str, Any]
     producer: str
+    emitted_at_snapshot: int
+    """How many events it had handed over when ``stats`` was taken."""
     summary: dict[str, Any] | None
 
 
@@ -187,6 +189,7 @@ class ChaosFleet:
             refused={fields[0]: fields[1] for fields in read_records(self.out / f"{name}.refused")},
             stats=dict(summary["stats"] if summary else last.get("stats", {})),
             producer=str(summary["producer"] if summary else last.get("producer", "")),
+            emitted_at_snapshot=int(last.get("emitted", 0)),
             summary=summary,
         )
 
@@ -293,13 +296,20 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
             for by_reason in reported.values():
                 for reason, count in by_reason.items():
                     taken = min(remaining, count)
-                    account.losses[NOTICE_LOSSES[reason]] += taken
+                    if taken:
+                        account.losses[NOTICE_LOSSES[reason]] += taken
                     remaining -= taken
             account.unacknowledged_with_killed_agents += max(0, lost - reported_total)
-            bound = len(agent.emitted) - len(agent.acks)
+            # Bounded by what it held at its last snapshot (queued or sent, no verdict yet) and
+            # what it handed over since: anything else missing had been acknowledged.
+            held = int(agent.stats.get("queued", 0)) + int(agent.stats.get("unacknowledged", 0))
+            bound = held + max(0, len(agent.emitted) - agent.emitted_at_snapshot)
             account.held_by_killed_agents_bound += bound
-            if lost > bound:
-                account.problem("a killed agent lost more than it held", f"{agent.name}: {lost} of {bound}")
+            if lost - reported_total > bound:
+                account.problem(
+                    "a killed agent lost more than it held unacknowledged",
+                    f"{agent.name}: {lost - reported_total} lost, {bound} held",
+                )
             continue
         for session_id, by_reason in reported.items():
             missing = unexplained[session_id] + refused_by_client[session_id]
@@ -311,7 +321,8 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
                 )
             else:
                 for reason, count in by_reason.items():
-                    account.losses[NOTICE_LOSSES[reason]] += count
+                    if count:
+                        account.losses[NOTICE_LOSSES[reason]] += count
         refused_reported = sum(by_reason[FRAME_TOO_LARGE] for by_reason in reported.values())
         if int(agent.stats.get("rejected", 0)) != refused_reported + rejected_by_collector:
             account.problem(
@@ -441,7 +452,8 @@ def test_chaos_every_event_on_disk_once_or_a_loud_loss(
         agents = [fleet.records(name) for name in fleet.procs]
         account = account_for(agents, audit, rejects)
         check_pairs(agents, audit, rejects, account)
-        check_agents(agents, fleet, bad_parent, audit, account)
+        figures["invalid_ids_refused"] = check_agents(agents, fleet, bad_parent, audit, account)
+        figures["oversized"] = check_oversized(audit, account)
         figures.update(
             agents={mode: sum(1 for m in fleet.modes.values() if m == mode) for mode in ("threads", "asyncio")},
             events=account.emitted,
@@ -450,7 +462,7 @@ def test_chaos_every_event_on_disk_once_or_a_loud_loss(
             duplicates=sum(len(where) - 1 for where in audit.duplicates.values()),
             losses=dict(account.losses),
             unacknowledged_lost_with_killed_agents=account.unacknowledged_with_killed_agents,
-            unacknowledged_by_killed_agents=account.held_by_killed_agents_bound,
+            held_unacknowledged_by_killed_agents=account.held_by_killed_agents_bound,
             crashes_survived=faults["collector_kill"],
             agents_killed=len(fleet.killed),
             faults=dict(faults),
@@ -567,10 +579,30 @@ def spooled_segments(spool: Path) -> list[str]:
     )
 
 
-def check_agents(
-    agents: list[AgentRecords], fleet: ChaosFleet, bad_parent: str, audit: Audit, account: Account
-) -> None:
-    """What each surviving agent saw: flushed, invalid ids refused at the scope, the bad parent ignored."""
+def check_oversized(audit: Audit, account: Account) -> dict[str, int]:
+    """The 2,000,000-character errors and the action names past their limit arrived cut and marked."""
+    from gz_ia.client.schema import MAX_ACTION_LENGTH, MAX_ERROR_LENGTH
+
+    counts = {"errors_cut": 0, "actions_cut": 0}
+    for line in audit.events.values():
+        for name, text, limit, start in (
+            ("errors_cut", str(line.get("error", "")), MAX_ERROR_LENGTH, "EEEE"),
+            ("actions_cut", str(line.get("action", "")), MAX_ACTION_LENGTH, "LLLL"),
+        ):
+            if text.startswith(start):
+                counts[name] += 1
+                if len(text) != limit or "…[cut, " not in text:
+                    account.problem(f"an oversized field not cut and marked ({name})", text[-60:])
+    for name, count in counts.items():
+        if count == 0:
+            account.problem("no oversized field on disk", name)
+    return counts
+
+
+def check_agents(agents: list[AgentRecords], fleet: ChaosFleet, bad_parent: str, audit: Audit, account: Account) -> int:
+    """What each surviving agent saw: flushed, invalid ids refused at the scope, the bad parent
+    ignored. Returns how many invalid ids the scope constructors refused."""
+    refused = 0
     for agent in agents:
         if agent.killed:
             continue
@@ -580,6 +612,7 @@ def check_agents(
             continue
         if (agent.stats["queued"], agent.stats["unacknowledged"], agent.stats["invalid"]) != (0, 0, 0):
             account.problem("an agent that ended holding events", f"{agent.name}: {agent.stats}")
+        refused += summary["invalid_ids_raised"]
         if summary["invalid_ids_raised"] != summary["invalid_ids_tried"]:
             account.problem(
                 "an invalid id a scope constructor accepted",
@@ -591,3 +624,4 @@ def check_agents(
     own = [line for line in audit.events.values() if line.get("role") == bad_parent]
     if not own or any("parent_session_id" in line for line in own):
         account.problem("an invalid inherited parent id not ignored", f"{bad_parent}: {len(own)} events on disk")
+    return refused
