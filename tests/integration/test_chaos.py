@@ -300,10 +300,13 @@ def account_for(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
                         account.losses[NOTICE_LOSSES[reason]] += taken
                     remaining -= taken
             account.unacknowledged_with_killed_agents += max(0, lost - reported_total)
-            # Bounded by what it held at its last snapshot (queued or sent, no verdict yet) and
-            # what it handed over since: anything else missing had been acknowledged.
-            held = int(agent.stats.get("queued", 0)) + int(agent.stats.get("unacknowledged", 0))
-            bound = held + max(0, len(agent.emitted) - agent.emitted_at_snapshot)
+            # Bounded by what it held at its last snapshot (queued or sent, no verdict yet), what
+            # it handed over since, and what it had refused or dropped itself (its counters) with
+            # no notice on disk yet: anything else missing had been acknowledged.
+            stats = agent.stats
+            held = int(stats.get("queued", 0)) + int(stats.get("unacknowledged", 0))
+            unreported = int(stats.get("rejected", 0)) + int(stats.get("dropped", 0)) - reported_total
+            bound = held + max(0, len(agent.emitted) - agent.emitted_at_snapshot) + max(0, unreported)
             account.held_by_killed_agents_bound += bound
             if lost - reported_total > bound:
                 account.problem(
