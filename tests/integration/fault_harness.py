@@ -175,8 +175,8 @@ class Audit:
                 except ValueError:
                     self.corrupt.append(f"{path.name}: {raw[:120]!r}")
                     continue
-                errors = [error.message for error in validator.iter_errors(line)]
-                if errors:
+                if not validator.is_valid(line):  # a quarter of the cost of iter_errors()
+                    errors = [error.message for error in validator.iter_errors(line)]
                     self.invalid.append(f"{path.name} seq {line.get('seq')}: {errors[:2]}")
                 if line.get("seq") != expected_seq:
                     self.seq_errors.append(f"{path.name}: expected seq {expected_seq}, found {line.get('seq')}")
