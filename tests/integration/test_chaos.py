@@ -365,6 +365,8 @@ def check_pairs(agents: list[AgentRecords], audit: Audit, rejects: list[dict[str
         account.pairs_checked += 1
         if sorted(statuses) != ["FAILED", "OK"] or reads[session_id, action] != 2:
             account.problem("a same-name pair without both outcomes", f"{session_id} {action}: {statuses}")
+    if account.pairs_checked == 0:
+        account.problem("no same-name pair on disk", "the agents ran none to the end")
 
 
 @pytest.mark.slow
