@@ -541,12 +541,14 @@ def second_collector_refuses_the_root(collector: CollectorProcess, second: Colle
         build_event(session_id="probe-second", action="probe", stage="READ", agent="probe", attrs={"eid": "probe"})
     )
     wait_until(
-        lambda: "root_locked" in (probe.stats().last_error or ""),
+        lambda: "root_locked" in (probe.stats().last_error or "") or probe.stats().accepted > 0,
         20,
         "the second collector to refuse the root with root_locked",
         detail=lambda: f"client: {probe.stats()}\nsecond collector:\n{second.log()[-2000:]}",
     )
+    stats = probe.stats()
     probe.close(timeout=0)
+    assert stats.accepted == 0, f"a second collector accepted an event for the root the first one writes: {stats}"
     assert second.stop() == 0, second.log()[-3000:]
     assert not collector.session_file("probe-second").exists(), "the second collector wrote the root"
 
