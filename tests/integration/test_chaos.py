@@ -429,7 +429,7 @@ def test_chaos_every_event_on_disk_once_or_a_loud_loss(
             elif fault == "second_collector":
                 (short_tmp / "second").mkdir()
                 second = CollectorProcess(short_tmp / "second", shards=collector.shards)
-                second_collector_refuses_the_root(collector, second)
+                second_collector_refuses_the_root(collector, second, fleet)
             elif fault == "gc":
                 figures["gc"] = gc_removes_idle_sessions(collector, config_path)
             else:
@@ -528,11 +528,15 @@ def gc_removes_idle_sessions(collector: CollectorProcess, config_path: Path) -> 
     return len(IDLE)
 
 
-def second_collector_refuses_the_root(collector: CollectorProcess, second: CollectorProcess) -> None:
+def second_collector_refuses_the_root(collector: CollectorProcess, second: CollectorProcess, fleet: ChaosFleet) -> None:
     """A second collector on the same root (its own socket) must refuse to write it: a client naming
     that root is refused with ``root_locked``, and nothing it sent is written."""
     from gz_ia.client import Client, build_event
 
+    # The first collector must be writing the root, which it takes at a client's hello, not at its
+    # start: a new acknowledgement says so.
+    acked = fleet.acked_total()
+    wait_until(lambda: fleet.acked_total() > acked, 30, "the collector to write the root again")
     second.workspace, second.root = collector.workspace, collector.root
     second.write_config(CONFIG)
     second.start()
