@@ -13,13 +13,10 @@ peak collector memory) and writes them to ``figures.json`` in its temporary dire
 from __future__ import annotations
 
 import collections
-import contextlib
-import errno
 import json
 import math
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -29,14 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.fault_harness import (
+    REPO,
+    SOURCE_PATH,
+    Audit,
+    fill_disk,
+    metric_value,
+    read_acks,
+    record_figures,
+    vm_kib,
+    wait_until,
+)
 
 # The write and delivery path: run against one process and against a sharded collector.
 pytestmark = pytest.mark.shards(1, 2)
 
-REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "fixtures" / "agents" / "fault_agent.py"
-FIGURES_DOC = REPO / "docs" / "reliability-figures.json"
-SOURCE_PATH = os.pathsep.join(str(REPO / part / "src") for part in ("client", "collector"))
 
 
 @pytest.fixture(autouse=True)
@@ -45,133 +50,7 @@ def _private_spool(monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:
     monkeypatch.setenv("GZ_IA_SPOOL_DIR", str(short_tmp / "spool"))
 
 
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def _wait(predicate: Any, timeout: float, message: str, interval: float = 0.05, detail: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    extra = f"\n{detail()}" if detail is not None else ""
-    pytest.fail(f"timed out after {timeout} s waiting for {message}{extra}")
-
-
-def vm_kib(pid: int, field: str = "VmHWM") -> int:
-    """Return a memory figure of a live process in KiB (``VmHWM`` = peak RSS), 0 if it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-def metric_value(text: str, name: str, labels: dict[str, str] | None = None) -> float:
-    """Return the value of one sample of a Prometheus exposition (0 when absent)."""
-    wanted = labels or {}
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        sample, _, label_text = head.partition("{")
-        if sample != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', label_text))
-        if all(found.get(key) == val for key, val in wanted.items()):
-            return float(value)
-    return 0.0
-
-
-def record_figures(tmp_path: Path, name: str, figures: dict[str, Any]) -> None:
-    """Print the figures, write them under the test's tmp dir and, when asked, into the docs."""
-    text = json.dumps(figures, indent=2, sort_keys=True)
-    print(f"\n=== reliability figures: {name} ===\n{text}")
-    (tmp_path / "figures.json").write_text(text + "\n")
-    if os.environ.get("GZ_IA_WRITE_FIGURES") == "1":
-        existing: dict[str, Any] = {}
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            existing = json.loads(FIGURES_DOC.read_text())
-        existing[name] = figures
-        FIGURES_DOC.write_text(json.dumps(existing, indent=2, sort_keys=True) + "\n")
-
-
-class Audit:
-    """Everything wrong (or counted) in the session files of one root."""
-
-    def __init__(self, root: Path, validator: Any) -> None:
-        self.lines = 0
-        self.torn: list[str] = []
-        self.corrupt: list[str] = []
-        self.invalid: list[str] = []
-        self.seq_errors: list[str] = []
-        self.delivery_duplicates: list[str] = []
-        self.occurrences: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
-        self.drop_records: list[dict[str, Any]] = []
-        self.torn_files = sorted(p.name for p in (root / "sessions").glob("*.torn"))
-        for path in sorted((root / "sessions").glob("*.events.jsonl")):
-            self._file(path, validator)
-
-    def _file(self, path: Path, validator: Any) -> None:
-        session_id = path.name.removesuffix(".events.jsonl")
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            self.torn.append(f"{path.name}: ends with {data[-60:]!r}")
-        expected_seq = 1
-        deliveries: set[str] = set()
-        for raw in data.split(b"\n"):
-            if not raw:
-                continue
-            self.lines += 1
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                self.corrupt.append(f"{path.name}: {raw[:120]!r}")
-                continue
-            errors = [error.message for error in validator.iter_errors(line)]
-            if errors:
-                self.invalid.append(f"{path.name} seq {line.get('seq')}: {errors[:2]}")
-            if line.get("seq") != expected_seq:
-                self.seq_errors.append(f"{path.name}: expected seq {expected_seq}, found {line.get('seq')}")
-            expected_seq = (line.get("seq") if isinstance(line.get("seq"), int) else expected_seq) + 1
-            delivery = line.get("delivery")
-            if delivery is not None:
-                if delivery in deliveries:
-                    self.delivery_duplicates.append(f"{path.name}: delivery {delivery}")
-                deliveries.add(delivery)
-            eid = (line.get("attrs") or {}).get("eid")
-            if eid is not None:
-                self.occurrences[eid].append((session_id, line.get("seq", 0)))
-            if line.get("action") == "gz-ia.dropped":
-                self.drop_records.append(line)
-
-    @property
-    def duplicates(self) -> dict[str, list[tuple[str, int]]]:
-        """Events written more than once."""
-        return {eid: where for eid, where in self.occurrences.items() if len(where) > 1}
-
-    def assert_clean(self) -> None:
-        """No torn, corrupt or schema-invalid line, ``seq`` gap-free, no duplicate delivery."""
-        assert not self.torn, f"torn last lines: {self.torn[:5]}"
-        assert not self.corrupt, f"lines that are not JSON: {self.corrupt[:5]}"
-        assert not self.invalid, f"lines invalid against the schema: {self.invalid[:5]}"
-        assert not self.seq_errors, f"seq not gap-free/increasing: {self.seq_errors[:5]}"
-        assert not self.delivery_duplicates, f"a delivery id written twice: {self.delivery_duplicates[:5]}"
-        assert not self.duplicates, f"events written more than once: {list(self.duplicates.items())[:5]}"
-
-
-def read_acks(path: Path) -> dict[str, int]:
-    """The events an agent was told were written, from its ack log (a torn last line is ignored)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    acks: dict[str, int] = {}
-    for raw in data.split(b"\n")[:-1]:  # the part after the last newline may be cut by SIGKILL
-        eid, _, seq = raw.decode().partition(" ")
-        acks[eid] = int(seq or 0)
-    return acks
+# --- agents ---------------------------------------------------------------------------------------
 
 
 class Fleet:
@@ -325,7 +204,7 @@ def test_collector_kill9_loses_and_duplicates_nothing(
     started = time.monotonic()
     try:
         start_fleet(fleet, agents=3)
-        _wait(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
+        wait_until(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
         for _ in range(kills):
             time.sleep(rng.uniform(0.25, max(0.5, 2 * duration / kills - 1.5)))
             assert collector.proc is not None
@@ -372,7 +251,7 @@ def test_client_kill9_acknowledged_events_land_once(
         for _ in range(4):
             fleet.spawn(f"a{spawned}", shared=shared, pace=0.04)
             spawned += 1
-        _wait(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
+        wait_until(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
         for _ in range(kills):
             time.sleep(rng.uniform(0.1, max(0.3, 2 * duration / kills - 0.3)))
             victim = rng.choice(fleet.alive())
@@ -452,14 +331,14 @@ class ActivatedCollector:
                 stderr=log,
                 env=env,
             )
-        _wait(lambda: "Listening on" in self._since_start(), 20, "the activator to listen")
+        wait_until(lambda: "Listening on" in self._since_start(), 20, "the activator to listen")
 
     def _since_start(self) -> str:
         text = self.log_path.read_text(errors="replace")
         return text[text.rfind(f"--- start {self.starts}\n") :]
 
     def wait_serving(self) -> None:
-        _wait(lambda: "ready" in self._since_start() or self._dead(), 30, "the activated collector")
+        wait_until(lambda: "ready" in self._since_start() or self._dead(), 30, "the activated collector")
         assert not self._dead(), f"the activated collector exited:\n{self.log_path.read_text()[-3000:]}"
 
     def _dead(self) -> bool:
@@ -498,7 +377,7 @@ def test_socket_activated_restarts_lose_and_duplicate_nothing(
         activated.start()
         start_fleet(fleet, agents=3)
         activated.wait_serving()
-        _wait(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
+        wait_until(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
         for _ in range(restarts):
             time.sleep(rng.uniform(0.25, max(0.5, 2 * duration / restarts - 1.5)))
             assert activated.proc is not None
@@ -528,25 +407,6 @@ def test_socket_activated_restarts_lose_and_duplicate_nothing(
 # --- 4. a full disk ---------------------------------------------------------------------------------
 
 
-def _fill(path: Path) -> int:
-    """Write ``path`` until the filesystem is full; return the bytes written."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    written = 0
-    try:
-        for size in (1 << 16, 4096, 512, 1):
-            chunk = b"\0" * size
-            while True:
-                try:
-                    written += os.write(fd, chunk)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
-    finally:
-        os.close(fd)
-    return written
-
-
 @pytest.mark.slow
 def test_full_disk_holds_events_until_space_returns(
     make_collector: Any, schema_validator: Any, soak: Any, tmp_path: Path
@@ -567,10 +427,10 @@ def test_full_disk_holds_events_until_space_returns(
         collector.start()
         pid = collector.proc.pid if collector.proc else 0
         start_fleet(fleet, agents=2, threads=2, pace=0.03)
-        _wait(lambda: fleet.acked_total() > 50, 30, "events written before the disk fills")
+        wait_until(lambda: fleet.acked_total() > 50, 30, "events written before the disk fills")
 
-        figures["filler_bytes"] = _fill(filler)
-        _wait(
+        figures["filler_bytes"] = fill_disk(filler)
+        wait_until(
             lambda: metric_value(collector.metrics(), "gzia_write_errors_total", {"kind": "ENOSPC"}) > 0,
             20,
             'gzia_write_errors_total{kind="ENOSPC"} to increase',
@@ -650,7 +510,7 @@ def test_torn_tail_repaired_at_start(collector: Any) -> None:
     client.send(build_event(session_id="other-1", action="a", stage="READ", agent="t"), timeout=10)
     client.close()
     torn_path = collector.root / "sessions" / f"{session_id}.events.torn"
-    _wait(torn_path.exists, 10, f"{torn_path.name} to appear after the start")
+    wait_until(torn_path.exists, 10, f"{torn_path.name} to appear after the start")
     assert fragment in torn_path.read_bytes()
     data = collector.session_file(session_id).read_bytes()
     assert data.endswith(b"\n")

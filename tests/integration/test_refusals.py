@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 from tests.conftest import CollectorProcess, first_reply
-from tests.integration.test_faults import metric_value
+from tests.integration.fault_harness import metric_value
 
 from gz_ia.client import EventRejected, RejectReason, build_event
 from gz_ia.client.protocol import PROTOCOL_VERSION, Batch, Hello, Verdicts, Welcome, encode_frame
