@@ -154,7 +154,7 @@ class Runner:
         if command.text.startswith("gz-ia-collector install"):
             text = f"{command.text} --dry-run --unit-dir {self.collector.base / 'units'}"
         else:
-            text = command.text.replace("127.0.0.1:9477", f"127.0.0.1:{self.collector.metrics_port}")
+            text = command.text
         follow = bool(re.search(r"\s(-f|--follow)\b", text))
         if follow:
             text = f"timeout 3 {text}"  # following never ends by itself: watch it for a while
