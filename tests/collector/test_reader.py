@@ -494,3 +494,91 @@ def test_combined_cursor_resumes_a_multi_session_follow(harness: Any) -> None:
     for entry in reader.follow(harness.root, None, cursor=cursor, poll_interval=0.001, stop=lambda: len(seen) >= 4):
         seen.append((entry.session_id, entry.event.seq))
     assert sorted(seen) == [("a", 4), ("b", 4), ("b", 5), ("c", 1)]
+
+
+def _covered(entries: list[reader.Entry], gaps: list[reader.Gap], first: int, last: int) -> list[tuple[int, int]]:
+    """Return what a follower accounted for, in order: (seq, seq) per event, (first, last) per gap notice.
+
+    Coverage of ``first..last`` with no hole and no overlap means it never hid a gap.
+    """
+    seen: list[tuple[int, int, int]] = [(e.event.seq, e.event.seq, index) for index, e in enumerate(entries)]
+    assert all(gap.first is not None and gap.last is not None for gap in gaps), gaps
+    seen += [(gap.first or 0, gap.last or 0, -1) for gap in gaps]
+    ranges = [(low, high) for low, high, _ in sorted(seen)]
+    assert _seqs(entries) == sorted(_seqs(entries))
+    expected = first
+    for low, high in ranges:
+        assert low == expected, f"seq {expected}..{low - 1} neither shown nor reported: {ranges}"
+        expected = high + 1
+    assert expected == last + 1
+    return ranges
+
+
+def _archives(harness: Any, session_id: str) -> list[Path]:
+    return sorted(harness.sessions_dir().glob(f"{session_id}.events.0*"))
+
+
+def test_a_follower_that_lags_while_retention_goes_on_reports_every_deleted_range(harness: Any) -> None:
+    """Retention deletes the follower's archive, then (while the follower says so) the next ones too: every
+    later event is shown or inside a lagged notice, in order; the follower never jumps over events silently."""
+    for _ in range(30):
+        harness.emit("s1", 5)
+    cursor = reader.read_page(harness.root, "s1", limit=3).next_cursor
+    archives = _archives(harness, "s1")
+    assert len(archives) >= 4
+    archives[0].unlink()
+    gaps: list[reader.Gap] = []
+
+    def retention_goes_on(gap: reader.Gap) -> None:
+        gaps.append(gap)
+        if len(gaps) == 1:
+            for archive in archives[1:3]:  # between the lagged notice and the read of the oldest archive
+                archive.unlink()
+
+    entries: list[reader.Entry] = []
+    for entry in reader.follow(harness.root, ["s1"], cursor=cursor, on_gap=retention_goes_on):
+        entries.append(entry)
+        if entry.event.seq == 150:
+            break
+    _covered(entries, gaps, 4, 150)
+    # The archives it had already opened may still be read; whatever was not is a lagged notice.
+    assert gaps and all(gap.lagged and gap.reason == "deleted by retention before they were read" for gap in gaps)
+
+
+class _RetentionMidRead(reader.Filters):
+    """Matches every event; when the reader reaches ``seq``, deletes ``archives`` as retention would.
+
+    The only way to act at an exact point inside one read: the reader calls ``match`` between lines.
+    """
+
+    def __init__(self, seq: int, archives: list[Path]) -> None:
+        super().__init__()
+        object.__setattr__(self, "_at", (seq, archives))
+
+    def match(self, event: Any) -> bool:
+        seq, archives = object.__getattribute__(self, "_at")
+        if event.seq == seq:
+            for archive in archives:
+                archive.unlink(missing_ok=True)
+        return True
+
+
+def test_a_follower_whose_next_archives_are_deleted_mid_read_reports_them_as_lagged(harness: Any) -> None:
+    """The follower is reading its archive when retention deletes it and the next two: it finishes the one it
+    has open, then reports the deleted range as lagged (not as damage) and goes on, in order."""
+    for _ in range(30):
+        harness.emit("s1", 5)
+    cursor = reader.read_page(harness.root, "s1", limit=3).next_cursor
+    archives = _archives(harness, "s1")
+    gaps: list[reader.Gap] = []
+    entries: list[reader.Entry] = []
+    follower = reader.follow(
+        harness.root, ["s1"], cursor=cursor, on_gap=gaps.append, filters=_RetentionMidRead(4, archives[:3])
+    )
+    for entry in follower:
+        entries.append(entry)
+        if entry.event.seq == 150:
+            break
+    _covered(entries, gaps, 4, 150)
+    assert [(gap.lagged, gap.reason) for gap in gaps] == [(True, "deleted by retention before they were read")]
+    assert _seqs(entries)[0] == 4  # the open archive is read to its end

@@ -463,6 +463,8 @@ class _Unreadable:
 
 _MISSING: Final = _Missing()
 
+_DELETED: Final = "deleted by retention before they were read"
+
 # A line found in a session: (segment, start offset, end offset after the newline, bytes without it).
 _Line = tuple[int, int, int, bytes]
 
@@ -495,6 +497,13 @@ class _View:
         """Record that something stored could not be read."""
         self.incomplete = True
         self.problems.append(reason)
+
+    def note_deleted(self) -> None:
+        """Record that retention deleted a segment during this read, before it was opened.
+
+        Whether that hid events depends on where the read started: :class:`_Holes` decides.
+        """
+        self.problems.append(_DELETED)
 
     def exists(self) -> bool:
         """Whether anything of the session is stored."""
@@ -554,8 +563,11 @@ class _View:
                     yield from _lines_forward(segment, offset)
                 except SegmentUnreadable as exc:
                     self.note(str(exc))
-            elif self.get(number) is _MISSING and number < self.active_number and number >= self.oldest():
-                self.note(f"segment {number} is missing")  # a hole in the middle of the retained history
+            elif self.get(number) is _MISSING and number < self.active_number:
+                if number >= self.oldest():
+                    self.note(f"segment {number} is missing")  # a hole in the middle of the retained history
+                else:
+                    self.note_deleted()  # behind the oldest retained segment now: retention went on meanwhile
             if one_segment:
                 return
             number += 1
@@ -809,6 +821,9 @@ class _Holes:
         if len(self.view.problems) == self.seen and (first is None or last is None or first > last):
             return  # the common case, once per event: nothing missing
         reasons = self._take()
+        lagged = bool(reasons) and all(reason == _DELETED for reason in reasons)
+        if lagged and (first is None or (last is not None and first > last)):
+            return  # deleted before this read's first event, or held none of the events it expected
         if first is not None and last is not None and first > last:
             if not reasons:
                 return
@@ -819,7 +834,8 @@ class _Holes:
             reasons = ["not in the stored lines"]
         if first is None and last is not None and last < 1:
             last = None
-        self.gaps.append(Gap(self.view.session_id, first, last, "; ".join(reasons)))
+        self.view.incomplete |= lagged
+        self.gaps.append(Gap(self.view.session_id, first, last, "; ".join(reasons), lagged=lagged))
 
     def trailing(self, first: int | None) -> None:
         """The read ended: report damage after the last event read (up to the checkpoint's ``seq``)."""
@@ -827,7 +843,12 @@ class _Holes:
             return
         checkpoint = self.view.checkpoint
         known = checkpoint.seq if checkpoint is not None and checkpoint.seq >= (first or 1) else None
-        self.gaps.append(Gap(self.view.session_id, first, known, "; ".join(self._take())))
+        reasons = self._take()
+        lagged = all(reason == _DELETED for reason in reasons)
+        if lagged and (first is None or known is None or first > known):
+            return  # retention deleted segments that held nothing after the last event read
+        self.view.incomplete |= lagged
+        self.gaps.append(Gap(self.view.session_id, first, known, "; ".join(reasons), lagged=lagged))
 
 
 def _expired_gap(view: _View, position: _Position) -> Gap:
@@ -836,7 +857,7 @@ def _expired_gap(view: _View, position: _Position) -> Gap:
     first = position.seq + 1
     if oldest is None or oldest > first:
         last = None if oldest is None else oldest - 1
-        return Gap(view.session_id, first, last, "deleted by retention before they were read", lagged=True)
+        return Gap(view.session_id, first, last, _DELETED, lagged=True)
     return Gap(view.session_id, first, None, "no longer stored (the session was removed and started again)", True)
 
 
@@ -1247,6 +1268,19 @@ def _current_end(dirs: RootDirs, session_id: str) -> _Position | None:
         view.close()
 
 
+def _after_gap(session_id: str, gaps: Iterable[Gap]) -> _Position | None:
+    """Where a lagged reader goes on: right after the last ``seq`` its gap accounts for.
+
+    Not "the oldest event still stored": retention may delete more before that is read, and a
+    reader that did not know which ``seq`` it expected next would jump over those events without a
+    word. The boundary is found again by its ``seq`` (segment 0 never exists, so the read relocates
+    it), and whatever retention deleted meanwhile is the next gap. None when the gap has no end
+    (nothing stored after it, or the session started again): then from the oldest event stored.
+    """
+    last = max((gap.last for gap in gaps if gap.lagged and gap.last is not None), default=None)
+    return None if last is None else _Position(session_id, 0, 0, last)
+
+
 def _drain(
     dirs: RootDirs,
     session_id: str,
@@ -1269,7 +1303,7 @@ def _drain(
             if page.expired:
                 if on_gap is None:
                     raise CursorExpired(session_id)
-                position = None  # lagged: go on with the oldest event still stored
+                position = _after_gap(session_id, page.gaps)
                 continue
             entries.extend(page.entries)
             if page.next_cursor is not None:
