@@ -582,3 +582,24 @@ def test_a_follower_whose_next_archives_are_deleted_mid_read_reports_them_as_lag
     _covered(entries, gaps, 4, 150)
     assert [(gap.lagged, gap.reason) for gap in gaps] == [(True, "deleted by retention before they were read")]
     assert _seqs(entries)[0] == 4  # the open archive is read to its end
+
+
+def test_a_history_read_that_lags_while_retention_goes_on_never_skips_silently(harness: Any) -> None:
+    """iter_events(on_gap=...) from an expired cursor, with retention deleting more while it says so: every
+    later event is shown or inside a lagged notice, in order."""
+    for _ in range(30):
+        harness.emit("s1", 5)
+    cursor = reader.read_page(harness.root, "s1", limit=3).next_cursor
+    archives = _archives(harness, "s1")
+    archives[0].unlink()
+    gaps: list[reader.Gap] = []
+
+    def retention_goes_on(gap: reader.Gap) -> None:
+        gaps.append(gap)
+        for archive in archives[1:3]:
+            archive.unlink(missing_ok=True)
+
+    entries = list(reader.iter_events(harness.root, "s1", cursor=cursor, on_gap=retention_goes_on, page_size=10))
+    _covered(entries, gaps, 4, 150)
+    assert [(gap.first, gap.lagged) for gap in gaps][:1] == [(4, True)]
+    assert all(gap.reason == "deleted by retention before they were read" for gap in gaps)

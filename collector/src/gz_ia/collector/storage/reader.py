@@ -950,14 +950,22 @@ def iter_events(
     event still stored, so the caller can say what it did not show. A forward read with
     ``until_seq`` stops after that event (and says nothing of gaps beyond it).
     """
+    resume: _Position | None = None  # where a lagged read goes on: no cursor string can name it
     while True:
-        page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
+        if resume is not None:
+            page = _read_forward_from(root, session_id, resume, limit=page_size, filters=filters)
+        else:
+            page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
+        resume = None
         if on_gap is not None:
             for gap in page.gaps:
                 if until_seq is None or reverse or gap.first is None or gap.first <= until_seq:
                     on_gap(gap)
             if page.expired and not reverse:
+                resume = _after_gap(session_id, page.gaps)
                 cursor = None
+                if until_seq is not None and resume is not None and resume.seq >= until_seq:
+                    return
                 continue
         for entry in page.entries:
             if until_seq is not None and not reverse and entry.event.seq > until_seq:
@@ -968,6 +976,21 @@ def iter_events(
         if until_seq is not None and not reverse and cursor_seq(page.next_cursor, session_id) >= until_seq:
             return
         cursor = page.next_cursor
+
+
+def _read_forward_from(
+    root: Path, session_id: str, position: _Position, *, limit: int, filters: Filters | None
+) -> Page:
+    """Read a forward page after ``position`` (see :func:`_after_gap`)."""
+    dirs = _open(root)
+    try:
+        view = _view(dirs, session_id)
+        try:
+            return _page(view, position, limit, False, filters)
+        finally:
+            view.close()
+    finally:
+        dirs.close()
 
 
 def end_cursor(root: Path, session_id: str) -> str:
