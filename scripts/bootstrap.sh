@@ -12,6 +12,10 @@ export UV_PYTHON_DOWNLOADS=never
 # One sync for both scripts: the whole workspace with every extra ([mcp], [otel]) and the dev tools.
 # `uv sync` is exact (it removes what it was not asked for), so a narrower sync here would uninstall
 # what the other script installed.
+# Bytecode is compiled once here: each collector, agent and command starts a fresh interpreter, which
+# would otherwise compile every module it imports again where bytecode is not written at import.
 sync_workspace() {
-  uv sync --quiet --all-extras --all-packages --frozen 2>/dev/null || uv sync --quiet --all-extras --all-packages
+  uv sync --quiet --all-extras --all-packages --compile-bytecode --frozen 2>/dev/null \
+    || uv sync --quiet --all-extras --all-packages --compile-bytecode
+  uv run --quiet python -m compileall -q "$REPO/client/src" "$REPO/collector/src" >/dev/null
 }
