@@ -195,10 +195,12 @@ def test_a_share_that_dies_is_restarted_and_its_clients_resend(make_collector: A
     total = 20_000
     client = collector.client()
     third = threading.Event()
+    produced = [0]
 
     def produce() -> None:
         for index in range(total):
             client.log(session_id=f"die-{index % 30}", action=f"a{index}", stage="READ", agent="t")
+            produced[0] = index + 1
             if index == total // 3:
                 third.set()
             if index % 200 == 0:
@@ -208,6 +210,14 @@ def test_a_share_that_dies_is_restarted_and_its_clients_resend(make_collector: A
     producer.start()
     try:
         assert third.wait(30)
+        # Stopped first, and killed once every session has logged again and the client holds events
+        # unanswered (a stopped share answers none of its own): it dies mid-stream.
+        os.kill(victim, signal.SIGSTOP)
+        stopped_at = produced[0]
+        wait_for(
+            lambda: produced[0] >= stopped_at + 200 and client.stats().unacknowledged > 0,
+            message="events unanswered by the stopped share",
+        )
         os.kill(victim, signal.SIGKILL)
         producer.join(60)
         assert client.flush(timeout=60)
