@@ -150,6 +150,8 @@ def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRe
             metrics.endpoint_error,
         )
         return None
+    port = http.server_address[1]  # the port bound, when 0 asked the kernel for any free one
+    metrics.endpoint_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     metrics.endpoint_url = f"http://{metrics.endpoint_address}/metrics"
     log.info("metrics on %s", metrics.endpoint_url)
     if not _is_loopback(host):
