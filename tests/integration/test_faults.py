@@ -510,7 +510,7 @@ def test_torn_tail_repaired_at_start(collector: Any) -> None:
     client.send(build_event(session_id="other-1", action="a", stage="READ", agent="t"), timeout=10)
     client.close()
     torn_path = collector.root / "sessions" / f"{session_id}.events.torn"
-    wait_until(torn_path.exists, 10, f"{torn_path.name} to appear after the start")
+    wait_until(torn_path.exists, 10, f"{torn_path.name} to appear after the start", detail=lambda: collector.log() + repr(collector.session_file(session_id).read_bytes()[-120:]))) + "".join(p.read_text() for p in (collector.base.parent / f"{collector.base.name}-state").rglob("roots.json")))
     assert fragment in torn_path.read_bytes()
     data = collector.session_file(session_id).read_bytes()
     assert data.endswith(b"\n")
