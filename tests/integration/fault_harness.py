@@ -1,4 +1,4 @@
-"""What the fault tests share: waiting, metrics, figures, filling a disk, and the audit of a root.
+"""What the fault tests share: agent processes, waiting, metrics, figures, filling a disk, and the audit of a root.
 
 The audit reads every session segment (archived ones too, gzipped or not) and every rejects file of a
 root and says what is wrong in them: torn, corrupt or schema-invalid lines, ``seq`` not gap-free,
@@ -14,6 +14,8 @@ import gzip
 import json
 import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,70 @@ def wait_until(predicate: Any, timeout: float, message: str, interval: float = 0
         time.sleep(interval)
     extra = f"\n{detail()}" if detail is not None else ""
     pytest.fail(f"timed out after {timeout} s waiting for {message}{extra}")
+
+
+class AgentFleet:
+    """Agent processes against one collector, each logging to ``<out>/<name>.log`` and stopping when the
+    stop file appears; the fault tests' agents (tests/fixtures/agents/) say how to start one."""
+
+    def __init__(self, out: Path, env: dict[str, str]) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.env = dict(env)
+        self.env["PYTHONPATH"] = SOURCE_PATH
+        self.env["GZ_IA_EXIT_TIMEOUT"] = "0"
+        self.stop_file = out / "STOP"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: list[str] = []
+
+    def launch(self, name: str, command: list[str], env: dict[str, str] | None = None) -> None:
+        with (self.out / f"{name}.log").open("wb") as log:
+            self.procs[name] = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=self.env if env is None else env
+            )
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.killed.append(name)
+
+    def alive(self) -> list[str]:
+        return [name for name, proc in self.procs.items() if proc.poll() is None and name not in self.killed]
+
+    def snapshot(self, name: str) -> dict[str, Any]:
+        """The agent's last ``<name>.stats.json`` (empty before its first)."""
+        try:
+            return dict(json.loads((self.out / f"{name}.stats.json").read_text()))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def log(self, name: str) -> str:
+        return (self.out / f"{name}.log").read_text(errors="replace")
+
+    def finish(self, timeout: float = 150.0) -> dict[str, dict[str, Any]]:
+        """Ask every live agent to stop, wait for its exit, and return the summaries it wrote."""
+        self.stop_file.touch()
+        deadline = time.monotonic() + timeout
+        summaries: dict[str, dict[str, Any]] = {}
+        for name in self.alive():
+            proc = self.procs[name]
+            try:
+                proc.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            path = self.out / f"{name}.summary.json"
+            if not path.exists():
+                pytest.fail(f"agent {name} left no summary (exit {proc.returncode}):\n{self.log(name)[-3000:]}")
+            summaries[name] = json.loads(path.read_text())
+        return summaries
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def vm_kib(pid: int, field: str = "VmHWM") -> int:

@@ -27,7 +27,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -40,7 +39,7 @@ from tests.conftest import CollectorProcess
 from tests.fixtures.agents.agent_records import read_records
 from tests.integration.fault_harness import (
     REPO,
-    SOURCE_PATH,
+    AgentFleet,
     Audit,
     fill_disk,
     metric_value,
@@ -98,21 +97,14 @@ class AgentRecords:
     summary: dict[str, Any] | None
 
 
-class ChaosFleet:
-    """The agent processes, against one collector's socket and root."""
+class ChaosFleet(AgentFleet):
+    """The agent processes (tests/fixtures/agents/chaos_agent.py), against one collector's socket and root."""
 
     def __init__(self, out: Path, collector: CollectorProcess, seed: int) -> None:
-        self.out = out
-        out.mkdir(parents=True, exist_ok=True)
+        super().__init__(out, collector.env)
         self.collector = collector
         self.seed = seed
-        self.env = dict(collector.env)
-        self.env["PYTHONPATH"] = SOURCE_PATH
-        self.env["GZ_IA_EXIT_TIMEOUT"] = "0"
-        self.stop_file = out / "STOP"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.modes: dict[str, str] = {}
-        self.killed: list[str] = []
         self.protected: set[str] = set()
 
     def spawn(self, mode: str, *, bad_parent: bool = False) -> str:
@@ -129,58 +121,25 @@ class ChaosFleet:
             *("--shared", ",".join(SHARED), "--own", f"own-{name}", "--stop-file", str(self.stop_file)),
             *("--pace", str(PACE)),
         ]
-        with (self.out / f"{name}.log").open("wb") as log:
-            self.procs[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        self.launch(name, command, environment)
         self.modes[name] = mode
         return name
-
-    def kill(self, name: str) -> None:
-        proc = self.procs[name]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        self.killed.append(name)
-
-    def alive(self) -> list[str]:
-        return [name for name, proc in self.procs.items() if proc.poll() is None and name not in self.killed]
-
-    def stats(self, name: str) -> dict[str, Any]:
-        try:
-            return dict(json.loads((self.out / f"{name}.stats.json").read_text()))
-        except (FileNotFoundError, ValueError):
-            return {}
 
     def held(self) -> int:
         """Events the live agents hold without a verdict (queued or sent)."""
         total = 0
         for name in self.alive():
-            stats = self.stats(name).get("stats", {})
+            stats = self.snapshot(name).get("stats", {})
             total += int(stats.get("queued", 0)) + int(stats.get("unacknowledged", 0))
         return total
 
     def acked_total(self) -> int:
         return sum(len(read_records(self.out / f"{name}.acks")) for name in self.procs)
 
-    def log(self, name: str) -> str:
-        return (self.out / f"{name}.log").read_text(errors="replace")
-
-    def finish(self, timeout: float = 150.0) -> None:
-        """Ask every live agent to stop and wait for its exit with a summary."""
-        self.stop_file.touch()
-        deadline = time.monotonic() + timeout
-        for name in self.alive():
-            proc = self.procs[name]
-            try:
-                proc.wait(max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if not (self.out / f"{name}.summary.json").exists():
-                pytest.fail(f"agent {name} left no summary (exit {proc.returncode}):\n{self.log(name)[-3000:]}")
-
     def records(self, name: str) -> AgentRecords:
         summary_path = self.out / f"{name}.summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-        last = self.stats(name)
+        last = self.snapshot(name)
         return AgentRecords(
             name=name,
             killed=name in self.killed,
@@ -192,12 +151,6 @@ class ChaosFleet:
             emitted_at_snapshot=int(last.get("emitted", 0)),
             summary=summary,
         )
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
 
 @dataclass

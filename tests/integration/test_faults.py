@@ -29,6 +29,7 @@ import pytest
 from tests.integration.fault_harness import (
     REPO,
     SOURCE_PATH,
+    AgentFleet,
     Audit,
     fill_disk,
     metric_value,
@@ -53,92 +54,31 @@ def _private_spool(monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:
 # --- agents ---------------------------------------------------------------------------------------
 
 
-class Fleet:
+class Fleet(AgentFleet):
     """Agent processes (tests/fixtures/agents/fault_agent.py) against one socket and root."""
 
     def __init__(self, out: Path, socket_path: Path, root: Path, env: dict[str, str]) -> None:
-        self.out = out
-        self.out.mkdir(parents=True, exist_ok=True)
+        super().__init__(out, env)
         self.socket_path = socket_path
         self.root = root
-        self.env = dict(env)
-        self.env["PYTHONPATH"] = SOURCE_PATH
-        self.env["GZ_IA_EXIT_TIMEOUT"] = "0"
-        self.stop_file = out / "STOP"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.killed: list[str] = []
 
     def spawn(self, name: str, *, shared: list[str], own: bool = True, threads: int = 3, pace: float = 0.02) -> None:
         command = [
             sys.executable,
             str(AGENT),
-            "--name",
-            name,
-            "--out",
-            str(self.out),
-            "--socket",
-            str(self.socket_path),
-            "--root",
-            str(self.root),
-            "--shared",
-            ",".join(shared),
-            "--threads",
-            str(threads),
-            "--pace",
-            str(pace),
-            "--stop-file",
-            str(self.stop_file),
-            "--flush-timeout",
-            "90",
+            *("--name", name, "--out", str(self.out), "--socket", str(self.socket_path), "--root", str(self.root)),
+            *("--shared", ",".join(shared), "--threads", str(threads), "--pace", str(pace)),
+            *("--stop-file", str(self.stop_file), "--flush-timeout", "90"),
         ]
         if own:
             command += ["--own", f"own-{name}"]
-        log = (self.out / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        log.close()
-
-    def kill(self, name: str) -> None:
-        proc = self.procs[name]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        self.killed.append(name)
-
-    def alive(self) -> list[str]:
-        return [name for name, proc in self.procs.items() if proc.poll() is None and name not in self.killed]
+        self.launch(name, command)
 
     def acked_total(self) -> int:
         return sum(len(read_acks(self.out / f"{name}.acks")) for name in self.procs)
 
     def stats(self, name: str) -> dict[str, Any]:
-        try:
-            return dict(json.loads((self.out / f"{name}.stats.json").read_text())["stats"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return {}
-
-    def finish(self, timeout: float = 150.0) -> dict[str, dict[str, Any]]:
-        """Ask every live agent to stop, wait for its exit, and return the summaries."""
-        self.stop_file.touch()
-        deadline = time.monotonic() + timeout
-        summaries: dict[str, dict[str, Any]] = {}
-        for name in self.alive():
-            proc = self.procs[name]
-            try:
-                proc.wait(max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            path = self.out / f"{name}.summary.json"
-            if not path.exists():
-                log = (self.out / f"{name}.log").read_text(errors="replace")
-                pytest.fail(f"agent {name} left no summary (exit {proc.returncode}):\n{log[-3000:]}")
-            summaries[name] = json.loads(path.read_text())
-        return summaries
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        return dict(self.snapshot(name).get("stats", {}))
 
 
 def delivery_figures(summaries: dict[str, dict[str, Any]], audit: Audit) -> dict[str, Any]:
