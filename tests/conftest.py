@@ -333,23 +333,33 @@ def _shards() -> int:
     return 1
 
 
-@pytest.fixture(name="make_collector")
-def _make_collector(short_tmp: Path, shards: int) -> Iterator[Any]:
-    """Factory of real collector processes, each on its own socket and root; all killed at the end."""
-    made: list[CollectorProcess] = []
+class CollectorFactory:
+    """Makes real collector processes, each on its own socket and root under ``base``; closes them all."""
 
-    def make(*args: str, start: bool = True, env: dict[str, str] | None = None) -> CollectorProcess:
-        base = short_tmp / f"c{len(made)}"
-        base.mkdir()
-        process = CollectorProcess(base, *args, env=env, shards=shards)
-        made.append(process)
+    def __init__(self, base: Path, prefix: str, shards: int = 1) -> None:
+        self.base, self.prefix, self.shards = base, prefix, shards
+        self.made: list[CollectorProcess] = []
+
+    def __call__(self, *args: str, start: bool = True, env: dict[str, str] | None = None) -> CollectorProcess:
+        workspace = self.base / f"{self.prefix}{len(self.made)}"
+        workspace.mkdir()
+        process = CollectorProcess(workspace, *args, env=env, shards=self.shards)
+        self.made.append(process)
         if start:
             process.start()
         return process
 
+    def close(self) -> None:
+        for process in self.made:
+            process.close()
+
+
+@pytest.fixture(name="make_collector")
+def _make_collector(short_tmp: Path, shards: int) -> Iterator[CollectorFactory]:
+    """Factory of real collector processes, each on its own socket and root; all killed at the end."""
+    make = CollectorFactory(short_tmp, "c", shards)
     yield make
-    for process in made:
-        process.close()
+    make.close()
 
 
 @pytest.fixture(name="collector")
@@ -359,28 +369,17 @@ def _collector(make_collector: Any) -> CollectorProcess:
 
 
 @pytest.fixture(name="make_module_collector", scope="module")
-def _make_module_collector(module_short_tmp: Path) -> Iterator[Any]:
+def _make_module_collector(module_short_tmp: Path) -> Iterator[CollectorFactory]:
     """``make_collector`` for read-side fixtures built once per module (one process, no shards).
 
     Whatever such a fixture sends spools, if ever, into the module's own directory: the per-test
     spool directory is not set up yet when a module-scoped fixture runs.
     """
-    made: list[CollectorProcess] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GZ_IA_SPOOL_DIR", str(module_short_tmp / "spool"))
-
-        def make(*args: str, start: bool = True, env: dict[str, str] | None = None) -> CollectorProcess:
-            base = module_short_tmp / f"m{len(made)}"
-            base.mkdir()
-            process = CollectorProcess(base, *args, env=env)
-            made.append(process)
-            if start:
-                process.start()
-            return process
-
+        make = CollectorFactory(module_short_tmp, "m")
         yield make
-        for process in made:
-            process.close()
+        make.close()
 
 
 def send_events(
