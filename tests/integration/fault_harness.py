@@ -14,9 +14,11 @@ import gzip
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +163,29 @@ def fill_disk(path: Path) -> int:
     finally:
         os.close(fd)
     return written
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size_mib: int) -> Iterator[None]:
+    """A tmpfs of ``size_mib`` MiB mounted on ``path`` for the block (needs root): a disk that fills."""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m,mode=0755", "tmpfs", str(path)], check=True)
+    try:
+        yield
+    finally:
+        if subprocess.run(["umount", str(path)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def evidence_kept(root: Path, collector_log: Any, tmp_path: Path) -> Iterator[None]:
+    """On a failed assertion, copy ``root`` and the collector's log under ``tmp_path``: a tmpfs goes
+    away with the test."""
+    try:
+        yield
+    except AssertionError:
+        shutil.copytree(root, tmp_path / "root-copy", symlinks=True)
+        (tmp_path / "collector.log").write_text(collector_log())
+        raise
 
 
 def read_acks(path: Path) -> dict[str, int]:

@@ -26,8 +26,6 @@ import json
 import math
 import os
 import random
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,10 +39,12 @@ from tests.integration.fault_harness import (
     REPO,
     AgentFleet,
     Audit,
+    evidence_kept,
     fill_disk,
     metric_value,
     read_rejects,
     record_figures,
+    tmpfs,
     vm_kib,
     wait_until,
 )
@@ -336,121 +336,107 @@ def test_chaos_every_event_on_disk_once_or_a_loud_loss(
     config_path = collector.base / "config" / "gz-ia" / "collector.toml"
     fleet = ChaosFleet(tmp_path / "agents", collector, seed)
     second: CollectorProcess | None = None
-    mounted = False
     figures: dict[str, Any] = {"seed": seed, "seconds_of_faults": duration, "shards": collector.shards}
     faults: collections.Counter[str] = collections.Counter()
     started = time.monotonic()
     peak_kib = 0
-    try:
-        size_mib = 32 + math.ceil(duration / 2)
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m,mode=0755", "tmpfs", str(collector.workspace)],
-            check=True,
-        )
-        mounted = True
-        collector.root.mkdir()
-        collector.start()
-        make_idle_sessions(collector)
-
-        for mode in ("threads", "threads", "asyncio"):
-            fleet.spawn(mode)
-        bad_parent = fleet.spawn(rng.choice(["threads", "asyncio"]), bad_parent=True)
-        wait_until(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
-
-        schedule = (
-            ["collector_kill"] * max(3, round(duration / 8))
-            + ["agent_kill"] * max(2, round(duration / 10))
-            + ["second_collector", "gc", "full_disk"]
-        )
-        rng.shuffle(schedule)
-        moments = sorted(rng.uniform(0.05, 0.9) * duration for _ in schedule)
-        begun = time.monotonic()
-        for moment, fault in zip(moments, schedule, strict=True):
-            time.sleep(max(0.0, begun + moment - time.monotonic()))
-            assert collector.proc is not None
-            assert collector.proc.poll() is None, f"the collector died:\n{collector.log()[-3000:]}"
-            peak_kib = max(peak_kib, vm_kib(collector.proc.pid))
-            faults[fault] += 1
-            if fault == "collector_kill":
-                collector.kill()
-                time.sleep(rng.uniform(0.0, 0.5))
-                collector.start()
-            elif fault == "agent_kill":
-                victim = rng.choice([name for name in fleet.alive() if name not in fleet.protected])
-                fleet.kill(victim)
-                fleet.spawn(fleet.modes[victim])
-            elif fault == "second_collector":
-                (short_tmp / "second").mkdir()
-                second = CollectorProcess(short_tmp / "second", shards=collector.shards)
-                second_collector_refuses_the_root(collector, second, fleet)
-            elif fault == "gc":
-                figures["gc"] = gc_removes_idle_sessions(collector, config_path)
-            else:
-                figures.update(disk_fills_and_frees(collector, fleet, rng))
-
-        phases = {"faults": round(time.monotonic() - started, 1)}
-        fleet.finish()
-        phases["agents_finished"] = round(time.monotonic() - started, 1)
-        # A restart adopts at once the spools of the agents killed since the last adoption pass.
-        collector.restart()
-        wait_until(
-            lambda: not spooled_segments(short_tmp / "spool"),
-            40,
-            "the killed agents' spools to be adopted",
-            detail=lambda: f"{spooled_segments(short_tmp / 'spool')}\n{collector.log()[-2000:]}",
-        )
-        assert collector.proc is not None
-        peak_kib = max(peak_kib, vm_kib(collector.proc.pid))
-        assert collector.stop() == 0, collector.log()[-3000:]
-
-        phases["adopted"] = round(time.monotonic() - started, 1)
-        audit = Audit(collector.root, schema_validator)
-        phases["audited"] = round(time.monotonic() - started, 1)
-        rejects = read_rejects(collector.root)
-        agents = [fleet.records(name) for name in fleet.procs]
-        account = account_for(agents, audit, rejects)
-        check_pairs(agents, audit, rejects, account)
-        figures["invalid_ids_refused"] = check_agents(agents, fleet, bad_parent, audit, account)
-        figures["oversized"] = check_oversized(audit, account)
-        figures.update(
-            agents={mode: sum(1 for m in fleet.modes.values() if m == mode) for mode in ("threads", "asyncio")},
-            events=account.emitted,
-            acknowledged=account.acknowledged,
-            on_disk=account.on_disk,
-            duplicates=sum(len(where) - 1 for where in audit.duplicates.values()),
-            losses=dict(account.losses),
-            unacknowledged_lost_with_killed_agents=account.unacknowledged_with_killed_agents,
-            held_unacknowledged_by_killed_agents=account.held_by_killed_agents_bound,
-            crashes_survived=faults["collector_kill"],
-            agents_killed=len(fleet.killed),
-            faults=dict(faults),
-            pairs_checked=account.pairs_checked,
-            lines_on_disk=audit.lines,
-            sessions=audit.sessions,
-            archived_segments=audit.archived_segments,
-            rejects_records=len(rejects),
-            seconds=round(time.monotonic() - started, 1),
-            phases=phases,
-            peak_collector_rss_mib=round(peak_kib / 1024, 1),
-        )
-        record_figures(tmp_path, "chaos", figures)
+    with tmpfs(collector.workspace, 32 + math.ceil(duration / 2)):
         try:
-            audit.assert_clean()
-            assert not account.problems, f"GZ_IA_CHAOS_SEED={seed}: the account does not add up:\n{account.report()}"
-        except AssertionError:
-            # The tmpfs goes away with the test: keep what is needed to find out why.
-            shutil.copytree(collector.root, tmp_path / "root-copy", symlinks=True)
-            (tmp_path / "collector.log").write_text(collector.log())
-            raise
-    finally:
-        fleet.close()
-        collector.close()
-        if second is not None:
-            second.close()
-        if mounted:
-            result = subprocess.run(["umount", str(collector.workspace)], check=False)
-            if result.returncode != 0:
-                subprocess.run(["umount", "-l", str(collector.workspace)], check=False)
+            collector.root.mkdir()
+            collector.start()
+            make_idle_sessions(collector)
+
+            for mode in ("threads", "threads", "asyncio"):
+                fleet.spawn(mode)
+            bad_parent = fleet.spawn(rng.choice(["threads", "asyncio"]), bad_parent=True)
+            wait_until(lambda: fleet.acked_total() > 0, 30, "the first acknowledged events")
+
+            schedule = (
+                ["collector_kill"] * max(3, round(duration / 8))
+                + ["agent_kill"] * max(2, round(duration / 10))
+                + ["second_collector", "gc", "full_disk"]
+            )
+            rng.shuffle(schedule)
+            moments = sorted(rng.uniform(0.05, 0.9) * duration for _ in schedule)
+            begun = time.monotonic()
+            for moment, fault in zip(moments, schedule, strict=True):
+                time.sleep(max(0.0, begun + moment - time.monotonic()))
+                assert collector.proc is not None
+                assert collector.proc.poll() is None, f"the collector died:\n{collector.log()[-3000:]}"
+                peak_kib = max(peak_kib, vm_kib(collector.proc.pid))
+                faults[fault] += 1
+                if fault == "collector_kill":
+                    collector.kill()
+                    time.sleep(rng.uniform(0.0, 0.5))
+                    collector.start()
+                elif fault == "agent_kill":
+                    victim = rng.choice([name for name in fleet.alive() if name not in fleet.protected])
+                    fleet.kill(victim)
+                    fleet.spawn(fleet.modes[victim])
+                elif fault == "second_collector":
+                    (short_tmp / "second").mkdir()
+                    second = CollectorProcess(short_tmp / "second", shards=collector.shards)
+                    second_collector_refuses_the_root(collector, second, fleet)
+                elif fault == "gc":
+                    figures["gc"] = gc_removes_idle_sessions(collector, config_path)
+                else:
+                    figures.update(disk_fills_and_frees(collector, fleet, rng))
+
+            phases = {"faults": round(time.monotonic() - started, 1)}
+            fleet.finish()
+            phases["agents_finished"] = round(time.monotonic() - started, 1)
+            # A restart adopts at once the spools of the agents killed since the last adoption pass.
+            collector.restart()
+            wait_until(
+                lambda: not spooled_segments(short_tmp / "spool"),
+                40,
+                "the killed agents' spools to be adopted",
+                detail=lambda: f"{spooled_segments(short_tmp / 'spool')}\n{collector.log()[-2000:]}",
+            )
+            assert collector.proc is not None
+            peak_kib = max(peak_kib, vm_kib(collector.proc.pid))
+            assert collector.stop() == 0, collector.log()[-3000:]
+
+            phases["adopted"] = round(time.monotonic() - started, 1)
+            audit = Audit(collector.root, schema_validator)
+            phases["audited"] = round(time.monotonic() - started, 1)
+            rejects = read_rejects(collector.root)
+            agents = [fleet.records(name) for name in fleet.procs]
+            account = account_for(agents, audit, rejects)
+            check_pairs(agents, audit, rejects, account)
+            figures["invalid_ids_refused"] = check_agents(agents, fleet, bad_parent, audit, account)
+            figures["oversized"] = check_oversized(audit, account)
+            figures.update(
+                agents={mode: sum(1 for m in fleet.modes.values() if m == mode) for mode in ("threads", "asyncio")},
+                events=account.emitted,
+                acknowledged=account.acknowledged,
+                on_disk=account.on_disk,
+                duplicates=sum(len(where) - 1 for where in audit.duplicates.values()),
+                losses=dict(account.losses),
+                unacknowledged_lost_with_killed_agents=account.unacknowledged_with_killed_agents,
+                held_unacknowledged_by_killed_agents=account.held_by_killed_agents_bound,
+                crashes_survived=faults["collector_kill"],
+                agents_killed=len(fleet.killed),
+                faults=dict(faults),
+                pairs_checked=account.pairs_checked,
+                lines_on_disk=audit.lines,
+                sessions=audit.sessions,
+                archived_segments=audit.archived_segments,
+                rejects_records=len(rejects),
+                seconds=round(time.monotonic() - started, 1),
+                phases=phases,
+                peak_collector_rss_mib=round(peak_kib / 1024, 1),
+            )
+            record_figures(tmp_path, "chaos", figures)
+            with evidence_kept(collector.root, collector.log, tmp_path):
+                audit.assert_clean()
+                report = account.report()
+                assert not account.problems, f"GZ_IA_CHAOS_SEED={seed}: the account does not add up:\n{report}"
+        finally:
+            fleet.close()
+            collector.close()
+            if second is not None:
+                second.close()
 
 
 def make_idle_sessions(collector: CollectorProcess) -> None:

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,10 +30,12 @@ from tests.integration.fault_harness import (
     SOURCE_PATH,
     AgentFleet,
     Audit,
+    evidence_kept,
     fill_disk,
     metric_value,
     read_acks,
     record_figures,
+    tmpfs,
     vm_kib,
     wait_until,
 )
@@ -354,69 +355,57 @@ def test_full_disk_holds_events_until_space_returns(
     """On ENOSPC the collector stays up and counts it, clients keep events; once freed all land once."""
     full_for = max(3.0, soak(20.0) / 3)
     collector = make_collector(start=False)
-    mounted = False
     fleet = Fleet(tmp_path / "agents", collector.socket, collector.root, collector.env)
     filler = collector.workspace / "filler"
     figures: dict[str, Any] = {}
-    try:
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(collector.workspace)], check=True
-        )
-        mounted = True
-        collector.root.mkdir()
-        collector.start()
-        pid = collector.proc.pid if collector.proc else 0
-        start_fleet(fleet, agents=2, threads=2, pace=0.03)
-        wait_until(lambda: fleet.acked_total() > 50, 30, "events written before the disk fills")
-
-        figures["filler_bytes"] = fill_disk(filler)
-        wait_until(
-            lambda: metric_value(collector.metrics(), "gzia_write_errors_total", {"kind": "ENOSPC"}) > 0,
-            20,
-            'gzia_write_errors_total{kind="ENOSPC"} to increase',
-            detail=lambda: f"collector log (tail):\n{collector.log()[-2500:]}",
-        )
-        held: list[int] = []
-        deadline = time.monotonic() + full_for
-        while time.monotonic() < deadline:
-            assert collector.proc is not None
-            assert collector.proc.poll() is None, f"collector died:\n{collector.log()}"
-            held.append(
-                sum(
-                    int(fleet.stats(n).get("unacknowledged", 0)) + int(fleet.stats(n).get("queued", 0))
-                    for n in fleet.procs
-                )
-            )
-            time.sleep(0.2)
-        enospc = metric_value(collector.metrics(), "gzia_write_errors_total", {"kind": "ENOSPC"})
-        figures["events_held_by_clients_peak"] = max(held)
-        assert max(held) > 0, "the clients never held unacknowledged events while the disk was full"
-
-        filler.unlink()
-        summaries = fleet.finish()
-        assert collector.proc is not None
-        assert (collector.proc.pid, collector.proc.poll()) == (pid, None), "the collector restarted or died"
-        peak_kib = vm_kib(pid)
-        collector.stop()
-        audit = Audit(collector.root, schema_validator)
-        figures.update(delivery_figures(summaries, audit))
-        figures.update(enospc_errors=enospc, peak_collector_rss_mib=round(peak_kib / 1024, 1), full_seconds=full_for)
-        record_figures(tmp_path, "disk_full", figures)
+    with tmpfs(collector.workspace, 2):
         try:
-            audit.assert_clean()
-            assert_every_emitted_event_once(summaries, audit)
-        except AssertionError:
-            # The tmpfs goes away with the test: keep what is needed to find out why.
-            shutil.copytree(collector.root, tmp_path / "root-copy", symlinks=True)
-            (tmp_path / "collector.log").write_text(collector.log())
-            raise
-    finally:
-        fleet.close()
-        collector.close()
-        if mounted:
-            result = subprocess.run(["umount", str(collector.workspace)], check=False)
-            if result.returncode != 0:
-                subprocess.run(["umount", "-l", str(collector.workspace)], check=False)
+            collector.root.mkdir()
+            collector.start()
+            pid = collector.proc.pid if collector.proc else 0
+            start_fleet(fleet, agents=2, threads=2, pace=0.03)
+            wait_until(lambda: fleet.acked_total() > 50, 30, "events written before the disk fills")
+
+            figures["filler_bytes"] = fill_disk(filler)
+            wait_until(
+                lambda: metric_value(collector.metrics(), "gzia_write_errors_total", {"kind": "ENOSPC"}) > 0,
+                20,
+                'gzia_write_errors_total{kind="ENOSPC"} to increase',
+                detail=lambda: f"collector log (tail):\n{collector.log()[-2500:]}",
+            )
+            held: list[int] = []
+            deadline = time.monotonic() + full_for
+            while time.monotonic() < deadline:
+                assert collector.proc is not None
+                assert collector.proc.poll() is None, f"collector died:\n{collector.log()}"
+                held.append(
+                    sum(
+                        int(fleet.stats(n).get("unacknowledged", 0)) + int(fleet.stats(n).get("queued", 0))
+                        for n in fleet.procs
+                    )
+                )
+                time.sleep(0.2)
+            enospc = metric_value(collector.metrics(), "gzia_write_errors_total", {"kind": "ENOSPC"})
+            figures["events_held_by_clients_peak"] = max(held)
+            assert max(held) > 0, "the clients never held unacknowledged events while the disk was full"
+
+            filler.unlink()
+            summaries = fleet.finish()
+            assert collector.proc is not None
+            assert (collector.proc.pid, collector.proc.poll()) == (pid, None), "the collector restarted or died"
+            peak_kib = vm_kib(pid)
+            collector.stop()
+            audit = Audit(collector.root, schema_validator)
+            figures.update(delivery_figures(summaries, audit))
+            figures.update(enospc_errors=enospc, peak_collector_rss_mib=round(peak_kib / 1024, 1))
+            figures.update(full_seconds=full_for)
+            record_figures(tmp_path, "disk_full", figures)
+            with evidence_kept(collector.root, collector.log, tmp_path):
+                audit.assert_clean()
+                assert_every_emitted_event_once(summaries, audit)
+        finally:
+            fleet.close()
+            collector.close()
 
 
 # --- 8. a torn last line ----------------------------------------------------------------------------
