@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures.agents.agent_records import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES_DOC = REPO / "docs" / "reliability-figures.json"
@@ -81,6 +82,10 @@ class AgentFleet:
 
     def log(self, name: str) -> str:
         return (self.out / f"{name}.log").read_text(errors="replace")
+
+    def acked_total(self) -> int:
+        """Events the agents were told were written (each agent's ``<name>.acks``)."""
+        return sum(len(read_records(self.out / f"{name}.acks")) for name in self.procs)
 
     def finish(self, timeout: float = 150.0) -> dict[str, dict[str, Any]]:
         """Ask every live agent to stop, wait for its exit, and return the summaries it wrote."""
@@ -189,16 +194,8 @@ def evidence_kept(root: Path, collector_log: Any, tmp_path: Path) -> Iterator[No
 
 
 def read_acks(path: Path) -> dict[str, int]:
-    """The events an agent was told were written, from its ack log (a torn last line is ignored)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    acks: dict[str, int] = {}
-    for raw in data.split(b"\n")[:-1]:  # the part after the last newline may be cut by SIGKILL
-        eid, _, seq = raw.decode().partition(" ")
-        acks[eid] = int(seq or 0)
-    return acks
+    """The events an agent was told were written, from its ack log (``eid seq`` lines): seq by eid."""
+    return {fields[0]: int(fields[1]) for fields in read_records(path)}
 
 
 def _read(path: Path) -> bytes:

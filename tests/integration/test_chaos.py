@@ -42,6 +42,7 @@ from tests.integration.fault_harness import (
     evidence_kept,
     fill_disk,
     metric_value,
+    read_acks,
     read_rejects,
     record_figures,
     tmpfs,
@@ -133,9 +134,6 @@ class ChaosFleet(AgentFleet):
             total += int(stats.get("queued", 0)) + int(stats.get("unacknowledged", 0))
         return total
 
-    def acked_total(self) -> int:
-        return sum(len(read_records(self.out / f"{name}.acks")) for name in self.procs)
-
     def records(self, name: str) -> AgentRecords:
         summary_path = self.out / f"{name}.summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
@@ -144,7 +142,7 @@ class ChaosFleet(AgentFleet):
             name=name,
             killed=name in self.killed,
             emitted=read_records(self.out / f"{name}.emitted"),
-            acks={fields[0]: int(fields[1]) for fields in read_records(self.out / f"{name}.acks")},
+            acks=read_acks(self.out / f"{name}.acks"),
             refused={fields[0]: fields[1] for fields in read_records(self.out / f"{name}.refused")},
             stats=dict(summary["stats"] if summary else last.get("stats", {})),
             producer=str(summary["producer"] if summary else last.get("producer", "")),

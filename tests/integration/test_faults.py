@@ -75,9 +75,6 @@ class Fleet(AgentFleet):
             command += ["--own", f"own-{name}"]
         self.launch(name, command)
 
-    def acked_total(self) -> int:
-        return sum(len(read_acks(self.out / f"{name}.acks")) for name in self.procs)
-
     def stats(self, name: str) -> dict[str, Any]:
         return dict(self.snapshot(name).get("stats", {}))
 
