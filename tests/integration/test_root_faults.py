@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import wait_for
+from tests.integration.fault_harness import metric_value, tmpfs
 
 from gz_ia.client import Client
 
@@ -18,11 +19,8 @@ from gz_ia.client import Client
 pytestmark = pytest.mark.shards(1, 2)
 
 
-def _metric(collector: Any, name: str) -> float:
-    for line in collector.metrics().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exported")
+def _write_errors(collector: Any, kind: str) -> float:
+    return metric_value(collector.metrics(), "gzia_write_errors_total", {"kind": kind})
 
 
 def _log(client: Any, first: int, count: int, session_id: str = "work") -> None:
@@ -46,7 +44,7 @@ def test_a_removed_root_is_recreated_and_nothing_sent_after_is_lost(collector: A
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(50, 100))
     assert [line["seq"] for line in lines] == list(range(1, 51)), "a fresh session starts at seq 1"
     assert collector.proc.pid == pid and collector.proc.poll() is None
-    assert _metric(collector, 'gzia_write_errors_total{kind="ENOENT"}') >= 1
+    assert _write_errors(collector, "ENOENT") >= 1
     assert "was removed" in collector.log()
 
 
@@ -75,11 +73,8 @@ def _small_disk(short_tmp: Path) -> Any:
     """A tmpfs mounted for the test (we are root), always unmounted at the end."""
     mount_point = short_tmp / "disk"
     mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)], check=True)
-    try:
+    with tmpfs(mount_point, 4):
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_a_read_only_root_holds_events_until_it_is_writable_again(
@@ -95,7 +90,7 @@ def test_a_read_only_root_holds_events_until_it_is_writable_again(
         # The collector has met the read-only root on this client's behalf: from then on, none of
         # its events may be acknowledged.
         wait_for(
-            lambda: _metric(collector, 'gzia_write_errors_total{kind="EROFS"}') >= 1,
+            lambda: _write_errors(collector, "EROFS") >= 1,
             timeout=30,
             message="the collector to count the read-only root",
         )
