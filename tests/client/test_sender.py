@@ -150,7 +150,10 @@ def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
     ids=["attrs-list", "attrs-int-key", "action-none", "agent-int", "error-bytes", "session-int"],
 )
 def test_log_never_raises_whatever_it_is_handed(short_tmp: Path, fields: dict[str, Any]) -> None:
-    """Arguments of the wrong type are counted (invalid or rejected), never raised, by log()."""
+    """Arguments of the wrong type are never raised by log(): the event is counted invalid or rejected,
+    or queued for the collector to judge (a list of attrs), and never lost uncounted."""
     client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", spool=False)
     client.log(**{"session_id": "s", "action": "a", "stage": "READ", "agent": "agy", **fields})
+    stats = client.stats()
+    assert stats.invalid + stats.rejected + stats.queued == 1, stats
     client.close(timeout=0)

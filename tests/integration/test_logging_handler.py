@@ -8,6 +8,8 @@ from typing import Any
 
 from tests.conftest import wait_for
 
+from gz_ia.client.schema import MAX_ERROR_LENGTH, cut_text
+
 PROGRAM = """
 import logging
 
@@ -32,6 +34,8 @@ with gz.session("scoped", agent="planner", role="lead"):
     logging.getLogger().addHandler(GzIaHandler(agent="unused"))
     log.warning("plan", extra={"gz_action": "Plan", "gz_stage": "READ"})  # the scope's session
     log.error("plan failed", extra={"gz_action": "Plan", "gz_stage": "FINISH"})
+    log.info("huge", extra={"gz_action": "Huge", "gz_stage": "READ"})
+    log.error("x" * 20_000, extra={"gz_action": "Huge", "gz_stage": "FINISH"})  # cut by the client, marked
 assert (handler.sent, handler.ignored) == (4, 1), (handler.sent, handler.ignored)
 gz.get_client().flush(5)
 """
@@ -39,12 +43,12 @@ gz.get_client().flush(5)
 
 def test_tagged_records_become_events_and_the_rest_is_ignored(collector: Any) -> None:
     """Untagged records are ignored; tagged ones are events of the handler's or the scope's session;
-    log.exception and level ERROR make a FINISH FAILED with the error."""
+    log.exception and level ERROR make a FINISH FAILED with the error, cut and marked past its limit."""
     result = subprocess.run(
         [sys.executable, "-c", PROGRAM], env=collector.env, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
-    wait_for(lambda: len(collector.session_lines("scoped")) == 2, message="the scoped events")
+    wait_for(lambda: len(collector.session_lines("scoped")) == 4, message="the scoped events")
     logged = collector.session_lines("logged")
     assert [(line["action"], line["stage"], line["status"]) for line in logged] == [
         ("Index deps", "READ", "OK"),
@@ -56,9 +60,11 @@ def test_tagged_records_become_events_and_the_rest_is_ignored(collector: Any) ->
     assert (logged[1]["duration_ms"], logged[1]["attrs"]) == (42, {"files": 12})
     assert logged[3]["error"] == "ValueError: 3 tests failed"
     scoped = collector.session_lines("scoped")
-    assert [(line["stage"], line["status"], line["agent"], line["role"]) for line in scoped] == [
+    assert [(line["stage"], line["status"], line["agent"], line["role"]) for line in scoped[:2]] == [
         ("READ", "OK", "planner", "lead"),
         ("FINISH", "FAILED", "planner", "lead"),
     ]
     assert scoped[1]["error"] == "plan failed"
+    assert scoped[3]["error"] == cut_text("x" * 20_000, MAX_ERROR_LENGTH)
+    assert scoped[3]["error"].endswith("…[cut, 20000 chars]")
     assert collector.rejects() == []

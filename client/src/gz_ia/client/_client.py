@@ -208,23 +208,21 @@ class Client:
             status = _STATUSES[status]
             if status is FAILED and not error:
                 raise ValueError("status FAILED requires a non-empty error")
-            timestamp = datetime.now(UTC)
-            body = _encode(
-                _LogRecord(
-                    timestamp,
-                    session_id,
-                    action,
-                    stage,
-                    status,
-                    agent,
-                    parent_session_id,
-                    role,
-                    duration_ms,
-                    error,
-                    attrs,
-                    cycle,
-                )
+            record = _LogRecord(
+                datetime.now(UTC),
+                session_id,
+                action,
+                stage,
+                status,
+                agent,
+                parent_session_id,
+                role,
+                duration_ms,
+                error,
+                attrs,
+                cycle,
             )
+            body = _encode(record)
             # Cut what is past its limit rather than lose the event. Cheap tests first: no attribute
             # value can be past its limit in a body shorter than that limit.
             cut = (
@@ -241,22 +239,10 @@ class Client:
                         break
             if cut and not fits(action, agent, role, error, attrs):
                 action, agent, role, error, attrs = fit_fields(action, agent, role, error, attrs)
-                body = _encode(
-                    _LogRecord(
-                        timestamp,
-                        session_id,
-                        action,
-                        stage,
-                        status,
-                        agent,
-                        parent_session_id,
-                        role,
-                        duration_ms,
-                        error,
-                        attrs,
-                        cycle,
-                    )
+                record = msgspec.structs.replace(
+                    record, action=action, agent=agent, role=role, error=error, attrs=attrs
                 )
+                body = _encode(record)
         except (KeyError, ValueError, TypeError) as exc:
             if self._raise_on_error:
                 if isinstance(exc, KeyError):

@@ -215,8 +215,9 @@ class SessionScope:
         error: str | None = None,
         role: str | None = None,
         attrs: dict[str, AttrValue] | None = None,
+        cycle: str | None = None,
     ) -> None:
-        """Log one event in this session; returns at once."""
+        """Log one event in this session; returns at once (``cycle``: see :meth:`Client.log`)."""
         if not self.client.enabled:
             return
         self.client.log(
@@ -230,6 +231,7 @@ class SessionScope:
             duration_ms=duration_ms,
             error=error,
             attrs=attrs,
+            cycle=cycle,
         )
 
     def action(self, name: str, *, start: Stage = Stage.READ, role: str | None = None) -> ActionScope:
@@ -351,36 +353,16 @@ class ActionScope:
     def _elapsed_ms(self) -> int:
         return (time.monotonic_ns() - self._started) // 1_000_000
 
-    def _log(
-        self,
-        stage: Stage,
-        status: Status = Status.OK,
-        *,
-        duration_ms: int | None = None,
-        error: str | None = None,
-        attrs: dict[str, AttrValue] | None = None,
-    ) -> None:
-        session = self.session
-        client = session.client
-        if not client.enabled:
-            return
-        client.log(
-            session_id=session.session_id,
-            parent_session_id=session.parent_session_id,
-            agent=session.agent,
-            role=self.role if self.role is not None else session.role,
-            action=self.name,
-            stage=stage,
-            status=status,
-            duration_ms=duration_ms,
-            error=error,
-            attrs=attrs,
-            cycle=self.cycle,
-        )
-
     def pending(self, **attrs: AttrValue) -> None:
         """Mark the move from reading to changing things (PENDING), with optional measurements."""
-        self._log(Stage.PENDING, duration_ms=self._elapsed_ms(), attrs=attrs or None)
+        self.session.log(
+            self.name,
+            Stage.PENDING,
+            duration_ms=self._elapsed_ms(),
+            role=self.role,
+            attrs=attrs or None,
+            cycle=self.cycle,
+        )
 
     def fail(self, error: str) -> None:
         """Make the FINISH at exit a FAILED one with ``error``, without raising."""
@@ -392,19 +374,22 @@ class ActionScope:
 
     def __enter__(self) -> ActionScope:
         self._started = time.monotonic_ns()
-        self._log(self.start)
+        self.session.log(self.name, self.start, role=self.role, cycle=self.cycle)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         error = _describe(exc) if exc is not None else self._failure
-        self._log(
+        self.session.log(
+            self.name,
             Stage.FINISH,
             Status.FAILED if error else Status.OK,
             duration_ms=self._elapsed_ms(),
             error=error,
+            role=self.role,
             attrs=self._attrs,
+            cycle=self.cycle,
         )
 
     async def __aenter__(self) -> ActionScope:

@@ -27,7 +27,7 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["SPOOL_VERSION", "Spool", "SpoolHeader", "SpoolRecord", "read_segment"]
+__all__ = ["SPOOL_VERSION", "Spool", "SpoolHeader", "SpoolRecord", "frame_record", "read_segment"]
 
 SPOOL_VERSION: Final = 2
 SEGMENT_BYTES: Final = 1 << 20
@@ -57,7 +57,8 @@ _header_decoder: Final = msgspec.msgpack.Decoder(SpoolHeader)
 _record_decoder: Final = msgspec.msgpack.Decoder(SpoolRecord)
 
 
-def _frame(message: SpoolHeader | SpoolRecord) -> bytes:
+def frame_record(message: SpoolHeader | SpoolRecord) -> bytes:
+    """One record of a segment as written: its length, then its MessagePack body."""
     body = _encoder.encode(message)
     return _LENGTH.pack(len(body)) + body
 
@@ -137,13 +138,13 @@ class Spool:
         """
         self._ensure_lock()
         dropped: dict[str, int] = {}
-        data = b"".join(_frame(record) for record in records)
+        data = b"".join(frame_record(record) for record in records)
         # Small spools get small segments, so that dropping the oldest one loses little.
         segment_bytes = min(SEGMENT_BYTES, max(4096, self.max_bytes // 8))
         if self._current is None or self._current_size >= segment_bytes:
             self._current = self.directory / f"{self.producer}.{self._next_segment:06d}.spool"
             self._next_segment += 1
-            header = _frame(
+            header = frame_record(
                 SpoolHeader(version=SPOOL_VERSION, producer=self.producer, root=self.root, socket=self.socket)
             )
             data = header + data

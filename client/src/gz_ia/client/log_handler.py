@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from .schema import MAX_ERROR_LENGTH, Stage, Status
+from .schema import Stage, Status
 
 __all__ = ["GzIaHandler"]
 
@@ -86,7 +86,7 @@ class GzIaHandler(logging.Handler):
             self.ignored += 1
 
     def _send(self, record: logging.LogRecord, fields: dict[str, Any], action: str, stage_name: str) -> None:
-        from ._scope import current_session, get_client
+        from ._scope import _describe, current_session, get_client
 
         scope = current_session()
         session_id = fields.get("gz_session") or self.session_id or (scope.session_id if scope else None)
@@ -100,19 +100,20 @@ class GzIaHandler(logging.Handler):
         error = fields.get("gz_error")
         if status is Status.FAILED and not error:
             exc = record.exc_info[1] if record.exc_info else None
-            error = f"{type(exc).__name__}: {exc}" if exc is not None else record.getMessage()
-        in_scope = scope is not None and scope.session_id == session_id
-        client = self._client if self._client is not None else (scope.client if in_scope and scope else get_client())
+            error = _describe(exc) if exc is not None else record.getMessage()
+        # The scope the record is logged in lends its client, agent and parent only to its own session.
+        owner = scope if scope is not None and scope.session_id == session_id else None
+        client = self._client if self._client is not None else (owner.client if owner else get_client())
         client.log(
             session_id=str(session_id),
             action=action,
             stage=stage,
             status=status,
-            agent=str(fields.get("gz_agent") or (scope.agent if in_scope and scope else self.agent)),
-            role=fields.get("gz_role") or self.role or (scope.role if in_scope and scope else None),
-            parent_session_id=scope.parent_session_id if in_scope and scope else None,
+            agent=str(fields.get("gz_agent") or (owner.agent if owner else self.agent)),
+            role=fields.get("gz_role") or self.role or (owner.role if owner else None),
+            parent_session_id=owner.parent_session_id if owner else None,
             duration_ms=fields.get("gz_duration_ms"),
-            error=str(error)[:MAX_ERROR_LENGTH] if error else None,
+            error=str(error) if error else None,  # the client cuts it to its limit, marked
             attrs=fields.get("gz_attrs"),
         )
         self.sent += 1

@@ -93,14 +93,12 @@ def _option(argv: list[str], index: int, known: dict[str, str]) -> tuple[str | N
 
 
 def _socket_path(options: dict[str, str]) -> Path:
-    # click reads the environment variable when the flag is absent; an empty one counts as absent.
-    value = options.get("socket") or os.environ.get(env.GZ_IA_SOCKET)
-    return Path(value) if value else env.default_socket_path()
+    # Without the flag, $GZ_IA_SOCKET as click reads it (an empty one counts as absent), else the default.
+    return Path(options["socket"]) if options.get("socket") else env.default_socket_path()
 
 
 def _root(options: dict[str, str]) -> Path:
-    value = options.get("root") or os.environ.get(env.GZ_IA_ROOT)
-    return Path(value).absolute() if value else env.find_root()
+    return Path(options["root"]).absolute() if options.get("root") else env.find_root()
 
 
 def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:

@@ -29,14 +29,13 @@ import fcntl
 import hashlib
 import os
 import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-from gz_ia.client._spool import SPOOL_VERSION, SpoolHeader, SpoolRecord
+from gz_ia.client._spool import SPOOL_VERSION, SpoolHeader, SpoolRecord, frame_record
 from gz_ia.client.protocol import (
     PROTOCOL_VERSION,
     Batch,
@@ -56,7 +55,6 @@ __all__ = ["Delivery", "Ledger", "Outcome"]
 LEDGER_DIR: Final = "ledgers"
 LEDGER_MAX_AGE: Final = 7 * 86_400
 """Seconds after its last use past which a ledger with nothing spooled is removed."""
-_LENGTH: Final = struct.Struct(">I")
 _encoder: Final = msgspec.msgpack.Encoder()
 # Refusals that a later attempt cannot turn into a delivery: spooling them would only defer them.
 _PERMANENT: Final = frozenset(
@@ -219,17 +217,16 @@ class Ledger:
             try:
                 segments = self._spooled_segments()
                 number = int(segments[-1].name.split(".")[1]) + 1 if segments else 1
-                header: dict[str, Any] = {"version": SPOOL_VERSION, "producer": self.producer, "root": str(self.root)}
-                if "socket" in SpoolHeader.__struct_fields__:  # spools that name their collector
-                    header["socket"] = os.path.abspath(self.socket_path)
-                records = [
-                    SpoolHeader(**header),
-                    *(
-                        SpoolRecord(pseq=first + index, session_id=event.session_id, body=msgspec.Raw(body))
-                        for index, (event, body) in enumerate(zip(events, bodies, strict=True))
-                    ),
-                ]
-                data = b"".join(_LENGTH.pack(len(encoded)) + encoded for encoded in map(_encoder.encode, records))
+                header = SpoolHeader(
+                    version=SPOOL_VERSION,
+                    producer=self.producer,
+                    root=str(self.root),
+                    socket=os.path.abspath(self.socket_path),
+                )
+                data = frame_record(header) + b"".join(
+                    frame_record(SpoolRecord(pseq=first + index, session_id=event.session_id, body=msgspec.Raw(body)))
+                    for index, (event, body) in enumerate(zip(events, bodies, strict=True))
+                )
                 path = directory / f"{self.producer}.{number:06d}.spool"
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
                 try:

@@ -14,10 +14,10 @@ What becomes what (docs/user-guide.md, "OpenAI Agents SDK"):
 - an agent span is a subagent session (its id is the span id, its ``agent`` the agent's name)
   whose parent is the session of the agent that handed off to it, else the trace's session; it
   holds the cycle ``agent <name>``, FAILED with the span's error;
-- a function span (a tool call) is a cycle of its agent's session, keyed by the span id so that
-  calls of one tool at once stay apart (the event's cycle id where events carry one, else
-  ``<tool> <span id>``): PENDING at its start, FINISH OK or FAILED with the error and the duration
-  at its end; only the sizes of its input and output are kept (``attrs``), never them;
+- a function span (a tool call) is a cycle of its agent's session, keyed by the span id (the
+  events' cycle id) so that calls of one tool at once stay apart: PENDING at its start, FINISH OK
+  or FAILED with the error and the duration at its end; only the sizes of its input and output are
+  kept (``attrs``), never them;
 - a handoff span is an instant cycle ``handoff to <agent>`` in the session handing off.
 
 Task, turn, model (generation, response), guardrail and custom spans are not logged. The processor
@@ -40,24 +40,20 @@ from agents.tracing import (
 )
 
 from gz_ia.client._scope import EventSink, get_client
-from gz_ia.client.schema import MAX_ERROR_LENGTH, LogEvent, Stage, Status
+from gz_ia.client.schema import MAX_ERROR_LENGTH, Stage, Status
 
 __all__ = ["GzIaProcessor"]
 
 _ROOT: Final = "\0trace"
-_HAS_CYCLE: Final = "cycle" in LogEvent.__struct_fields__
 _NAME: Final = 400
 """Bound on a name inside an action (actions are at most 512 characters)."""
 _Session = tuple[str, str, str | None]
 """A session to log into: its id, its agent, its parent session."""
 
 
-def _tool_cycle(tool: str, span_id: str) -> tuple[str, dict[str, str]]:
-    """A tool call's action and the fields that make it a cycle of its own (calls of one tool at once
-    stay apart): the span id as its cycle id where events carry one, else as part of the action."""
-    if _HAS_CYCLE:
-        return tool[:_NAME], {"cycle": span_id[-32:]}
-    return f"{tool[:_NAME]} {span_id}", {}
+def _tool_cycle(tool: str, span_id: str) -> tuple[str, str]:
+    """A tool call's action and cycle id: the span id, so that calls of one tool at once stay apart."""
+    return tool[:_NAME], span_id[-32:]
 
 
 def _duration_ms(span: Span[Any]) -> int | None:
@@ -169,7 +165,7 @@ class GzIaProcessor(TracingProcessor):
                 self._sessions[span.span_id] = parent
             if isinstance(data, FunctionSpanData):
                 action, cycle = _tool_cycle(data.name, span.span_id)
-                self._log(parent, action, Stage.PENDING, attrs={"tool": data.name[:1024]}, **cycle)
+                self._log(parent, action, Stage.PENDING, attrs={"tool": data.name[:1024]}, cycle=cycle)
         except Exception:  # noqa: S110 - tracing must never break the agent
             pass
 
@@ -195,7 +191,7 @@ class GzIaProcessor(TracingProcessor):
                 }
                 action, cycle = _tool_cycle(data.name, span.span_id)
                 self._log(
-                    session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, **cycle, **outcome
+                    session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, cycle=cycle, **outcome
                 )
             elif isinstance(data, HandoffSpanData) and data.to_agent:
                 with self._lock:
