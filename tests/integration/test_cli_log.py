@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from tests.conftest import wait_for
 
@@ -49,6 +52,42 @@ def test_no_collector_spools_exits_75_and_the_event_is_written_when_one_starts(c
     collector.start()
     wait_for(lambda: len(collector.session_lines("3f9a12c8")) == 1, message="the spooled event written")
     assert collector.session_lines("3f9a12c8")[0]["action"] == "Index deps"
+
+
+@pytest.mark.parametrize("reply", [b"\x00\x00\x00\x05hello", b"\xff\xff\xff\xff"], ids=["not-msgpack", "huge-frame"])
+def test_a_peer_that_does_not_speak_the_protocol_gets_the_event_spooled(
+    collector: Any, short_tmp: Path, reply: bytes
+) -> None:
+    """Something else listening on the socket answers garbage: the command spools the event and exits
+    75, as for a collector that does not answer, instead of failing with a traceback."""
+    collector.stop()
+    path = short_tmp / "impostor.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(1)
+
+        def answer() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(1 << 16)
+                connection.sendall(reply)
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        env = {**collector.env, "GZ_IA_SOCKET": str(path)}
+        result = subprocess.run(
+            [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", *LOG, "--stage", "READ"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        thread.join(10)
+    assert result.returncode == 75, result.stderr
+    assert "spooled:" in result.stderr and "Traceback" not in result.stderr
+    collector.start()
+    wait_for(lambda: len(collector.session_lines("3f9a12c8")) == 1, message="the spooled event written")
 
 
 def test_events_after_a_spooled_one_are_spooled_too_and_written_in_order(collector: Any, short_tmp: Path) -> None:

@@ -41,6 +41,7 @@ from gz_ia.client.protocol import (
     Batch,
     Error,
     FrameReader,
+    FrameTooLarge,
     Hello,
     RejectReason,
     Verdicts,
@@ -172,6 +173,8 @@ class Ledger:
             return self._send(first, bodies, timeout)
         except (OSError, _NoAnswer) as exc:
             return self._spool(first, events, bodies, _describe(exc))
+        except (FrameTooLarge, msgspec.DecodeError) as exc:  # something else listens on the socket
+            return self._spool(first, events, bodies, f"the socket's peer does not speak gz-ia's protocol ({exc})")
 
     def _send(self, first: int, bodies: list[bytes], timeout: float) -> Delivery:
         deadline = time.monotonic() + timeout
