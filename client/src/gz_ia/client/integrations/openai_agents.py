@@ -40,7 +40,7 @@ from agents.tracing import (
 )
 
 from gz_ia.client._scope import EventSink, get_client
-from gz_ia.client.schema import MAX_ERROR_LENGTH, Stage, Status
+from gz_ia.client.schema import Stage, Status
 
 __all__ = ["GzIaProcessor"]
 
@@ -71,8 +71,8 @@ def _error(span: Span[Any]) -> str | None:
         return None
     data = error.get("data") or {}
     detail = data.get("error") if isinstance(data, dict) else None
-    text = f"{error.get('message', 'error')}: {detail}" if detail else str(error.get("message", "error"))
-    return text[:MAX_ERROR_LENGTH]
+    # Whole: the client cuts a long error to its limit and marks it as cut.
+    return f"{error.get('message', 'error')}: {detail}" if detail else str(error.get("message", "error"))
 
 
 class GzIaProcessor(TracingProcessor):
