@@ -116,3 +116,21 @@ def test_the_default_limit_follows_the_descriptor_limit(make_collector: Any) -> 
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_status_at_the_limit_says_the_collector_is_busy(make_collector: Any) -> None:
+    """``gz-ia status`` refused ``busy`` exits 69 and says the collector is there but busy, not that
+    none is reachable."""
+    collector = make_collector(env={"GZ_IA_MAX_CONNECTIONS": "2"})
+    held = [_connect(collector) for _ in range(2)]
+    try:
+        for sock in held:
+            assert isinstance(_hello(sock, collector), Welcome)
+        result = collector.gz_ia("status")
+        assert result.returncode == 69
+        assert f"the collector at {collector.socket} is busy" in result.stderr
+        assert "max_connections" in result.stderr
+        assert "no collector is reachable" not in result.stderr
+    finally:
+        for sock in held:
+            sock.close()
