@@ -465,7 +465,7 @@ class Collector:
         self.health = Health()
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
-        self.connection_limits = ConnectionLimits(config) if shares == 1 else None
+        self.connection_limits = ConnectionLimits(config, metrics.connections_over_limit) if shares == 1 else None
         """Connection limits; a share's connections all come from its front, which applies them."""
         self._bind_gauges()
 
@@ -476,12 +476,7 @@ class Collector:
         refused = self.connection_limits.admit(connection.uid)
         if refused is None:
             return True
-        limit, detail = refused
-        self.metrics.connections_over_limit.labels(limit).inc()
-        if limit not in self._error_logged:
-            self._error_logged.add(limit)
-            log.warning("refusing connections: %s (counted in gzia_connections_over_limit_total)", detail)
-        connection.fail(RejectReason.BUSY, detail)
+        connection.fail(RejectReason.BUSY, refused)
         return False
 
     def _measured_root(self, path: Path, size: int) -> None:
@@ -932,14 +927,9 @@ class Collector:
             "descriptor_limit": -1 if soft == resource.RLIM_INFINITY else soft,
             "max_open_actions": self.config.max_open_actions,
             "max_backlog_batches": self.config.max_backlog_batches,
-            **self._connection_limits(),
+            # A share has none: its front applies them.
+            **(self.connection_limits.report() if self.connection_limits is not None else {}),
         }
-
-    def _connection_limits(self) -> dict[str, int]:
-        limits = self.connection_limits
-        if limits is None:  # a share: its front applies them
-            return {}
-        return {"max_connections": limits.total, "max_connections_per_uid": limits.per_uid}
 
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
