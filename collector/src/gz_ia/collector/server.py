@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -62,7 +61,7 @@ from .metrics import Metrics, root_id, write_error_kind
 from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
 from .stages import Rejection, open_actions_share
-from .storage._layout import LayoutError
+from .storage._layout import LayoutError, transient_cause
 from .storage.retention import RetentionReport, apply_retention, collect_idle
 from .storage.root_lock import RootLocked, RootLocks
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
@@ -75,7 +74,6 @@ log = logging.getLogger("gz_ia.collector")
 
 _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
-_TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
 _INLINE_OPENS: Final = 2
 """Files a write pass may have to create (or reopen) and still be written on the loop."""
@@ -268,8 +266,8 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.ROOT_LOCKED, str(exc))
             return
         except (LayoutError, OSError) as exc:
-            cause = exc if isinstance(exc, OSError) else exc.__cause__
-            if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
+            cause = transient_cause(exc)
+            if cause is not None:
                 # A full or read-only disk is a fault that clears, not a refusal: the client keeps its
                 # events and comes back (backoff), instead of giving them up.
                 self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
