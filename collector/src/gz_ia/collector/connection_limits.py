@@ -20,7 +20,7 @@ from .config import CollectorConfig
 
 __all__ = ["MIN_CONNECTIONS", "ConnectionLimits", "auto_max_connections"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gz_ia.collector")
 
 MIN_CONNECTIONS: Final = 16
 _MARGIN: Final = 32
