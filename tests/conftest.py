@@ -190,6 +190,13 @@ class CollectorProcess:
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
 
+    def metric(self, sample: str) -> float:
+        """The value of one sample of the exposition, named as it is exported (with its labels, if any)."""
+        for line in self.metrics().splitlines():
+            if line.startswith(sample + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{sample} not exported")
+
     def client(self, **kwargs: Any) -> Any:
         from gz_ia.client import Client
 
@@ -282,6 +289,11 @@ class OtherUidCollector(CollectorProcess):
         assert result.returncode == 0, result.stderr
         report: dict[str, Any] = json.loads(result.stdout)
         return report
+
+
+def spool_dir() -> Path:
+    """This test's spool directory (see ``_private_spool``), where clients spool and adoption looks."""
+    return Path(os.environ["GZ_IA_SPOOL_DIR"])
 
 
 @pytest.fixture(autouse=True)

@@ -14,23 +14,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.conftest import spool_dir
 
 from gz_ia.client._spool import SpoolRecord
 from gz_ia.client.schema import LogEvent, Stage, Status
 
 # Adoption in a sharded collector goes through the front's socket: run against both.
 pytestmark = pytest.mark.shards(1, 2)
-
-
-def _spool_dir() -> Path:
-    return Path(os.environ["GZ_IA_SPOOL_DIR"])
-
-
-def _metric(collector: Any, name: str) -> float:
-    for line in collector.metrics().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exported")
 
 
 AGENT = """
@@ -57,15 +47,15 @@ def test_a_spool_larger_than_a_frame_is_adopted_whole(make_collector: Any) -> No
     """More than 1 MiB of consecutive spooled events is cut into batches that each fit a frame."""
     collector = make_collector(start=False)
     _run_agent(collector.env, 500, "big", padding=1000)
-    segments = list(_spool_dir().glob("*.spool"))
+    segments = list(spool_dir().glob("*.spool"))
     assert sum(path.stat().st_size for path in segments) > 1 << 20
     collector.start()
     lines = collector.session_lines("big")
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(500))
     assert [line["seq"] for line in lines] == list(range(1, 501))
-    assert not list(_spool_dir().glob("*.spool")) and not list(_spool_dir().glob("*.lock"))
-    assert _metric(collector, 'gzia_spool_files_total{outcome="adopted"}') == len(segments)
-    assert _metric(collector, "gzia_spool_adopted_events_total") == 500
+    assert not list(spool_dir().glob("*.spool")) and not list(spool_dir().glob("*.lock"))
+    assert collector.metric('gzia_spool_files_total{outcome="adopted"}') == len(segments)
+    assert collector.metric("gzia_spool_adopted_events_total") == 500
 
 
 def _segment(producer: str, root: Path, events: list[tuple[int, LogEvent]], *, socket: str | None) -> bytes:
@@ -94,7 +84,7 @@ def _event(session_id: str, n: int) -> LogEvent:
 
 def _dead_spool(producer: str, segments: list[bytes]) -> None:
     """Leave a spool as a client that died leaves it: its (free) lock file and its segments."""
-    directory = _spool_dir()
+    directory = spool_dir()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     (directory / f"{producer}.lock").touch()
     for number, data in enumerate(segments, start=1):
@@ -114,12 +104,12 @@ def test_a_spool_that_cannot_be_adopted_is_quarantined_and_never_blocks_the_next
     _dead_spool("00000003", [_segment("00000003", gone, events, socket=str(collector.socket))])
     collector.start()
     assert [line["attrs"]["n"] for line in collector.session_lines("older")] == list(range(20))
-    quarantine = _spool_dir() / "quarantine"
+    quarantine = spool_dir() / "quarantine"
     names = ["00000000.000001.spool", "00000001.000001.spool", "00000003.000001.spool"]
     assert sorted(path.name for path in quarantine.glob("*.spool")) == names
-    assert not list(_spool_dir().glob("*.spool")) and not list(_spool_dir().glob("*.lock"))
-    assert _metric(collector, 'gzia_spool_files_total{outcome="quarantined"}') == 3
-    assert _metric(collector, 'gzia_spool_files_total{outcome="adopted"}') == 1
+    assert not list(spool_dir().glob("*.spool")) and not list(spool_dir().glob("*.lock"))
+    assert collector.metric('gzia_spool_files_total{outcome="quarantined"}') == 3
+    assert collector.metric('gzia_spool_files_total{outcome="adopted"}') == 1
     report = json.loads(collector.gz_ia("status", "--json", check=True).stdout)
     listed = report["spools"]["quarantined"]
     assert [Path(entry["path"]).name for entry in listed] == names
@@ -138,17 +128,17 @@ def test_a_spool_is_left_to_the_collector_it_was_meant_for(make_collector: Any) 
     os.kill(first.proc.pid, signal.SIGSTOP)  # running, not answering: the agent has to spool
     try:
         _run_agent(first.env, 30, "meant-for-a")
-        assert list(_spool_dir().glob("*.spool"))
+        assert list(spool_dir().glob("*.spool"))
         second.start()  # its first adoption runs before it is ready
     finally:
         os.kill(first.proc.pid, signal.SIGCONT)
-    assert list(_spool_dir().glob("*.spool")), "collector B left collector A's spool alone"
+    assert list(spool_dir().glob("*.spool")), "collector B left collector A's spool alone"
     assert not first.session_file("meant-for-a").exists()
-    assert _metric(second, "gzia_spool_adopted_events_total") == 0
+    assert second.metric("gzia_spool_adopted_events_total") == 0
     first.kill()
     first.start()
     assert sorted(line["attrs"]["n"] for line in first.session_lines("meant-for-a")) == list(range(30))
-    assert not list(_spool_dir().glob("*.spool"))
+    assert not list(spool_dir().glob("*.spool"))
 
 
 def test_a_spool_meant_for_a_socket_nobody_serves_any_more_is_adopted(make_collector: Any) -> None:
@@ -159,4 +149,4 @@ def test_a_spool_meant_for_a_socket_nobody_serves_any_more_is_adopted(make_colle
     _run_agent(moved, 30, "moved")
     collector.start()
     assert sorted(line["attrs"]["n"] for line in collector.session_lines("moved")) == list(range(30))
-    assert not list(_spool_dir().glob("*.spool"))
+    assert not list(spool_dir().glob("*.spool"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,11 +31,21 @@ def _hello(sock: socket.socket, collector: CollectorProcess) -> Any:
     return first_reply(sock)
 
 
-def _metric(collector: CollectorProcess, limit: str) -> float:
-    for line in collector.metrics().splitlines():
-        if line.startswith(f'gzia_connections_over_limit_total{{limit="{limit}"}} '):
-            return float(line.split()[1])
-    raise AssertionError("gzia_connections_over_limit_total not exported")
+@contextlib.contextmanager
+def _held(collector: CollectorProcess, count: int) -> Iterator[list[socket.socket]]:
+    """``count`` connections, each welcomed, held open for the block."""
+    held = [_connect(collector) for _ in range(count)]
+    try:
+        for sock in held:
+            assert isinstance(_hello(sock, collector), Welcome)
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _over_limit(collector: CollectorProcess, limit: str) -> float:
+    return collector.metric(f'gzia_connections_over_limit_total{{limit="{limit}"}}')
 
 
 def _send_one(collector: CollectorProcess, session_id: str) -> None:
@@ -50,40 +61,28 @@ def test_connections_past_max_connections_are_refused_busy_and_the_others_served
     make_collector: Any,
 ) -> None:
     collector = make_collector(env={"GZ_IA_MAX_CONNECTIONS": "6"})
-    held = [_connect(collector) for _ in range(6)]
-    try:
-        for sock in held:
-            assert isinstance(_hello(sock, collector), Welcome)
+    with _held(collector, 6) as held:
         extra = _connect(collector)
         reply = first_reply(extra)
         assert isinstance(reply, Error) and reply.reason == RejectReason.BUSY and reply.fatal
         assert "max_connections" in reply.detail and "6" in reply.detail
         assert extra.recv(1) == b"", "the refused connection is closed"
         extra.close()
-        assert _metric(collector, "total") == 1
+        assert _over_limit(collector, "total") == 1
         held.pop().close()
         _send_one(collector, "after-a-slot-freed")  # a freed slot serves the next client
         assert [line["action"] for line in collector.session_lines("after-a-slot-freed")] == ["a"]
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def test_a_uid_past_max_connections_per_uid_is_refused_busy(make_collector: Any) -> None:
     collector = make_collector(env={"GZ_IA_MAX_CONNECTIONS": "10", "GZ_IA_MAX_CONNECTIONS_PER_UID": "3"})
-    held = [_connect(collector) for _ in range(3)]
-    try:
-        for sock in held:
-            assert isinstance(_hello(sock, collector), Welcome)
+    with _held(collector, 3):
         extra = _connect(collector)
         reply = first_reply(extra)
         assert isinstance(reply, Error) and reply.reason == RejectReason.BUSY
         assert "max_connections_per_uid" in reply.detail
         extra.close()
-        assert _metric(collector, "per_uid") == 1
-    finally:
-        for sock in held:
-            sock.close()
+        assert _over_limit(collector, "per_uid") == 1
 
 
 def test_the_default_limit_follows_the_descriptor_limit(make_collector: Any) -> None:
@@ -107,7 +106,7 @@ def test_the_default_limit_follows_the_descriptor_limit(make_collector: Any) -> 
             if refused == 5:
                 break
         assert MIN_CONNECTIONS <= len(idle) < 256
-        assert _metric(collector, "total") == 5
+        assert _over_limit(collector, "total") == 5
         for sock in idle[:3]:
             sock.close()
         del idle[:3]
@@ -116,3 +115,15 @@ def test_the_default_limit_follows_the_descriptor_limit(make_collector: Any) -> 
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_status_at_the_limit_says_the_collector_is_busy(make_collector: Any) -> None:
+    """``gz-ia status`` refused ``busy`` exits 69 and says the collector is there but busy, not that
+    none is reachable."""
+    collector = make_collector(env={"GZ_IA_MAX_CONNECTIONS": "2"})
+    with _held(collector, 2):
+        result = collector.gz_ia("status")
+        assert result.returncode == 69
+        assert f"the collector at {collector.socket} is busy" in result.stderr
+        assert "max_connections" in result.stderr
+        assert "no collector is reachable" not in result.stderr

@@ -8,24 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import spool_dir
 
 # The write and delivery path: run against one process and against a sharded collector.
 pytestmark = pytest.mark.shards(1, 2)
-
-
-def _spool_dir() -> Path:
-    return Path(os.environ["GZ_IA_SPOOL_DIR"])
-
-
-def _metric(collector: Any, name: str) -> float:
-    for line in collector.metrics().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exported")
 
 
 def test_events_past_the_memory_bound_are_spooled_then_delivered_once(make_collector: Any) -> None:
@@ -37,7 +26,7 @@ def test_events_past_the_memory_bound_are_spooled_then_delivered_once(make_colle
         if n % 25 == 0:
             time.sleep(0.002)  # an agent does other work between events: the sender thread gets to run
     assert client.flush(timeout=0.5) is False
-    assert list(_spool_dir().glob("*.spool")), "the overflow went to the disk spool"
+    assert list(spool_dir().glob("*.spool")), "the overflow went to the disk spool"
     assert client.stats().dropped == 0
     collector.start()
     assert client.flush(timeout=60)
@@ -45,7 +34,7 @@ def test_events_past_the_memory_bound_are_spooled_then_delivered_once(make_colle
     lines = collector.session_lines("spooled")
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(600))
     assert [line["seq"] for line in lines] == list(range(1, 601))
-    assert not list(_spool_dir().glob("*.spool")), "acknowledged segments are deleted"
+    assert not list(spool_dir().glob("*.spool")), "acknowledged segments are deleted"
 
 
 def test_past_the_spool_bound_losses_are_counted_and_written_into_the_session(make_collector: Any) -> None:
@@ -69,7 +58,7 @@ def test_past_the_spool_bound_losses_are_counted_and_written_into_the_session(ma
     assert len(delivered) + stats.dropped == 3_000
     assert len(set(delivered)) == len(delivered)
     assert delivered[-1] == 2_999, "the oldest events are the ones dropped"
-    assert _metric(collector, "gzia_client_dropped_events_total") == stats.dropped
+    assert collector.metric("gzia_client_dropped_events_total") == stats.dropped
 
 
 AGENT = """
@@ -87,23 +76,23 @@ def test_a_client_that_exits_before_delivering_is_adopted_by_the_collector(make_
     collector = make_collector(start=False)
     environment = {**collector.env, "GZ_IA_EXIT_TIMEOUT": "0.2"}
     subprocess.run([sys.executable, "-c", AGENT, "250"], env=environment, check=True, timeout=60)
-    segments = list(_spool_dir().glob("*.spool"))
+    segments = list(spool_dir().glob("*.spool"))
     assert segments, "what could not be delivered at exit was spooled"
-    saved = _spool_dir().parent / "saved"
-    shutil.copytree(_spool_dir(), saved)
+    saved = spool_dir().parent / "saved"
+    shutil.copytree(spool_dir(), saved)
     collector.start()
     lines = collector.session_lines("orphan")
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(250))
-    assert not list(_spool_dir().glob("*.spool")) and not list(_spool_dir().glob("*.lock"))
-    assert _metric(collector, "gzia_spool_adopted_events_total") == 250
+    assert not list(spool_dir().glob("*.spool")) and not list(spool_dir().glob("*.lock"))
+    assert collector.metric("gzia_spool_adopted_events_total") == 250
     # A crash between writing and deleting leaves the spool behind: adopting it again adds nothing.
     collector.stop()
-    shutil.rmtree(_spool_dir())
-    shutil.copytree(saved, _spool_dir())
+    shutil.rmtree(spool_dir())
+    shutil.copytree(saved, spool_dir())
     collector.start()
     again = collector.session_lines("orphan")
     assert len(again) == 250
-    assert _metric(collector, "gzia_events_duplicate_total") == 250
+    assert collector.metric("gzia_events_duplicate_total") == 250
 
 
 FLOOD = """
@@ -154,7 +143,7 @@ def test_events_in_flight_when_the_collector_froze_are_adopted_with_the_rest(mak
             agent.kill()
             os.kill(collector.proc.pid, signal.SIGKILL)
             collector.proc.wait()
-    assert list(_spool_dir().glob("*.spool")), "what could not be delivered was spooled"
+    assert list(spool_dir().glob("*.spool")), "what could not be delivered was spooled"
     collector.start()
     lines = collector.session_lines("orphan")
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(3000))
@@ -169,13 +158,13 @@ def test_a_living_clients_spool_is_left_alone(make_collector: Any) -> None:
         client.log(session_id="alive", action="work", stage="PENDING", agent="agy", attrs={"n": n})
         time.sleep(0.001)
     assert client.flush(timeout=0.3) is False
-    assert list(_spool_dir().glob("*.spool"))
+    assert list(spool_dir().glob("*.spool"))
     collector.start()
     assert client.flush(timeout=60)
     client.close()
     lines = collector.session_lines("alive")
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(100))
-    assert _metric(collector, "gzia_spool_adopted_events_total") == 0
+    assert collector.metric("gzia_spool_adopted_events_total") == 0
 
 
 LOSSY_EXIT = """

@@ -400,6 +400,23 @@ def _install(target: Path, config_home: Path, *args: str) -> Any:
     return result
 
 
+def _install_process(
+    target: Path, config_home: Path, *, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``install --user`` into ``target`` as a real process, for what only one can meet (a
+    namespace filter applied by ``prefix``, a PATH without util-linux)."""
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "gz_ia.collector", "install", "--user", "--unit-dir", str(target)],
+        env={**os.environ, "XDG_CONFIG_HOME": str(config_home), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def _sandbox_line(output: str) -> str:
     (line,) = [line for line in output.splitlines() if line.startswith("sandbox: ")]
     return line
@@ -457,19 +474,9 @@ def test_install_sandbox_auto_without_user_namespaces_installs_none(short_tmp: P
     """Where user namespaces are refused (here by the unit's own RestrictNamespaces filter, applied by
     unit_sandbox.py), auto installs no drop-in and names the probe's failure."""
     target = short_tmp / "units"
-    config_home = short_tmp / "config"
-    result = subprocess.run(
-        [
-            *(SYSTEM_PYTHON, str(UNIT_SANDBOX), str(UNITS / SERVICE_NAME), "--"),
-            *(sys.executable, "-m", "gz_ia.collector", "install", "--user", "--unit-dir", str(target)),
-        ],
-        env={**os.environ, "XDG_CONFIG_HOME": str(config_home)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = _install_process(
+        target, short_tmp / "config", prefix=(SYSTEM_PYTHON, str(UNIT_SANDBOX), str(UNITS / SERVICE_NAME), "--")
     )
-    assert result.returncode == 0, result.stderr
     assert not (target / SANDBOX_PATH.parent).exists()
     assert (target / SERVICE_NAME).is_file()
     line = _sandbox_line(result.stdout)
@@ -482,15 +489,7 @@ def test_install_sandbox_auto_without_user_namespaces_installs_none(short_tmp: P
 def test_install_sandbox_auto_without_unshare_installs_none(short_tmp: Path) -> None:
     """Where util-linux `unshare` is not on PATH, auto cannot probe, installs no drop-in and says so."""
     target = short_tmp / "units"
-    result = subprocess.run(
-        [sys.executable, "-m", "gz_ia.collector", "install", "--user", "--unit-dir", str(target)],
-        env={**os.environ, "PATH": str(Path(sys.executable).parent), "XDG_CONFIG_HOME": str(short_tmp / "config")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = _install_process(target, short_tmp / "config", env={"PATH": str(Path(sys.executable).parent)})
     assert not (target / SANDBOX_PATH.parent).exists()
     assert _sandbox_line(result.stdout) == (
         "sandbox: not installed: `unshare` (util-linux) is not installed, so user namespaces could not be probed"

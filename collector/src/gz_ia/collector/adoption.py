@@ -20,7 +20,6 @@ others, and nothing in it is deleted.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import socket
@@ -50,7 +49,7 @@ from gz_ia.client.protocol import (
 
 from .ingest import BatchOutcome, Ingest
 from .metrics import Metrics
-from .storage._layout import LayoutError
+from .storage._layout import LayoutError, transient_cause
 from .storage.root_lock import RootLocked
 from .storage.writer import RootStore, Writer
 from .validation import decode_batch
@@ -72,7 +71,6 @@ QUARANTINE_DIR: Final = "quarantine"
 _REASON_SUFFIX: Final = ".reason"
 _BATCH_BYTES: Final = MAX_FRAME - 1024
 """Encoded events per adoption batch: the batch's envelope around them fits in what is left of a frame."""
-_TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 """Errors opening a root that clear by themselves (as the handshake treats them): retry, never quarantine."""
 _RETRIED: Final = frozenset(
     {RejectReason.ROOT_LOCKED, RejectReason.WRITE_FAILED, RejectReason.SHUTTING_DOWN, RejectReason.INTERNAL_ERROR}
@@ -134,8 +132,7 @@ def adopt_spools(
         except RootLocked as exc:
             raise NotNow(str(exc)) from exc
         except LayoutError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
+            if transient_cause(exc) is not None:
                 raise NotNow(str(exc)) from exc
             raise Unadoptable(str(exc)) from exc
         except OSError as exc:

@@ -10,12 +10,17 @@ sockets, the metrics server and the roots' directories (see :func:`auto_max_conn
 
 from __future__ import annotations
 
+import logging
 import resource
 from typing import Final
+
+from prometheus_client import Counter
 
 from .config import CollectorConfig
 
 __all__ = ["MIN_CONNECTIONS", "ConnectionLimits", "auto_max_connections"]
+
+log = logging.getLogger("gz_ia.collector")
 
 MIN_CONNECTIONS: Final = 16
 _MARGIN: Final = 32
@@ -57,11 +62,14 @@ class ConnectionLimits:
 
     Args:
         config: ``max_connections`` and ``max_connections_per_uid`` (0: derived, see the module).
+        over_limit: ``gzia_connections_over_limit_total``, counting refusals by limit.
         per_connection: descriptors one client connection costs in this process.
     """
 
-    def __init__(self, config: CollectorConfig, *, per_connection: int = 1) -> None:
+    def __init__(self, config: CollectorConfig, over_limit: Counter, *, per_connection: int = 1) -> None:
         self._per_connection = per_connection
+        self._over_limit = over_limit
+        self._logged: set[str] = set()
         self._by_uid: dict[int, int] = {}
         self.open = 0
         self.total = 0
@@ -79,18 +87,30 @@ class ConnectionLimits:
             # One user alone may use them all; with other uids allowed, none may take more than half.
             self.per_uid = self.total if not config.allow_uids else max(1, self.total // 2)
 
-    def admit(self, uid: int) -> tuple[str, str] | None:
-        """Count a new connection of ``uid``; or refuse it: ``(limit, detail)``, limit ``total`` or ``per_uid``."""
-        if self.open >= self.total:
-            return "total", f"the collector holds its limit of {self.total} connections (max_connections); retry later"
+    def report(self) -> dict[str, int]:
+        """The limits in effect, for ``gz-ia status``."""
+        return {"max_connections": self.total, "max_connections_per_uid": self.per_uid}
+
+    def admit(self, uid: int) -> str | None:
+        """Count a new connection of ``uid``; or refuse it: return why (the ``busy`` detail), counted
+        by limit and logged the first time each limit is reached."""
         held = self._by_uid.get(uid, 0)
-        if held >= self.per_uid:
-            return "per_uid", (
-                f"uid {uid} holds its limit of {self.per_uid} connections (max_connections_per_uid); retry later"
+        if self.open >= self.total:
+            limit, detail = "total", f"the collector holds its limit of {self.total} connections (max_connections)"
+        elif held >= self.per_uid:
+            limit, detail = (
+                "per_uid",
+                f"uid {uid} holds its limit of {self.per_uid} connections (max_connections_per_uid)",
             )
-        self._by_uid[uid] = held + 1
-        self.open += 1
-        return None
+        else:
+            self._by_uid[uid] = held + 1
+            self.open += 1
+            return None
+        self._over_limit.labels(limit).inc()
+        if limit not in self._logged:
+            self._logged.add(limit)
+            log.warning("refusing connections: %s (counted in gzia_connections_over_limit_total)", detail)
+        return f"{detail}; retry later"
 
     def release(self, uid: int) -> None:
         """A connection admitted for ``uid`` closed."""

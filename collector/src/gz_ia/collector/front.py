@@ -182,8 +182,7 @@ class _Client(asyncio.Protocol):
             return
         refused = front.connection_limits.admit(uid)
         if refused is not None:
-            front.metrics.connections_over_limit.labels(refused[0]).inc()
-            self.fail(RejectReason.BUSY, refused[1])
+            self.fail(RejectReason.BUSY, refused)
             return
         front.clients.add(self)
         front.metrics.connections_total.inc()
@@ -562,7 +561,9 @@ class Front:
         self.socket_path = near
         self.shares = Shares(config.shards, config, near=near)
         self.clients: set[_Client] = set()
-        self.connection_limits = ConnectionLimits(config, per_connection=1 + config.shards)
+        self.connection_limits = ConnectionLimits(
+            config, metrics.connections_over_limit, per_connection=1 + config.shards
+        )
         """A client connection costs the front one descriptor, and one more to each share."""
         self.paused: set[_Client] = set()
         """Clients not read for backpressure: a share's backlog is full, or they do not read."""
@@ -759,8 +760,7 @@ class Front:
         limits = merged.get("limits")
         merged["limits"] = {
             **(limits if isinstance(limits, dict) else {}),
-            "max_connections": self.connection_limits.total,  # the front's: it holds the clients
-            "max_connections_per_uid": self.connection_limits.per_uid,
+            **self.connection_limits.report(),  # the front's: it holds the clients
         }
         merged.update(
             {

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -62,7 +61,7 @@ from .metrics import Metrics, root_id, write_error_kind
 from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
 from .stages import Rejection, open_actions_share
-from .storage._layout import LayoutError
+from .storage._layout import LayoutError, transient_cause
 from .storage.retention import RetentionReport, apply_retention, collect_idle
 from .storage.root_lock import RootLocked, RootLocks
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
@@ -75,7 +74,6 @@ log = logging.getLogger("gz_ia.collector")
 
 _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
-_TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 _ADOPTION_INTERVAL: Final = 30.0
 _INLINE_OPENS: Final = 2
 """Files a write pass may have to create (or reopen) and still be written on the loop."""
@@ -268,8 +266,8 @@ class Connection(asyncio.Protocol):
             self.fail(RejectReason.ROOT_LOCKED, str(exc))
             return
         except (LayoutError, OSError) as exc:
-            cause = exc if isinstance(exc, OSError) else exc.__cause__
-            if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS:
+            cause = transient_cause(exc)
+            if cause is not None:
                 # A full or read-only disk is a fault that clears, not a refusal: the client keeps its
                 # events and comes back (backoff), instead of giving them up.
                 self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
@@ -465,7 +463,7 @@ class Collector:
         self.health = Health()
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
-        self.connection_limits = ConnectionLimits(config) if shares == 1 else None
+        self.connection_limits = ConnectionLimits(config, metrics.connections_over_limit) if shares == 1 else None
         """Connection limits; a share's connections all come from its front, which applies them."""
         self._bind_gauges()
 
@@ -476,12 +474,7 @@ class Collector:
         refused = self.connection_limits.admit(connection.uid)
         if refused is None:
             return True
-        limit, detail = refused
-        self.metrics.connections_over_limit.labels(limit).inc()
-        if limit not in self._error_logged:
-            self._error_logged.add(limit)
-            log.warning("refusing connections: %s (counted in gzia_connections_over_limit_total)", detail)
-        connection.fail(RejectReason.BUSY, detail)
+        connection.fail(RejectReason.BUSY, refused)
         return False
 
     def _measured_root(self, path: Path, size: int) -> None:
@@ -932,14 +925,9 @@ class Collector:
             "descriptor_limit": -1 if soft == resource.RLIM_INFINITY else soft,
             "max_open_actions": self.config.max_open_actions,
             "max_backlog_batches": self.config.max_backlog_batches,
-            **self._connection_limits(),
+            # A share has none: its front applies them.
+            **(self.connection_limits.report() if self.connection_limits is not None else {}),
         }
-
-    def _connection_limits(self) -> dict[str, int]:
-        limits = self.connection_limits
-        if limits is None:  # a share: its front applies them
-            return {}
-        return {"max_connections": limits.total, "max_connections_per_uid": limits.per_uid}
 
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""

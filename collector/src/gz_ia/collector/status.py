@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -12,16 +13,26 @@ from gz_ia.client.protocol import (
     FrameReader,
     FrameTooLarge,
     Query,
+    RejectReason,
     Report,
     collector_message_decoder,
     encode_frame,
 )
 
-__all__ = ["StatusUnavailable", "query", "query_status"]
+__all__ = ["StatusRefused", "StatusUnavailable", "query", "query_status"]
 
 
 class StatusUnavailable(Exception):
     """No collector answered the status query."""
+
+
+class StatusRefused(StatusUnavailable):
+    """A collector is there but refused the query (``busy`` at its connection limit, ...)."""
+
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
 
 
 def query_status(path: Path, *, timeout: float) -> dict[str, object]:
@@ -41,13 +52,16 @@ def query(path: Path, *, timeout: float, what: str = "status") -> dict[str, obje
 
     Raises:
         StatusUnavailable: nothing listens on ``path``, or it did not answer in time.
+        StatusRefused: the collector refused the query.
     """
     reader = FrameReader()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(str(path))
-            sock.sendall(encode_frame(Query(what=what)))
+            with contextlib.suppress(BrokenPipeError):
+                # A collector that refuses the connection (busy) closes it; its reason is still there to read.
+                sock.sendall(encode_frame(Query(what=what)))
             while True:
                 data = sock.recv(1 << 16)
                 if not data:
@@ -57,6 +71,6 @@ def query(path: Path, *, timeout: float, what: str = "status") -> dict[str, obje
                     if isinstance(message, Report):
                         return message.data
                     if isinstance(message, Error):
-                        raise StatusUnavailable(f"{message.reason}: {message.detail}")
+                        raise StatusRefused(message.reason, message.detail)
     except (OSError, FrameTooLarge, msgspec.DecodeError) as exc:
         raise StatusUnavailable(str(exc)) from exc

@@ -20,13 +20,18 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
 
     Exits 1 when it answers unhealthy (it cannot write a root: a full disk, a removed or read-only
     root, an I/O error; or a share of a sharded collector is down), with the reasons, and 69 when
-    none answers.
+    none answers or it refuses the query (``busy`` at its connection limit).
     """
-    from gz_ia.collector.status import StatusUnavailable, query_status
+    from gz_ia.client.protocol import RejectReason
+    from gz_ia.collector.status import StatusRefused, StatusUnavailable, query_status
 
     path = socket_path_of(ctx)
     try:
         report: dict[str, Any] = query_status(path, timeout=timeout)
+    except StatusRefused as exc:
+        what = "is busy" if exc.reason == RejectReason.BUSY else f"refused the query: {exc.reason}"
+        click.echo(f"gz-ia: the collector at {path} {what}: {exc.detail}", err=True)
+        ctx.exit(EXIT_UNAVAILABLE)
     except StatusUnavailable as exc:
         click.echo(f"gz-ia: no collector is reachable at {path}: {exc}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)

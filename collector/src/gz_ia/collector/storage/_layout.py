@@ -66,6 +66,7 @@ __all__ = [
     "open_root",
     "parse_archive_name",
     "session_id_of",
+    "transient_cause",
 ]
 
 LAYOUT_VERSION: Final = 1
@@ -91,6 +92,17 @@ _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 class LayoutError(Exception):
     """A root cannot be used: missing, not a directory, a symlink, someone else's, or too new."""
+
+
+_TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
+
+
+def transient_cause(exc: BaseException) -> OSError | None:
+    """The error behind ``exc`` (itself, or a :class:`LayoutError`'s cause) when it is a fault of the
+    disk that clears (full, read-only, failing): the root's events wait and come back, they are not
+    refused for good. None otherwise."""
+    cause = exc if isinstance(exc, OSError) else exc.__cause__
+    return cause if isinstance(cause, OSError) and cause.errno in _TRANSIENT_ERRNOS else None
 
 
 class LayoutTooNew(LayoutError):
