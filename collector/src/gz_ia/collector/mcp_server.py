@@ -48,11 +48,10 @@ from typing_extensions import TypedDict
 
 from gz_ia.client import Client
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
-from gz_ia.client.protocol import RejectReason
 
 from . import _pages
 from .timeline import load_tree, summarize
-from .typed_event import typed_event
+from .typed_event import TypedEventError, typed_event
 
 __all__ = ["TOOLS", "build_server", "serve"]
 
@@ -278,13 +277,10 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
                 error=error,
                 attrs=attrs,
             )
-        except (ValueError, TypeError) as exc:
+        except TypedEventError as exc:
             # The same check `gz-ia session log` makes before sending (a usage error there), named
             # with the collector's own reasons so that callers handle one vocabulary.
-            reason = (
-                RejectReason.ERROR_REQUIRED if "requires a non-empty error" in str(exc) else RejectReason.INVALID_FIELD
-            )
-            return {"accepted": False, "session_id": session_id, "reason": str(reason), "detail": str(exc)}
+            return {"accepted": False, "session_id": session_id, "reason": str(exc.reason), "detail": str(exc)}
         try:
             verdict = client().send(event, timeout=5.0)
         except EventRejected as exc:
