@@ -76,6 +76,7 @@ StatusName = Literal["OK", "FAILED"]
 AttrValue = bool | int | float | str
 
 SessionIdArg = Annotated[str, Field(description="The session's id (letters, digits, '_', '-', '.').")]
+SessionIdsArg = Annotated[list[str] | None, Field(description="Only these sessions; none: all of them.")]
 LimitArg = Annotated[int, Field(description=f"Most events to return (1 to {MAX_LIMIT}).", ge=1)]
 
 _READ_ONLY: Final = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -334,7 +335,7 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         cursor: Annotated[
             str | None, Field(description="The cursor events_since returned last; none: the start.")
         ] = None,
-        session_ids: Annotated[list[str] | None, Field(description="Only these sessions; none: all of them.")] = None,
+        session_ids: SessionIdsArg = None,
         limit: LimitArg = 100,
     ) -> NewEvents:
         """Return events written after cursor (all sessions, or only session_ids), without waiting.
@@ -372,7 +373,7 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         since: Annotated[
             datetime | None, Field(description="Only failures at or after this time (ISO 8601 with offset).")
         ] = None,
-        session_ids: Annotated[list[str] | None, Field(description="Only these sessions; none: all of them.")] = None,
+        session_ids: SessionIdsArg = None,
         limit: LimitArg = 100,
     ) -> FailedEvents:
         """Return FAILED events (each with its error) across sessions, oldest first."""
