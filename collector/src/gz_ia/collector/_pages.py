@@ -247,10 +247,8 @@ def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
     Raises:
         SessionNotFound: nothing is stored for the session.
     """
-    for entry in iter_session(root, session_id):
-        if entry.event.seq >= seq:
-            return entry if entry.event.seq == seq else None
-    return None
+    found = _reader.event_at(root, session_id, seq)
+    return None if found is None else Entry(found.line, found.event, found.cursor)
 
 
 def cursor_segment(cursor: str | None, session_id: str) -> int:
