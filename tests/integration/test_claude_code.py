@@ -47,8 +47,7 @@ def _feed_all(collector: Any, payloads: list[str]) -> None:
 
 
 def _cycles(lines: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """(action, stage, status); a tool call's id shows after its name, whether it is part of the
-    action or the event's cycle id."""
+    """(action, stage, status); a tool call's id (the event's cycle) shows after its name."""
     return [
         (f"{line['action']} {line['cycle']}" if "cycle" in line else line["action"], line["stage"], line["status"])
         for line in lines
