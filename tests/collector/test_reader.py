@@ -208,6 +208,29 @@ def test_last_page_does_not_read_older_segments(harness: Any) -> None:
     assert not page.incomplete
 
 
+def test_event_at_finds_each_seq_and_reads_no_older_segment(harness: Any) -> None:
+    """One event by its seq, across rotations; none past the end or deleted; older archives never read."""
+    for _ in range(60):
+        harness.emit("s1", 5)
+    assert harness.rotated >= 8
+    found = [reader.event_at(harness.root, "s1", seq) for seq in range(1, 301)]
+    assert [entry.event.seq if entry else None for entry in found] == list(range(1, 301))
+    assert reader.event_at(harness.root, "s1", 301) is None
+    assert reader.event_at(harness.root, "s1", 0) is None
+    names = sorted(name for name in harness.names() if name.startswith("s1.events.0"))
+    for name in names[:-1]:
+        path = harness.sessions_dir() / name
+        path.unlink()
+        path.mkdir()  # unreadable if anyone tried
+    newest = reader.read_page(harness.root, "s1", limit=1000, reverse=True).entries[-1].event.seq
+    assert newest > 1
+    assert reader.event_at(harness.root, "s1", 1) is None
+    newest_entry = reader.event_at(harness.root, "s1", newest)
+    assert newest_entry is not None and newest_entry.event.seq == newest
+    last = reader.event_at(harness.root, "s1", 300)
+    assert last is not None and last.event.seq == 300
+
+
 def test_an_unreadable_segment_is_skipped_and_the_page_says_incomplete(tmp_path: Path) -> None:
     """A corrupt gzip archive is skipped; the other segments are read and the page is incomplete."""
     harness = Harness(tmp_path, compress=True)

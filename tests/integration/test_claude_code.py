@@ -19,9 +19,11 @@ HOOK = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", 
 
 
 def _payloads(name: str, collector: Any) -> list[str]:
-    """The fixture's payloads, with ``cwd`` inside the collector's workspace (its root is found from it)."""
+    """The fixture's payloads, with ``cwd`` a directory inside the collector's workspace (its root is found from it)."""
+    cwd = collector.workspace / "src"
+    cwd.mkdir(exist_ok=True)
     lines = (FIXTURES / name).read_text().splitlines()
-    return [json.dumps({**json.loads(line), "cwd": str(collector.workspace / "src")}) for line in lines]
+    return [json.dumps({**json.loads(line), "cwd": str(cwd)}) for line in lines]
 
 
 def _hook_env(collector: Any) -> dict[str, str]:
@@ -45,8 +47,7 @@ def _feed_all(collector: Any, payloads: list[str]) -> None:
 
 
 def _cycles(lines: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """(action, stage, status); a tool call's id shows after its name, whether it is part of the
-    action or the event's cycle id."""
+    """(action, stage, status); a tool call's id (the event's cycle) shows after its name."""
     return [
         (f"{line['action']} {line['cycle']}" if "cycle" in line else line["action"], line["stage"], line["status"])
         for line in lines
@@ -61,7 +62,6 @@ def _tree(collector: Any, session_id: str) -> dict[str, Any]:
 
 def test_parallel_tool_calls_are_separate_cycles_with_summaries_only(collector: Any) -> None:
     """Two Reads open at once and an Edit: one cycle each, durations on FINISH, inputs summarised."""
-    (collector.workspace / "src").mkdir()
     _feed_all(collector, _payloads("parallel_tools.jsonl", collector))
     lines = collector.session_lines(SESSION)
     assert _cycles(lines) == [
@@ -94,7 +94,6 @@ def test_parallel_tool_calls_are_separate_cycles_with_summaries_only(collector: 
 
 def test_many_calls_of_one_tool_at_once_keep_their_own_cycles(collector: Any) -> None:
     """Eight PreToolUse hooks run concurrently, then eight PostToolUse: eight complete cycles."""
-    (collector.workspace / "src").mkdir()
     template = json.loads(_payloads("parallel_tools.jsonl", collector)[2])
     ids = [f"toolu_par{index}" for index in range(8)]
 
@@ -132,7 +131,6 @@ def test_many_calls_of_one_tool_at_once_keep_their_own_cycles(collector: Any) ->
 
 def test_a_failing_bash_command_is_a_failed_cycle_with_its_error(collector: Any) -> None:
     """PostToolUseFailure: FINISH FAILED with the error; the command's first line only; the tree fails."""
-    (collector.workspace / "src").mkdir()
     _feed_all(collector, _payloads("failing_bash.jsonl", collector))
     lines = collector.session_lines(SESSION)
     assert _cycles(lines) == [
@@ -178,7 +176,6 @@ def _assert_subagent_tree(collector: Any) -> None:
 
 def test_a_subagent_is_a_child_session_with_its_own_tool_calls(collector: Any) -> None:
     """SubagentStart..SubagentStop and the tools inside it form a child session of the Claude Code session."""
-    (collector.workspace / "src").mkdir()
     _feed_all(collector, _payloads("subagent.jsonl", collector))
     _assert_subagent_tree(collector)
 
@@ -186,7 +183,6 @@ def test_a_subagent_is_a_child_session_with_its_own_tool_calls(collector: Any) -
 def test_a_collector_that_is_down_then_up_gets_every_event_in_order(collector: Any) -> None:
     """The first half of a session while no collector runs is spooled (exit 0, nothing printed); the
     collector started next writes it, and the rest follows in order: the same sessions and tree."""
-    (collector.workspace / "src").mkdir()
     payloads = _payloads("subagent.jsonl", collector)
     collector.stop()
     _feed_all(collector, payloads[:6])
@@ -200,7 +196,6 @@ def test_a_collector_that_is_down_then_up_gets_every_event_in_order(collector: A
 
 def test_gz_ia_disabled_makes_the_hook_log_nothing(collector: Any) -> None:
     """With GZ_IA_DISABLED=1 the hook reads its payload and logs nothing, like every disabled agent."""
-    (collector.workspace / "src").mkdir()
     environment = {**_hook_env(collector), "GZ_IA_DISABLED": "1"}
     for payload in [*_payloads("failing_bash.jsonl", collector), "{not json"]:
         result = subprocess.run(HOOK, input=payload, env=environment, capture_output=True, text=True, check=False)

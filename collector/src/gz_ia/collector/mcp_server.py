@@ -48,11 +48,10 @@ from typing_extensions import TypedDict
 
 from gz_ia.client import Client
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
-from gz_ia.client.protocol import RejectReason
 
 from . import _pages
 from .timeline import load_tree, summarize
-from .typed_event import typed_event
+from .typed_event import TypedEventError, typed_event
 
 __all__ = ["TOOLS", "build_server", "serve"]
 
@@ -77,6 +76,7 @@ StatusName = Literal["OK", "FAILED"]
 AttrValue = bool | int | float | str
 
 SessionIdArg = Annotated[str, Field(description="The session's id (letters, digits, '_', '-', '.').")]
+SessionIdsArg = Annotated[list[str] | None, Field(description="Only these sessions; none: all of them.")]
 LimitArg = Annotated[int, Field(description=f"Most events to return (1 to {MAX_LIMIT}).", ge=1)]
 
 _READ_ONLY: Final = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -278,13 +278,10 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
                 error=error,
                 attrs=attrs,
             )
-        except (ValueError, TypeError) as exc:
+        except TypedEventError as exc:
             # The same check `gz-ia session log` makes before sending (a usage error there), named
             # with the collector's own reasons so that callers handle one vocabulary.
-            reason = (
-                RejectReason.ERROR_REQUIRED if "requires a non-empty error" in str(exc) else RejectReason.INVALID_FIELD
-            )
-            return {"accepted": False, "session_id": session_id, "reason": str(reason), "detail": str(exc)}
+            return {"accepted": False, "session_id": session_id, "reason": str(exc.reason), "detail": str(exc)}
         try:
             verdict = client().send(event, timeout=5.0)
         except EventRejected as exc:
@@ -338,7 +335,7 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         cursor: Annotated[
             str | None, Field(description="The cursor events_since returned last; none: the start.")
         ] = None,
-        session_ids: Annotated[list[str] | None, Field(description="Only these sessions; none: all of them.")] = None,
+        session_ids: SessionIdsArg = None,
         limit: LimitArg = 100,
     ) -> NewEvents:
         """Return events written after cursor (all sessions, or only session_ids), without waiting.
@@ -376,7 +373,7 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         since: Annotated[
             datetime | None, Field(description="Only failures at or after this time (ISO 8601 with offset).")
         ] = None,
-        session_ids: Annotated[list[str] | None, Field(description="Only these sessions; none: all of them.")] = None,
+        session_ids: SessionIdsArg = None,
         limit: LimitArg = 100,
     ) -> FailedEvents:
         """Return FAILED events (each with its error) across sessions, oldest first."""

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -63,6 +63,8 @@ __all__ = [
 log = logging.getLogger("gz_ia.otel")
 
 _MAX_PARENT_HOPS: Final = 64
+
+_State = TypeVar("_State", Position, TraceState)
 
 
 class _Metrics:
@@ -273,10 +275,7 @@ class OtelExporter:
                 self.metrics.dropped.inc(gap)  # each deleted event once, not once per signal
 
     def _export_logs(self, root: Path, store: CursorStore, session_id: str, root_session: str, allow: bool) -> _Behind:
-        key = (root, session_id)
-        position = self._positions.get(key) or store.load(Position, session_id)
-        position.session_id = session_id
-        self._positions[key] = position
+        position = _loaded(self._positions, root, store, Position, session_id)
         result = _Behind()
         while True:
             fresh, end = self._fresh(root, session_id, position)
@@ -307,10 +306,7 @@ class OtelExporter:
         summary: _pages.SessionSummary,
         allow: bool,
     ) -> _Behind:
-        key = (root, session_id)
-        state = self._traces.get(key) or store.load(TraceState, session_id)
-        state.session_id = session_id
-        self._traces[key] = state
+        state = _loaded(self._traces, root, store, TraceState, session_id)
         result = _Behind()
         while True:
             fresh, end = self._fresh(root, session_id, state)
@@ -331,7 +327,7 @@ class OtelExporter:
             self._note_gap(session_id, state, fresh[0].event.seq, "traces")
             work.cursor = fresh[-1].cursor
             store.save(work)
-            state = self._traces[key] = work
+            state = self._traces[(root, session_id)] = work
             if end:
                 break
         if (
@@ -406,6 +402,17 @@ class OtelExporter:
         """Close the sender."""
         with contextlib.suppress(Exception):
             self.sender.close()
+
+
+def _loaded(
+    cache: dict[tuple[Path, str], _State], root: Path, store: CursorStore, kind: type[_State], session_id: str
+) -> _State:
+    """Return the session's position of one signal: kept from the last pass, else read from its file."""
+    key = (root, session_id)
+    state = cache.get(key) or store.load(kind, session_id)
+    state.session_id = session_id
+    cache[key] = state
+    return state
 
 
 def _root_of(session_id: str, parents: Mapping[str, str | None]) -> str:

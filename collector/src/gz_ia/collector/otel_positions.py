@@ -8,11 +8,9 @@ A missing or unreadable file means "from the start": that can only re-send, neve
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -20,7 +18,7 @@ import msgspec
 
 from .otel_spans import TraceState
 
-__all__ = ["TRACES_DIR", "CursorStore", "Position", "default_state_dir", "positions", "root_key"]
+__all__ = ["TRACES_DIR", "CursorStore", "Position", "default_state_dir", "root_key"]
 
 log = logging.getLogger("gz_ia.otel")
 
@@ -89,15 +87,3 @@ class CursorStore:
         finally:
             os.close(fd)
         os.replace(temporary, path)
-
-
-def positions(state_dir: Path, root: Path) -> Mapping[str, Position]:
-    """Return the persisted log-record positions of a root (for tests and inspection)."""
-    directory = state_dir / root_key(root)
-    found: dict[str, Position] = {}
-    if not directory.is_dir():
-        return found
-    for path in sorted(directory.glob("*.json")):
-        with contextlib.suppress(OSError, msgspec.DecodeError):
-            found[path.stem] = msgspec.json.decode(path.read_bytes(), type=Position)
-    return found

@@ -7,9 +7,18 @@ process exported (``GZ_IA_PARENT_SESSION_ID``), exactly as the thin client's sco
 from __future__ import annotations
 
 from gz_ia.client import LogEvent, build_event, env
-from gz_ia.client.schema import AttrValue
+from gz_ia.client.protocol import RejectReason
+from gz_ia.client.schema import AttrValue, Stage, Status
 
-__all__ = ["attr_scalar", "typed_event"]
+__all__ = ["TypedEventError", "attr_scalar", "typed_event"]
+
+
+class TypedEventError(ValueError):
+    """Typed input that makes no event, with the reason the collector would reject it for."""
+
+    def __init__(self, detail: str, *, reason: RejectReason) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 def typed_event(
@@ -28,22 +37,29 @@ def typed_event(
     """Build the event, stamped now.
 
     Raises:
-        ValueError: an unknown stage or status, or FAILED without an error.
+        TypedEventError: an unknown stage or status or another invalid field (``invalid_field``),
+            or FAILED without an error (``error_required``).
     """
     if parent_session_id is None:
         parent_session_id = env.inherited_parent(session_id)
-    return build_event(
-        session_id=session_id,
-        action=action,
-        stage=stage.upper(),
-        status=status.upper(),
-        agent=agent,
-        role=role,
-        parent_session_id=parent_session_id,
-        duration_ms=duration_ms,
-        error=error,
-        attrs=attrs,
-    )
+    try:
+        return build_event(
+            session_id=session_id,
+            action=action,
+            stage=stage.upper(),
+            status=status.upper(),
+            agent=agent,
+            role=role,
+            parent_session_id=parent_session_id,
+            duration_ms=duration_ms,
+            error=error,
+            attrs=attrs,
+        )
+    except (ValueError, TypeError) as exc:
+        # The schema's one rule across fields gets the collector's own reason; the rest is a bad field.
+        lacks_error = stage.upper() in Stage.__members__ and status.upper() == Status.FAILED and not error
+        reason = RejectReason.ERROR_REQUIRED if lacks_error else RejectReason.INVALID_FIELD
+        raise TypedEventError(str(exc), reason=reason) from exc
 
 
 def attr_scalar(raw: str) -> bool | int | float | str:

@@ -37,7 +37,7 @@ from typing import Any, Final
 import msgspec
 
 from gz_ia.client import env
-from gz_ia.client.schema import MAX_ERROR_LENGTH, MAX_SESSION_ID_LENGTH, LogEvent, Stage, Status
+from gz_ia.client.schema import MAX_CYCLE_LENGTH, MAX_ERROR_LENGTH, MAX_SESSION_ID_LENGTH, LogEvent, Stage, Status
 
 __all__ = ["AGENT", "READING_TOOLS", "SUMMARY_CHARS", "run_hook", "session_ids"]
 
@@ -102,20 +102,11 @@ def tool_attrs(payload: dict[str, Any]) -> dict[str, str | int | float | bool]:
     return attrs
 
 
-_HAS_CYCLE: Final = "cycle" in LogEvent.__struct_fields__
-_CYCLE_CHARS: Final = 32
-
-
-def _tool_cycle(payload: dict[str, Any]) -> tuple[str, dict[str, str]]:
-    """The action of a tool call, and the fields that make it one cycle of its own: parallel calls of
-    one tool (two Reads at once) are separate cycles, each with its own outcome. Where events carry a
-    cycle id, that is the call id (its last 32 characters) and the action is the tool's name;
-    otherwise the call id is part of the action."""
-    tool = _line(payload.get("tool_name", "?"))
-    call = _line(payload["tool_use_id"])
-    if _HAS_CYCLE:
-        return tool, {"cycle": call[-_CYCLE_CHARS:]}
-    return f"{tool} {call}", {}
+def _tool_cycle(payload: dict[str, Any]) -> tuple[str, str]:
+    """The action of a tool call (the tool's name) and its cycle id (the call id, its last characters
+    that fit): parallel calls of one tool (two Reads at once) are separate cycles, each with its own
+    outcome."""
+    return _line(payload.get("tool_name", "?")), _line(payload["tool_use_id"])[-MAX_CYCLE_LENGTH:]
 
 
 class _Hook:
@@ -175,19 +166,19 @@ class _Hook:
             case "PreToolUse":
                 stage = Stage.READ if payload.get("tool_name") in READING_TOOLS else Stage.PENDING
                 action, cycle = _tool_cycle(payload)
-                self.open(f"tool\0{payload['tool_use_id']}", action, stage, attrs=tool_attrs(payload), **cycle)
+                self.open(f"tool\0{payload['tool_use_id']}", action, stage, attrs=tool_attrs(payload), cycle=cycle)
             case "PostToolUse":
                 if not self.finish(f"tool\0{payload['tool_use_id']}"):
                     # The PreToolUse was not seen (the hook was installed mid-call): a cycle of its own.
                     action, cycle = _tool_cycle(payload)
-                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), **cycle)
-                    self.event(action, Stage.FINISH, **cycle)
+                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), cycle=cycle)
+                    self.event(action, Stage.FINISH, cycle=cycle)
             case "PostToolUseFailure":
                 error = str(payload.get("error") or "the tool call failed")[:MAX_ERROR_LENGTH]
                 if not self.finish(f"tool\0{payload['tool_use_id']}", Status.FAILED, error=error):
                     action, cycle = _tool_cycle(payload)
-                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), **cycle)
-                    self.event(action, Stage.FINISH, status=Status.FAILED, error=error, **cycle)
+                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), cycle=cycle)
+                    self.event(action, Stage.FINISH, status=Status.FAILED, error=error, cycle=cycle)
             case "SessionStart":
                 source = {"source": _line(payload.get("source", "startup"))}
                 self.open(f"session\0{self.session_id}", "session", Stage.READ, attrs=source)

@@ -993,6 +993,22 @@ def _read_forward_from(
         dirs.close()
 
 
+def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
+    """Return the session's event number ``seq``, or None when it is not stored (not yet, or deleted).
+
+    Found by its number as a cursor is relocated: from the first line of each segment, newest first,
+    then within the one segment that holds it; older segments are not read.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    if seq < 1:
+        return None
+    # Segment 0 never exists, so the read finds the boundary before ``seq`` by its number.
+    page = _read_forward_from(root, session_id, _Position(session_id, 0, 0, seq - 1), limit=1, filters=None)
+    return next((entry for entry in page.entries if entry.event.seq == seq), None)
+
+
 def end_cursor(root: Path, session_id: str) -> str:
     """Return the cursor right after the session's newest event (follow from it for new events only).
 
