@@ -317,12 +317,17 @@ def write_file_atomically(dir_fd: int, name: str, data: bytes, *, durable: bool 
     temporary = f".{name}.{os.getpid()}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
-        os.write(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        try:
+            os.write(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
 
 
 def is_regular(dir_fd: int, name: str) -> bool:
