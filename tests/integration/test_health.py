@@ -3,15 +3,13 @@ makes it unhealthy, with the reason and exit 1, until writes to that root succee
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import wait_for
+from tests.integration.fault_harness import fill_disk, tmpfs
 
 from gz_ia.client import Client
 from gz_ia.collector.cli._common import EXIT_UNHEALTHY
@@ -19,33 +17,13 @@ from gz_ia.collector.cli._common import EXIT_UNHEALTHY
 pytestmark = pytest.mark.shards(1, 2)
 
 
-def _fill(path: Path) -> None:
-    """Write ``path`` until its file system is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for size in (1 << 16, 4096, 512, 1):
-            chunk = b"\0" * size
-            while True:
-                try:
-                    os.write(fd, chunk)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture(name="small_disk")
 def _small_disk(short_tmp: Path) -> Any:
     """A 1 MiB tmpfs mounted for the test (we are root), always unmounted at the end."""
     mount_point = short_tmp / "disk"
     mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
-    try:
+    with tmpfs(mount_point, 1):
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def _status(collector: Any) -> tuple[int, dict[str, Any]]:
@@ -65,7 +43,7 @@ def test_a_full_disk_makes_the_collector_unhealthy_until_writes_succeed(collecto
         code, report = _status(collector)
         assert (code, report["healthy"], report["reasons"]) == (0, True, [])
         filler = small_disk / "filler"
-        _fill(filler)
+        fill_disk(filler)
         for n in range(20):
             client.log(session_id="full", action="step", stage="READ", agent="agy", attrs={"n": n, "pad": "x" * 2000})
         assert client.flush(timeout=1) is False

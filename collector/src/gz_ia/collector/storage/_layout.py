@@ -63,6 +63,7 @@ __all__ = [
     "Trace",
     "active_name",
     "archive_name",
+    "list_names",
     "open_root",
     "parse_archive_name",
     "session_id_of",
@@ -317,12 +318,31 @@ def write_file_atomically(dir_fd: int, name: str, data: bytes, *, durable: bool 
     temporary = f".{name}.{os.getpid()}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
-        os.write(fd, data)
-        if durable:
-            os.fsync(fd)
+        try:
+            os.write(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+
+
+def list_names(dir_fd: int) -> list[str]:
+    """The names in the directory ``dir_fd``, read through a descriptor of their own.
+
+    ``os.listdir(dir_fd)`` reads through a duplicate that shares ``dir_fd``'s position, so two
+    listings of one root's directory at once (the loop repairing it, the storage worker measuring
+    it) would each see part of it, or nothing.
+    """
+    fd = os.open(".", _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        return os.listdir(fd)
     finally:
         os.close(fd)
-    os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def is_regular(dir_fd: int, name: str) -> bool:

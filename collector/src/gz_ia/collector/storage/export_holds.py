@@ -19,7 +19,7 @@ import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
 
-from ._layout import RootDirs
+from ._layout import RootDirs, write_file_atomically
 
 __all__ = ["HOLDS_DIR", "hold_name", "read_holds", "write_hold"]
 
@@ -78,8 +78,6 @@ def write_hold(dirs: RootDirs, key: str, sessions: Mapping[str, int]) -> None:
     """Replace exporter ``key``'s hold atomically (nothing when the root has no ``state/`` directory)."""
     if dirs.state_fd is None:
         return
-    name = hold_name(key)
-    temporary = f".{name}.{os.getpid()}.tmp"
     body = msgspec.json.encode(
         _Hold(sessions={sid: segment for sid, segment in sessions.items() if is_safe_session_id(sid)})
     )
@@ -87,18 +85,6 @@ def write_hold(dirs: RootDirs, key: str, sessions: Mapping[str, int]) -> None:
         os.mkdir(HOLDS_DIR, 0o700, dir_fd=dirs.state_fd)
     holds_fd = os.open(HOLDS_DIR, _DIR_FLAGS, dir_fd=dirs.state_fd)
     try:
-        fd = os.open(
-            temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=holds_fd
-        )
-        try:
-            os.write(fd, body)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(temporary, name, src_dir_fd=holds_fd, dst_dir_fd=holds_fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=holds_fd)
-            raise
+        write_file_atomically(holds_fd, hold_name(key), body, durable=False)
     finally:
         os.close(holds_fd)

@@ -45,6 +45,7 @@ from ._layout import (
     archive_name,
     is_rejects_file,
     is_rejects_state,
+    list_names,
     parse_archive_name,
     parse_rejects_archive_name,
     rejects_archive_name,
@@ -184,7 +185,7 @@ def _inventory(dirs: RootDirs, only: str | None = None) -> dict[str | None, _Gro
         else:
             group.archives.setdefault(segment, []).append(item)
 
-    for name in os.listdir(dirs.sessions_fd):
+    for name in list_names(dirs.sessions_fd):
         archive = parse_archive_name(name)
         if archive is not None:
             if only is None or archive[0] == only:
@@ -198,19 +199,19 @@ def _inventory(dirs: RootDirs, only: str | None = None) -> dict[str | None, _Gro
         if session_id is not None and (only is None or session_id == only):
             add(session_id, "sessions", dirs.sessions_fd, name, None)
     if dirs.state_fd is not None:
-        for name in os.listdir(dirs.state_fd):
+        for name in list_names(dirs.state_fd):
             session_id = session_id_of_state(name)
             if session_id is not None and (only is None or session_id == only):
                 add(session_id, "state", dirs.state_fd, name, None)
     if only is None:
-        for name in os.listdir(dirs.root_fd):
+        for name in list_names(dirs.root_fd):
             rejects = parse_rejects_archive_name(name)
             if rejects is not None:
                 add(None, ".", dirs.root_fd, name, rejects[0])
             elif is_rejects_file(name):
                 add(None, ".", dirs.root_fd, name, None)
         if dirs.state_fd is not None:
-            for name in os.listdir(dirs.state_fd):
+            for name in list_names(dirs.state_fd):
                 if is_rejects_state(name):
                     add(None, "state", dirs.state_fd, name, None)
     return groups

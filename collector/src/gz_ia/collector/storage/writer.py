@@ -53,6 +53,7 @@ from ._layout import (
     active_name,
     archive_name,
     encode_checkpoint,
+    list_names,
     open_root,
     read_checkpoint,
     rejects_archive,
@@ -1011,7 +1012,7 @@ class Writer:
         """
         store = self.root(path, owner=owner)
         repaired = 0
-        for name in os.listdir(store.dirs.sessions_fd):
+        for name in list_names(store.dirs.sessions_fd):
             session_id = session_id_of(name)
             if session_id is None or session_id in store.sessions:
                 continue
