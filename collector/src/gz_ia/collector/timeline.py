@@ -24,7 +24,6 @@ __all__ = [
     "ActionSpan",
     "SessionNode",
     "build_session",
-    "find_parents",
     "load_tree",
     "render_html",
     "summarize",
@@ -141,11 +140,6 @@ def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode
 
 def _load_one(root: Path, session_id: str) -> SessionNode:
     return build_session(session_id, (entry.event for entry in _pages.iter_session(root, session_id)))
-
-
-def find_parents(root: Path) -> dict[str, str | None]:
-    """Return ``{session_id: parent_session_id}`` for every session under ``root`` (from its summary)."""
-    return {summary.session_id: summary.parent_session_id for summary in _pages.list_sessions(root)}
 
 
 def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
