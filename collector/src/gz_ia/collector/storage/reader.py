@@ -791,9 +791,16 @@ def read_page(
         raise ValueError("limit must be at least 1")
     if cursor is not None:
         _decode_cursor(cursor)  # a malformed cursor is refused before the root is looked at
+    return _read(root, session_id, cursor, limit=limit, reverse=reverse, filters=filters)
+
+
+def _read(
+    root: Path, session_id: str, start: str | _Position | None, *, limit: int, reverse: bool, filters: Filters | None
+) -> Page:
+    """Read one page after ``start``: a cursor, or a position no cursor can name (see :func:`_after_gap`)."""
     dirs = _open(root)
     try:
-        position = _single_position(cursor, session_id, dirs) if cursor is not None else None
+        position = _single_position(start, session_id, dirs) if isinstance(start, str) else start
         view = _view(dirs, session_id)
         try:
             return _page(view, position, limit, reverse, filters)
@@ -953,7 +960,7 @@ def iter_events(
     resume: _Position | None = None  # where a lagged read goes on: no cursor string can name it
     while True:
         if resume is not None:
-            page = _read_forward_from(root, session_id, resume, limit=page_size, filters=filters)
+            page = _read(root, session_id, resume, limit=page_size, reverse=False, filters=filters)
         else:
             page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
         resume = None
@@ -976,21 +983,6 @@ def iter_events(
         if until_seq is not None and not reverse and cursor_seq(page.next_cursor, session_id) >= until_seq:
             return
         cursor = page.next_cursor
-
-
-def _read_forward_from(
-    root: Path, session_id: str, position: _Position, *, limit: int, filters: Filters | None
-) -> Page:
-    """Read a forward page after ``position`` (see :func:`_after_gap`)."""
-    dirs = _open(root)
-    try:
-        view = _view(dirs, session_id)
-        try:
-            return _page(view, position, limit, False, filters)
-        finally:
-            view.close()
-    finally:
-        dirs.close()
 
 
 def end_cursor(root: Path, session_id: str) -> str:
