@@ -1348,11 +1348,15 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: _Listing) -> Sessio
     small read; anything that does not line up (no checkpoint, bytes written since, a rotation
     racing with us) goes the careful way through :func:`_summary`.
     """
+    checkpoint = _covering_checkpoint(dirs, session_id, listing)
+    return None if checkpoint is None else _summary_of(session_id, checkpoint, segments=checkpoint.segment)
+
+
+def _covering_checkpoint(dirs: RootDirs, session_id: str, listing: _Listing) -> Checkpoint | None:
+    """The session's checkpoint when it covers every stored line: no archive after it, and the active
+    file (if any) exactly as long as it says. None otherwise: then only reading the lines is exact."""
     checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
-    if checkpoint is None:
-        return None
-    number = max(checkpoint.segment, listing.newest_archive.get(session_id, 0) + 1)
-    if number != checkpoint.segment:
+    if checkpoint is None or listing.newest_archive.get(session_id, 0) >= checkpoint.segment:
         return None
     try:
         info = os.stat(session_id + ACTIVE_SUFFIX, dir_fd=dirs.sessions_fd, follow_symlinks=False)
@@ -1364,9 +1368,7 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: _Listing) -> Sessio
         if not stat.S_ISREG(info.st_mode):
             return None
         size = info.st_size
-    if size != checkpoint.offset:
-        return None
-    return _summary_of(session_id, checkpoint, segments=number)
+    return checkpoint if size == checkpoint.offset else None
 
 
 def _summary_of(
@@ -1392,6 +1394,8 @@ class _Listing:
 
     def __init__(self, dirs: RootDirs) -> None:
         self.session_ids: set[str] = set()
+        self.active: set[str] = set()
+        """Sessions with an active file."""
         self.newest_archive: dict[str, int] = {}
         self.archives: dict[str, set[int]] = {}
         self.damaged: set[str] = set()
@@ -1400,7 +1404,9 @@ class _Listing:
             for item in entries:
                 name = item.name
                 session_id = session_id_of(name)
-                if session_id is None:
+                if session_id is not None:
+                    self.active.add(session_id)
+                else:
                     archive = parse_archive_name(name)
                     if archive is None:
                         continue
