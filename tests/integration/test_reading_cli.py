@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -465,3 +465,17 @@ def test_pager_flags_are_accepted_and_never_page(busy: Any) -> None:
         result = _run(busy, "session", "logs", "sub", "--utc", flag)
         assert result.exit_code == 0, result.output
         assert result.stdout == plain.stdout
+
+
+def test_an_hour_long_session_shows_hours_like_its_timeline(collector: Any) -> None:
+    """Durations of an hour or more read ``2 h 5 min`` on the terminal, as on the HTML timeline."""
+    end = datetime.now(UTC)
+    events = [
+        build_event(session_id="long", action="build", stage=stage, agent="claude", timestamp=end - gap)
+        for stage, gap in (("READ", timedelta(hours=2, minutes=5)), ("FINISH", timedelta()))
+    ]
+    send_events(collector, events)
+    tree = collector.gz_ia("session", "tree", "long", "--color", "never", check=True)
+    assert tree.stdout.startswith("long  claude  ok  2 h 5 min"), tree.stdout
+    page = collector.gz_ia("session", "view", "long", "-o", "-", check=True)
+    assert "2 h 5 min" in page.stdout

@@ -19,6 +19,7 @@ from typing import Any, Final
 from gz_ia.client.schema import Stage, Status, StoredEvent
 
 from . import _pages
+from .view import format_duration
 
 __all__ = [
     "ActionSpan",
@@ -333,19 +334,6 @@ _JS: Final = """
   document.documentElement.setAttribute("data-rendered", "ok");
 })();
 """
-
-
-def format_duration(ms: int) -> str:
-    """Return a short human duration: ``340 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``."""
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        minutes, seconds = divmod(ms // 1000, 60)
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(ms // 60_000, 60)
-    return f"{hours} h {minutes} min"
 
 
 def _ts(value: datetime | None) -> str:
