@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -420,6 +422,98 @@ def increasing_timestamps() -> Iterator[datetime]:
         now = datetime.now(UTC)
         last = now if now > last else last + timedelta(microseconds=1)
         yield last
+
+
+FOLLOW_BOUND = 30.0
+"""Safety bound (seconds) on waiting for a follower's output; a passing run needs a fraction of it."""
+
+
+class Follower:
+    """A ``gz-ia ... -f`` subprocess whose stdout and stderr lines are collected by threads.
+
+    Waits are bounded by ``FOLLOWFOLLOW_BOUND`` seconds, past which the test fails with what the process said."""
+
+    def __init__(self, collector: Any, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.errors: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.errors), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @staticmethod
+    def _pump(stream: IO[str], into: queue.Queue[str]) -> None:
+        for line in stream:
+            into.put(line)
+
+    def said(self, text: str) -> None:
+        """Wait until stderr has a line containing ``text`` (fails the test after the safety bound)."""
+        while True:
+            try:
+                line = self.errors.get(timeout=FOLLOW_BOUND)
+            except queue.Empty:
+                code, stderr = self.finish()
+                pytest.fail(f"the follower never said {text!r}; exit {code}; stderr: {stderr}")
+            if text in line:
+                return
+            if self.proc.poll() is not None and self.errors.empty():
+                code, stderr = self.finish()
+                pytest.fail(f"the follower exited {code} without saying {text!r}: {line}{stderr}")
+
+    def take(self, count: int) -> list[dict[str, Any]]:
+        """Return the next ``count`` JSON lines (fails the test after the safety bound)."""
+        records = []
+        for _ in range(count):
+            try:
+                records.append(json.loads(self.lines.get(timeout=FOLLOW_BOUND)))
+            except queue.Empty:
+                code, stderr = self.finish()
+                pytest.fail(f"follower printed {records} of {count} lines; exit {code}; stderr: {stderr}")
+        return records
+
+    def finish(self, *, kill: bool = True) -> tuple[int, str]:
+        """Wait for the process (killing it first with ``kill``); return its exit code and stderr."""
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            code = self.proc.wait(FOLLOW_BOUND)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail("the follower did not exit")
+        for thread in self._threads:
+            thread.join(FOLLOW_BOUND)
+        stderr = "".join(self.errors.get() for _ in range(self.errors.qsize()))
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return code, stderr
+
+    def interrupt(self) -> tuple[int, str]:
+        """Ctrl-C: return the exit code and stderr."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.finish(kill=False)
+
+
+@pytest.fixture(name="follow")
+def _follow() -> Iterator[Callable[..., Follower]]:
+    """Start :class:`Follower` processes (``follow(collector, *gz_ia_args)``); every one is killed afterwards."""
+    started: list[Follower] = []
+
+    def start(collector: Any, *args: str) -> Follower:
+        started.append(Follower(collector, *args))
+        return started[-1]
+
+    yield start
+    for follower in started:
+        follower.finish()
 
 
 @pytest.fixture(name="schema_validator", scope="session")

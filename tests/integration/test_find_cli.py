@@ -253,32 +253,13 @@ def test_pager_is_used_on_a_terminal_only(root: Any, short_tmp: Path) -> None:
 def test_completion_offers_session_ids(root: Any, command: str) -> None:
     """click's bash completion protocol completes session ids of session logs, tree and view."""
     script = Path(sys.executable).parent / "gz-ia"
-    result = subprocess.run(
-        [str(script)],
-        env={
-            **root.env,
-            "_GZ_IA_COMPLETE": "bash_complete",
-            "COMP_WORDS": f"gz-ia session {command} n",
-            "COMP_CWORD": "3",
-        },
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result.stdout.split() == ["plain,new"]
-    everything = subprocess.run(
-        [str(script)],
-        env={
-            **root.env,
-            "_GZ_IA_COMPLETE": "bash_complete",
-            "COMP_WORDS": f"gz-ia session {command} ",
-            "COMP_CWORD": "3",
-        },
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert everything.stdout.split() == ["plain,bad", "plain,new", "plain,old"]
+
+    def complete(words: str) -> list[str]:
+        environment = {**root.env, "_GZ_IA_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": "3"}
+        return subprocess.run([str(script)], env=environment, capture_output=True, text=True, check=True).stdout.split()
+
+    assert complete(f"gz-ia session {command} n") == ["plain,new"]
+    assert complete(f"gz-ia session {command} ") == ["plain,bad", "plain,new", "plain,old"]
 
 
 def _lines(result: subprocess.CompletedProcess[str]) -> list[str]:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import queue
-import signal
 import subprocess
 import sys
-import threading
-from typing import IO, Any
+from typing import Any
 
 import pytest
-from tests.conftest import send_events
+from tests.conftest import Follower, send_events
 
 from gz_ia.client import build_event
 
@@ -33,61 +31,6 @@ def _send(collector: Any, session_id: str, first: int, count: int) -> None:
     )
 
 
-class Follower:
-    """A ``gz-ia ... -f --json`` subprocess whose stdout lines are collected by a thread."""
-
-    def __init__(self, collector: Any, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
-            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        assert self.proc.stdout is not None
-        self._thread = threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True)
-        self._thread.start()
-
-    def _pump(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.put(line)
-
-    def take(self, count: int) -> list[dict[str, Any]]:
-        """Return the next ``count`` JSON lines (fails the test after the safety bound)."""
-        records = []
-        for _ in range(count):
-            try:
-                records.append(json.loads(self.lines.get(timeout=_BOUND)))
-            except queue.Empty:
-                self.proc.kill()
-                assert self.proc.stderr is not None
-                stderr = self.proc.stderr.read()
-                self.close()
-                pytest.fail(f"follower printed {len(records)} of {count} lines; stderr: {stderr}")
-        return records
-
-    def interrupt(self) -> tuple[int, str]:
-        """Ctrl-C: return the exit code and stderr."""
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            code = self.proc.wait(_BOUND)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            pytest.fail("follower ignored SIGINT")
-        assert self.proc.stderr is not None
-        stderr = self.proc.stderr.read()
-        self.close()
-        return code, stderr
-
-    def close(self) -> None:
-        """Kill the process if still running and close its pipes."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._thread.join(_BOUND)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
 def _ready(follower: Follower, collector: Any, session_id: str, first: int) -> int:
     """Send one event at a time until the follower shows one (it is then following); return the next index.
 
@@ -101,18 +44,18 @@ def _ready(follower: Follower, collector: Any, session_id: str, first: int) -> i
             shown = json.loads(follower.lines.get(timeout=0.5))
         except queue.Empty:
             if index - first > 60:
-                follower.close()
+                follower.finish()
                 pytest.fail("the follower never showed an event")
             continue
         follower.take(index - shown["seq"])  # events sent after the first shown one
         return index
 
 
-def test_follow_survives_rotation_and_a_collector_restart(make_collector: Any) -> None:
+def test_follow_survives_rotation_and_a_collector_restart(make_collector: Any, follow: Any) -> None:
     """session logs -f sees every event once, in order, across many rotations and a collector restart."""
     collector = make_collector(env=ROTATING)
     _send(collector, "s1", 0, 30)
-    follower = Follower(collector, "session", "logs", "s1", "-f", "--json", "-n", "5")
+    follower = follow(collector, "session", "logs", "s1", "-f", "--json", "-n", "5")
     head = follower.take(5)
     assert [record["seq"] for record in head] == [26, 27, 28, 29, 30]
     _send(collector, "s1", 30, 60)
@@ -128,11 +71,11 @@ def test_follow_survives_rotation_and_a_collector_restart(make_collector: Any) -
     assert follower.lines.empty()
 
 
-def test_follow_after_a_crash_holds_back_nothing_twice(make_collector: Any) -> None:
+def test_follow_after_a_crash_holds_back_nothing_twice(make_collector: Any, follow: Any) -> None:
     """A SIGKILLed collector restarted mid-follow: the follower neither repeats nor loses events."""
     collector = make_collector(env=ROTATING)
     _send(collector, "s1", 0, 10)
-    follower = Follower(collector, "session", "logs", "s1", "-f", "--json", "-n", "all")
+    follower = follow(collector, "session", "logs", "s1", "-f", "--json", "-n", "all")
     assert [record["seq"] for record in follower.take(10)] == list(range(1, 11))
     collector.kill()
     collector.start()
@@ -141,11 +84,11 @@ def test_follow_after_a_crash_holds_back_nothing_twice(make_collector: Any) -> N
     follower.interrupt()
 
 
-def test_logs_follow_picks_up_a_new_session(make_collector: Any) -> None:
+def test_logs_follow_picks_up_a_new_session(make_collector: Any, follow: Any) -> None:
     """gz-ia logs -f shows a session that starts after it, from its first event, plus the old ones."""
     collector = make_collector(env=ROTATING)
     _send(collector, "old", 0, 3)
-    follower = Follower(collector, "logs", "-f", "--json", "-n", "0")
+    follower = follow(collector, "logs", "-f", "--json", "-n", "0")
     index = _ready(follower, collector, "old", 3)
     _send(collector, "brand-new", 0, 40)
     _send(collector, "old", index, 2)
@@ -157,11 +100,11 @@ def test_logs_follow_picks_up_a_new_session(make_collector: Any) -> None:
     follower.interrupt()
 
 
-def test_tree_follow_adds_subagents_that_start_later(make_collector: Any) -> None:
+def test_tree_follow_adds_subagents_that_start_later(make_collector: Any, follow: Any) -> None:
     """session logs --tree -f includes a subagent session created after the follow started."""
     collector = make_collector()
     _send(collector, "boss", 0, 3)
-    follower = Follower(collector, "session", "logs", "boss", "--tree", "-f", "--json", "-n", "0")
+    follower = follow(collector, "session", "logs", "boss", "--tree", "-f", "--json", "-n", "0")
     index = _ready(follower, collector, "boss", 3)
     client = collector.client()
     try:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import queue
 import re
-import signal
 import subprocess
 import sys
-import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -418,44 +415,20 @@ def test_grep_exit_codes(busy: Any) -> None:
     assert _run(busy, "session", "logs", "main", "-g", "task-49").exit_code == 0
 
 
-def test_grep_while_following_filters_and_exits_0(fresh: Any) -> None:
+def test_grep_while_following_filters_and_exits_0(fresh: Any, follow: Any) -> None:
     """-f -g prints only matching new events (none matched before) and ends with 0 on Ctrl-C, never 1."""
-    follower = subprocess.Popen(
-        [sys.executable, "-c", "from gz_ia.collector.cli import main; main()",
-         "session", "logs", "lone", "-f", "-n", "all", "--json", "-g", "^needle"],
-        env=fresh.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump(stream: IO[str]) -> None:
-        for line in stream:
-            lines.put(line)
-
-    assert follower.stdout is not None
-    reading = threading.Thread(target=pump, args=(follower.stdout,), daemon=True)
-    reading.start()
+    follower = follow(fresh, "session", "logs", "lone", "-f", "-n", "all", "--json", "-g", "^needle")
+    client = fresh.client()
     try:
-        client = fresh.client()
-        try:
-            for action in ("hay-1", "needle-1", "hay-2", "needle-2"):
-                client.send(build_event(session_id="lone", action=action, stage="READ", agent="claude"), timeout=10)
-        finally:
-            client.close()
-        shown = [json.loads(lines.get(timeout=_BOUND))["action"] for _ in range(2)]
-        assert shown == ["needle-1", "needle-2"]
-        follower.send_signal(signal.SIGINT)
-        assert follower.wait(_BOUND) == 0
+        for action in ("hay-1", "needle-1", "hay-2", "needle-2"):
+            client.send(build_event(session_id="lone", action=action, stage="READ", agent="claude"), timeout=10)
     finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait()
-        reading.join(_BOUND)  # the pipe is at its end once the process has gone
-        follower.stdout.close()
-    assert follower.stderr is not None
-    stderr = follower.stderr.read()
-    follower.stderr.close()
+        client.close()
+    assert [record["action"] for record in follower.take(2)] == ["needle-1", "needle-2"]
+    code, stderr = follower.interrupt()
+    assert code == 0
     assert "Traceback" not in stderr
-    assert lines.empty()
+    assert follower.lines.empty()
 
 
 def test_pager_flags_are_accepted_and_never_page(busy: Any) -> None:
@@ -465,3 +438,17 @@ def test_pager_flags_are_accepted_and_never_page(busy: Any) -> None:
         result = _run(busy, "session", "logs", "sub", "--utc", flag)
         assert result.exit_code == 0, result.output
         assert result.stdout == plain.stdout
+
+
+def test_an_hour_long_session_shows_hours_like_its_timeline(collector: Any) -> None:
+    """Durations of an hour or more read ``2 h 5 min`` on the terminal, as on the HTML timeline."""
+    end = datetime.now(UTC)
+    events = [
+        build_event(session_id="long", action="build", stage=stage, agent="claude", timestamp=end - gap)
+        for stage, gap in (("READ", timedelta(hours=2, minutes=5)), ("FINISH", timedelta()))
+    ]
+    send_events(collector, events)
+    tree = collector.gz_ia("session", "tree", "long", "--color", "never", check=True)
+    assert tree.stdout.startswith("long  claude  ok  2 h 5 min"), tree.stdout
+    page = collector.gz_ia("session", "view", "long", "-o", "-", check=True)
+    assert "2 h 5 min" in page.stdout

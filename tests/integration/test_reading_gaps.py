@@ -5,15 +5,12 @@ cycle finishes). Real collector, real files, the real CLI in a subprocess."""
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from tests.conftest import send_events, wait_for
@@ -57,88 +54,6 @@ def _retained(collector: Any, session_id: str) -> None:
     """Wait until retention (a worker thread, behind the writes) has deleted the archives past its limit."""
     limit = int(RETAINING["GZ_IA_RETENTION_MAX_ARCHIVES"])
     wait_for(lambda: len(_archives(collector, session_id)) <= limit, message=f"retention to trim {session_id}")
-
-
-_STARTED: list[Follower] = []
-
-
-@pytest.fixture(autouse=True)
-def _no_follower_left() -> Iterator[None]:
-    """Kill every follower a test started, whether it passed or failed."""
-    yield
-    while _STARTED:
-        follower = _STARTED.pop()
-        if follower.proc.poll() is None:
-            follower.proc.kill()
-            follower.proc.wait()
-
-
-class Follower:
-    """A ``gz-ia ... -f`` subprocess whose stdout lines are collected by a thread."""
-
-    def __init__(self, collector: Any, *args: str) -> None:
-        _STARTED.append(self)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
-            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.errors: queue.Queue[str] = queue.Queue()
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, self.errors), daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    @staticmethod
-    def _pump(stream: IO[str], into: queue.Queue[str]) -> None:
-        for line in stream:
-            into.put(line)
-
-    def said(self, text: str) -> None:
-        """Wait until stderr has a line containing ``text`` (fails the test after the safety bound)."""
-        while True:
-            try:
-                line = self.errors.get(timeout=_BOUND)
-            except queue.Empty:
-                code, stderr = self.finish()
-                pytest.fail(f"the follower never said {text!r}; exit {code}; stderr: {stderr}")
-            if text in line:
-                return
-            if self.proc.poll() is not None and self.errors.empty():
-                code, stderr = self.finish()
-                pytest.fail(f"the follower exited {code} without saying {text!r}: {line}{stderr}")
-
-    def take(self, count: int) -> list[dict[str, Any]]:
-        """Return the next ``count`` JSON lines (fails the test after the safety bound)."""
-        records = []
-        for _ in range(count):
-            try:
-                records.append(json.loads(self.lines.get(timeout=_BOUND)))
-            except queue.Empty:
-                code, stderr = self.finish()
-                pytest.fail(f"follower printed {records} of {count} lines; exit {code}; stderr: {stderr}")
-        return records
-
-    def finish(self, *, kill: bool = True) -> tuple[int, str]:
-        """Wait for the process (killing it first with ``kill``); return its exit code and stderr."""
-        if kill and self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            code = self.proc.wait(_BOUND)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            pytest.fail("the follower did not exit")
-        for thread in self._threads:
-            thread.join(_BOUND)
-        stderr = "".join(self.errors.get() for _ in range(self.errors.qsize()))
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return code, stderr
 
 
 # --- never silent about what it did not show -------------------------------------------------------
@@ -224,11 +139,11 @@ def test_a_missing_root_is_an_error_for_every_reading_command(collector: Any, tm
         assert "-- No entries --" not in result.stderr
 
 
-def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any) -> None:
+def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, follow: Any) -> None:
     """A follower stopped while retention deletes what it had not read: a lagged notice, then the rest, in order."""
     collector = make_collector(env=RETAINING)
     _send(collector, "lone", 0, 3)
-    follower = Follower(collector, "session", "logs", "lone", "-f", "--json")
+    follower = follow(collector, "session", "logs", "lone", "-f", "--json")
     assert [record["seq"] for record in follower.take(3)] == [1, 2, 3]
     follower.proc.send_signal(signal.SIGSTOP)
     try:
@@ -284,9 +199,9 @@ def test_a_cursor_of_a_rebuilt_root_is_refused(make_collector: Any) -> None:
 
 
 @pytest.mark.parametrize("tree", [False, True], ids=["session", "tree"])
-def test_following_a_session_that_has_not_started_waits_for_it(collector: Any, tree: bool) -> None:
+def test_following_a_session_that_has_not_started_waits_for_it(collector: Any, tree: bool, follow: Any) -> None:
     """session logs NEW -f (and --tree -f) waits for the session, then shows its events."""
-    follower = Follower(collector, "session", "logs", "late", "-f", "--json", *(["--tree"] if tree else []))
+    follower = follow(collector, "session", "logs", "late", "-f", "--json", *(["--tree"] if tree else []))
     try:
         follower.said("-- waiting for session late to start --")
         _send(collector, "late", 0, 3)
@@ -338,12 +253,14 @@ def _cycle(client: Any, session_id: str, action: str, *, failed: bool) -> None:
 
 
 @pytest.mark.parametrize(("failed", "code"), [(False, 0), (True, 4)], ids=["ok", "failed"])
-def test_until_finished_exits_with_the_status_of_the_followed_cycle(collector: Any, failed: bool, code: int) -> None:
+def test_until_finished_exits_with_the_status_of_the_followed_cycle(
+    collector: Any, failed: bool, code: int, follow: Any
+) -> None:
     """-f --until-finished stops at the FINISH of the session's first cycle: 0 for OK, 4 for FAILED."""
     client = collector.client()
     try:
         client.send(build_event(session_id="job", action="task", stage="READ", agent="a"), timeout=10)
-        follower = Follower(collector, "session", "logs", "job", "-f", "--until-finished", "--json")
+        follower = follow(collector, "session", "logs", "job", "-f", "--until-finished", "--json")
         assert follower.take(1)[0]["stage"] == "READ"
         _cycle(client, "job", "inner", failed=True)  # another action's FAILED does not end the wait
         for stage in ("PENDING", "FINISH"):

@@ -1,8 +1,7 @@
 """The one seam between the ecosystem tools (MCP, OTel export, timeline) and the session reader.
 
-The MCP server, the OpenTelemetry exporter and the timeline read sessions only through this module.
-It reads through the rotation-safe reader's paged API (``storage.reader.read_page`` /
-``list_sessions``) and hands out its own small :class:`Entry` and :class:`Page`.
+The MCP server, the OpenTelemetry exporter and the timeline read sessions only through this module,
+which narrows the rotation-safe reader (:mod:`gz_ia.collector.storage.reader`) to what they need.
 
 Cursors are opaque strings to every caller. Callers that must survive a change of reader (the OTel
 exporter persists its position) also keep the event's ``seq``, which the collector assigns per
@@ -83,9 +82,9 @@ def read_page(
     return Page(
         entries=[Entry(entry.line, entry.event, entry.cursor) for entry in page.entries],
         next_cursor=page.next_cursor,
-        incomplete=page.incomplete,
-        end=page.end,
-        expired=page.expired,
+        incomplete=bool(page.incomplete),
+        end=bool(page.end),
+        expired=bool(page.expired),
     )
 
 

@@ -19,12 +19,12 @@ from typing import Any, Final
 from gz_ia.client.schema import Stage, Status, StoredEvent
 
 from . import _pages
+from .view import format_duration
 
 __all__ = [
     "ActionSpan",
     "SessionNode",
     "build_session",
-    "find_parents",
     "load_tree",
     "render_html",
     "summarize",
@@ -141,11 +141,6 @@ def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode
 
 def _load_one(root: Path, session_id: str) -> SessionNode:
     return build_session(session_id, (entry.event for entry in _pages.iter_session(root, session_id)))
-
-
-def find_parents(root: Path) -> dict[str, str | None]:
-    """Return ``{session_id: parent_session_id}`` for every session under ``root`` (from its summary)."""
-    return {summary.session_id: summary.parent_session_id for summary in _pages.list_sessions(root)}
 
 
 def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
@@ -339,19 +334,6 @@ _JS: Final = """
   document.documentElement.setAttribute("data-rendered", "ok");
 })();
 """
-
-
-def format_duration(ms: int) -> str:
-    """Return a short human duration: ``340 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``."""
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        minutes, seconds = divmod(ms // 1000, 60)
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(ms // 60_000, 60)
-    return f"{hours} h {minutes} min"
 
 
 def _ts(value: datetime | None) -> str:

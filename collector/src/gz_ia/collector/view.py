@@ -23,7 +23,15 @@ from gz_ia.client.schema import Stage, Status, StoredEvent
 if TYPE_CHECKING:
     from gz_ia.collector.storage.reader import SessionSummary, TreeNode
 
-__all__ = ["EventStyle", "format_event", "format_sessions", "format_time", "format_tree", "printable"]
+__all__ = [
+    "EventStyle",
+    "format_duration",
+    "format_event",
+    "format_sessions",
+    "format_time",
+    "format_tree",
+    "printable",
+]
 
 EventStyle = Literal["short", "short-iso", "cat"]
 """The human ``-o`` formats of ``gz-ia logs``: a timeline line, the same with an RFC 3339 time, or the message only."""
@@ -110,23 +118,27 @@ def format_event(
     parts.append(_paint(f"{event.status.value:<6}", _FAILED if failed else _OK, colour))
     parts.append(_paint(action, _BOLD, colour) if failed else action)
     if event.duration_ms is not None and full:
-        parts.append(f"({_duration(event.duration_ms)})")
+        parts.append(f"({format_duration(event.duration_ms)})")
     if event.error:
         parts.append(_paint(f"error: {printable(event.error)}", _FAILED, colour))
     return " ".join(parts)
 
 
-def _duration(ms: int) -> str:
+def format_duration(ms: int) -> str:
+    """Return a short human duration: ``340 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min`` (terminal and HTML alike)."""
     if ms < 1000:
         return f"{ms} ms"
     if ms < 60_000:
         return f"{ms / 1000:.1f} s"
-    minutes, seconds = divmod(ms // 1000, 60)
-    return f"{minutes} min {seconds} s"
+    if ms < 3_600_000:
+        minutes, seconds = divmod(ms // 1000, 60)
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(ms // 60_000, 60)
+    return f"{hours} h {minutes} min"
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else _duration(round(value * 1000))
+    return "-" if value is None else format_duration(round(value * 1000))
 
 
 def _when(value: datetime | None, *, utc: bool) -> str:

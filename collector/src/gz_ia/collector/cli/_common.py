@@ -8,15 +8,16 @@ from typing import Final
 import click
 
 from gz_ia.client import env
+from gz_ia.collector import entry
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_GAP",
     "EXIT_NOT_FOUND",
     "EXIT_NO_MATCH",
-    "EXIT_REJECTED",
     "EXIT_TIMEOUT",
     "EXIT_UNAVAILABLE",
+    "EXIT_UNHEALTHY",
     "root_of",
     "socket_path_of",
     "version",
@@ -26,7 +27,6 @@ __all__ = [
 # 0 everything asked for was shown (an empty result included); 1 error (no root, no session, a root
 # of a newer layout, no --grep match); 2 usage; 3 shown, but events in the range were missing;
 # 4 --until-finished saw the followed action fail; 124 --timeout expired (as timeout(1) exits).
-EXIT_REJECTED: Final = 1
 EXIT_NOT_FOUND: Final = 1
 EXIT_GAP: Final = 3
 """What was shown is all that could be read, but events in the range are missing (deleted by retention
@@ -39,8 +39,8 @@ EXIT_NO_MATCH: Final = 1
 """``gz-ia logs --grep`` matched nothing (journalctl -g does the same), so scripts can test for a hit."""
 EXIT_UNHEALTHY: Final = 1
 """``gz-ia status``: the collector answered, unhealthy (a share of a sharded collector is down)."""
-EXIT_UNAVAILABLE: Final = 69
-"""``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable."""
+EXIT_UNAVAILABLE: Final = entry.EXIT_UNAVAILABLE
+"""``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable (the same code as ``session log``'s)."""
 
 
 def version() -> str:

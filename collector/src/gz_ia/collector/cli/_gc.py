@@ -21,7 +21,6 @@ import click
 
 from . import main
 from ._common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, root_of, socket_path_of
-from ._reading import parse_duration
 
 _SIZE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?$")
 _SIZE_UNITS: Final = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -117,9 +116,10 @@ def gc_command(
     removed.
     """
     from gz_ia.client.protocol import Collect, Error, RejectReason, Report
+    from gz_ia.collector.query import parse_span
     from gz_ia.collector.storage.retention import MIN_IDLE_AGE
 
-    threshold = _option(parse_duration, older_than, "--older-than")
+    threshold = _option(parse_span, older_than, "--older-than")
     if threshold < MIN_IDLE_AGE:
         raise click.BadParameter(
             f"{older_than!r} is too recent: a collector may still be writing a session idle for "
@@ -127,7 +127,7 @@ def gc_command(
             param_hint="--older-than",
         )
     vacuum_bytes = _option(parse_size, vacuum_size, "--vacuum-size") if vacuum_size is not None else 0
-    vacuum_seconds = _option(parse_duration, vacuum_time, "--vacuum-time") if vacuum_time is not None else 0.0
+    vacuum_seconds = _option(parse_span, vacuum_time, "--vacuum-time") if vacuum_time is not None else 0.0
     if vacuum_size is not None and vacuum_bytes <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--vacuum-size")
     if vacuum_time is not None and vacuum_seconds <= 0:

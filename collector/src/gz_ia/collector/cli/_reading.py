@@ -17,7 +17,6 @@ import heapq
 import itertools
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -38,8 +37,6 @@ if TYPE_CHECKING:
     from gz_ia.collector.view import EventStyle
 
 _TIMES: Final = "now, today, yesterday, -1h, -15min, '2026-12-01 10:00', an epoch or RFC 3339"
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-_RELATIVE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _STAGES: Final = [stage.value for stage in Stage]
 _STATUSES: Final = [status.value for status in Status]
 _OUTPUTS: Final = ["short", "short-iso", "json", "json-pretty", "cat"]
@@ -50,21 +47,6 @@ _STYLES: Final[dict[str, EventStyle]] = {"short": "short", "short-iso": "short-i
 
 
 # --- parsing -----------------------------------------------------------------------------------------
-
-
-def parse_duration(value: str) -> float:
-    """Return the seconds of ``10m``, ``2h``, ``30d``, ``1w`` or a plain number of seconds."""
-    text = value.strip().lower()
-    match = _RELATIVE.match(text)
-    if match:
-        return float(match.group(1)) * _UNITS[match.group(2)]
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a duration like 30s, 10m, 2h, 7d or 1w") from None
-    if seconds < 0:
-        raise ValueError(f"{value!r} is negative")
-    return seconds
 
 
 def parse_time(value: str, *, now: datetime, utc: bool = False) -> datetime:
@@ -346,8 +328,10 @@ def _follow_limits(options: dict[str, Any], *, single: bool, until_finished: boo
         return None
     if not follow:
         raise click.UsageError("--timeout needs -f/--follow")
+    from gz_ia.collector.query import parse_span
+
     try:
-        return parse_duration(options["timeout"])
+        return parse_span(options["timeout"])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--timeout") from exc
 

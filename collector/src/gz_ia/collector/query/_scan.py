@@ -33,17 +33,12 @@ from gz_ia.client.schema import Status, StoredEvent
 from gz_ia.collector.storage import reader
 from gz_ia.collector.storage._layout import (
     ACTIVE_SUFFIX,
-    STATE_SUFFIX,
     Checkpoint,
     RootDirs,
     Segment,
     SegmentUnreadable,
     open_archive,
-    parse_archive_name,
-    read_checkpoint,
     session_archive,
-    session_id_of,
-    session_id_of_state,
 )
 
 from ._match import Selection
@@ -84,47 +79,6 @@ def needles_of(filters: reader.Filters, selection: Selection) -> list[tuple[byte
     return groups
 
 
-class _Listing:
-    """One listing of ``sessions/`` and ``state/``: the session ids, and each one's newest archive."""
-
-    def __init__(self, dirs: RootDirs) -> None:
-        self.ids: set[str] = set()
-        self.archives: dict[str, list[int]] = {}
-        self.active: set[str] = set()
-        for name in os.listdir(dirs.sessions_fd):
-            session_id = session_id_of(name)
-            if session_id is not None:
-                self.active.add(session_id)
-            else:
-                archive = parse_archive_name(name)
-                if archive is None:
-                    continue
-                session_id = archive[0]
-                numbers = self.archives.setdefault(session_id, [])
-                if archive[1] not in numbers:  # plain and compressed while compression runs
-                    numbers.append(archive[1])
-            self.ids.add(session_id)
-        if dirs.state_fd is not None:
-            for name in os.listdir(dirs.state_fd):
-                session_id = session_id_of_state(name)
-                if session_id is not None:
-                    self.ids.add(session_id)
-
-
-def _covering(dirs: RootDirs, session_id: str, listing: _Listing) -> Checkpoint | None:
-    """The session's checkpoint when it covers every stored line, else None."""
-    checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
-    if checkpoint is None or max(listing.archives.get(session_id, [0])) >= checkpoint.segment:
-        return None
-    if session_id not in listing.active:
-        return checkpoint if checkpoint.offset == 0 else None
-    try:
-        info = os.stat(session_id + ACTIVE_SUFFIX, dir_fd=dirs.sessions_fd, follow_symlinks=False)
-    except OSError:
-        return None
-    return checkpoint if stat.S_ISREG(info.st_mode) and info.st_size == checkpoint.offset else None
-
-
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
     if filters.statuses == {Status.FAILED} and checkpoint.failures == 0:
         return False
@@ -140,10 +94,10 @@ def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
 
 
 def _plan(
-    dirs: RootDirs, listing: _Listing, filters: reader.Filters, selection: Selection
+    dirs: RootDirs, listing: reader._Listing, filters: reader.Filters, selection: Selection
 ) -> list[tuple[str, Checkpoint | None]]:
     """The sessions that may hold a match, in id order, with their checkpoint when it was read."""
-    ids = listing.ids
+    ids = listing.session_ids
     named = selection.matches.values_of("session_id")
     if named is not None:
         ids = ids & set(named)
@@ -152,19 +106,21 @@ def _plan(
     for session_id in sorted(ids):
         checkpoint = None
         if prunable:
-            checkpoint = _covering(dirs, session_id, listing)
+            checkpoint = reader._covering_checkpoint(dirs, session_id, listing)
             if checkpoint is not None and not _may_match(checkpoint, filters):
                 continue
         kept.append((session_id, checkpoint))
     return kept
 
 
-def _segments(dirs: RootDirs, session_id: str, listing: _Listing, checkpoint: Checkpoint | None) -> list[Segment]:
+def _segments(
+    dirs: RootDirs, session_id: str, listing: reader._Listing, checkpoint: Checkpoint | None
+) -> list[Segment]:
     """Open the session's segments as listed, oldest first; :class:`_Fallback` on anything unusual
     (a hole between archives, a file that moved since the listing, an unreadable one)."""
-    archives = sorted(listing.archives.get(session_id, []))
-    if archives and archives[-1] - archives[0] + 1 != len(archives):
+    if listing.holed(session_id):
         raise _Fallback
+    archives = sorted(listing.archives.get(session_id, ()))
     # The active segment's number only goes into the entries' cursors, where it is a hint checked
     # against seq: without a checkpoint at hand, one past the newest archive saves reading it.
     number = max(archives[-1] + 1 if archives else 1, checkpoint.segment if checkpoint is not None else 1)
@@ -273,7 +229,7 @@ class _Finder:
 
 def _session(
     dirs: RootDirs,
-    listing: _Listing,
+    listing: reader._Listing,
     session_id: str,
     checkpoint: Checkpoint | None,
     filters: reader.Filters,
@@ -361,7 +317,7 @@ def search(
     per_session: list[list[reader.Entry]] = []
     fallbacks: list[str] = []
     try:
-        listing = _Listing(dirs)
+        listing = reader._Listing(dirs)
 
         def read(chunk: list[tuple[str, Checkpoint | None]]) -> list[tuple[str, list[reader.Entry] | None]]:
             done: list[tuple[str, list[reader.Entry] | None]] = []

@@ -791,9 +791,16 @@ def read_page(
         raise ValueError("limit must be at least 1")
     if cursor is not None:
         _decode_cursor(cursor)  # a malformed cursor is refused before the root is looked at
+    return _read(root, session_id, cursor, limit=limit, reverse=reverse, filters=filters)
+
+
+def _read(
+    root: Path, session_id: str, start: str | _Position | None, *, limit: int, reverse: bool, filters: Filters | None
+) -> Page:
+    """Read one page after ``start``: a cursor, or a position no cursor can name (see :func:`_after_gap`)."""
     dirs = _open(root)
     try:
-        position = _single_position(cursor, session_id, dirs) if cursor is not None else None
+        position = _single_position(start, session_id, dirs) if isinstance(start, str) else start
         view = _view(dirs, session_id)
         try:
             return _page(view, position, limit, reverse, filters)
@@ -953,7 +960,7 @@ def iter_events(
     resume: _Position | None = None  # where a lagged read goes on: no cursor string can name it
     while True:
         if resume is not None:
-            page = _read_forward_from(root, session_id, resume, limit=page_size, filters=filters)
+            page = _read(root, session_id, resume, limit=page_size, reverse=False, filters=filters)
         else:
             page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
         resume = None
@@ -978,21 +985,6 @@ def iter_events(
         cursor = page.next_cursor
 
 
-def _read_forward_from(
-    root: Path, session_id: str, position: _Position, *, limit: int, filters: Filters | None
-) -> Page:
-    """Read a forward page after ``position`` (see :func:`_after_gap`)."""
-    dirs = _open(root)
-    try:
-        view = _view(dirs, session_id)
-        try:
-            return _page(view, position, limit, False, filters)
-        finally:
-            view.close()
-    finally:
-        dirs.close()
-
-
 def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
     """Return the session's event number ``seq``, or None when it is not stored (not yet, or deleted).
 
@@ -1005,7 +997,7 @@ def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
     if seq < 1:
         return None
     # Segment 0 never exists, so the read finds the boundary before ``seq`` by its number.
-    page = _read_forward_from(root, session_id, _Position(session_id, 0, 0, seq - 1), limit=1, filters=None)
+    page = _read(root, session_id, _Position(session_id, 0, 0, seq - 1), limit=1, reverse=False, filters=None)
     return next((entry for entry in page.entries if entry.event.seq == seq), None)
 
 
@@ -1372,11 +1364,15 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: _Listing) -> Sessio
     small read; anything that does not line up (no checkpoint, bytes written since, a rotation
     racing with us) goes the careful way through :func:`_summary`.
     """
+    checkpoint = _covering_checkpoint(dirs, session_id, listing)
+    return None if checkpoint is None else _summary_of(session_id, checkpoint, segments=checkpoint.segment)
+
+
+def _covering_checkpoint(dirs: RootDirs, session_id: str, listing: _Listing) -> Checkpoint | None:
+    """The session's checkpoint when it covers every stored line: no archive after it, and the active
+    file (if any) exactly as long as it says. None otherwise: then only reading the lines is exact."""
     checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
-    if checkpoint is None:
-        return None
-    number = max(checkpoint.segment, listing.newest_archive.get(session_id, 0) + 1)
-    if number != checkpoint.segment:
+    if checkpoint is None or listing.newest_archive.get(session_id, 0) >= checkpoint.segment:
         return None
     try:
         info = os.stat(session_id + ACTIVE_SUFFIX, dir_fd=dirs.sessions_fd, follow_symlinks=False)
@@ -1388,9 +1384,7 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: _Listing) -> Sessio
         if not stat.S_ISREG(info.st_mode):
             return None
         size = info.st_size
-    if size != checkpoint.offset:
-        return None
-    return _summary_of(session_id, checkpoint, segments=number)
+    return checkpoint if size == checkpoint.offset else None
 
 
 def _summary_of(
@@ -1416,6 +1410,8 @@ class _Listing:
 
     def __init__(self, dirs: RootDirs) -> None:
         self.session_ids: set[str] = set()
+        self.active: set[str] = set()
+        """Sessions with an active file."""
         self.newest_archive: dict[str, int] = {}
         self.archives: dict[str, set[int]] = {}
         self.damaged: set[str] = set()
@@ -1424,7 +1420,9 @@ class _Listing:
             for item in entries:
                 name = item.name
                 session_id = session_id_of(name)
-                if session_id is None:
+                if session_id is not None:
+                    self.active.add(session_id)
+                else:
                     archive = parse_archive_name(name)
                     if archive is None:
                         continue
