@@ -221,6 +221,29 @@ def test_waiting_for_a_session_gives_up_after_the_timeout(collector: Any) -> Non
     assert "session never did not start within --timeout 0.5s" in result.stderr
 
 
+def test_a_chain_of_subagents_deeper_than_python_recursion_is_drawn_to_its_depth_limit(collector: Any) -> None:
+    """1,200 sessions each the parent of the next: the tree is drawn 64 levels deep and says how many
+    deeper sessions it leaves out, instead of failing with RecursionError."""
+    depth = 1_200
+    client = collector.client()
+    for n in range(depth):
+        parent = f"deep-{n - 1}" if n else None
+        client.log(session_id=f"deep-{n}", action="a", stage="READ", agent="t", parent_session_id=parent)
+    assert client.flush(60)
+    client.close()
+    result = collector.gz_ia("session", "tree", "deep-0", "--color", "never")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 66 and lines[0].startswith("deep-0 ")
+    assert "deep-64 " in lines[64] and f"{depth - 65} deeper sessions not shown" in lines[65]
+    as_json = collector.gz_ia("session", "tree", "deep-0", "--json")
+    assert as_json.returncode == 0, as_json.stderr[-2000:]
+    node = json.loads(as_json.stdout)
+    for _ in range(64):
+        (node,) = node["children"]
+    assert node["session_id"] == "deep-64" and node["children"] == [] and node["hidden"] == depth - 65
+
+
 def test_a_session_known_only_as_a_parent_is_part_of_its_tree(collector: Any) -> None:
     """deep-1 logged nothing, deep-2 names it as parent: --tree and session tree from deep-1 show deep-2."""
     _send(collector, "deep-2", 0, 3, parent="deep-1")

@@ -30,9 +30,6 @@ __all__ = [
     "summarize",
 ]
 
-MAX_DEPTH: Final = 64
-"""Deepest subagent nesting followed; deeper levels (or a cycle of ids) are cut off."""
-
 COLOURS: Final = {
     "READ": "#4c8bf5",
     "PENDING": "#f2a93b",
@@ -156,16 +153,15 @@ def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
         return _load_one(root, session_id)
     top = _pages.session_tree(root, session_id)
 
-    def load(item: Any, depth: int) -> SessionNode:
+    def load(item: Any) -> SessionNode:  # as deep as the reader's tree: at most MAX_TREE_DEPTH
         try:
             node = _load_one(root, item.session_id)
         except _pages.SessionNotFound:
             node = build_session(item.session_id, ())  # known only as a parent
-        if depth < MAX_DEPTH:
-            node.children = [load(child, depth + 1) for child in item.children]
+        node.children = [load(child) for child in item.children]
         return node
 
-    return load(top, 0)
+    return load(top)
 
 
 def summarize(node: SessionNode) -> dict[str, Any]:

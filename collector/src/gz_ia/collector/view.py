@@ -196,6 +196,8 @@ def _middle(text: str, width: int) -> str:
 
 def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
     """Return the subagent tree, one line per session: id, agent, status, duration, events."""
+    from gz_ia.collector.storage.reader import MAX_TREE_DEPTH
+
     lines: list[str] = []
 
     def describe(item: TreeNode) -> str:
@@ -217,7 +219,9 @@ def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
             lines.append(prefix + ("└── " if last else "├── ") + describe(item))
             child_prefix = prefix + ("    " if last else "│   ")
         for index, child in enumerate(item.children):
-            walk(child, child_prefix, index == len(item.children) - 1, False)
+            walk(child, child_prefix, index == len(item.children) - 1 and not item.hidden, False)
+        if item.hidden:
+            lines.append(f"{child_prefix}└── … {item.hidden} deeper sessions not shown (depth limit {MAX_TREE_DEPTH})")
 
     walk(node, "", True, True)
     return lines

@@ -736,6 +736,7 @@ def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, col
                 "status": item.status,
                 "duration_seconds": item.duration_seconds,
                 "children": [encode(child) for child in item.children],
+                "hidden": item.hidden,
             }
 
         out.line(json.dumps(encode(node)))

@@ -78,6 +78,7 @@ from ._layout import (
 )
 
 __all__ = [
+    "MAX_TREE_DEPTH",
     "CursorExpired",
     "Entry",
     "Filters",
@@ -282,12 +283,18 @@ class SessionSummary:
     """Some retained data could not be read: the counts may be low."""
 
 
+MAX_TREE_DEPTH: Final = 64
+"""How many levels of subagents a tree holds below its top; deeper sessions are counted, not listed."""
+
+
 @dataclass(slots=True)
 class TreeNode:
     """A session and its subagent sessions (children ordered by first event)."""
 
     summary: SessionSummary
     children: list[TreeNode] = field(default_factory=list)
+    hidden: int = 0
+    """Descendants left out below :data:`MAX_TREE_DEPTH` (this node is at that depth)."""
 
     @property
     def session_id(self) -> str:
@@ -1521,15 +1528,26 @@ def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode
         raise SessionNotFound(f"no session {session_id!r}")
     visited = {session_id}
 
-    def build(summary: SessionSummary) -> TreeNode:
-        node = TreeNode(summary)
-        for child in children.get(summary.session_id, []):
-            if child.session_id not in visited:  # a parent cycle cannot loop forever
-                visited.add(child.session_id)
-                node.children.append(build(child))
-        return node
+    def unseen_children(parent: str) -> list[SessionSummary]:
+        fresh = [child for child in children.get(parent, []) if child.session_id not in visited]
+        visited.update(child.session_id for child in fresh)  # a parent cycle cannot loop forever
+        return fresh
 
-    return build(top)
+    # Iterative and bounded: a chain of subagents may be deeper than Python's recursion limit.
+    top_node = TreeNode(top)
+    pending = [(top_node, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth < MAX_TREE_DEPTH:
+            for child in unseen_children(node.session_id):
+                node.children.append(TreeNode(child))
+                pending.append((node.children[-1], depth + 1))
+            continue
+        below = unseen_children(node.session_id)
+        while below:
+            node.hidden += len(below)
+            below = [grandchild for child in below for grandchild in unseen_children(child.session_id)]
+    return top_node
 
 
 def session_tree(root: Path, session_id: str) -> TreeNode:
