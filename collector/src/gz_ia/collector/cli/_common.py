@@ -13,6 +13,7 @@ from gz_ia.collector import entry
 __all__ = [
     "EXIT_FAILED",
     "EXIT_GAP",
+    "EXIT_MISSING_EXTRA",
     "EXIT_NOT_FOUND",
     "EXIT_NO_MATCH",
     "EXIT_TIMEOUT",
@@ -39,6 +40,8 @@ EXIT_NO_MATCH: Final = 1
 """``gz-ia logs --grep`` matched nothing (journalctl -g does the same), so scripts can test for a hit."""
 EXIT_UNHEALTHY: Final = 1
 """``gz-ia status``: the collector answered, unhealthy (a share of a sharded collector is down)."""
+EXIT_MISSING_EXTRA: Final = 2
+"""``gz-ia mcp`` and ``gz-ia export otel`` without their extra installed (a usage error, as click's)."""
 EXIT_UNAVAILABLE: Final = entry.EXIT_UNAVAILABLE
 """``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable (the same code as ``session log``'s)."""
 

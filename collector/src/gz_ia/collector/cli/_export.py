@@ -14,9 +14,7 @@ from pathlib import Path
 import click
 
 from . import main
-from ._common import root_of, version
-
-EXIT_MISSING_EXTRA = 2
+from ._common import EXIT_MISSING_EXTRA, root_of, version
 
 
 @main.group("export")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from . import main
-from ._common import root_of, socket_path_of, version
+from ._common import EXIT_MISSING_EXTRA, root_of, socket_path_of, version
 
-EXIT_MISSING_EXTRA = 2
 MCP_EXTRA_HINT = "pip install 'gz-ia-collector[mcp]'"
 
 
