@@ -17,6 +17,7 @@ from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector.config import CollectorConfig, RetentionConfig, RotationConfig
 from gz_ia.collector.ingest import Ingest
 from gz_ia.collector.storage import reader
+from gz_ia.collector.storage._layout import rejects_stem
 from gz_ia.collector.storage.writer import Writer
 from gz_ia.collector.validation import DecodedBatch
 
@@ -40,7 +41,7 @@ class Harness:
             background=background,
             on_rotated=self._count_rotation,
             on_deleted=lambda files, nbytes: self.deleted.append((files, nbytes)),
-            share=share,
+            rejects_stem=rejects_stem(share),
         )
         self.ingest = Ingest(self.writer, clock=lambda: self.now)
         self.store = self.writer.root(self.root, owner=os.getuid())
@@ -94,7 +95,7 @@ class Harness:
             clock=lambda: self.now,
             background=False,
             on_rotated=self._count_rotation,
-            share=self.share,
+            rejects_stem=rejects_stem(self.share),
         )
         self.ingest = Ingest(self.writer, clock=lambda: self.now)
         self.store = self.writer.root(self.root, owner=os.getuid())

@@ -61,7 +61,7 @@ from .metrics import Metrics, root_id, write_error_kind
 from .reload import begin_reload, changed_settings, finish_reload
 from .shares import peer_decoder
 from .stages import Rejection, open_actions_share
-from .storage._layout import LayoutError, transient_cause
+from .storage._layout import LayoutError, rejects_stem, transient_cause
 from .storage.retention import RetentionReport, apply_retention, collect_idle
 from .storage.root_lock import RootLocked, RootLocks
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
@@ -436,7 +436,7 @@ class Collector:
             on_synced=metrics.fsync_latency.observe,
             # One process measures each root: in a sharded collector every share serves every root.
             on_measured=self._measured_root if share == 0 else None,
-            share=share,
+            rejects_stem=rejects_stem(share),
         )
         self.ingest = Ingest(
             self.writer,

@@ -58,7 +58,6 @@ from ._layout import (
     read_checkpoint,
     rejects_archive,
     rejects_archive_name,
-    rejects_stem,
     replay_session,
     segment_exists,
     session_archive,
@@ -271,8 +270,8 @@ class Writer:
             measured what the root takes (at most once a minute per root, and after each gc).
         snapshot_interval: seconds between checkpoints of a session that keeps being written.
         background: run compression and retention in a worker thread (False: at once, inline).
-        share: in a sharded collector, the share this writer belongs to: it names the rejects file
-            (each has one writer), while the sessions it writes are chosen by the caller.
+        rejects_stem: the name (without ``.jsonl``) of the rejects file this writer appends to in each
+            root: each such file has a single writer.
     """
 
     def __init__(
@@ -289,12 +288,12 @@ class Writer:
         on_measured: Callable[[Path, int], None] | None = None,
         snapshot_interval: float = 30.0,
         background: bool = True,
-        share: int = 0,
+        rejects_stem: str = REJECTS_STEM,
     ) -> None:
         if max_open_files < 1:
             raise ValueError("max_open_files must be at least 1")
         self.max_open_files = max_open_files
-        self._rejects_stem = rejects_stem(share)
+        self._rejects_stem = rejects_stem
         self.max_idle_sessions = max_idle_sessions
         self._loaded = 0
         self._new_states = 0
