@@ -1,25 +1,73 @@
 """What one ``gz-ia session log`` and one ``gz-ia hook claude-code`` cost, as a ratio to ``python -I -c pass``.
 
 Both run once per event (from scripts, and before and after every tool call of Claude Code), so
-their wall time is mostly the interpreter's start and the imports. Each is run as a fresh process,
-interleaved with the bare interpreter so that a busy machine slows them alike; the figures are the
-medians. The target is at most 3x the bare interpreter.
+their wall time is mostly the interpreter's start and the imports. They are measured as a user runs
+them: from a virtual environment holding the two distributions built as wheels and installed with
+their runtime dependencies only (no editable ``.pth`` files, none of the workspace's dev tools such
+as ``typing_extensions``, which msgspec imports when it finds it), with bytecode compiled. That
+environment is cached under ``bench/.cache/`` and rebuilt when a source or a pyproject changes.
 
-``python -m bench._cli_cost SOCKET ROOT RUNS`` prints the result as JSON.
+Each command is run as a fresh process, interleaved with the bare interpreter of the same
+environment so that a busy machine slows them alike; the figures are the medians. The target is at
+most 3x the bare interpreter.
+
+``python -m bench._cli_cost SOCKET ROOT RUNS [--workspace]`` prints the result as JSON
+(``--workspace``: the workspace's own ``gz-ia`` instead, editable and with the dev packages).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Final
 
-_GZ_IA = Path(sys.executable).with_name("gz-ia")
+_REPO: Final = Path(__file__).resolve().parent.parent
+_CACHE: Final = _REPO / "bench" / ".cache" / "cli-venv"
+_SOURCES: Final = ("client/pyproject.toml", "collector/pyproject.toml", "client/src", "collector/src")
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    for name in _SOURCES:
+        top = _REPO / name
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(_REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def user_install(cache: Path = _CACHE) -> Path:
+    """The ``bin`` directory of a virtual environment set up as a user's install; built if missing or stale.
+
+    The wheels are built with ``uv build`` and installed non-editable with ``uv pip install
+    --compile-bytecode`` into a ``uv venv`` of the interpreter running this (no pip, no setuptools).
+    """
+    stamp = cache / "sources.sha256"
+    digest = _sources_digest()
+    venv = cache / "venv"
+    if stamp.exists() and stamp.read_text() == digest and (venv / "bin" / "gz-ia").exists():
+        return venv / "bin"
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    _uv("build", "--all-packages", "--wheel", "-q", "-o", str(cache / "dist"))
+    _uv("venv", "-q", "--python", base, str(venv))
+    wheels = sorted(str(path) for path in (cache / "dist").glob("*.whl"))
+    _uv("pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--compile-bytecode", *wheels)
+    stamp.write_text(digest)
+    return venv / "bin"
+
+
+def _uv(*args: str) -> None:
+    subprocess.run(["uv", *args], capture_output=True, check=True, cwd=_REPO)
 
 
 def _time(argv: list[str], env: dict[str, str], stdin: bytes = b"") -> float:
@@ -28,17 +76,24 @@ def _time(argv: list[str], env: dict[str, str], stdin: bytes = b"") -> float:
     return time.perf_counter() - started
 
 
-def cli_cost(socket: Path, root: Path, runs: int) -> dict[str, float]:
-    """Median wall times (ms) and their ratios to the bare interpreter, over ``runs`` rounds."""
+def cli_cost(socket: Path, root: Path, runs: int, *, bin_dir: Path | None = None) -> dict[str, float]:
+    """Median wall times (ms) and their ratios to the bare interpreter, over ``runs`` rounds.
+
+    Args:
+        bin_dir: where ``python`` and ``gz-ia`` are; default :func:`user_install`.
+    """
+    bin_dir = bin_dir or user_install()
+    python, gz_ia = str(bin_dir / "python"), str(bin_dir / "gz-ia")
     with tempfile.TemporaryDirectory(prefix="gzcli") as spool:
-        env = {**os.environ, "GZ_IA_SOCKET": str(socket), "GZ_IA_ROOT": str(root), "GZ_IA_SPOOL_DIR": spool}
+        env = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env |= {"GZ_IA_SOCKET": str(socket), "GZ_IA_ROOT": str(root), "GZ_IA_SPOOL_DIR": spool}
         bare: list[float] = []
         log: list[float] = []
         hook: list[float] = []
         for index in range(runs):
-            bare.append(_time([sys.executable, "-I", "-c", "pass"], env))
+            bare.append(_time([python, "-I", "-c", "pass"], env))
             stage = "READ" if index % 2 == 0 else "FINISH"
-            log.append(_time([str(_GZ_IA), "session", "log", "bench-cli", "--action", "a", "--stage", stage,
+            log.append(_time([gz_ia, "session", "log", "bench-cli", "--action", "a", "--stage", stage,
                               "--agent", "bench", "-q"], env))  # fmt: skip
             event = "PreToolUse" if index % 2 == 0 else "PostToolUse"
             payload = {
@@ -49,7 +104,7 @@ def cli_cost(socket: Path, root: Path, runs: int) -> dict[str, float]:
                 "tool_use_id": f"toolu_{index // 2}",
                 "tool_input": {"command": "ls"},
             }
-            hook.append(_time([str(_GZ_IA), "hook", "claude-code"], env, json.dumps(payload).encode()))
+            hook.append(_time([gz_ia, "hook", "claude-code"], env, json.dumps(payload).encode()))
     base = statistics.median(bare)
     return {
         "python_ms": base * 1000,
@@ -61,4 +116,5 @@ def cli_cost(socket: Path, root: Path, runs: int) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(cli_cost(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])), indent=2))
+    workspace = Path(sys.executable).parent if "--workspace" in sys.argv[4:] else None
+    print(json.dumps(cli_cost(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), bin_dir=workspace), indent=2))
