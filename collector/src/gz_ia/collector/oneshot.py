@@ -16,89 +16,160 @@ uses it:
 - a small ``data`` map its owner may use (the hook keeps its tool calls' start times there).
 
 A lost ledger only costs a new producer id: numbering starts again under a name never used before.
-Only the standard library, msgspec and ``gz_ia.client`` are imported (no click, no asyncio), so
-that a call costs little more than the interpreter's start.
+
+A call costs little more than the interpreter's start: events are plain dicts (:func:`plain_event`),
+sent with the few MessagePack frames of :mod:`._msgpack`, and the ledger is read and written with
+:mod:`._plain_json`; msgspec and the client's spool are imported only to spool. Each Batch holds the
+events of one session (a sharded collector routes a batch by its session).
 """
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import errno
 import fcntl
-import hashlib
 import os
-import socket
 import time
-from pathlib import Path
-from typing import Any, Final
 
-import msgspec
+from gz_ia.collector import _plain_json
+from gz_ia.collector._msgpack import Raw, Timestamp, pack, unpack
 
-from gz_ia.client._spool import SPOOL_VERSION, SpoolHeader, SpoolRecord, frame_record
-from gz_ia.client.protocol import (
-    PROTOCOL_VERSION,
-    Batch,
-    Error,
-    FrameReader,
-    FrameTooLarge,
-    Hello,
-    RejectReason,
-    Verdicts,
-    Welcome,
-    collector_message_decoder,
-    encode_frame,
-)
-from gz_ia.client.schema import LogEvent
+try:  # the C digest itself: hashlib would load OpenSSL first
+    from _sha256 import sha256  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - Python 3.12 renamed it
+    from hashlib import sha256
 
-__all__ = ["Delivery", "Ledger", "Outcome"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Final
+
+__all__ = ["Delivery", "Ledger", "Outcome", "batch_frame", "hello_frame", "plain_event", "reply"]
 
 LEDGER_DIR: Final = "ledgers"
 LEDGER_MAX_AGE: Final = 7 * 86_400
 """Seconds after its last use past which a ledger with nothing spooled is removed."""
-_encoder: Final = msgspec.msgpack.Encoder()
+
+# The client's values, copied so that a call need not import the modules that hold them (which
+# import msgspec); tests/collector/test_oneshot_wire.py holds each copy to its original.
+PROTOCOL_VERSION: Final = 1
+MAX_FRAME: Final = 1 << 20
+MAX_SESSION_ID_LENGTH: Final = 128
+MAX_ACTION_LENGTH: Final = 512
+MAX_AGENT_LENGTH: Final = 128
+MAX_ERROR_LENGTH: Final = 16 * 1024
+MAX_ATTRS: Final = 32
+MAX_ATTR_KEY_LENGTH: Final = 64
+MAX_ATTR_STRING_LENGTH: Final = 1024
+MAX_CYCLE_LENGTH: Final = 32
+STAGES: Final = ("READ", "PENDING", "FINISH")
+STATUSES: Final = ("OK", "FAILED")
 # Refusals that a later attempt cannot turn into a delivery: spooling them would only defer them.
-_PERMANENT: Final = frozenset(
-    {RejectReason.ROOT_NOT_ALLOWED, RejectReason.PERMISSION_DENIED, RejectReason.UNSUPPORTED_VERSION}
-)
+_PERMANENT: Final = frozenset({"root_not_allowed", "permission_denied", "unsupported_version"})
 
 
-class Outcome(enum.StrEnum):
+class Outcome:
     """What became of the events of one :meth:`Ledger.deliver` call."""
 
-    ACCEPTED = "accepted"
+    ACCEPTED: Final = "accepted"
     """The collector answered; each event is written, or rejected with its reason."""
-    SPOOLED = "spooled"
+    SPOOLED: Final = "spooled"
     """No collector answered in time: the events are in the spool, written when one adopts it."""
-    REFUSED = "refused"
+    REFUSED: Final = "refused"
     """The collector refused the connection itself (root not allowed, permission, version)."""
-    LOST = "lost"
+    LOST: Final = "lost"
     """No collector answered and the spool could not be written."""
 
 
-class Delivery(msgspec.Struct, frozen=True):
+class Delivery:
     """The answer for a list of events: the outcome, and per event its seq or rejection."""
 
-    outcome: Outcome
-    seqs: list[int] = []
-    """Per event: its ``seq``, ``-1`` if already written, ``0`` if rejected (ACCEPTED only)."""
-    rejected: dict[int, tuple[str, str]] = {}
-    """Index of each rejected event: (reason, detail)."""
-    detail: str = ""
-    """Why the events were spooled, refused or lost."""
-    spool: str = ""
-    """The spool directory, when spooled."""
+    __slots__ = ("detail", "outcome", "rejected", "seqs", "spool")
+
+    def __init__(
+        self,
+        outcome: str,
+        *,
+        seqs: list[int] | None = None,
+        rejected: dict[int, tuple[str, str]] | None = None,
+        detail: str = "",
+        spool: str = "",
+    ) -> None:
+        self.outcome = outcome
+        self.seqs = seqs or []
+        """Per event: its ``seq``, ``-1`` if already written, ``0`` if rejected (ACCEPTED only)."""
+        self.rejected = rejected or {}
+        """Index of each rejected event: (reason, detail)."""
+        self.detail = detail
+        """Why the events were spooled, refused or lost."""
+        self.spool = spool
+        """The spool directory, when spooled."""
 
 
-class _State(msgspec.Struct, kw_only=True):
-    producer: str
-    next: int = 1
-    data: dict[str, Any] = {}
+_FIELDS: Final = ("parent_session_id", "action", "stage", "status", "agent", "role", "duration_ms", "error")
 
 
-def ledger_directory(spool_dir: Path) -> Path:
+def plain_event(
+    *,
+    session_id: str,
+    action: str,
+    stage: str,
+    agent: str,
+    status: str = "OK",
+    parent_session_id: str | None = None,
+    role: str | None = None,
+    duration_ms: int | None = None,
+    error: str | None = None,
+    attrs: dict[str, Any] | None = None,
+    cycle: str | None = None,
+    timestamp_ns: int | None = None,
+) -> dict[str, object]:
+    """A LogEvent as a dict in its fields' order, unset fields left out: packed, it is the same bytes
+    as msgspec packs the ``LogEvent`` built by ``gz_ia.client.build_event`` from the same arguments.
+
+    As there, the time is now (to the microsecond) unless given, free-text fields past their limits
+    are cut and marked, and FAILED needs an error; the collector checks everything else.
+
+    Raises:
+        ValueError: FAILED without an error.
+    """
+    if status == "FAILED" and not error:
+        raise ValueError("status FAILED requires a non-empty error")
+    if not _fits(action, agent, role, error, attrs):
+        from gz_ia.client.schema import fit_fields
+
+        action, agent, role, error, attrs = fit_fields(action, agent, role, error, attrs)
+    nanoseconds = time.time_ns() if timestamp_ns is None else timestamp_ns
+    event: dict[str, object] = {"timestamp": Timestamp(nanoseconds // 1000 * 1000), "session_id": session_id}
+    values = (parent_session_id, action, stage, status, agent, role, duration_ms, error)
+    for name, value in zip(_FIELDS, values, strict=True):
+        if value is not None:
+            event[name] = value
+    if attrs is not None:
+        event["attrs"] = attrs
+    if cycle is not None:
+        event["cycle"] = cycle
+    return event
+
+
+def _fits(action: str, agent: str, role: str | None, error: str | None, attrs: dict[str, Any] | None) -> bool:
+    """``gz_ia.client.schema.fits``, for the common case where nothing needs cutting."""
+    if len(action) > MAX_ACTION_LENGTH or len(agent) > MAX_AGENT_LENGTH:
+        return False
+    if (role is not None and len(role) > MAX_AGENT_LENGTH) or (error is not None and len(error) > MAX_ERROR_LENGTH):
+        return False
+    if attrs is None:
+        return True
+    if len(attrs) > MAX_ATTRS:
+        return False
+    return all(
+        not (isinstance(key, str) and len(key) > MAX_ATTR_KEY_LENGTH)
+        and not (isinstance(value, str) and len(value) > MAX_ATTR_STRING_LENGTH)
+        for key, value in attrs.items()
+    )
+
+
+def ledger_directory(spool_dir: str | os.PathLike[str]) -> str:
     """Where ledgers live: beside the spool segments, out of the way of spool adoption."""
-    return spool_dir / LEDGER_DIR
+    return f"{os.fspath(spool_dir)}/{LEDGER_DIR}"
 
 
 class Ledger:
@@ -111,126 +182,169 @@ class Ledger:
         root: the session root named in the handshake.
     """
 
-    def __init__(self, key: str, *, spool_dir: Path, socket_path: Path, root: Path) -> None:
-        self.spool_dir = spool_dir
-        self.socket_path = socket_path
-        self.root = root
-        name = hashlib.sha256(key.encode()).hexdigest()[:32]
-        self.path = ledger_directory(spool_dir) / f"{name}.json"
+    def __init__(
+        self,
+        key: str,
+        *,
+        spool_dir: str | os.PathLike[str],
+        socket_path: str | os.PathLike[str],
+        root: str | os.PathLike[str],
+    ) -> None:
+        self.spool_dir = os.fspath(spool_dir)
+        self.socket_path = os.fspath(socket_path)
+        self.root = os.fspath(root)
+        self.path = f"{ledger_directory(self.spool_dir)}/{sha256(key.encode()).hexdigest()[:32]}.json"
         self._fd = -1
-        self._state = _State(producer=os.urandom(16).hex())  # not secrets: its import costs a call
+        self.producer = os.urandom(16).hex()
+        """The producer id this key's events are sent and spooled under."""
+        self.next = 1
+        self.data: dict[str, Any] = {}
+        """The owner's own map, saved with the ledger (keep it small: it is read on every call)."""
         self._fresh = True
 
-    @property
-    def data(self) -> dict[str, Any]:
-        """The owner's own map, saved with the ledger (keep it small: it is read on every call)."""
-        return self._state.data
-
-    @property
-    def producer(self) -> str:
-        """The producer id this key's events are sent and spooled under."""
-        return self._state.producer
-
     def __enter__(self) -> Ledger:
-        directory = self.path.parent
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            self._fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:  # the first ledger of this spool directory
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            self._fd = os.open(self.path, flags, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         raw = os.pread(self._fd, 1 << 20, 0)
         if raw:
-            with contextlib.suppress(msgspec.DecodeError):  # torn by a crash: start under a new producer
-                self._state = msgspec.json.decode(raw, type=_State)
-                self._fresh = False
+            self._load(raw)
         return self
+
+    def _load(self, raw: bytes) -> None:
+        try:
+            state = _plain_json.loads(raw)
+        except ValueError:  # torn by a crash: start under a new producer
+            return
+        if not isinstance(state, dict):
+            return
+        producer, number, data = state.get("producer"), state.get("next", 1), state.get("data", {})
+        if isinstance(producer, str) and type(number) is int and isinstance(data, dict):
+            self.producer, self.next, self.data = producer, number, data
+            self._fresh = False
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         try:
             if kind is None:  # a failed call changes nothing
-                body = msgspec.json.encode(self._state)
-                os.ftruncate(self._fd, 0)
+                state = {"producer": self.producer, "next": self.next, "data": self.data}
+                body = _plain_json.dumps(state).encode()
                 os.pwrite(self._fd, body, 0)
+                os.ftruncate(self._fd, len(body))
         finally:
             os.close(self._fd)
             self._fd = -1
         if self._fresh:
             self._fresh = False
-            _forget_old_ledgers(self.path.parent, keep=self.path)
+            _forget_old_ledgers(os.path.dirname(self.path), keep=self.path)
 
     def remove(self) -> None:
         """Forget this key once nothing of it is spooled (its session ended); the lock stays held."""
         if not self._spooled_segments():
-            self.path.unlink(missing_ok=True)
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
-    def deliver(self, events: list[LogEvent], *, timeout: float) -> Delivery:
-        """Send ``events`` as one batch and wait up to ``timeout`` seconds for the verdict; spool them
-        if no collector answers, or if earlier events of this key are still in the spool."""
-        first = self._state.next
-        self._state.next += len(events)
-        bodies = [_encoder.encode(event) for event in events]
+    def deliver(self, events: list[dict[str, object]], *, timeout: float) -> Delivery:
+        """Send ``events`` (:func:`plain_event`) and wait up to ``timeout`` seconds for the verdicts;
+        spool them if no collector answers, or if earlier events of this key are still in the spool.
+
+        Raises:
+            TypeError: an event holds a value MessagePack cannot carry.
+        """
+        first = self.next
+        self.next += len(events)
+        bodies = [pack(event) for event in events]
+        sessions = [str(event["session_id"]) for event in events]
         if self._spooled_segments():
-            return self._spool(first, events, bodies, "earlier events of this session are still in the spool")
+            return self._spool(first, sessions, bodies, "earlier events of this session are still in the spool")
         try:
-            return self._send(first, bodies, timeout)
+            return self._send(first, sessions, bodies, timeout)
         except (OSError, _NoAnswer) as exc:
-            return self._spool(first, events, bodies, _describe(exc))
-        except (FrameTooLarge, msgspec.DecodeError) as exc:  # something else listens on the socket
-            return self._spool(first, events, bodies, f"the socket's peer does not speak gz-ia's protocol ({exc})")
+            return self._spool(first, sessions, bodies, _describe(exc))
+        except (ValueError, TypeError) as exc:  # something else listens on the socket
+            return self._spool(first, sessions, bodies, f"the socket's peer does not speak gz-ia's protocol ({exc})")
 
-    def _send(self, first: int, bodies: list[bytes], timeout: float) -> Delivery:
+    def _send(self, first: int, sessions: list[str], bodies: list[bytes], timeout: float) -> Delivery:
+        import _socket  # socket.py would import enum, selectors and more for the same calls
+
         deadline = time.monotonic() + timeout
-        hello = Hello(proto=PROTOCOL_VERSION, producer=self.producer, pid=os.getpid(), root=str(self.root))
-        batch = Batch(first=first, events=[msgspec.Raw(body) for body in bodies], verdicts=True)
-        reader = FrameReader()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as sock:
+        frames = [hello_frame(self.producer, self.root)]
+        runs = _runs(sessions)
+        frames += [batch_frame(first + start, bodies[start:end]) for start, end in runs]
+        seqs: list[int] = []
+        rejected: dict[int, tuple[str, str]] = {}
+        answered = 0  # batches answered; the collector answers them in order
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        try:
             sock.settimeout(timeout)
-            sock.connect(str(self.socket_path))
-            sock.sendall(encode_frame(hello) + encode_frame(batch))
-            while True:
+            sock.connect(self.socket_path)
+            sock.sendall(b"".join(frames))
+            buffer = b""
+            while answered < len(runs):
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 data = sock.recv(1 << 16)
                 if not data:
                     raise _NoAnswer("the collector closed the connection")
-                for body in reader.feed(data):
-                    message = collector_message_decoder.decode(body)
-                    if isinstance(message, Welcome):
-                        continue
-                    if isinstance(message, Error):
-                        if message.reason in _PERMANENT:
-                            return Delivery(Outcome.REFUSED, detail=f"{message.reason}: {message.detail}")
-                        raise _NoAnswer(f"{message.reason}: {message.detail}")
-                    if isinstance(message, Verdicts):
-                        rejected = {item.index: (str(item.reason), item.detail) for item in message.rejected}
-                        seqs = list(message.seqs) or [0] * len(bodies)
-                        return Delivery(Outcome.ACCEPTED, seqs=seqs, rejected=rejected)
+                buffer += data
+                while len(buffer) >= 4 and answered < len(runs):
+                    size = int.from_bytes(buffer[:4], "big")
+                    if size > MAX_FRAME:
+                        raise ValueError(f"frame body of {size} bytes exceeds the {MAX_FRAME}-byte limit")
+                    if len(buffer) < 4 + size:
+                        break
+                    message, buffer = reply(buffer[4 : 4 + size]), buffer[4 + size :]
+                    if message["type"] == "error":
+                        reason, detail = str(message.get("reason")), str(message.get("detail"))
+                        if reason in _PERMANENT:
+                            return Delivery(Outcome.REFUSED, detail=f"{reason}: {detail}")
+                        raise _NoAnswer(f"{reason}: {detail}")
+                    if message["type"] == "verdicts":
+                        start, end = runs[answered]
+                        answered += 1
+                        for index, reason, detail in message.get("rejected") or ():
+                            rejected[start + int(index)] = (str(reason), str(detail))
+                        seqs.extend(int(seq) for seq in message.get("seqs") or [0] * (end - start))
+        finally:
+            sock.close()
+        return Delivery(Outcome.ACCEPTED, seqs=seqs, rejected=rejected)
 
-    def _spooled_segments(self) -> list[Path]:
+    def _spooled_segments(self) -> list[str]:
         try:
             names = os.listdir(self.spool_dir)
         except OSError:
             return []
         prefix = self.producer + "."
-        return sorted(self.spool_dir / name for name in names if name.startswith(prefix) and name.endswith(".spool"))
+        return sorted(name for name in names if name.startswith(prefix) and name.endswith(".spool"))
 
-    def _spool(self, first: int, events: list[LogEvent], bodies: list[bytes], why: str) -> Delivery:
+    def _spool(self, first: int, sessions: list[str], bodies: list[bytes], why: str) -> Delivery:
         """Write the events as a new segment of this producer's spool, under its lock."""
+        import msgspec
+
+        from gz_ia.client._spool import SPOOL_VERSION, SpoolHeader, SpoolRecord, frame_record
+
         directory = self.spool_dir
         try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            lock_fd = _lock_spool(directory / f"{self.producer}.lock")
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            lock_fd = _lock_spool(f"{directory}/{self.producer}.lock")
             try:
                 segments = self._spooled_segments()
-                number = int(segments[-1].name.split(".")[1]) + 1 if segments else 1
+                number = int(segments[-1].split(".")[1]) + 1 if segments else 1
                 header = SpoolHeader(
                     version=SPOOL_VERSION,
                     producer=self.producer,
-                    root=str(self.root),
+                    root=self.root,
                     socket=os.path.abspath(self.socket_path),
                 )
                 data = frame_record(header) + b"".join(
-                    frame_record(SpoolRecord(pseq=first + index, session_id=event.session_id, body=msgspec.Raw(body)))
-                    for index, (event, body) in enumerate(zip(events, bodies, strict=True))
+                    frame_record(SpoolRecord(pseq=first + index, session_id=session, body=msgspec.Raw(body)))
+                    for index, (session, body) in enumerate(zip(sessions, bodies, strict=True))
                 )
-                path = directory / f"{self.producer}.{number:06d}.spool"
+                path = f"{directory}/{self.producer}.{number:06d}.spool"
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
                 try:
                     os.write(fd, data)
@@ -240,11 +354,52 @@ class Ledger:
                 os.close(lock_fd)
         except OSError as exc:
             return Delivery(Outcome.LOST, detail=f"{why}; cannot spool to {directory}: {exc}")
-        return Delivery(Outcome.SPOOLED, detail=why, spool=str(directory))
+        return Delivery(Outcome.SPOOLED, detail=why, spool=directory)
 
 
 class _NoAnswer(Exception):
     """The collector was reached but gave no verdict."""
+
+
+def hello_frame(producer: str, root: str) -> bytes:
+    """This process's Hello frame, as ``protocol.encode_frame(Hello(...))`` writes it."""
+    hello = {"type": "hello", "proto": PROTOCOL_VERSION, "producer": producer, "pid": os.getpid(), "root": root,
+             "program": "", "routes": False}  # fmt: skip
+    return _frame(pack(hello))
+
+
+def batch_frame(first: int, bodies: list[bytes]) -> bytes:
+    """A Batch frame asking for verdicts, as ``protocol.encode_frame(Batch(...))`` writes it."""
+    return _frame(pack({"type": "batch", "first": first, "events": [Raw(body) for body in bodies], "verdicts": True}))
+
+
+def reply(body: bytes) -> dict[str, Any]:
+    """A Welcome, Verdicts or Error frame body, as the dict ``msgspec.to_builtins`` makes of it.
+
+    Raises:
+        ValueError: not MessagePack, or not one of these replies.
+    """
+    message = unpack(body)
+    if not isinstance(message, dict) or message.get("type") not in ("welcome", "verdicts", "error"):
+        raise ValueError(f"unexpected reply {str(message)[:100]}")
+    return message
+
+
+def _frame(body: bytes) -> bytes:
+    if len(body) > MAX_FRAME:
+        raise ValueError(f"frame body of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
+    return len(body).to_bytes(4, "big") + body
+
+
+def _runs(sessions: list[str]) -> list[tuple[int, int]]:
+    """The [start, end) ranges of consecutive events of one session: one Batch each."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for index in range(1, len(sessions) + 1):
+        if index == len(sessions) or sessions[index] != sessions[start]:
+            runs.append((start, index))
+            start = index
+    return runs
 
 
 def _describe(exc: BaseException) -> str:
@@ -255,7 +410,7 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def _lock_spool(path: Path) -> int:
+def _lock_spool(path: str) -> int:
     """Lock a producer's spool lock file, the one in the directory now (adoption unlinks it when done).
 
     Raises:
@@ -272,19 +427,26 @@ def _lock_spool(path: Path) -> int:
                 raise
             time.sleep(0.01)
             continue
-        with contextlib.suppress(FileNotFoundError):
+        try:
             if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
                 return fd
+        except FileNotFoundError:
+            pass
         os.close(fd)  # adopted and unlinked while we waited: lock the new file
 
 
-def _forget_old_ledgers(directory: Path, *, keep: Path) -> None:
+def _forget_old_ledgers(directory: str, *, keep: str) -> None:
     """Remove ledgers unused for :data:`LEDGER_MAX_AGE` (run when a new key appears, so rarely)."""
     cutoff = time.time() - LEDGER_MAX_AGE
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(directory):
-            if entry.path == str(keep) or not entry.name.endswith(".json"):
-                continue
-            with contextlib.suppress(OSError):
-                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    os.unlink(entry.path)
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.path == keep or not entry.name.endswith(".json"):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+        except OSError:
+            continue

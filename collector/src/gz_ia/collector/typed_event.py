@@ -9,6 +9,7 @@ from __future__ import annotations
 from gz_ia.client import LogEvent, build_event, env
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import AttrValue, Stage, Status
+from gz_ia.collector.entry import attr_scalar
 
 __all__ = ["TypedEventError", "attr_scalar", "typed_event"]
 
@@ -60,15 +61,3 @@ def typed_event(
         lacks_error = stage.upper() in Stage.__members__ and status.upper() == Status.FAILED and not error
         reason = RejectReason.ERROR_REQUIRED if lacks_error else RejectReason.INVALID_FIELD
         raise TypedEventError(str(exc), reason=reason) from exc
-
-
-def attr_scalar(raw: str) -> bool | int | float | str:
-    """The value of a typed ``KEY=VALUE`` measurement: ``true``/``false``, an int, a float, else text."""
-    if raw in ("true", "false"):
-        return raw == "true"
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            continue
-    return raw

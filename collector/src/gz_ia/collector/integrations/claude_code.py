@@ -24,20 +24,25 @@ calls live in the Claude Code session's ledger.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-import re
 import sys
 import time
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Final
 
-import msgspec
+from gz_ia.collector import _places, _plain_json
+from gz_ia.collector.oneshot import (
+    MAX_CYCLE_LENGTH,
+    MAX_ERROR_LENGTH,
+    MAX_SESSION_ID_LENGTH,
+    Ledger,
+    Outcome,
+    ledger_directory,
+    plain_event,
+)
 
-from gz_ia.client import env
-from gz_ia.client.schema import MAX_CYCLE_LENGTH, MAX_ERROR_LENGTH, MAX_SESSION_ID_LENGTH, LogEvent, Stage, Status
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = ["AGENT", "READING_TOOLS", "SUMMARY_CHARS", "run_hook", "session_ids"]
 
@@ -64,7 +69,7 @@ _SUMMARISED: Final = {
 """Tool input keys kept in ``attrs`` (first line, cut), and the attribute each becomes."""
 _OPEN_KEPT: Final = 512
 """Open tool calls remembered per Claude Code session; past it the oldest are forgotten."""
-_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _TIMEOUT: Final = 2.0
 
 
@@ -79,7 +84,7 @@ def session_ids(payload: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def _safe_id(raw: str) -> str:
-    cleaned = _UNSAFE.sub("-", raw).lstrip(".") or "-"
+    cleaned = "".join(char if char in _SAFE else "-" for char in raw).lstrip(".") or "-"
     return cleaned[:MAX_SESSION_ID_LENGTH]
 
 
@@ -117,25 +122,25 @@ class _Hook:
         self.data = data
         self.session_id, self.parent = session_ids(payload)
         self.role: str | None = str(payload["agent_type"])[:128] if payload.get("agent_type") else None
-        self.now = datetime.now(UTC)
-        self.events: list[LogEvent] = []
+        self.now = time.time_ns()
+        self.events: list[dict[str, object]] = []
 
-    def event(self, action: str, stage: Stage, **fields: Any) -> None:
+    def event(self, action: str, stage: str, **fields: Any) -> None:
         self.events.append(
-            LogEvent(
-                timestamp=self.now,
+            plain_event(
+                timestamp_ns=self.now,
                 session_id=fields.pop("session_id", self.session_id),
                 parent_session_id=fields.pop("parent_session_id", self.parent),
                 action=action,
                 stage=stage,
                 agent=AGENT,
                 role=fields.pop("role", self.role),
-                status=fields.pop("status", Status.OK),
+                status=fields.pop("status", "OK"),
                 **fields,
             )
         )
 
-    def open(self, key: str, action: str, stage: Stage, **fields: Any) -> None:
+    def open(self, key: str, action: str, stage: str, **fields: Any) -> None:
         """Start a cycle and remember when, to give its FINISH a duration."""
         opened: dict[str, list[Any]] = self.data.setdefault("open", {})
         if key in opened:  # the same call announced twice: one cycle
@@ -145,7 +150,7 @@ class _Hook:
         opened[key] = [action, time.time_ns(), fields.get("session_id", self.session_id), fields.get("cycle")]
         self.event(action, stage, **fields)
 
-    def finish(self, key: str, status: Status = Status.OK, **fields: Any) -> bool:
+    def finish(self, key: str, status: str = "OK", **fields: Any) -> bool:
         """FINISH the cycle opened under ``key``; False (nothing logged) if it is not open."""
         entry = self.data.get("open", {}).pop(key, None)
         if entry is None:
@@ -154,7 +159,7 @@ class _Hook:
         if len(entry) > 3 and entry[3]:
             fields["cycle"] = entry[3]
         duration = max(0, (time.time_ns() - int(started)) // 1_000_000)
-        self.event(action, Stage.FINISH, status=status, duration_ms=duration, session_id=session_id, **fields)
+        self.event(action, "FINISH", status=status, duration_ms=duration, session_id=session_id, **fields)
         return True
 
     def handle(self) -> None:
@@ -164,24 +169,24 @@ class _Hook:
         prompt_key = f"prompt\0{self.session_id}"
         match name:
             case "PreToolUse":
-                stage = Stage.READ if payload.get("tool_name") in READING_TOOLS else Stage.PENDING
+                stage = "READ" if payload.get("tool_name") in READING_TOOLS else "PENDING"
                 action, cycle = _tool_cycle(payload)
                 self.open(f"tool\0{payload['tool_use_id']}", action, stage, attrs=tool_attrs(payload), cycle=cycle)
             case "PostToolUse":
                 if not self.finish(f"tool\0{payload['tool_use_id']}"):
                     # The PreToolUse was not seen (the hook was installed mid-call): a cycle of its own.
                     action, cycle = _tool_cycle(payload)
-                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), cycle=cycle)
-                    self.event(action, Stage.FINISH, cycle=cycle)
+                    self.event(action, "PENDING", attrs=tool_attrs(payload), cycle=cycle)
+                    self.event(action, "FINISH", cycle=cycle)
             case "PostToolUseFailure":
                 error = str(payload.get("error") or "the tool call failed")[:MAX_ERROR_LENGTH]
-                if not self.finish(f"tool\0{payload['tool_use_id']}", Status.FAILED, error=error):
+                if not self.finish(f"tool\0{payload['tool_use_id']}", "FAILED", error=error):
                     action, cycle = _tool_cycle(payload)
-                    self.event(action, Stage.PENDING, attrs=tool_attrs(payload), cycle=cycle)
-                    self.event(action, Stage.FINISH, status=Status.FAILED, error=error, cycle=cycle)
+                    self.event(action, "PENDING", attrs=tool_attrs(payload), cycle=cycle)
+                    self.event(action, "FINISH", status="FAILED", error=error, cycle=cycle)
             case "SessionStart":
                 source = {"source": _line(payload.get("source", "startup"))}
-                self.open(f"session\0{self.session_id}", "session", Stage.READ, attrs=source)
+                self.open(f"session\0{self.session_id}", "session", "READ", attrs=source)
             case "SessionEnd":
                 self.finish(prompt_key, attrs={"ended_by": "session end"})
                 self.finish(f"session\0{self.session_id}", attrs={"reason": _line(payload.get("reason", "other"))})
@@ -189,24 +194,24 @@ class _Hook:
                 self.finish(prompt_key, attrs={"ended_by": "next prompt"})  # Stop does not follow an interrupt
                 prompt = payload.get("prompt")
                 size = {"prompt_chars": len(prompt)} if isinstance(prompt, str) else None
-                self.open(prompt_key, "prompt", Stage.READ, attrs=size)
+                self.open(prompt_key, "prompt", "READ", attrs=size)
             case "Stop":
                 self.finish(prompt_key)
             case "SubagentStart":
-                self.open(agent_key, "subagent", Stage.READ)
+                self.open(agent_key, "subagent", "READ")
             case "SubagentStop":
                 if not self.finish(agent_key):
-                    self.event("subagent", Stage.READ)
-                    self.event("subagent", Stage.FINISH)
+                    self.event("subagent", "READ")
+                    self.event("subagent", "FINISH")
             case "PreCompact":
                 trigger = {"trigger": _line(payload.get("trigger", "auto"))}
-                self.event("compact", Stage.READ, attrs=trigger)
-                self.event("compact", Stage.FINISH, attrs=trigger)
+                self.event("compact", "READ", attrs=trigger)
+                self.event("compact", "FINISH", attrs=trigger)
             case _:  # Notification, PermissionRequest and future events: nothing to log
                 return
 
 
-def run_hook(raw: bytes, *, socket_path: Path, root: Path | None) -> int:
+def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.PathLike[str] | None) -> int:
     """Log the events of one hook payload; always 0, never a word on stdout.
 
     Args:
@@ -214,21 +219,18 @@ def run_hook(raw: bytes, *, socket_path: Path, root: Path | None) -> int:
         socket_path: the collector socket.
         root: the session root; None finds it from the payload's ``cwd`` (as ``gz-ia`` finds a root).
     """
-    if env.tracing_disabled():  # GZ_IA_DISABLED=1: as for every agent, nothing is logged
+    if _places.tracing_disabled():  # GZ_IA_DISABLED=1: as for every agent, nothing is logged
         return 0
-    spool_dir = env.default_spool_dir()
+    spool_dir = _places.default_spool_dir()
     try:
-        payload = msgspec.json.decode(raw)
+        payload = _plain_json.loads(raw)
         if not isinstance(payload, dict) or not payload.get("session_id") or not payload.get("hook_event_name"):
             raise ValueError("not a Claude Code hook payload (session_id and hook_event_name are required)")
         if payload["hook_event_name"] in ("PreToolUse", "PostToolUse", "PostToolUseFailure") and not payload.get(
             "tool_use_id"
         ):
             raise ValueError(f"{payload['hook_event_name']} without tool_use_id")
-        if root is None:
-            root = _root_of(payload)
-        from gz_ia.collector.oneshot import Ledger, Outcome
-
+        root = _root_of(payload) if root is None else os.fspath(root)
         with Ledger(
             f"claude-code\0{root}\0{payload['session_id']}", spool_dir=spool_dir, socket_path=socket_path, root=root
         ) as ledger:
@@ -239,10 +241,10 @@ def run_hook(raw: bytes, *, socket_path: Path, root: Path | None) -> int:
             delivery = ledger.deliver(hook.events, timeout=_TIMEOUT)
             if payload["hook_event_name"] == "SessionEnd" and not ledger.data.get("open"):
                 ledger.remove()
-        if delivery.outcome is Outcome.ACCEPTED:
+        if delivery.outcome == Outcome.ACCEPTED:
             for reason, detail in delivery.rejected.values():
                 _complain(f"event rejected ({reason}): {detail}")
-        elif delivery.outcome is not Outcome.SPOOLED:
+        elif delivery.outcome != Outcome.SPOOLED:
             _complain(f"events not delivered ({delivery.outcome}): {delivery.detail}")
     except Exception as exc:
         _count_invalid(spool_dir, exc)
@@ -250,27 +252,29 @@ def run_hook(raw: bytes, *, socket_path: Path, root: Path | None) -> int:
     return 0
 
 
-def _root_of(payload: dict[str, Any]) -> Path:
+def _root_of(payload: dict[str, Any]) -> str:
     cwd = payload.get("cwd")
-    if os.environ.get(env.GZ_IA_ROOT) or not isinstance(cwd, str) or not os.path.isabs(cwd):
-        return env.find_root()
-    return env.find_root(Path(cwd))
+    if os.environ.get("GZ_IA_ROOT") or not isinstance(cwd, str) or not os.path.isabs(cwd):
+        return _places.find_root()
+    return _places.find_root(cwd)
 
 
 def _complain(message: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
+    try:
         print(f"gz-ia hook claude-code: {message}"[:1000], file=sys.stderr)
+    except (OSError, ValueError):
+        pass
 
 
-def _count_invalid(spool_dir: Path, exc: BaseException) -> None:
+def _count_invalid(spool_dir: str, exc: BaseException) -> None:
     """Count a payload the hook could not use: ``<spool dir>/ledgers/claude-code.invalid`` holds
     the count and the last error, on one line."""
-    with contextlib.suppress(OSError, ValueError):
-        from gz_ia.collector.oneshot import ledger_directory
+    import contextlib  # only for a payload that failed
 
+    with contextlib.suppress(OSError, ValueError):
         directory = ledger_directory(spool_dir)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(directory / "claude-code.invalid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(f"{directory}/claude-code.invalid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             count = int(os.pread(fd, 32, 0).split(b" ", 1)[0] or b"0")
