@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import wait_for
+from tests.integration.test_cli_log import HEAVY
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "claude_code"
 SESSION = "0b6f3c1e-5d2a-4c7e-9f10-2a3b4c5d6e7f"
@@ -205,12 +206,13 @@ def test_gz_ia_disabled_makes_the_hook_log_nothing(collector: Any) -> None:
 
 
 def test_the_hook_loads_neither_click_nor_asyncio(collector: Any) -> None:
-    """The hook runs with the standard library, msgspec and gz_ia.client only."""
+    """The hook delivers to a running collector without click, asyncio, msgspec, the client package,
+    pathlib, typing, json or re (tests.integration.test_cli_log.HEAVY)."""
     probe = (
         "import sys, io; from gz_ia.collector.entry import fast_path; "
         "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode())); "
         "code = fast_path(['hook', 'claude-code']); "
-        "print(code, sorted(m for m in ('asyncio', 'click', 'gz_ia.collector.cli') if m in sys.modules))"
+        f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
     payload = _payloads("parallel_tools.jsonl", collector)[0]
     result = subprocess.run(
