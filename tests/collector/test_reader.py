@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.storage import reader
+from gz_ia.collector import reading as reader
 from gz_ia.collector.storage._layout import LayoutTooNew
 
 _spec = importlib.util.spec_from_file_location("rotation_harness", Path(__file__).with_name("test_rotation.py"))
@@ -64,7 +64,7 @@ def _page_all(root: Path, session_id: str, *, reverse: bool, limit: int) -> list
 
 def test_reader_imports_only_the_standard_library_msgspec_and_the_client() -> None:
     """Importing the reader loads neither uvloop, click nor prometheus_client (nor the daemon modules)."""
-    code = "import sys, json, gz_ia.collector.storage.reader\nprint(json.dumps(sorted(sys.modules)))"
+    code = "import sys, json, gz_ia.collector.reading\nprint(json.dumps(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = set(json.loads(result.stdout))
     assert not {"uvloop", "click", "prometheus_client", "gz_ia.collector.server", "gz_ia.collector.config"} & modules

@@ -237,7 +237,7 @@ def all_logs(ctx: click.Context, **options: Any) -> None:
 
 
 def _filters(options: dict[str, Any], now: datetime) -> Any:
-    from gz_ia.collector.storage.reader import Filters
+    from gz_ia.collector.reading import Filters
 
     try:
         since = parse_time(options["since"], now=now, utc=options["utc"]) if options["since"] else None
@@ -338,10 +338,10 @@ def _follow_limits(options: dict[str, Any], *, single: bool, until_finished: boo
 
 def _not_found(ctx: click.Context, exc: Exception) -> None:
     """Say why nothing could be read and exit 1 (a missing root says how a root is chosen)."""
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
     message = str(exc)
-    if isinstance(exc, reader.RootNotFound):
+    if isinstance(exc, reading.RootNotFound):
         message += " (choose one with --root or GZ_IA_ROOT; a collector creates it when it starts)"
     click.echo(f"gz-ia: {message}", err=True)
     ctx.exit(EXIT_NOT_FOUND)
@@ -350,7 +350,7 @@ def _not_found(ctx: click.Context, exc: Exception) -> None:
 def _run_logs(
     ctx: click.Context, session_ids: list[str] | None, *, tree: bool, until_finished: bool, **options: Any
 ) -> None:
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
     from ._finish import FinishWatch
     from ._gaps import GapReport
@@ -400,13 +400,13 @@ def _run_logs(
         and filters.empty
     )
     try:
-        reader.require_root(root)
+        reading.require_root(root)
         if options["after_cursor"]:
-            reader.check_cursor(root, options["after_cursor"])
+            reading.check_cursor(root, options["after_cursor"])
         if plain_copy:
             # Exactly the stored lines, nothing to select: copy bytes, decode nothing.
             binary = sys.stdout.buffer
-            for chunk in reader.copy_lines(root, session_ids[0], on_gap=gaps):  # type: ignore[index]
+            for chunk in reading.copy_lines(root, session_ids[0], on_gap=gaps):  # type: ignore[index]
                 binary.write(chunk)
             binary.flush()
             if gaps:
@@ -426,8 +426,8 @@ def _run_logs(
             start = _start_positions(members, options["after_cursor"])
             for session_id in members:
                 try:
-                    anchors[session_id] = reader.end_cursor(root, session_id)
-                except reader.SessionNotFound:
+                    anchors[session_id] = reading.end_cursor(root, session_id)
+                except reading.SessionNotFound:
                     # Followed sessions are waited for; a tree may start at a session known only as a parent.
                     if not follow and not (tree and len(members) > 1):
                         raise
@@ -435,8 +435,8 @@ def _run_logs(
                 watch = FinishWatch(members[0], options["action"][0] if options["action"] else None)
             if watch is not None and members[0] in anchors:
                 # The followed cycle may have begun, or ended, before the part of the history shown.
-                for entry in reader.iter_events(
-                    root, members[0], until_seq=reader.cursor_seq(anchors[members[0]], members[0])
+                for entry in reading.iter_events(
+                    root, members[0], until_seq=reading.cursor_seq(anchors[members[0]], members[0])
                 ):
                     if watch.feed(entry.event):
                         break
@@ -450,7 +450,7 @@ def _run_logs(
         out.flush()
         if not shown and not quiet and not machine and not follow:
             click.echo("-- No entries --", err=True)
-        resume = reader.combine_cursors(anchors.values()) if multi else anchors.get(members[0]) if members else None
+        resume = reading.combine_cursors(anchors.values()) if multi else anchors.get(members[0]) if members else None
         if not follow:
             if options["show_cursor"] and resume is not None:
                 text = f"-- cursor: {resume}"
@@ -470,14 +470,14 @@ def _run_logs(
         watched = None if session_ids is None or tree else members
         # A cursor that does not name a session reads it from its first event: one that starts
         # between the history and the follow loses nothing.
-        follow_cursor = resume if resume is not None else reader.combine_cursors(anchors.values())
+        follow_cursor = resume if resume is not None else reading.combine_cursors(anchors.values())
         if multi and session_ids is not None:
             # A tree grows: follow the whole root from its current end and keep the family's events.
             everyone: list[str] = []
             for key in _all_ids(root):
-                with contextlib.suppress(reader.SessionNotFound):
-                    everyone.append(reader.end_cursor(root, key))
-            follow_cursor = reader.combine_cursors([*everyone, *anchors.values()])
+                with contextlib.suppress(reading.SessionNotFound):
+                    everyone.append(reading.end_cursor(root, key))
+            follow_cursor = reading.combine_cursors([*everyone, *anchors.values()])
         family = set(members)
         deadline = None if timeout is None else time.monotonic() + timeout
         timed_out = False
@@ -495,7 +495,7 @@ def _run_logs(
             if not tree or gap.session_id in family:  # a tree follows the whole root: say only its own gaps
                 gaps(gap)
 
-        for entry in reader.follow(
+        for entry in reading.follow(
             root, watched, cursor=follow_cursor, filters=None if watch else filters, stop=stop, on_gap=family_gap
         ):
             if tree:
@@ -517,14 +517,14 @@ def _run_logs(
             )
             click.echo(f"gz-ia: {what} within --timeout {options['timeout']}", err=True)
             ctx.exit(EXIT_TIMEOUT)
-    except reader.SessionNotFound as exc:
+    except reading.SessionNotFound as exc:
         _not_found(ctx, exc)
-    except reader.InvalidCursor as exc:
+    except reading.InvalidCursor as exc:
         raise click.BadParameter(str(exc), param_hint="--after-cursor") from exc
-    except reader.CursorExpired as exc:
+    except reading.CursorExpired as exc:
         click.echo(f"gz-ia: {exc}; the history ends here", err=True)
         ctx.exit(EXIT_NOT_FOUND)
-    except reader.LayoutError as exc:
+    except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
 
@@ -534,11 +534,11 @@ def _finish_code(watch: Any) -> int:
 
 
 def _exists(root: Path, session_id: str) -> bool:
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
     try:
-        reader.end_cursor(root, session_id)
-    except reader.SessionNotFound:
+        reading.end_cursor(root, session_id)
+    except reading.SessionNotFound:
         return False
     return True
 
@@ -547,12 +547,12 @@ def _check_seqs(
     ctx: click.Context, session_id: str, seqs: tuple[int, int], shown: set[int], anchor: str | None
 ) -> None:
     """``--seq``: say which of the asked seqs were not printed, and exit 1 if any."""
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
     missing = [seq for seq in range(seqs[0], seqs[1] + 1) if seq not in shown]
     if not missing:
         return
-    newest = reader.cursor_seq(anchor, session_id) if anchor is not None else 0
+    newest = reading.cursor_seq(anchor, session_id) if anchor is not None else 0
     asked = f"seq {seqs[0]}" if seqs[0] == seqs[1] else f"seq {seqs[0]}..{seqs[1]}"
     lost = [seq for seq in missing if seq <= newest]
     parts = []
@@ -576,34 +576,34 @@ def _ranges(seqs: list[int]) -> str:
 
 
 def _all_ids(root: Path) -> list[str]:
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
-    return [summary.session_id for summary in reader.list_sessions(root)]
+    return [summary.session_id for summary in reading.list_sessions(root)]
 
 
 def _members(root: Path, session_ids: list[str] | None, *, tree: bool) -> list[str]:
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
     if session_ids is None:
         return _all_ids(root)
     if not tree:
         return session_ids
     try:
-        node = reader.session_tree(root, session_ids[0])
-    except reader.SessionNotFound:
+        node = reading.session_tree(root, session_ids[0])
+    except reading.SessionNotFound:
         return session_ids  # not written yet: follow it, and its subagents as they appear
     return [item.session_id for _depth, item in node.walk()]
 
 
 def _start_positions(members: list[str], cursor: str | None) -> dict[str, str | None]:
     """Per session, the cursor to start after (None: from its first event)."""
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
     if cursor is None:
         return dict.fromkeys(members)
-    known = set(reader.cursor_sessions(cursor))
+    known = set(reading.cursor_sessions(cursor))
     if len(members) == 1 and members[0] not in known:
-        raise reader.InvalidCursor(f"the cursor does not belong to session {members[0]!r}")
+        raise reading.InvalidCursor(f"the cursor does not belong to session {members[0]!r}")
     return {session_id: cursor if session_id in known else None for session_id in members}
 
 
@@ -632,19 +632,19 @@ def _history(
 
     One session comes in stored (``seq``) order; several (``time_order``) strictly by timestamp,
     even where a session's clock went backwards: each session is read as its runs of rising time
-    (see :func:`reader.time_runs`), merged. ``grep`` selects before ``count`` does: ``-n 5 -g X`` is
+    (see :func:`reading.time_runs`), merged. ``grep`` selects before ``count`` does: ``-n 5 -g X`` is
     the last five events matching X; ``-n`` takes each session's newest events by ``seq``.
     """
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
 
-    limits = {key: reader.cursor_seq(value, key) for key, value in anchors.items()}
+    limits = {key: reading.cursor_seq(value, key) for key, value in anchors.items()}
 
     def kept(entries: Iterable[Any]) -> Iterator[Any]:
         return iter(entries) if grep is None else (entry for entry in entries if grep(entry.event))
 
     def forward(session_id: str, after: str | None, until: int, page_size: int = 1000) -> Iterator[Any]:
         return kept(
-            reader.iter_events(
+            reading.iter_events(
                 root, session_id, cursor=after, filters=filters, on_gap=on_gap, until_seq=until, page_size=page_size
             )
         )
@@ -654,7 +654,7 @@ def _history(
         if not count:
             return []
         # Without --grep the first page is the answer; with it, larger pages save round trips.
-        events = reader.iter_events(
+        events = reading.iter_events(
             root, session_id, cursor=anchors[session_id], reverse=True, filters=filters,
             page_size=count if grep is None else max(count, 1000), on_gap=on_gap,
         )  # fmt: skip
@@ -665,7 +665,7 @@ def _history(
         after, until = start.get(session_id), limits[session_id]
         if not time_order:
             return [forward(session_id, after, until)]
-        runs = reader.time_runs(root, session_id, cursor=after, until_seq=until)
+        runs = reading.time_runs(root, session_id, cursor=after, until_seq=until)
         if len(runs) > _MAX_RUNS:
             return [iter(sorted(forward(session_id, after, until), key=_time_key))]
         bounds = [until if last is None else last for _cursor, last in runs]
@@ -717,14 +717,14 @@ def _summary_json(summary: Any) -> dict[str, Any]:
 @_quietly
 def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, color: str) -> None:
     """Draw SESSION_ID and its subagent sessions with each node's status and duration."""
-    from gz_ia.collector.storage import reader
+    from gz_ia.collector import reading
     from gz_ia.collector.view import format_tree
 
     try:
-        node = reader.session_tree(root_of(ctx), session_id)
-    except reader.SessionNotFound as exc:
+        node = reading.session_tree(root_of(ctx), session_id)
+    except reading.SessionNotFound as exc:
         _not_found(ctx, exc)
-    except reader.LayoutError as exc:
+    except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
     out = _Output(flush_each=False)

@@ -61,8 +61,8 @@ def sessions_command(
     with their offset, as in gz-ia logs, unless --utc. A session some of whose stored events cannot
     be read is named on stderr and the command exits 3.
     """
+    from gz_ia.collector import reading
     from gz_ia.collector.query import SessionQuery, select_sessions
-    from gz_ia.collector.storage import reader
     from gz_ia.collector.view import format_sessions
 
     now = datetime.now(UTC)
@@ -82,17 +82,17 @@ def sessions_command(
 
     def role_of(session_id: str) -> str | None:
         try:
-            entries = reader.read_page(root, session_id, limit=1).entries
-        except reader.SessionNotFound:
+            entries = reading.read_page(root, session_id, limit=1).entries
+        except reading.SessionNotFound:
             return None
         return entries[0].event.role if entries else None
 
     try:
-        reader.require_root(root)
-        summaries = select_sessions(reader.list_sessions(root, verify=verify), query, role_of)
-    except reader.RootNotFound as exc:
+        reading.require_root(root)
+        summaries = select_sessions(reading.list_sessions(root, verify=verify), query, role_of)
+    except reading.RootNotFound as exc:
         _not_found(ctx, exc)
-    except reader.LayoutError as exc:
+    except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
     if reverse:
