@@ -89,6 +89,7 @@ class Unreadable:
 MISSING: Final = Missing()
 
 DELETED: Final = "deleted by retention before they were read"
+"""Why a segment went missing during a read; whether that hid events depends on where the read began."""
 
 # A line found in a session: (segment, start offset, end offset after the newline, bytes without it).
 Line = tuple[int, int, int, bytes]
