@@ -70,6 +70,17 @@ def test_reader_imports_only_the_standard_library_msgspec_and_the_client() -> No
     assert not {"uvloop", "click", "prometheus_client", "gz_ia.collector.server", "gz_ia.collector.config"} & modules
 
 
+def test_storage_imports_nothing_of_the_reading_package() -> None:
+    """Reading sits above storage: every storage module loads without any module of ``reading``."""
+    storage = Path(__file__).parents[2] / "collector/src/gz_ia/collector/storage"
+    names = sorted(f"gz_ia.collector.storage.{path.stem}" for path in storage.glob("*.py") if path.stem != "__init__")
+    code = f"import sys, json\nfor name in {names!r}: __import__(name)\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(result.stdout)
+    assert len(names) >= 5
+    assert [name for name in loaded if name.startswith("gz_ia.collector.reading")] == []
+
+
 def test_pages_cover_every_segment_in_both_directions(harness: Any) -> None:
     """Forward and reverse paging over many segments see every event once, in order."""
     for _ in range(40):
