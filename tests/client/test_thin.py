@@ -31,7 +31,7 @@ def test_importing_the_client_loads_none_of_the_collector_dependencies() -> None
 @pytest.mark.needs_collector
 def test_reader_imports_only_stdlib_msgspec_and_client() -> None:
     """The session reader is importable without the daemon's dependencies."""
-    modules = _modules_after("import gz_ia.collector.storage.reader")
+    modules = _modules_after("import gz_ia.collector.reading")
     assert not {"uvloop", "click", "prometheus_client"} & modules
 
 

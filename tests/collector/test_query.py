@@ -19,7 +19,7 @@ from gz_ia.collector.query import (
     parse_time,
     select_sessions,
 )
-from gz_ia.collector.storage.reader import SessionSummary
+from gz_ia.collector.reading import SessionSummary
 
 NOW = datetime(2026, 12, 1, 12, 30, 15, tzinfo=UTC)
 PARIS = timezone(timedelta(hours=1))

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.storage import reader
+from gz_ia.collector import reading as reader
 from gz_ia.collector.storage._layout import LayoutTooNew
 
 _spec = importlib.util.spec_from_file_location("rotation_harness", Path(__file__).with_name("test_rotation.py"))
@@ -64,10 +64,21 @@ def _page_all(root: Path, session_id: str, *, reverse: bool, limit: int) -> list
 
 def test_reader_imports_only_the_standard_library_msgspec_and_the_client() -> None:
     """Importing the reader loads neither uvloop, click nor prometheus_client (nor the daemon modules)."""
-    code = "import sys, json, gz_ia.collector.storage.reader\nprint(json.dumps(sorted(sys.modules)))"
+    code = "import sys, json, gz_ia.collector.reading\nprint(json.dumps(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = set(json.loads(result.stdout))
     assert not {"uvloop", "click", "prometheus_client", "gz_ia.collector.server", "gz_ia.collector.config"} & modules
+
+
+def test_storage_imports_nothing_of_the_reading_package() -> None:
+    """Reading sits above storage: every storage module loads without any module of ``reading``."""
+    storage = Path(__file__).parents[2] / "collector/src/gz_ia/collector/storage"
+    names = sorted(f"gz_ia.collector.storage.{path.stem}" for path in storage.glob("*.py") if path.stem != "__init__")
+    code = f"import sys, json\nfor name in {names!r}: __import__(name)\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(result.stdout)
+    assert len(names) >= 5
+    assert [name for name in loaded if name.startswith("gz_ia.collector.reading")] == []
 
 
 def test_pages_cover_every_segment_in_both_directions(harness: Any) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from gz_ia.collector import reading as reader
 from gz_ia.collector.cli import main
 from gz_ia.collector.config import RetentionConfig
-from gz_ia.collector.storage import reader
 from gz_ia.collector.storage._layout import open_root
 from gz_ia.collector.storage.retention import RetentionPolicy, RetentionReport, apply_retention, collect_idle
 

@@ -611,7 +611,7 @@ def archives(collector: Any, session_id: str) -> list[Path]:
 
 def stored_seqs(collector: Any, session_id: str) -> list[int]:
     """Every seq still stored for the session, archives included, through the collector's reader."""
-    from gz_ia.collector.storage.reader import iter_events
+    from gz_ia.collector.reading import iter_events
 
     return [entry.event.seq for entry in iter_events(collector.root, session_id)]
 

@@ -25,7 +25,7 @@ Every tool but ``log_event`` is annotated read-only; ``log_event`` only ever add
 and is not idempotent (each call logs an event). The server reports the collector's version.
 
 This module needs the ``[mcp]`` extra (the official ``mcp`` SDK, 2.x); the command line checks for
-it before importing this module. Reading goes through :mod:`gz_ia.collector._pages`.
+it before importing this module. Reading goes through :mod:`gz_ia.collector.reading`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ from typing_extensions import TypedDict
 
 from gz_ia.client import Client
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
+from gz_ia.client.schema import Status
 
-from . import _pages
+from . import reading
 from .timeline import load_tree, summarize
 from .typed_event import TypedEventError, typed_event
 
@@ -190,6 +191,14 @@ def _event_dict(line: str) -> Event:
     return value  # type: ignore[return-value]  # a stored line has Event's fields (and maybe newer ones)
 
 
+def _session_ids(root: Path) -> list[str]:
+    """Every session stored under ``root``, sorted; none when the root cannot be read."""
+    try:
+        return sorted(summary.session_id for summary in reading.list_sessions(root))
+    except (reading.LayoutError, LookupError, OSError):
+        return []
+
+
 def _clamp(limit: int) -> int:
     if limit < 1:
         raise ToolError("limit must be at least 1")
@@ -302,8 +311,8 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
     ) -> SessionPage:
         """Read one page of a session's stored events; pass next_cursor back to get the next page."""
         try:
-            page = _pages.read_page(root, session_id, cursor=cursor, limit=_clamp(limit), reverse=newest_first)
-        except _pages.SessionNotFound as exc:
+            page = reading.read_page(root, session_id, cursor=cursor, limit=_clamp(limit), reverse=newest_first)
+        except reading.SessionNotFound as exc:
             raise ToolError(str(exc)) from exc
         except ValueError as exc:
             raise ToolError(str(exc)) from exc
@@ -323,8 +332,8 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
     ) -> OneEvent:
         """Return one event of a session by its seq (as read_session and failed_events show it)."""
         try:
-            entry = _pages.event_at(root, session_id, seq)
-        except _pages.SessionNotFound as exc:
+            entry = reading.event_at(root, session_id, seq)
+        except reading.SessionNotFound as exc:
             raise ToolError(str(exc)) from exc
         if entry is None:
             raise ToolError(f"session {session_id!r} has no event {seq} (not written yet, or deleted by retention)")
@@ -345,13 +354,13 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         """
         limit = _clamp(limit)
         positions = _decode_cursors(cursor) if cursor else {}
-        wanted = session_ids if session_ids is not None else _pages.list_session_ids(root)
-        merged: list[tuple[str, _pages.Entry]] = []
+        wanted = session_ids if session_ids is not None else _session_ids(root)
+        merged: list[tuple[str, reading.Entry]] = []
         more = False
         for session_id in wanted:
             try:
-                page = _pages.read_page(root, session_id, cursor=positions.get(session_id), limit=limit)
-            except _pages.SessionNotFound:
+                page = reading.read_page(root, session_id, cursor=positions.get(session_id), limit=limit)
+            except reading.SessionNotFound:
                 continue  # a session asked for that has not started yet: nothing to report
             except ValueError as exc:
                 raise ToolError(str(exc)) from exc
@@ -380,11 +389,12 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         limit = _clamp(limit)
         if since is not None and since.tzinfo is None:
             raise ToolError("since needs a UTC offset, e.g. 2026-01-01T00:00:00Z")
-        found: list[_pages.Entry] = []
-        for session_id in session_ids if session_ids is not None else _pages.list_session_ids(root):
+        failed = reading.Filters(statuses=frozenset({Status.FAILED}), since=since)
+        found: list[reading.Entry] = []
+        for session_id in session_ids if session_ids is not None else _session_ids(root):
             try:
-                found += _pages.failed_events(root, session_id, since=since)
-            except _pages.SessionNotFound:
+                found += reading.iter_events(root, session_id, filters=failed)
+            except reading.SessionNotFound:
                 continue
         found.sort(key=lambda entry: (entry.event.timestamp, entry.event.session_id, entry.event.seq))
         return {"events": [_event_dict(entry.line) for entry in found[:limit]], "more": len(found) > limit}
@@ -396,11 +406,11 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         """List sessions under the root, most recently active first, with agent, parent and counts."""
         limit = _clamp(limit)
         rows: list[SessionRow] = []
-        for session_id in _pages.list_session_ids(root):
+        for session_id in _session_ids(root):
             try:
-                first = _pages.read_page(root, session_id, limit=1).entries
-                last = _pages.read_page(root, session_id, limit=1, reverse=True).entries
-            except (_pages.SessionNotFound, ValueError):
+                first = reading.read_page(root, session_id, limit=1).entries
+                last = reading.read_page(root, session_id, limit=1, reverse=True).entries
+            except (reading.SessionNotFound, ValueError):
                 continue
             if not first or not last:
                 continue
@@ -430,7 +440,7 @@ def build_server(*, socket_path: Path, root: Path, version: str = "") -> tuple[M
         """Return a session's subagent tree and summary: counts, failures, open actions, durations."""
         try:
             node = load_tree(root, session_id, tree=include_subagents)
-        except _pages.SessionNotFound as exc:
+        except reading.SessionNotFound as exc:
             raise ToolError(str(exc)) from exc
         return {"tree": _tree_dict(node), "summary": summarize(node)}
 

@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gz_ia.client.schema import is_safe_session_id
 
-from . import _pages
+from . import reading
 from .otel_positions import CursorStore, Position, default_state_dir, root_key
 from .otel_senders import OTEL_EXTRA_HINT, SIGNALS, BatchSender, MissingExtraError, Outcome, make_sender
 from .otel_spans import SessionInfo, TraceState, fold, session_span
@@ -179,7 +179,7 @@ class OtelExporter:
         oldest: float | None = None
         healthy = True
         for root, store in self._stores.items():
-            summaries = _pages.session_summaries(root)
+            summaries = _summaries(root)
             parents = {sid: summary.parent_session_id for sid, summary in summaries.items()}
             for session_id in sorted(summaries):
                 root_session = _root_of(session_id, parents)
@@ -213,7 +213,7 @@ class OtelExporter:
             if "traces" in self.settings.signals:
                 states.append(self._traces.get((root, session_id)))
             needed[session_id] = min(
-                _pages.cursor_segment(state.cursor if state is not None else None, session_id) for state in states
+                _needed_segment(state.cursor if state is not None else None, session_id) for state in states
             )
         if needed == self._holds.get(root):
             return
@@ -241,12 +241,12 @@ class OtelExporter:
         self.metrics.up.set(1)
         self.metrics.last_success.set(self.clock())
 
-    def _fresh(self, root: Path, session_id: str, state: Position | TraceState) -> tuple[list[_pages.Entry], bool]:
+    def _fresh(self, root: Path, session_id: str, state: Position | TraceState) -> tuple[list[reading.Entry], bool]:
         """Return the entries after ``state.seq`` on the next page (moving the cursor past sent ones), and ``end``."""
         while True:
             try:
-                page = _pages.read_page(root, session_id, cursor=state.cursor, limit=self.settings.batch_size)
-            except _pages.SessionNotFound:
+                page = reading.read_page(root, session_id, cursor=state.cursor, limit=self.settings.batch_size)
+            except reading.SessionNotFound:
                 return [], True
             except ValueError:
                 # A cursor from another reader version: fall back to the seq watermark alone.
@@ -303,7 +303,7 @@ class OtelExporter:
         store: CursorStore,
         session_id: str,
         root_session: str,
-        summary: _pages.SessionSummary,
+        summary: reading.SessionSummary,
         allow: bool,
     ) -> _Behind:
         state = _loaded(self._traces, root, store, TraceState, session_id)
@@ -363,14 +363,14 @@ class OtelExporter:
         root: Path,
         session_id: str,
         seq: int,
-        fresh: list[_pages.Entry],
+        fresh: list[reading.Entry],
         result: _Behind,
         *,
         healthy: bool,
     ) -> _Behind:
         try:
-            last = _pages.read_page(root, session_id, limit=1, reverse=True).entries
-        except (_pages.SessionNotFound, ValueError):
+            last = reading.read_page(root, session_id, limit=1, reverse=True).entries
+        except (reading.SessionNotFound, ValueError):
             last = []
         result.lag = max(0, last[0].event.seq - seq) if last else 0
         result.since = fresh[0].event.timestamp.timestamp()
@@ -413,6 +413,24 @@ def _loaded(
     state.session_id = session_id
     cache[key] = state
     return state
+
+
+def _summaries(root: Path) -> dict[str, reading.SessionSummary]:
+    """Every session's summary keyed by id; none when the root cannot be read (the next pass tries again)."""
+    try:
+        return {summary.session_id: summary for summary in reading.list_sessions(root)}
+    except (LayoutError, LookupError, OSError):
+        return {}
+
+
+def _needed_segment(cursor: str | None, session_id: str) -> int:
+    """The segment a position's cursor lies in: 1 (hold everything) without one, or for one of another reader."""
+    if cursor is None:
+        return 1
+    try:
+        return reading.cursor_segment(cursor, session_id)
+    except (ValueError, LookupError):
+        return 1
 
 
 def _root_of(session_id: str, parents: Mapping[str, str | None]) -> str:

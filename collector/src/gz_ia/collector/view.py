@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from gz_ia.client.schema import Stage, Status, StoredEvent
 
 if TYPE_CHECKING:
-    from gz_ia.collector.storage.reader import SessionSummary, TreeNode
+    from gz_ia.collector.reading import SessionSummary, TreeNode
 
 __all__ = [
     "EventStyle",
@@ -196,7 +196,7 @@ def _middle(text: str, width: int) -> str:
 
 def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
     """Return the subagent tree, one line per session: id, agent, status, duration, events."""
-    from gz_ia.collector.storage.reader import MAX_TREE_DEPTH
+    from gz_ia.collector.reading import MAX_TREE_DEPTH
 
     lines: list[str] = []
 

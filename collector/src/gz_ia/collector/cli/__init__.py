@@ -48,6 +48,7 @@ from . import (  # noqa: E402, F401  - commands register themselves on the group
     _session,
     _sessions,
     _status,
+    _tree,
     _view,
 )
 from ._collector import collector_main  # noqa: E402

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from gz_ia.collector.storage.reader import Gap
+    from gz_ia.collector.reading import Gap
 
 __all__ = ["GapReport", "notice_record"]
 

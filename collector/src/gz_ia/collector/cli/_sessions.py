@@ -9,8 +9,9 @@ import click
 
 from . import main
 from ._common import EXIT_GAP, EXIT_NOT_FOUND, root_of
+from ._log_options import parse_time
+from ._output import Output, not_found, quietly, summary_json, use_colour
 from ._pager import paged
-from ._reading import _not_found, _Output, _quietly, _summary_json, parse_time, use_colour
 
 
 @main.command("sessions")
@@ -35,7 +36,7 @@ from ._reading import _not_found, _Output, _quietly, _summary_json, parse_time, 
     help="Read every retained segment, so that any unreadable one marks its session incomplete.",
 )
 @click.pass_context
-@_quietly
+@quietly
 def sessions_command(
     ctx: click.Context,
     agent: tuple[str, ...],
@@ -61,8 +62,8 @@ def sessions_command(
     with their offset, as in gz-ia logs, unless --utc. A session some of whose stored events cannot
     be read is named on stderr and the command exits 3.
     """
+    from gz_ia.collector import reading
     from gz_ia.collector.query import SessionQuery, select_sessions
-    from gz_ia.collector.storage import reader
     from gz_ia.collector.view import format_sessions
 
     now = datetime.now(UTC)
@@ -82,25 +83,25 @@ def sessions_command(
 
     def role_of(session_id: str) -> str | None:
         try:
-            entries = reader.read_page(root, session_id, limit=1).entries
-        except reader.SessionNotFound:
+            entries = reading.read_page(root, session_id, limit=1).entries
+        except reading.SessionNotFound:
             return None
         return entries[0].event.role if entries else None
 
     try:
-        reader.require_root(root)
-        summaries = select_sessions(reader.list_sessions(root, verify=verify), query, role_of)
-    except reader.RootNotFound as exc:
-        _not_found(ctx, exc)
-    except reader.LayoutError as exc:
+        reading.require_root(root)
+        summaries = select_sessions(reading.list_sessions(root, verify=verify), query, role_of)
+    except reading.RootNotFound as exc:
+        not_found(ctx, exc)
+    except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
     if reverse:
         summaries.reverse()
-    out = _Output(flush_each=False)
+    out = Output(flush_each=False)
     if as_json:
         for summary in summaries:
-            out.line(json.dumps(_summary_json(summary)))
+            out.line(json.dumps(summary_json(summary)))
     elif summaries:
         colour = use_colour(color, out.stream)
         with paged(pager):

@@ -30,8 +30,9 @@ def session_view(ctx: click.Context, session_id: str, tree: bool, output: str | 
     The page is one file with its CSS and script inline: it opens offline, and can be attached to
     a bug report as it is.
     """
-    from gz_ia.collector._pages import SessionNotFound
-    from gz_ia.collector.timeline import load_tree, render_html
+    from gz_ia.collector.reading import SessionNotFound
+    from gz_ia.collector.timeline import load_tree
+    from gz_ia.collector.timeline_html import render_html
 
     try:
         node = load_tree(root_of(ctx), session_id, tree=tree)

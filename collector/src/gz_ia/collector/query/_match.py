@@ -168,7 +168,7 @@ def _texts(event: StoredEvent) -> Iterable[str]:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """What a command selects beyond :class:`~gz_ia.collector.storage.reader.Filters`."""
+    """What a command selects beyond :class:`~gz_ia.collector.reading.Filters`."""
 
     matches: FieldMatches = field(default_factory=FieldMatches)
     grep: re.Pattern[str] | None = None

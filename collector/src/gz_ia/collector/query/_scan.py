@@ -30,7 +30,10 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import Status, StoredEvent
-from gz_ia.collector.storage import reader
+from gz_ia.collector import reading as reader
+from gz_ia.collector.reading.cursor import Position
+from gz_ia.collector.reading.segments import open_dirs
+from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage._layout import (
     ACTIVE_SUFFIX,
     Checkpoint,
@@ -94,7 +97,7 @@ def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
 
 
 def _plan(
-    dirs: RootDirs, listing: reader._Listing, filters: reader.Filters, selection: Selection
+    dirs: RootDirs, listing: Listing, filters: reader.Filters, selection: Selection
 ) -> list[tuple[str, Checkpoint | None]]:
     """The sessions that may hold a match, in id order, with their checkpoint when it was read."""
     ids = listing.session_ids
@@ -106,16 +109,14 @@ def _plan(
     for session_id in sorted(ids):
         checkpoint = None
         if prunable:
-            checkpoint = reader._covering_checkpoint(dirs, session_id, listing)
+            checkpoint = covering_checkpoint(dirs, session_id, listing)
             if checkpoint is not None and not _may_match(checkpoint, filters):
                 continue
         kept.append((session_id, checkpoint))
     return kept
 
 
-def _segments(
-    dirs: RootDirs, session_id: str, listing: reader._Listing, checkpoint: Checkpoint | None
-) -> list[Segment]:
+def _segments(dirs: RootDirs, session_id: str, listing: Listing, checkpoint: Checkpoint | None) -> list[Segment]:
     """Open the session's segments as listed, oldest first; :class:`_Fallback` on anything unusual
     (a hole between archives, a file that moved since the listing, an unreadable one)."""
     if listing.holed(session_id):
@@ -229,7 +230,7 @@ class _Finder:
 
 def _session(
     dirs: RootDirs,
-    listing: reader._Listing,
+    listing: Listing,
     session_id: str,
     checkpoint: Checkpoint | None,
     filters: reader.Filters,
@@ -268,7 +269,7 @@ def _session(
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
             if filters.match(event) and test(event):
-                cursor = reader._Position(session_id, number, end + 1, event.seq).encode()
+                cursor = Position(session_id, number, end + 1, event.seq).encode()
                 found.append(reader.Entry(raw.decode(errors="replace"), event, cursor))
     return found
 
@@ -308,7 +309,7 @@ def search(
         LayoutTooNew: the root was written by a newer gz-ia.
     """
     try:
-        dirs = reader._open(root)
+        dirs = open_dirs(root)
     except reader.SessionNotFound:
         return  # no root, no sessions: as reader.list_sessions has it
     test = selection.test
@@ -317,7 +318,7 @@ def search(
     per_session: list[list[reader.Entry]] = []
     fallbacks: list[str] = []
     try:
-        listing = reader._Listing(dirs)
+        listing = Listing(dirs)
 
         def read(chunk: list[tuple[str, Checkpoint | None]]) -> list[tuple[str, list[reader.Entry] | None]]:
             done: list[tuple[str, list[reader.Entry] | None]] = []

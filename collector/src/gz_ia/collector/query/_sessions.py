@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gz_ia.collector.storage.reader import SessionSummary
+    from gz_ia.collector.reading import SessionSummary
 
 __all__ = ["SessionQuery", "select_sessions"]
 

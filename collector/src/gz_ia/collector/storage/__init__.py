@@ -1,5 +1,5 @@
-"""Session storage: the on-disk layout, the writer, and the rotation-safe reader.
+"""Session storage: the on-disk layout and the writer (reading them back is :mod:`gz_ia.collector.reading`).
 
-``_layout`` and ``reader`` import only the standard library, msgspec and ``gz_ia.client``, so that
-tools (the MCP server, scripts) can read sessions without the daemon's dependencies.
+``_layout`` imports only the standard library, msgspec and ``gz_ia.client``, so that tools (the MCP
+server, scripts) can read sessions without the daemon's dependencies.
 """

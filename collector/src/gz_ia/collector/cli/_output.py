@@ -1,0 +1,97 @@
+"""How the reading commands write and end: the output stream, colour, and a quiet end on Ctrl-C or ``| head``.
+
+Shared by ``gz-ia logs``, ``gz-ia session logs``, ``gz-ia sessions`` and ``gz-ia session tree``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+import click
+
+from ._common import EXIT_NOT_FOUND
+
+__all__ = ["Output", "not_found", "quietly", "summary_json", "use_colour"]
+
+
+def use_colour(choice: str, stream: IO[str]) -> bool:
+    """``--color``: an explicit choice wins, then ``NO_COLOR`` (no-color.org), then whether it is a TTY."""
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Output:
+    """Writes lines to stdout; flushes each line when following (pipes and files see them at once)."""
+
+    def __init__(self, *, flush_each: bool) -> None:
+        self.stream: IO[str] = sys.stdout
+        self.flush_each = flush_each
+
+    def line(self, text: str) -> None:
+        """Write one line."""
+        self.stream.write(text + "\n")
+        if self.flush_each:
+            self.stream.flush()
+
+    def flush(self) -> None:
+        """Flush what was written."""
+        self.stream.flush()
+
+
+def quietly(function: Callable[..., None]) -> Callable[..., None]:
+    """End on Ctrl-C or a closed pipe without a traceback."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            function(*args, **kwargs)
+        except KeyboardInterrupt:
+            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                sys.stdout.flush()
+            raise click.exceptions.Exit(0) from None
+        except BrokenPipeError:
+            # Python would complain again when it flushes stdout at exit: point it at /dev/null.
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
+
+    wrapper.__name__ = function.__name__
+    wrapper.__doc__ = function.__doc__
+    return wrapper
+
+
+def not_found(ctx: click.Context, exc: Exception) -> None:
+    """Say why nothing could be read and exit 1 (a missing root says how a root is chosen)."""
+    from gz_ia.collector import reading
+
+    message = str(exc)
+    if isinstance(exc, reading.RootNotFound):
+        message += " (choose one with --root or GZ_IA_ROOT; a collector creates it when it starts)"
+    click.echo(f"gz-ia: {message}", err=True)
+    ctx.exit(EXIT_NOT_FOUND)
+
+
+def summary_json(summary: Any) -> dict[str, Any]:
+    """A session summary as JSON (``gz-ia sessions --json``, ``gz-ia session tree --json``): times in UTC."""
+    return {
+        "session_id": summary.session_id,
+        "parent_session_id": summary.parent_session_id,
+        "agent": summary.agent,
+        "first_time": summary.first_time.isoformat().replace("+00:00", "Z") if summary.first_time else None,
+        "last_time": summary.last_time.isoformat().replace("+00:00", "Z") if summary.last_time else None,
+        "events": summary.events,
+        "open_actions": summary.open_actions,
+        "failures": summary.failures,
+        "segments": summary.segments,
+        "incomplete": summary.incomplete,
+    }

@@ -1,0 +1,421 @@
+"""Pages of one session: read up to N events after or before a cursor, forwards or mirrored backwards.
+
+* :func:`read_page` reads up to ``limit`` matching events after (or, with ``reverse``, before) a
+  cursor and returns a :class:`Page` of :class:`Entry` (``line``, ``event``, ``cursor``).
+* :func:`iter_events` iterates page by page; :func:`event_at` finds one event by its ``seq``.
+* :func:`copy_lines` copies a whole session out as raw bytes; :func:`time_runs` says where its
+  stored order restarts in time, so that sessions can be merged strictly by time.
+
+A page never skips and never repeats an event (see :mod:`.cursor`); what it could not return is in
+its :class:`~.gaps.Gap` values. A last line without its newline is being written and is held back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Final
+
+import msgspec
+
+from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.collector.storage._layout import SegmentUnreadable
+
+from .cursor import Position, cursor_seq, decode_cursor, relocate, single_position, verify
+from .gaps import Gap, Holes, after_gap, expired_gap
+from .segments import (
+    MISSING,
+    SessionView,
+    complete_end,
+    first_seq,
+    lines_backward,
+    lines_forward,
+    open_dirs,
+    open_view,
+)
+
+__all__ = [
+    "Entry",
+    "Filters",
+    "Page",
+    "copy_lines",
+    "event_at",
+    "iter_events",
+    "page_of",
+    "read_page",
+    "time_runs",
+]
+
+_decoder: Final = msgspec.json.Decoder(StoredEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which events a read returns: values of one field are ORed, different fields are ANDed.
+
+    An empty set means "any". ``since`` is inclusive and ``until`` exclusive; both must be aware
+    datetimes.
+    """
+
+    agents: frozenset[str] = frozenset()
+    roles: frozenset[str] = frozenset()
+    stages: frozenset[Stage] = frozenset()
+    statuses: frozenset[Status] = frozenset()
+    actions: frozenset[str] = frozenset()
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def match(self, event: StoredEvent) -> bool:
+        """Tell whether ``event`` passes every filter."""
+        return (
+            (not self.agents or event.agent in self.agents)
+            and (not self.roles or (event.role or "") in self.roles)
+            and (not self.stages or event.stage in self.stages)
+            and (not self.statuses or event.status in self.statuses)
+            and (not self.actions or event.action in self.actions)
+            and (self.since is None or event.timestamp >= self.since)
+            and (self.until is None or event.timestamp < self.until)
+        )
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing is filtered."""
+        return self == _NO_FILTERS
+
+
+_NO_FILTERS: Final = Filters()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored event: the line exactly as stored (no newline), the decoded event, and the cursor
+    of the boundary right after it (resume from it forward to get the next events)."""
+
+    line: str
+    event: StoredEvent
+    cursor: str
+
+    @property
+    def session_id(self) -> str:
+        """The event's session."""
+        return self.event.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a session.
+
+    Attributes:
+        entries: oldest first, or newest first for a reverse read.
+        next_cursor: continue in the same direction from here (after a forward page: after the last
+            line scanned; after a reverse page: before the oldest line scanned).
+        incomplete: a segment or a line could not be read and was skipped.
+        end: nothing more in this direction for now (forward: caught up with the writer; reverse:
+            reached the oldest retained event).
+        expired: the cursor's events were deleted by retention; the history ends here.
+        gaps: what ``incomplete`` skipped: which ``seq`` ranges, and why.
+    """
+
+    entries: list[Entry] = field(default_factory=list)
+    next_cursor: str | None = None
+    incomplete: bool = False
+    end: bool = False
+    expired: bool = False
+    gaps: tuple[Gap, ...] = ()
+
+
+def read_page(
+    root: Path,
+    session_id: str,
+    *,
+    cursor: str | None = None,
+    limit: int = 100,
+    reverse: bool = False,
+    filters: Filters | None = None,
+) -> Page:
+    """Read up to ``limit`` matching events of a session, oldest first (newest first with ``reverse``).
+
+    Args:
+        root: the session root (``.harness`` directory).
+        session_id: the session.
+        cursor: continue after (forward) or before (reverse) this boundary; None starts at the oldest
+            retained event (forward) or the newest (reverse).
+        limit: maximum number of entries.
+        reverse: read towards older events.
+        filters: only return matching events (non-matching lines still advance ``next_cursor``).
+
+    Raises:
+        SessionNotFound: invalid id, missing root, or nothing stored for the session.
+        InvalidCursor: the cursor was not made by this reader or belongs to another session.
+        LayoutTooNew: the root was written by a newer gz-ia.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    if cursor is not None:
+        decode_cursor(cursor)  # a malformed cursor is refused before the root is looked at
+    return _read(root, session_id, cursor, limit=limit, reverse=reverse, filters=filters)
+
+
+def _read(
+    root: Path, session_id: str, start: str | Position | None, *, limit: int, reverse: bool, filters: Filters | None
+) -> Page:
+    """Read one page after ``start``: a cursor, or a position no cursor can name (see :func:`after_gap`)."""
+    dirs = open_dirs(root)
+    try:
+        position = single_position(start, session_id, dirs) if isinstance(start, str) else start
+        view = open_view(dirs, session_id)
+        try:
+            return page_of(view, position, limit, reverse, filters)
+        finally:
+            view.close()
+    finally:
+        dirs.close()
+
+
+def page_of(view: SessionView, position: Position | None, limit: int, reverse: bool, filters: Filters | None) -> Page:
+    """Read one page of an open view after (or, with ``reverse``, before) ``position`` (None: from its start or end)."""
+    session_id = view.session_id
+    epoch = view.dirs.epoch
+    if position is not None and not verify(view, position):
+        relocated = relocate(view, position.seq)
+        if relocated is None:
+            gap = expired_gap(view, position)
+            return Page([], position.encode(epoch), incomplete=True, end=True, expired=True, gaps=(gap,))
+        position = relocated
+    check = None if filters is None or filters.empty else filters.match
+    entries: list[Entry] = []
+    holes = Holes(view)
+    if reverse:
+        lines = (
+            view.backward(view.active_number, None)
+            if position is None
+            else view.backward(position.segment, position.offset)
+        )
+        last = position
+        seq = position.seq + 1 if position is not None else None
+        for number, start, end, raw in lines:
+            try:
+                event = _decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                view.note(f"segment {number}: an undecodable line at byte {start} ({exc})")
+                if seq is not None:
+                    last = Position(session_id, number, start, max(0, seq - 1))
+                continue
+            holes.missing(event.seq + 1, seq - 1 if seq is not None else None)
+            seq = event.seq
+            last = Position(session_id, number, start, max(0, event.seq - 1))
+            if check is None or check(event):
+                after = Position(session_id, number, end, event.seq).encode(epoch)
+                entries.append(Entry(raw.decode(errors="replace"), event, after))
+                if len(entries) >= limit:
+                    break
+        else:
+            holes.missing(None, seq - 1 if seq is not None else None)
+            next_cursor = last.encode(epoch) if last else None
+            return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
+        return Page(entries, last.encode(epoch) if last else None, view.incomplete, end=False, gaps=tuple(holes.gaps))
+    if position is None:
+        oldest = view.oldest()
+        lines = view.forward(oldest, 0)
+        last = None
+    else:
+        lines = view.forward(position.segment, position.offset)
+        last = position
+    expected = position.seq + 1 if position is not None else None
+    for number, start, end, raw in lines:
+        try:
+            event = _decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            view.note(f"segment {number}: an undecodable line at byte {start} ({exc})")
+            last = Position(session_id, number, end, last.seq if last else 0)
+            continue
+        holes.missing(expected, event.seq - 1)
+        expected = event.seq + 1
+        last = Position(session_id, number, end, event.seq)
+        if check is None or check(event):
+            entries.append(Entry(raw.decode(errors="replace"), event, last.encode(epoch)))
+            if len(entries) >= limit:
+                break
+    else:
+        holes.trailing(expected)
+        next_cursor = last.encode(epoch) if last else None
+        return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
+    return Page(entries, last.encode(epoch), view.incomplete, end=False, gaps=tuple(holes.gaps))
+
+
+def iter_events(
+    root: Path,
+    session_id: str,
+    *,
+    cursor: str | None = None,
+    reverse: bool = False,
+    filters: Filters | None = None,
+    page_size: int = 1000,
+    on_gap: Callable[[Gap], None] | None = None,
+    until_seq: int | None = None,
+) -> Iterator[Entry]:
+    """Yield every matching event from ``cursor`` on (see :func:`read_page`), page by page.
+
+    Without ``on_gap`` an expired cursor ends the history silently (the page says ``expired``).
+    With it, every :class:`Gap` of every page is passed to it as it is met, and a forward read
+    whose cursor's events were deleted by retention reports that gap and goes on with the oldest
+    event still stored, so the caller can say what it did not show. A forward read with
+    ``until_seq`` stops after that event (and says nothing of gaps beyond it).
+    """
+    resume: Position | None = None  # where a lagged read goes on: no cursor string can name it
+    while True:
+        if resume is not None:
+            page = _read(root, session_id, resume, limit=page_size, reverse=False, filters=filters)
+        else:
+            page = read_page(root, session_id, cursor=cursor, limit=page_size, reverse=reverse, filters=filters)
+        resume = None
+        if on_gap is not None:
+            for gap in page.gaps:
+                if until_seq is None or reverse or gap.first is None or gap.first <= until_seq:
+                    on_gap(gap)
+            if page.expired and not reverse:
+                resume = after_gap(session_id, page.gaps)
+                cursor = None
+                if until_seq is not None and resume is not None and resume.seq >= until_seq:
+                    return
+                continue
+        for entry in page.entries:
+            if until_seq is not None and not reverse and entry.event.seq > until_seq:
+                return
+            yield entry
+        if page.end or page.next_cursor is None:
+            return
+        if until_seq is not None and not reverse and cursor_seq(page.next_cursor, session_id) >= until_seq:
+            return
+        cursor = page.next_cursor
+
+
+def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
+    """Return the session's event number ``seq``, or None when it is not stored (not yet, or deleted).
+
+    Found by its number as a cursor is relocated: from the first line of each segment, newest first,
+    then within the one segment that holds it; older segments are not read.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    if seq < 1:
+        return None
+    # Segment 0 never exists, so the read finds the boundary before ``seq`` by its number.
+    page = _read(root, session_id, Position(session_id, 0, 0, seq - 1), limit=1, reverse=False, filters=None)
+    return next((entry for entry in page.entries if entry.event.seq == seq), None)
+
+
+def copy_lines(
+    root: Path, session_id: str, *, chunk_size: int = 1 << 20, on_gap: Callable[[Gap], None] | None = None
+) -> Iterator[bytes]:
+    """Yield a session's stored lines, oldest first, as raw chunks that together end on a line boundary.
+
+    The fast way to copy a whole session out (``gz-ia session logs --json``): nothing is decoded but
+    the first and last line of each segment, which tell a jump in ``seq`` across a segment that could
+    not be read. Reads every retained segment up to the end of the active one as it was when the
+    call started; a torn last line is held back; an unreadable segment is skipped and passed to
+    ``on_gap`` with the ``seq`` range it held.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    dirs = open_dirs(root)
+    try:
+        view = open_view(dirs, session_id)
+        try:
+            holes = Holes(view)
+            expected: int | None = None
+            for number in range(view.oldest(), view.active_number + 1):
+                segment = view.segment(number)
+                if segment is None:
+                    if view.get(number) is MISSING and number < view.active_number:
+                        view.note(f"segment {number} is missing")
+                    continue
+                try:
+                    end = complete_end(segment)
+                    first = first_seq(lines_forward(segment, 0))
+                    if first is not None:
+                        holes.missing(expected, first - 1)
+                    offset = 0
+                    while offset < end:
+                        chunk = segment.read(offset, min(chunk_size, end - offset))
+                        if not chunk:
+                            break
+                        offset += len(chunk)
+                        yield chunk
+                    newest = first_seq(lines_backward(segment, end))
+                    if newest is not None:
+                        expected = newest + 1
+                except SegmentUnreadable as exc:
+                    view.note(str(exc))
+                    continue
+            holes.trailing(expected)
+            if on_gap is not None:
+                for gap in holes.gaps:
+                    on_gap(gap)
+        finally:
+            view.close()
+    finally:
+        dirs.close()
+
+
+class _Stamp(msgspec.Struct, gc=False):
+    seq: int = 0
+    timestamp: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+
+_stamp_decoder: Final = msgspec.json.Decoder(_Stamp)
+
+
+def time_runs(
+    root: Path, session_id: str, *, cursor: str | None = None, until_seq: int | None = None
+) -> list[tuple[str | None, int | None]]:
+    """Return where a session's stored order restarts in time: ``(cursor before, last seq)`` of each run.
+
+    A run is a stretch of events (in ``seq`` order) whose timestamps never go backwards; a session
+    whose clock never went back is one run, from ``cursor`` (None: its oldest event) with no last
+    ``seq`` (None: up to ``until_seq``). Reading each run from its cursor up to its last ``seq`` and
+    merging the runs by time gives the session in time order without holding it in memory. Only
+    ``seq`` and ``timestamp`` are decoded.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+        InvalidCursor: the cursor was not made by this reader, or on another root.
+    """
+    dirs = open_dirs(root)
+    try:
+        position = single_position(cursor, session_id, dirs) if cursor is not None else None
+        view = open_view(dirs, session_id)
+        try:
+            if position is not None and not verify(view, position):
+                position = relocate(view, position.seq)
+            if position is None:
+                lines = view.forward(view.oldest(), 0)
+            else:
+                lines = view.forward(position.segment, position.offset)
+            runs: list[tuple[str | None, int | None]] = []
+            run_start: str | None = cursor
+            previous: datetime | None = None
+            previous_seq = position.seq if position is not None else 0
+            for number, start, _end, raw in lines:
+                try:
+                    stamp = _stamp_decoder.decode(raw)
+                except msgspec.DecodeError:
+                    continue
+                if until_seq is not None and stamp.seq > until_seq:
+                    break
+                if stamp.timestamp is None:
+                    continue
+                if previous is not None and stamp.timestamp < previous:
+                    runs.append((run_start, previous_seq))
+                    run_start = Position(session_id, number, start, previous_seq).encode(dirs.epoch)
+                previous, previous_seq = stamp.timestamp, stamp.seq
+            runs.append((run_start, None))
+            return runs
+        finally:
+            view.close()
+    finally:
+        dirs.close()

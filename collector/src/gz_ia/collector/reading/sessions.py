@@ -1,0 +1,310 @@
+"""Sessions of a root: one summary each (``gz-ia sessions``), and the one tree of subagent sessions.
+
+A summary comes from the session's checkpoint when it covers every stored line (the common case:
+one ``stat`` and one small read), otherwise from replaying what was written after it.
+:func:`build_tree` is the only tree builder: ``gz-ia session tree``, ``--tree``, the HTML timeline
+and the MCP server all draw the tree it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from gz_ia.client.schema import is_safe_session_id
+from gz_ia.collector.storage._layout import (
+    ACTIVE_SUFFIX,
+    STATE_SUFFIX,
+    Checkpoint,
+    RootDirs,
+    SegmentUnreadable,
+    SessionFold,
+    parse_archive_name,
+    read_checkpoint,
+    replay_session,
+    session_id_of,
+    session_id_of_state,
+)
+
+from .segments import SessionNotFound, SessionView, open_dirs, require_root
+
+__all__ = [
+    "MAX_TREE_DEPTH",
+    "Listing",
+    "SessionSummary",
+    "TreeNode",
+    "build_tree",
+    "covering_checkpoint",
+    "list_sessions",
+    "session_tree",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One line of ``gz-ia sessions``."""
+
+    session_id: str
+    parent_session_id: str | None
+    agent: str
+    first_time: datetime | None
+    last_time: datetime | None
+    events: int
+    open_actions: int
+    failures: int
+    segments: int
+    """Segment number of the active file: how many segments the session has had."""
+    incomplete: bool = False
+    """Some retained data could not be read: the counts may be low."""
+
+
+MAX_TREE_DEPTH: Final = 64
+"""How many levels of subagents a tree holds below its top; deeper sessions are counted, not listed."""
+
+
+@dataclass(slots=True)
+class TreeNode:
+    """A session and its subagent sessions (children ordered by first event)."""
+
+    summary: SessionSummary
+    children: list[TreeNode] = field(default_factory=list)
+    hidden: int = 0
+    """Descendants left out below :data:`MAX_TREE_DEPTH` (this node is at that depth)."""
+
+    @property
+    def session_id(self) -> str:
+        """The node's session id."""
+        return self.summary.session_id
+
+    @property
+    def status(self) -> str:
+        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``."""
+        if self.summary.open_actions:
+            return "running"
+        return "failed" if self.summary.failures else "ok"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """Seconds from the first to the last event, when both are known."""
+        first, last = self.summary.first_time, self.summary.last_time
+        return None if first is None or last is None else max(0.0, (last - first).total_seconds())
+
+    def walk(self, depth: int = 0) -> Iterator[tuple[int, TreeNode]]:
+        """Yield ``(depth, node)`` for this node and every descendant, depth first."""
+        yield depth, self
+        for child in self.children:
+            yield from child.walk(depth + 1)
+
+
+def _time(text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _quick_summary(dirs: RootDirs, session_id: str, listing: Listing) -> SessionSummary | None:
+    """Summarise from the checkpoint alone when it covers the whole active file (the common case).
+
+    The directory listing already says which archives exist, so this costs one ``stat`` and one
+    small read; anything that does not line up (no checkpoint, bytes written since, a rotation
+    racing with us) goes the careful way through :func:`_summary`.
+    """
+    checkpoint = covering_checkpoint(dirs, session_id, listing)
+    return None if checkpoint is None else _summary_of(session_id, checkpoint, segments=checkpoint.segment)
+
+
+def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Checkpoint | None:
+    """The session's checkpoint when it covers every stored line: no archive after it, and the active
+    file (if any) exactly as long as it says. None otherwise: then only reading the lines is exact."""
+    checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
+    if checkpoint is None or listing.newest_archive.get(session_id, 0) >= checkpoint.segment:
+        return None
+    try:
+        info = os.stat(session_id + ACTIVE_SUFFIX, dir_fd=dirs.sessions_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        size = 0
+    except OSError:
+        return None
+    else:
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
+    return checkpoint if size == checkpoint.offset else None
+
+
+def _summary_of(
+    session_id: str, state: Checkpoint | SessionFold, *, segments: int, incomplete: bool = False
+) -> SessionSummary:
+    """A summary from what a checkpoint stored or what a replay rebuilt (the same fields)."""
+    return SessionSummary(
+        session_id=session_id,
+        parent_session_id=state.parent or None,
+        agent=state.agent,
+        first_time=_time(state.first_time),
+        last_time=_time(state.last_time),
+        events=state.seq,
+        open_actions=len(state.open_actions) + (len(state.open_cycles) if isinstance(state, Checkpoint) else 0),
+        failures=state.failures,
+        segments=segments,
+        incomplete=incomplete,
+    )
+
+
+class Listing:
+    """What one listing of ``sessions/`` (and ``state/``) says: session ids and their newest archive."""
+
+    def __init__(self, dirs: RootDirs) -> None:
+        self.session_ids: set[str] = set()
+        self.active: set[str] = set()
+        """Sessions with an active file."""
+        self.newest_archive: dict[str, int] = {}
+        self.archives: dict[str, set[int]] = {}
+        self.damaged: set[str] = set()
+        """Sessions with something other than a regular file under an archive's name."""
+        with os.scandir(dirs.sessions_fd) as entries:
+            for item in entries:
+                name = item.name
+                session_id = session_id_of(name)
+                if session_id is not None:
+                    self.active.add(session_id)
+                else:
+                    archive = parse_archive_name(name)
+                    if archive is None:
+                        continue
+                    session_id = archive[0]
+                    self.archives.setdefault(session_id, set()).add(archive[1])
+                    if archive[1] > self.newest_archive.get(session_id, 0):
+                        self.newest_archive[session_id] = archive[1]
+                    if not item.is_file(follow_symlinks=False):
+                        self.damaged.add(session_id)
+                self.session_ids.add(session_id)
+        if dirs.state_fd is not None:
+            with contextlib.suppress(OSError):
+                for name in os.listdir(dirs.state_fd):
+                    session_id = session_id_of_state(name)
+                    if session_id is not None:
+                        self.session_ids.add(session_id)
+
+    def holed(self, session_id: str) -> bool:
+        """Whether the listing already shows damage: a gap in the archive numbers, or a non-file."""
+        numbers = self.archives.get(session_id)
+        return session_id in self.damaged or (numbers is not None and len(numbers) != max(numbers) - min(numbers) + 1)
+
+
+def _summary(dirs: RootDirs, session_id: str, *, verify: bool = False) -> SessionSummary | None:
+    try:
+        view = SessionView(dirs, session_id)
+    except SegmentUnreadable:
+        return None
+    try:
+        if not view.exists():
+            return None
+        # Verifying replays every retained segment (decompressing each archive) instead of
+        # trusting the checkpoint, so that damage anywhere shows as `incomplete`.
+        fold, _segment_seq, complete = replay_session(
+            dirs.sessions_fd, session_id, None if verify else view.checkpoint, view.active_number, view.active
+        )
+    finally:
+        view.close()
+    return _summary_of(session_id, fold, segments=view.active_number, incomplete=not complete or view.active_unreadable)
+
+
+def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
+    """Summarise every session stored under ``root``, ordered by first event (then id).
+
+    Each summary costs the session's checkpoint plus a scan of what was written after it (the
+    collector refreshes checkpoints every few seconds), so this stays fast with many sessions.
+    ``incomplete`` then says what the listing shows (a missing archive number, something other
+    than a file under an archive's name); with ``verify`` every retained segment is read, so that
+    any unreadable segment shows, at the cost of reading the whole root. A missing root has no
+    sessions.
+
+    Raises:
+        LayoutTooNew: the root was written by a newer gz-ia.
+    """
+    try:
+        dirs = open_dirs(root)
+    except SessionNotFound:
+        return []
+    try:
+        listing = Listing(dirs)
+        summaries = []
+        for session_id in listing.session_ids:
+            if verify:
+                summary = _summary(dirs, session_id, verify=True)
+            else:
+                summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id)
+            if summary is not None and listing.holed(session_id) and not summary.incomplete:
+                summary = dataclasses.replace(summary, incomplete=True)
+            if summary is not None:
+                summaries.append(summary)
+    finally:
+        dirs.close()
+    summaries.sort(key=lambda item: (item.first_time is None, item.first_time or datetime.min, item.session_id))
+    return summaries
+
+
+def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode:
+    """Return the tree of ``session_id`` and its descendants (through ``parent_session_id``).
+
+    A session that logged nothing itself but is named as a parent is part of the tree: its node has
+    an empty summary (no events, no times) and the sessions that named it as children.
+
+    Raises:
+        SessionNotFound: ``session_id`` is neither among the summaries nor anyone's parent.
+    """
+    by_id: dict[str, SessionSummary] = {}
+    children: dict[str, list[SessionSummary]] = {}
+    for summary in summaries:
+        by_id[summary.session_id] = summary
+        if summary.parent_session_id:
+            children.setdefault(summary.parent_session_id, []).append(summary)
+    top = by_id.get(session_id)
+    if top is None and session_id in children:
+        top = SessionSummary(session_id, None, "", None, None, 0, 0, 0, 0)
+    if top is None:
+        raise SessionNotFound(f"no session {session_id!r}")
+    visited = {session_id}
+
+    def unseen_children(parent: str) -> list[SessionSummary]:
+        fresh = [child for child in children.get(parent, []) if child.session_id not in visited]
+        visited.update(child.session_id for child in fresh)  # a parent cycle cannot loop forever
+        return fresh
+
+    # Iterative and bounded: a chain of subagents may be deeper than Python's recursion limit.
+    top_node = TreeNode(top)
+    pending = [(top_node, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth < MAX_TREE_DEPTH:
+            for child in unseen_children(node.session_id):
+                node.children.append(TreeNode(child))
+                pending.append((node.children[-1], depth + 1))
+            continue
+        below = unseen_children(node.session_id)
+        while below:
+            node.hidden += len(below)
+            below = [grandchild for child in below for grandchild in unseen_children(child.session_id)]
+    return top_node
+
+
+def session_tree(root: Path, session_id: str) -> TreeNode:
+    """Return the subagent tree below ``session_id``: each node's summary gives status and duration.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    if not is_safe_session_id(session_id):
+        raise SessionNotFound(f"{session_id!r} is not a valid session id")
+    require_root(root)
+    return build_tree(list_sessions(root), session_id)

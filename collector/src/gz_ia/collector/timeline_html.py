@@ -1,0 +1,308 @@
+"""The HTML timeline of a session tree (``gz-ia session view``): one self-contained page.
+
+The page carries its CSS and script inline, so it opens offline and can be attached to a bug report
+as it is. It draws the model of :mod:`gz_ia.collector.timeline`: a row per session and per action,
+each action a bar with a segment per stage, failures in red.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any, Final
+
+from gz_ia.client.schema import Status
+
+from .timeline import ActionSpan, SessionNode, summarize
+from .view import format_duration
+
+__all__ = ["COLOURS", "render_html"]
+
+COLOURS: Final = {
+    "READ": "#4c8bf5",
+    "PENDING": "#f2a93b",
+    "OK": "#1e9e4a",
+    "FAILED": "#e0201b",
+    "OPEN": "#9aa3ad",
+}
+"""Bar colours; the tests look for the OK and FAILED ones in screenshots."""
+
+
+_CSS: Final = (
+    ":root { --label: 340px; --grid: #e6e9ed; --ink: #1f2430; --muted: #667085; "
+    + " ".join(f"--{name.lower()}: {colour};" for name, colour in COLOURS.items())
+    + " }"
+    + """
+* { box-sizing: border-box; }
+body { margin: 0; font: 13px/1.35 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
+       color: var(--ink); background: #fff; }
+header { padding: 14px 18px 10px; border-bottom: 1px solid var(--grid); background: #f8f9fb; }
+h1 { font-size: 17px; margin: 0 0 4px; font-weight: 600; }
+.meta { color: var(--muted); }
+.meta b { color: var(--ink); font-weight: 600; }
+.meta .bad { color: var(--failed); }
+.legend { margin-top: 8px; display: flex; gap: 14px; flex-wrap: wrap; color: var(--muted); }
+.legend i { display: inline-block; width: 18px; height: 10px; border-radius: 2px; margin-right: 5px;
+            vertical-align: -1px; }
+main { padding: 4px 18px 24px; }
+.axis, .row { display: grid; grid-template-columns: var(--label) 1fr; align-items: center; }
+.axis { position: sticky; top: 0; background: #fff; z-index: 2; height: 26px; border-bottom: 1px solid var(--grid); }
+.axis .track { height: 26px; }
+.tick { position: absolute; top: 0; bottom: 0; border-left: 1px solid var(--grid); color: var(--muted);
+        font-size: 11px; padding: 6px 0 0 3px; white-space: nowrap; }
+.track { position: relative; height: 22px; margin-right: 56px; }
+.row { min-height: 24px; border-bottom: 1px solid #f1f3f5; }
+.row:hover { background: #f6f8fb; }
+.row.session { background: #f3f5f8; border-top: 1px solid var(--grid); cursor: pointer; min-height: 28px; }
+.label { padding: 3px 10px 3px 0; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.session .label { font-weight: 600; }
+.session .label .who { color: var(--muted); font-weight: 400; }
+.label .dur { color: var(--muted); font-variant-numeric: tabular-nums; margin-left: 6px; }
+.label .err { color: var(--failed); margin-left: 6px; font-weight: 600; }
+.tree { color: #b0b7c3; }
+.bar { position: absolute; top: 5px; height: 12px; display: flex; border-radius: 3px; overflow: hidden;
+       min-width: 6px; box-shadow: 0 0 0 1px rgba(0,0,0,.06); }
+.bar.failed { box-shadow: 0 0 0 2px var(--failed); }
+.seg { height: 100%; min-width: 2px; }
+.seg.read { background: var(--read); }
+.seg.pending { background: var(--pending); }
+.seg.ok { background: var(--ok); flex: 0 0 8px; }
+.seg.failed { background: var(--failed); flex: 0 0 8px; }
+.seg.open { background: repeating-linear-gradient(45deg, var(--open) 0 4px, #c9ced6 4px 8px); }
+.span { position: absolute; top: 10px; height: 4px; background: #c3cad5; border-radius: 2px; min-width: 2px; }
+.row.failed-row .label { color: var(--failed); }
+.hidden { display: none; }
+#tip { position: fixed; pointer-events: none; background: #1f2430; color: #fff; padding: 6px 9px;
+       border-radius: 4px; font-size: 12px; white-space: pre; max-width: 520px; z-index: 10; display: none;
+       box-shadow: 0 4px 12px rgba(0,0,0,.25); }
+footer { color: var(--muted); padding: 0 18px 18px; font-size: 11px; }
+"""
+)
+
+# First script of the page: any later script error is recorded on <html>, where a test (or a person
+# with the inspector) can see it.
+_ERROR_RECORDER: Final = """
+window.gzIaErrors = [];
+window.addEventListener("error", function (e) {
+  window.gzIaErrors.push(String(e.message || e));
+  document.documentElement.setAttribute("data-js-errors", window.gzIaErrors.join(" | "));
+});
+"""
+
+_JS: Final = """
+(function () {
+  var tip = document.getElementById("tip");
+  // The title attributes carry the same text for readers without scripts; with this tooltip on,
+  // drop them so that the browser does not show a second, native one.
+  document.querySelectorAll("[title][data-tip]").forEach(function (el) { el.removeAttribute("title"); });
+  document.querySelectorAll("[data-tip]").forEach(function (el) {
+    el.addEventListener("mousemove", function (e) {
+      tip.textContent = el.getAttribute("data-tip");
+      tip.style.display = "block";
+      var x = Math.min(e.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+      var below = e.clientY + 16 + tip.offsetHeight <= window.innerHeight;
+      var y = below ? e.clientY + 16 : e.clientY - tip.offsetHeight - 10;
+      tip.style.left = x + "px"; tip.style.top = y + "px";
+    });
+    el.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+  });
+  document.querySelectorAll(".row.session").forEach(function (row) {
+    row.addEventListener("click", function () {
+      var id = row.getAttribute("data-session");
+      var collapsed = row.classList.toggle("collapsed");
+      document.querySelectorAll('[data-under~="' + id + '"]').forEach(function (el) {
+        el.classList.toggle("hidden", collapsed);
+      });
+    });
+  });
+  document.documentElement.setAttribute("data-rendered", "ok");
+})();
+"""
+
+
+def _ts(value: datetime | None) -> str:
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z") if value else "-"
+
+
+def _tip(session: SessionNode, span: ActionSpan) -> str:
+    lines = [span.action, f"session {session.session_id} · {session.agent}" + (f"/{span.role}" if span.role else "")]
+    if span.read_at:
+        lines.append(f"READ     {_ts(span.read_at)}")
+    if span.pending_at:
+        lines.append(f"PENDING  {_ts(span.pending_at)}")
+    if span.finished_at:
+        lines.append(f"FINISH   {_ts(span.finished_at)}  {span.status.value if span.status else ''}")
+    else:
+        lines.append("still open (no FINISH yet)")
+    lines.append(f"duration {format_duration(span.elapsed_ms)}")
+    if span.error:
+        lines.append(f"error: {span.error}")
+    return "\n".join(lines)
+
+
+def _ticks(span_ms: float) -> list[float]:
+    if span_ms <= 0:
+        return [0.0]
+    steps = [
+        1,
+        2,
+        5,
+        10,
+        20,
+        50,
+        100,
+        200,
+        500,
+        1000,
+        2000,
+        5000,
+        10_000,
+        15_000,
+        30_000,
+        60_000,
+        120_000,
+        300_000,
+        600_000,
+        900_000,
+        1_800_000,
+        3_600_000,
+        7_200_000,
+        21_600_000,
+        43_200_000,
+        86_400_000,
+    ]
+    step = next((candidate for candidate in steps if span_ms / candidate <= 10), span_ms / 10)
+    count = int(span_ms // step) + 1
+    return [index * step for index in range(count)]
+
+
+def _tick_label(ms: float) -> str:
+    return "0" if ms == 0 else "+" + format_duration(int(ms))
+
+
+def render_html(node: SessionNode, *, title: str | None = None) -> str:
+    """Return one self-contained HTML page showing the session tree as a timeline."""
+    everything = [current for _, current in node.walk()]
+    stamps = [span.start for current in everything for span in current.actions]
+    stamps += [span.end for current in everything for span in current.actions]
+    stamps += [stamp for current in everything for stamp in (current.first, current.last) if stamp is not None]
+    start = min(stamps) if stamps else None
+    end = max(stamps) if stamps else None
+    total_ms = max(1.0, (end - start).total_seconds() * 1000) if start and end else 1.0
+
+    def pct(value: datetime) -> float:
+        assert start is not None
+        return max(0.0, min(100.0, (value - start).total_seconds() * 1000 / total_ms * 100))
+
+    summary = summarize(node)
+    totals = summary["totals"]
+    out: list[str] = []
+    add = out.append
+    heading = title or f"gz-ia session {node.session_id}"
+    add('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">')
+    add('<meta name="viewport" content="width=device-width, initial-scale=1">')
+    add(f"<title>{html.escape(heading)}</title><script>{_ERROR_RECORDER}</script>")
+    add(f"<style>{_CSS}</style></head><body>")
+    add(f'<header><h1>{html.escape(heading)}</h1><div class="meta">')
+    add(
+        f"<b>{len(everything)}</b> session{'s' if len(everything) != 1 else ''} · <b>{totals['events']}</b> events · "
+        f"<b>{totals['actions']}</b> actions · <b>{totals['finished_ok']}</b> OK · "
+        f'<b class="{"bad" if totals["failed"] else ""}">{totals["failed"]}</b> failed · '
+        f"<b>{totals['open']}</b> open"
+    )
+    if start and end:
+        add(f" · {html.escape(_ts(start))} → {html.escape(_ts(end))} ({format_duration(int(total_ms))})")
+    add('</div><div class="legend">')
+    for name, colour in (("READ", "READ"), ("PENDING", "PENDING"), ("FINISH OK", "OK"), ("FINISH FAILED", "FAILED")):
+        add(f'<span><i style="background:{COLOURS[colour]}"></i>{name}</span>')
+    add(
+        f'<span><i style="background:repeating-linear-gradient(45deg,{COLOURS["OPEN"]} 0 4px,#c9ced6 4px 8px)">'
+        "</i>open</span>"
+    )
+    add("<span>hover a bar for details · click a session to fold it</span></div></header><main>")
+    add('<div class="axis"><div class="label"></div><div class="track">')
+    for tick in _ticks(total_ms):
+        add(f'<div class="tick" style="left:{tick / total_ms * 100:.3f}%">{html.escape(_tick_label(tick))}</div>')
+    add("</div></div>")
+    ancestors: dict[str, list[str]] = {node.session_id: []}
+    for depth, current in node.walk():
+        under = ancestors.get(current.session_id, [])
+        for child in current.children:
+            ancestors[child.session_id] = [*under, current.session_id]
+        under_attr = " ".join(under)
+        indent = "&nbsp;&nbsp;&nbsp;" * max(0, depth - 1) + ("└─ " if depth else "")
+        who = html.escape(current.agent + (f"/{current.role}" if current.role else ""))
+        failed = sum(1 for span in current.actions if span.status is Status.FAILED)
+        session_tip = (
+            f"session {current.session_id}\nagent {current.agent}"
+            + (f"/{current.role}" if current.role else "")
+            + (f"\nparent {current.parent_session_id}" if current.parent_session_id else "")
+            + f"\n{current.events} events, {len(current.actions)} actions, {failed} failed"
+            + f"\n{_ts(current.first)} → {_ts(current.last)}"
+        )
+        add(
+            f'<div class="row session" data-session="{html.escape(current.session_id)}" '
+            f'data-under="{html.escape(under_attr)}" data-tip="{html.escape(session_tip)}">'
+            f'<div class="label"><span class="tree">{indent}</span>{html.escape(current.session_id)} '
+            f'<span class="who">{who} · {current.events} ev'
+            + (f' · <span class="err">{failed} failed</span>' if failed else "")
+            + '</span></div><div class="track">'
+        )
+        if current.first and current.last and start:
+            add(
+                f'<div class="span" style="left:{pct(current.first):.3f}%;'
+                f'width:{pct(current.last) - pct(current.first):.3f}%"></div>'
+            )
+        add("</div></div>")
+        action_indent = "&nbsp;&nbsp;&nbsp;" * depth + "&nbsp;&nbsp;"
+        for span in current.actions:
+            row_class = "row action failed-row" if span.status is Status.FAILED else "row action"
+            tip = html.escape(_tip(current, span))
+            label = f'<span class="tree">{action_indent}</span>{html.escape(span.action)}'
+            if not span.is_open:
+                label += f'<span class="dur">{format_duration(span.elapsed_ms)}</span>'
+            if span.status is Status.FAILED:
+                label += f'<span class="err">✕ {html.escape((span.error or "")[:80])}</span>'
+            elif span.is_open:
+                label += '<span class="dur">open</span>'
+            add(
+                f'<div class="{row_class}" data-under="{html.escape(" ".join([*under, current.session_id]))}">'
+                f'<div class="label" data-tip="{tip}">{label}</div><div class="track">'
+            )
+            add(_bar(span, pct, tip, until=end))
+            add("</div></div>")
+    add("</main><footer>Generated by gz-ia " + html.escape(_ts(end)) + " · self-contained, no network needed</footer>")
+    add(f'<div id="tip"></div><script>{_JS}</script></body></html>\n')
+    return "".join(out)
+
+
+def _bar(span: ActionSpan, pct: Any, tip: str, *, until: datetime | None) -> str:
+    """One action's bar: a segment per stage, then the FINISH cap (OK, FAILED) or a hatched open tail."""
+    # An open action is still running as far as anyone knows: draw it up to the last thing seen.
+    bar_end = until if span.is_open and until is not None and until > span.end else span.end
+    left = pct(span.start)
+    width = max(pct(bar_end) - left, 0.0)
+    marks: list[tuple[str, datetime]] = []
+    if span.read_at is not None or span.pending_at is None:
+        marks.append(("read", span.start))
+    if span.pending_at is not None:
+        marks.append(("pending", span.pending_at if marks else span.start))
+    segments: list[str] = []
+    for index, (kind, since) in enumerate(marks):
+        stop = marks[index + 1][1] if index + 1 < len(marks) else span.end
+        share = max((stop - since).total_seconds() * 1000, 0.0)
+        segments.append(f'<div class="seg {kind}" style="flex:{share:.3f} 1 0"></div>')
+    if span.is_open:
+        share = max((bar_end - span.end).total_seconds() * 1000, 0.0)
+        segments.append(f'<div class="seg open" style="flex:{share:.3f} 1 14px"></div>')
+    elif span.status is Status.FAILED:
+        segments.append('<div class="seg failed"></div>')
+    else:
+        segments.append('<div class="seg ok"></div>')
+    classes = "bar failed" if span.status is Status.FAILED else "bar"
+    status = span.status.value if span.status else "OPEN"
+    return (
+        f'<div class="{classes}" data-action="{html.escape(span.action)}" data-status="{status}" '
+        f'data-tip="{tip}" title="{tip}" '
+        f'style="left:{left:.3f}%;width:calc({width:.3f}% + 8px)">' + "".join(segments) + "</div>"
+    )
