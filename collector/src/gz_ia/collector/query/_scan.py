@@ -21,8 +21,8 @@ from __future__ import annotations
 import heapq
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -48,8 +48,8 @@ from ._match import Selection
 
 __all__ = ["search"]
 
-_BLOCK: Final = 1 << 22
 _SAMPLE: Final = 1 << 16
+_BUFFER: Final = 1 << 20
 _WORKERS: Final = min(4, os.cpu_count() or 1)
 _CHUNK: Final = 128
 """Sessions per task of the thread pool (a task per session costs more than a small session's read)."""
@@ -116,55 +116,97 @@ def _plan(
     return kept
 
 
-def _segments(dirs: RootDirs, session_id: str, listing: Listing, checkpoint: Checkpoint | None) -> list[Segment]:
-    """Open the session's segments as listed, oldest first; :class:`_Fallback` on anything unusual
-    (a hole between archives, a file that moved since the listing, an unreadable one)."""
+_Data = bytes | bytearray
+
+
+class _Buffer:
+    """One reader's buffer, kept from one session to the next.
+
+    Reading a file into memory that was just used is about twice as fast as into a new ``bytes``:
+    the kernel copies into pages already mapped and in the CPU's caches, and the search that follows
+    finds them there. It grows to the largest active segment read and never shrinks.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = bytearray(_BUFFER)
+
+    def fill(self, fd: int, size: int) -> int:
+        """Read up to ``size`` bytes from the file's start; return how many (fewer if it shrank)."""
+        if size > len(self.data):
+            self.data = bytearray(size + size // 8)
+        filled = 0
+        with memoryview(self.data) as view:
+            # One call almost always; a read is capped near 2 GiB, and a file may shrink meanwhile.
+            while filled < size and (got := os.preadv(fd, [view[filled:size]], filled)):
+                filled += got
+        return filled
+
+
+def _contents(
+    dirs: RootDirs, session_id: str, listing: Listing, checkpoint: Checkpoint | None, buffer: _Buffer
+) -> list[tuple[int, _Data, int]]:
+    """Each of the session's segments as listed, oldest first: its number, and bytes whose first
+    ``end`` are its complete lines (a torn last line is being written: left out); the active one is
+    in ``buffer``. :class:`_Fallback` on anything unusual (a hole between archives, a file that moved
+    since the listing, an unreadable one)."""
     if listing.holed(session_id):
         raise _Fallback
-    archives = sorted(listing.archives.get(session_id, ()))
     # The active segment's number only goes into the entries' cursors, where it is a hint checked
     # against seq: without a checkpoint at hand, one past the newest archive saves reading it.
-    number = max(archives[-1] + 1 if archives else 1, checkpoint.segment if checkpoint is not None else 1)
-    opened: list[Segment] = []
-    try:
-        for archived in archives:
-            opened.append(open_archive(dirs.sessions_fd, session_archive(session_id, archived), archived))
-        if session_id in listing.active:
+    number = checkpoint.segment if checkpoint is not None else 1
+    contents: list[tuple[int, _Data, int]] = []
+    archives = listing.archives.get(session_id)
+    if archives:
+        ordered = sorted(archives)
+        number = max(number, ordered[-1] + 1)
+        try:
+            segments = [
+                open_archive(dirs.sessions_fd, session_archive(session_id, archived), archived) for archived in ordered
+            ]
+        except (OSError, SegmentUnreadable):
+            raise _Fallback from None
+        try:
+            for segment in segments:
+                data = _archived(segment)
+                contents.append((segment.number, data, data.rfind(b"\n") + 1))
+        except SegmentUnreadable:
+            raise _Fallback from None
+        finally:
+            for segment in segments:
+                segment.close()
+    if session_id in listing.active:
+        try:
             fd = os.open(session_id + ACTIVE_SUFFIX, _READ_FLAGS, dir_fd=dirs.sessions_fd)
-            try:
-                info = os.fstat(fd)
-            except OSError:
-                os.close(fd)
-                raise
-            opened.append(Segment(number, fd=fd, data=None, size=info.st_size, ino=info.st_ino, active=True))
+        except OSError:
+            raise _Fallback from None
+        try:
+            info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise _Fallback
-    except (OSError, SegmentUnreadable):
-        for segment in opened:
-            segment.close()
-        raise _Fallback from None
-    except _Fallback:
-        for segment in opened:
-            segment.close()
-        raise
-    return opened
+            filled = buffer.fill(fd, info.st_size)
+        except OSError:
+            raise _Fallback from None
+        finally:
+            os.close(fd)
+        contents.append((number, buffer.data, buffer.data.rfind(b"\n", 0, filled) + 1))
+    return contents
 
 
-def _content(segment: Segment) -> bytes:
-    """The segment's complete lines (a torn last line is being written: left out)."""
+def _archived(segment: Segment) -> bytes:
+    """An archived segment's bytes (archives are rare beside active files: no buffer)."""
     if segment.data is not None:
-        data = segment.data[: segment.size]
-    else:
-        parts = []
-        offset = 0
-        while offset < segment.size:
-            chunk = segment.read(offset, min(_BLOCK, segment.size - offset))
-            if not chunk:
-                break
-            parts.append(chunk)
-            offset += len(chunk)
-        data = b"".join(parts)
-    return data[: data.rfind(b"\n") + 1]
+        return segment.data[: segment.size]
+    parts = []
+    offset = 0
+    while offset < segment.size:
+        chunk = segment.read(offset, segment.size - offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
 
 
 class _Finder:
@@ -181,6 +223,7 @@ class _Finder:
         self.rest = groups[1:]
         """The groups checked on each candidate line (after the searched one)."""
         self.rare: list[tuple[bytes, int]] | None = None
+        self._lock = threading.Lock()
 
     def _learn(self, sample: bytes) -> None:
         # Search for the group that is rarest in the sample: fewer candidate lines to check.
@@ -196,36 +239,41 @@ class _Finder:
             chosen.append((byte, needle.index(byte)))
         self.rare = chosen
 
-    def starts(self, data: bytes) -> list[int]:
-        """Offsets of the lines of ``data`` that contain one of the strings, ascending, each once."""
+    def starts(self, data: _Data, end: int | None = None) -> list[int]:
+        """Offsets of the lines of ``data[:end]`` that contain one of the strings, ascending, each once."""
+        if end is None:
+            end = len(data)
         if self.rare is None:
-            self._learn(data[:_SAMPLE])
+            with self._lock:  # learnt once: the readers' threads must search for the same group
+                if self.rare is None:
+                    self._learn(bytes(data[: min(end, _SAMPLE)]))
+        assert self.rare is not None
         starts: set[int] = set()
         for index, needle in enumerate(self.group):
             if self.rare:
                 byte, offset = self.rare[index]
-                hits = self._by_rare_byte(data, needle, byte, offset)
+                hits = self._by_rare_byte(data, end, needle, byte, offset)
             else:
-                hits = self._by_needle(data, needle)
+                hits = self._by_needle(data, end, needle)
             for position in hits:
                 starts.add(data.rfind(b"\n", 0, position) + 1)
         return sorted(starts)
 
     @staticmethod
-    def _by_needle(data: bytes, needle: bytes) -> Iterator[int]:
-        position = data.find(needle)
+    def _by_needle(data: _Data, end: int, needle: bytes) -> Iterator[int]:
+        position = data.find(needle, 0, end)
         while position >= 0:
             yield position
-            position = data.find(needle, position + len(needle))
+            position = data.find(needle, position + len(needle), end)
 
     @staticmethod
-    def _by_rare_byte(data: bytes, needle: bytes, byte: bytes, offset: int) -> Iterator[int]:
-        position = data.find(byte, offset)
+    def _by_rare_byte(data: _Data, end: int, needle: bytes, byte: bytes, offset: int) -> Iterator[int]:
+        position = data.find(byte, offset, end)
         while position >= 0:
             start = position - offset
-            if data.startswith(needle, start):
+            if data.startswith(needle, start, end):
                 yield start
-            position = data.find(byte, position + 1)
+            position = data.find(byte, position + 1, end)
 
 
 def _session(
@@ -236,28 +284,21 @@ def _session(
     filters: reader.Filters,
     test: Callable[[StoredEvent], bool],
     finder: _Finder | None,
+    buffer: _Buffer,
 ) -> list[reader.Entry]:
     """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
     found: list[reader.Entry] = []
     expected: int | None = None
-    segments = _segments(dirs, session_id, listing, checkpoint)
-    try:
-        contents = [(segment.number, _content(segment)) for segment in segments]
-    except SegmentUnreadable:
-        raise _Fallback from None
-    finally:
-        for segment in segments:
-            segment.close()
-    for number, data in contents:
+    for number, data, size in _contents(dirs, session_id, listing, checkpoint, buffer):
         if finder is not None:
-            starts: Iterable[int] = finder.starts(data)
+            starts: Iterable[int] = finder.starts(data, size)
             rest = finder.rest
         else:
-            starts = _line_starts(data)
+            starts = _line_starts(data, size)
             rest = []
         for start in starts:
-            end = data.find(b"\n", start)
-            raw = data[start:end]
+            end = data.index(b"\n", start, size)
+            raw = bytes(data[start:end])
             if rest and not all(any(needle in raw for needle in group) for group in rest):
                 continue
             try:
@@ -274,16 +315,54 @@ def _session(
     return found
 
 
-def _line_starts(data: bytes) -> Iterator[int]:
+def _line_starts(data: _Data, size: int) -> Iterator[int]:
     start = 0
-    size = len(data)
     while start < size:
         yield start
-        start = data.index(b"\n", start) + 1
+        start = data.index(b"\n", start, size) + 1
+
+
+def _in_parallel(
+    read: Callable[[list[tuple[str, Checkpoint | None]], _Buffer], None], plan: list[tuple[str, Checkpoint | None]]
+) -> None:
+    """Run ``read`` over chunks of the plan on up to :data:`_WORKERS` threads, the caller's among them.
+
+    Copying a file out of the page cache (``preadv``) releases the GIL, so a second thread overlaps
+    it with the first one's search. The order of the results does not matter: the caller sorts them.
+    """
+    chunks = [plan[index : index + _CHUNK] for index in range(0, len(plan), _CHUNK)]
+    claims = iter(chunks)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        buffer = _Buffer()
+        try:
+            while True:
+                with lock:
+                    chunk = next(claims, None)
+                if chunk is None or failures:
+                    return
+                read(chunk, buffer)
+        except BaseException as exc:  # re-raised in the caller's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(_WORKERS, len(chunks)) - 1)]
+    for thread in threads:
+        thread.start()
+    work()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def _time(entry: reader.Entry) -> datetime:
     return entry.event.timestamp
+
+
+def _first(item: tuple[str, list[reader.Entry]]) -> str:
+    return item[0]
 
 
 def search(
@@ -315,32 +394,25 @@ def search(
     test = selection.test
     needles = needles_of(filters, selection)
     finder = _Finder(needles) if needles else None
-    per_session: list[list[reader.Entry]] = []
+    per_session: list[tuple[str, list[reader.Entry]]] = []
     fallbacks: list[str] = []
     try:
         listing = Listing(dirs)
 
-        def read(chunk: list[tuple[str, Checkpoint | None]]) -> list[tuple[str, list[reader.Entry] | None]]:
-            done: list[tuple[str, list[reader.Entry] | None]] = []
+        def read(chunk: list[tuple[str, Checkpoint | None]], buffer: _Buffer) -> None:
             for session_id, checkpoint in chunk:
                 try:
-                    done.append((session_id, _session(dirs, listing, session_id, checkpoint, filters, test, finder)))
+                    entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer)
                 except _Fallback:
-                    done.append((session_id, None))
-            return done
+                    fallbacks.append(session_id)
+                else:
+                    if entries:
+                        per_session.append((session_id, entries))
 
-        plan = _plan(dirs, listing, filters, selection)
-        chunks = [plan[index : index + _CHUNK] for index in range(0, len(plan), _CHUNK)]
-        # Copying the files out of the page cache (pread) releases the GIL: threads overlap it.
-        with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-            for done in pool.map(read, chunks):
-                for session_id, entries in done:
-                    if entries is None:
-                        fallbacks.append(session_id)
-                    elif entries:
-                        per_session.append(entries)
+        _in_parallel(read, _plan(dirs, listing, filters, selection))
     finally:
         dirs.close()
+    fallbacks.sort()  # their gap notices in session order
     for session_id in fallbacks:
         try:
             events = reader.iter_events(root, session_id, filters=filters, on_gap=on_gap)
@@ -348,11 +420,13 @@ def search(
         except reader.SessionNotFound:
             continue  # removed while we read
         if careful:
-            per_session.append(careful)
-    for entries in per_session:
+            per_session.append((session_id, careful))
+    # Equal times come in session id order, as the session-by-session reader has them.
+    per_session.sort(key=_first)
+    for _session_id, entries in per_session:
         # Strictly in time order, even where a session's clock went back (sorted input costs nothing).
         entries.sort(key=_time)
-    merged: Iterable[reader.Entry] = heapq.merge(*per_session, key=_time)
+    merged: Iterable[reader.Entry] = heapq.merge(*(entries for _session_id, entries in per_session), key=_time)
     if count is not None:
         merged = list(merged)[-count:] if count else []
     if reverse:
