@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
 from gz_ia.collector.query import (
+    Selection,
     SessionQuery,
     compile_grep,
     parse_matches,
@@ -256,3 +260,51 @@ def test_finder_finds_exactly_the_lines_holding_a_needle(
             starts.append(offset)
         offset += len(line.encode()) + 1
     assert finder.starts(data) == starts
+
+
+def _write_session(root: Path, session_id: str, tools: list[str], *, torn: bytes = b"") -> list[str]:
+    """Write an active segment as the collector would, one event per tool (padded to make it long); return its lines."""
+    lines = []
+    for seq, tool in enumerate(tools, 1):
+        record = {
+            "timestamp": msgspec.json.encode(NOW + timedelta(seconds=seq)).decode()[1:-1],
+            "session_id": session_id,
+            "action": f"task-{seq}",
+            "stage": "READ",
+            "status": "OK",
+            "agent": "claude",
+            "attrs": {"tool": tool, "padding": "x" * 200},
+            "seq": seq,
+        }
+        lines.append(msgspec.json.encode(record).decode())
+    path = root / "sessions" / f"{session_id}.events.jsonl"
+    path.write_bytes("".join(line + "\n" for line in lines).encode() + torn)
+    return lines
+
+
+def test_search_reads_each_session_alone_though_one_buffer_holds_them_in_turn(tmp_path: Path) -> None:
+    """The search reads sessions one after another into one buffer that keeps the bytes of a longer
+    one read before: a shorter session read next must not show them as its own lines, nor complete its
+    torn last line (being written) with them; a session longer than the buffer makes it grow."""
+    from gz_ia.collector.query import search
+    from gz_ia.collector.reading import Filters
+    from gz_ia.collector.storage._layout import LAYOUT_FILE, LAYOUT_VERSION
+
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "state").mkdir()
+    (tmp_path / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION}) + "\n")
+    # Sessions are read in id order: the long one first, with its matches near its end, past the
+    # shorter ones' lengths; then a short one, then one whose torn last line holds the needle too.
+    long_tools = ["Bash"] * 6000 + ["WebFetch", "Bash", "WebFetch"]
+    long_lines = _write_session(tmp_path, "a-long", long_tools)
+    assert len("\n".join(long_lines)) > 1 << 20  # more than the buffer it starts with
+    short_lines = _write_session(tmp_path, "b-short", ["Read", "WebFetch", "Read"])
+    torn = b'{"timestamp":"2026-12-01T12:40:00Z","session_id":"c-torn","attrs":{"tool":"WebFetch"'
+    torn_lines = _write_session(tmp_path, "c-torn", ["WebFetch", "Read"], torn=torn)
+    match = Selection(matches=parse_matches(["attrs.tool=WebFetch"]))
+    found = [entry.line for entry in search(tmp_path, Filters(), match)]
+    assert sorted(found) == sorted([long_lines[6000], long_lines[6002], short_lines[1], torn_lines[0]])
+    everything = [
+        entry.line for entry in search(tmp_path, Filters(), Selection(matches=parse_matches(["agent=claude"])))
+    ]
+    assert sorted(everything) == sorted(long_lines + short_lines + torn_lines)
