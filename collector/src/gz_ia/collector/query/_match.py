@@ -43,11 +43,14 @@ class _FieldMatch:
     values: tuple[str, ...]
 
     def test(self, event: StoredEvent) -> bool:
-        if self.name.startswith("attrs."):
-            actual: object = (event.attrs or {}).get(self.name[6:])
+        name = self.name
+        if name.startswith("attrs."):
+            actual: object = event.attrs.get(name[6:]) if event.attrs else None
         else:
-            actual = getattr(event, self.name)
-        return any(_equal(actual, value, self.name) for value in self.values)
+            actual = getattr(event, name)
+        if type(actual) is str:  # a plain string (not a Stage or Status): equal to one of the values
+            return actual in self.values
+        return any(_equal(actual, value, name) for value in self.values)
 
     def needles(self) -> tuple[bytes, ...] | None:
         """Byte strings one of which a matching compact JSON line contains; None when none is sure."""
