@@ -8,8 +8,13 @@ Two savings, both exact:
   that never failed when only FAILED events are asked for, cannot hold a match.
 * **Lines are found by a byte search before anything is decoded.** The collector writes compact JSON,
   so an event with ``"status":"FAILED"`` or ``attrs.tool=Bash`` contains that key and value as bytes
-  (:meth:`Selection.needles`); a segment is searched for them in large blocks and only the lines
-  around a hit are decoded and checked in full.
+  (:meth:`Selection.needles`); a segment is read whole and searched for them, and only the lines
+  around a hit are decoded and checked in full. Only complete lines count: a last line without its
+  newline is being written, and is left out as the reader leaves it out.
+
+The files are read with ``preadv`` into a buffer kept from one session to the next, never mapped: the
+writer truncates an active file back after a failed write, and touching a mapped page past the new
+end would kill the process (``SIGBUS``).
 
 A session whose files are damaged or change shape during the read (an unreadable segment, an
 undecodable candidate line, a hole) is read again the careful way, through the reader, which says what
@@ -95,24 +100,13 @@ def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
     return True
 
 
-def _plan(
-    dirs: RootDirs, listing: Listing, filters: reader.Filters, selection: Selection
-) -> list[tuple[str, Checkpoint | None]]:
-    """The sessions that may hold a match, in id order, with their checkpoint when it was read."""
+def _candidates(listing: Listing, selection: Selection) -> list[str]:
+    """The sessions to look at, in id order (``session_id=`` matches narrow them by name)."""
     ids = listing.session_ids
     named = selection.matches.values_of("session_id")
     if named is not None:
         ids = ids & set(named)
-    prunable = filters.since is not None or filters.statuses == {Status.FAILED}
-    kept = []
-    for session_id in sorted(ids):
-        checkpoint = None
-        if prunable:
-            checkpoint = covering_checkpoint(dirs, session_id, listing)
-            if checkpoint is not None and not _may_match(checkpoint, filters):
-                continue
-        kept.append((session_id, checkpoint))
-    return kept
+    return sorted(ids)
 
 
 _Data = bytes | bytearray
@@ -213,7 +207,7 @@ class _Finder:
 
     ``bytes.find`` of a whole needle crawls through JSON, whose common bytes (``"``, ``:``, letters)
     defeat its skips; like ripgrep, look first for the needle's rarest byte (a one-byte ``find`` is
-    ``memchr``), then check the needle around it. Which byte is rare is learnt from the first block.
+    ``memchr``), then check the needle around it. Which byte is rare is learnt from the first session read.
     """
 
     def __init__(self, groups: list[tuple[bytes, ...]]) -> None:
@@ -321,15 +315,13 @@ def _line_starts(data: _Data, size: int) -> Iterator[int]:
         start = data.index(b"\n", start, size) + 1
 
 
-def _in_parallel(
-    read: Callable[[list[tuple[str, Checkpoint | None]], _Buffer], None], plan: list[tuple[str, Checkpoint | None]]
-) -> None:
-    """Run ``read`` over chunks of the plan on up to :data:`_WORKERS` threads, the caller's among them.
+def _in_parallel(read: Callable[[list[str], _Buffer], None], session_ids: list[str]) -> None:
+    """Run ``read`` over chunks of the sessions on up to :data:`_WORKERS` threads, the caller's among them.
 
     Copying a file out of the page cache (``preadv``) releases the GIL, so a second thread overlaps
     it with the first one's search. The order of the results does not matter: the caller sorts them.
     """
-    chunks = [plan[index : index + _CHUNK] for index in range(0, len(plan), _CHUNK)]
+    chunks = [session_ids[index : index + _CHUNK] for index in range(0, len(session_ids), _CHUNK)]
     claims = iter(chunks)
     lock = threading.Lock()
     failures: list[BaseException] = []
@@ -398,8 +390,16 @@ def search(
     try:
         listing = Listing(dirs)
 
-        def read(chunk: list[tuple[str, Checkpoint | None]], buffer: _Buffer) -> None:
-            for session_id, checkpoint in chunk:
+        # Checking checkpoints is part of each session's read, so the threads share it too.
+        prunable = filters.since is not None or filters.statuses == {Status.FAILED}
+
+        def read(chunk: list[str], buffer: _Buffer) -> None:
+            for session_id in chunk:
+                checkpoint = None
+                if prunable:
+                    checkpoint = covering_checkpoint(dirs, session_id, listing)
+                    if checkpoint is not None and not _may_match(checkpoint, filters):
+                        continue
                 try:
                     entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer)
                 except _Fallback:
@@ -408,7 +408,7 @@ def search(
                     if entries:
                         per_session.append((session_id, entries))
 
-        _in_parallel(read, _plan(dirs, listing, filters, selection))
+        _in_parallel(read, _candidates(listing, selection))
     finally:
         dirs.close()
     fallbacks.sort()  # their gap notices in session order
