@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import random
@@ -146,8 +147,20 @@ def _timed(command: str, env: dict[str, str], repeat: int, *, warm_up: bool = Tr
     return statistics.median(times), statistics.median(cpus), lines
 
 
+def _compile_sources() -> None:
+    """Write current bytecode for gz-ia's sources, as an installed wheel has it: where
+    PYTHONDONTWRITEBYTECODE is set, each run would otherwise compile every edited module again."""
+    import gz_ia.client
+    import gz_ia.collector
+
+    for package in (gz_ia.client, gz_ia.collector):
+        for directory in package.__path__:
+            compileall.compile_dir(directory, quiet=1)
+
+
 def measure(root: Path, repeat: int, with_jq: bool) -> dict[str, object]:
     """Time each question with gz-ia, rg and jq; return the figures."""
+    _compile_sources()
     env = {**os.environ, "GZ_IA_ROOT": str(root), "LC_ALL": "C"}
     cli = " ".join(_CLI[:2]) + f" '{_CLI[2]}'"
     files = f"{root}/sessions"
