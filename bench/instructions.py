@@ -12,7 +12,6 @@ Usage (needs ``valgrind``, e.g. ``apt-get install valgrind``; about 30 s per cou
     uv run python -m bench.instructions                      # 100,000 events over 100 and 10,000 sessions
     uv run python -m bench.instructions --sessions 100 --events 200000
     uv run python -m bench.instructions --shares 2          # each share of a sharded collector, summed
-    uv run python -m bench.instructions --shares 2 --unrouted   # ... fed by clients that do not route
 """
 
 from __future__ import annotations
@@ -27,10 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-from gz_ia.client.protocol import FrameReader, Owners, route_decoder
+from gz_ia.client.protocol import FrameReader, route_decoder
 from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.role import WHOLE
+from gz_ia.collector.sharding.share_process import share_role
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import DecodedBatch, decode_batch, decode_share, reject_misrouted
+from gz_ia.collector.validation import DecodedBatch, decode_batch, reject_unserved
 
 from ._load import build_load, routed, session_id
 
@@ -44,26 +45,21 @@ def _control(switch: str) -> None:
     subprocess.run(["callgrind_control", "-i", switch, str(os.getpid())], stdout=subprocess.DEVNULL, check=True)
 
 
-def measure(events: int, sessions: int, share: int = 0, shares: int = 1, unrouted: int = 0) -> None:
+def measure(events: int, sessions: int, share: int = 0, shares: int = 1) -> None:
     """Decode and stage ``events`` events over ``sessions`` sessions; count only the second half.
 
     With ``shares`` above 1, as share ``share`` of a sharded collector does: it reads the batches the
-    thin client routed to it, whole; or, ``unrouted``, every batch, and decodes and stages only its
-    own events (then each share counts every event of the batch).
+    thin client routed to it, whole, and rejects an event of another share's session.
     """
-    owners = Owners(shares)
+    role = share_role(share, shares, front=0) if shares > 1 else WHOLE
 
     def decode(body: bytes) -> DecodedBatch:
-        if shares == 1:
-            return decode_batch(body)
-        if unrouted:
-            return decode_share(body, share, owners)
         batch = decode_batch(body)
-        reject_misrouted(batch, share, owners)
+        reject_unserved(batch, role)
         return batch
 
     def mine(frames: bytes) -> list[bytes]:
-        if shares == 1 or unrouted:
+        if shares == 1:
             return FrameReader().feed(frames)
         bodies = FrameReader().feed(routed(frames, shares))  # route, batch, route, batch, ...
         pairs = zip(bodies[::2], bodies[1::2], strict=True)
@@ -108,14 +104,14 @@ def measure(events: int, sessions: int, share: int = 0, shares: int = 1, unroute
         shutil.rmtree(scratch)
 
 
-def count(events: int, sessions: int, share: int = 0, shares: int = 1, unrouted: bool = False) -> tuple[int, int]:
+def count(events: int, sessions: int, share: int = 0, shares: int = 1) -> tuple[int, int]:
     """Run :func:`measure` under callgrind in a child process; return the instructions and the events counted."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is missing: apt-get install valgrind")
     argv = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
         sys.executable, "-m", "bench.instructions", "--child",
-        str(events), str(sessions), str(share), str(shares), str(int(unrouted)),
+        str(events), str(sessions), str(share), str(shares),
     ]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=Path(__file__).parent.parent)
     found = _REFS.search(result.stderr)
@@ -130,16 +126,14 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, action="append", help="default: 100 and 10,000")
     parser.add_argument("--shares", type=int, default=1, help="count each share of a sharded collector (default 1)")
-    parser.add_argument("--unrouted", action="store_true", help="shares read every batch (clients that do not route)")
-    parser.add_argument("--child", nargs=5, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         measure(*args.child)
         return
     for sessions in args.sessions or [100, 10_000]:
-        counts = [count(args.events, sessions, share, args.shares, args.unrouted) for share in range(args.shares)]
-        # Unrouted, every share counts every event of the load; routed, each counts its own.
-        events = counts[0][1] if args.unrouted else sum(counted for _, counted in counts)
+        counts = [count(args.events, sessions, share, args.shares) for share in range(args.shares)]
+        events = sum(counted for _, counted in counts)
         total = sum(instructions for instructions, _ in counts) / events
         parts = " + ".join(f"{instructions / events:,.0f}" for instructions, _ in counts)
         parts = f" ({parts} in the shares)" if args.shares > 1 else ""

@@ -17,7 +17,7 @@ from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector import reading as reader
 from gz_ia.collector.config import CollectorConfig, RetentionConfig, RotationConfig
 from gz_ia.collector.ingest import Ingest
-from gz_ia.collector.storage._layout import rejects_stem
+from gz_ia.collector.sharding.wire import rejects_stem
 from gz_ia.collector.storage.writer import Writer
 from gz_ia.collector.validation import DecodedBatch
 

@@ -1,4 +1,4 @@
-"""A sharded collector's pieces in process: each share takes its own events; replies merge into one."""
+"""A sharded collector's pieces in process: replies passed on in order, reports and metrics merged."""
 
 from __future__ import annotations
 
@@ -15,21 +15,18 @@ from gz_ia.client.protocol import (
     Batch,
     Error,
     FrameReader,
-    Owners,
-    Rejection,
     RejectReason,
+    Report,
     Verdicts,
     Welcome,
     collector_message_decoder,
     encode_frame,
-    owner_of,
 )
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.front import _Client, _ShareLink, merge_replies
-from gz_ia.collector.merged_metrics import merge_reports, merged_exposition
 from gz_ia.collector.metrics import Metrics
-from gz_ia.collector.shares import restart_delay
-from gz_ia.collector.validation import decode_batch, decode_share
+from gz_ia.collector.sharding.front_client import EVERY, FrontClient, ShareLink, merge_replies
+from gz_ia.collector.sharding.metrics import merge_reports, merged_exposition
+from gz_ia.collector.sharding.shares import restart_delay
 
 GOOD: dict[str, Any] = {
     "timestamp": "2026-01-01T00:00:00Z",
@@ -46,58 +43,13 @@ def _body(*events: object) -> bytes:
     return frame[4:]
 
 
-@pytest.mark.parametrize("shares", [2, 3])
-def test_every_event_belongs_to_exactly_one_share_and_decodes_there_as_alone(shares: int) -> None:
-    events = [{**GOOD, "session_id": f"session-{index % 37}", "action": f"a{index}"} for index in range(200)]
-    body = _body(*events)
-    whole = decode_batch(body)
-    taken = [decode_share(body, share, Owners(shares)) for share in range(shares)]
-    for index in range(len(events)):
-        owners = [share for share, part in enumerate(taken) if part.events[index] is not None]
-        assert owners == [owner_of(events[index]["session_id"], shares)]
-        assert taken[owners[0]].events[index] == whole.events[index]
-    for part in taken:
-        assert part.first == 10 and part.rejections == {}
-    # Every share gets some of 37 sessions: the hash spreads them.
-    assert all(any(event is not None for event in part.events) for part in taken)
-
-
-def test_an_invalid_event_is_rejected_by_its_owner_only() -> None:
-    bad = {**GOOD, "session_id": "s2", "stage": "WRITING"}
-    body = _body(GOOD, bad)
-    owner = owner_of("s2", 2)
-    taken = [decode_share(body, share, Owners(2)) for share in range(2)]
-    assert taken[owner].rejections[1].reason is RejectReason.INVALID_FIELD
-    assert 1 not in taken[1 - owner].rejections and taken[1 - owner].events[1] is None
-
-
-@pytest.mark.parametrize("unreadable", [{"action": "no session id"}, {**GOOD, "session_id": 7}, "not a map"])
-def test_an_event_without_a_readable_session_id_goes_to_share_zero(unreadable: object) -> None:
-    body = _body(GOOD, unreadable)
-    first, second = decode_share(body, 0, Owners(2)), decode_share(body, 1, Owners(2))
-    assert 1 in first.rejections and 1 not in second.rejections
-    assert second.events[1] is None
-    assert (first.events[0] is None) != (second.events[0] is None)  # the good one has one owner
-
-
-def test_verdicts_merge_each_seq_from_its_owner_and_every_rejection_in_order() -> None:
-    mine = Verdicts(first=5, count=4, seqs=[3, 0, 0, -1], rejected=[Rejection(2, RejectReason.MALFORMED, "x")])
-    theirs = Verdicts(first=5, count=4, seqs=[0, 7, 0, 0], rejected=[Rejection(0, RejectReason.MALFORMED, "y")])
-    merged = merge_replies([mine, theirs], front=None)  # type: ignore[arg-type]
-    assert isinstance(merged, Verdicts)
-    assert merged.seqs == [3, 7, 0, -1]
-    assert [rejection.index for rejection in merged.rejected] == [0, 2]
-    assert (merged.first, merged.count) == (5, 4)
-
-
 def test_any_share_error_wins_over_the_others_replies() -> None:
-    error = Error(reason=RejectReason.WRITE_FAILED, detail="disk full", fatal=True)
-    verdicts = Verdicts(first=1, count=1)
-    assert merge_replies([verdicts, error], front=None) is error  # type: ignore[arg-type]
+    error = Error(reason=RejectReason.ROOT_NOT_ALLOWED, detail="not yours", fatal=True)
     welcome = Welcome(proto=1, version="v")
+    assert merge_replies([welcome, error], front=None) is error  # type: ignore[arg-type]
     assert merge_replies([welcome, welcome], front=None) is welcome  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="differently"):
-        merge_replies([verdicts, welcome], front=None)  # type: ignore[arg-type]
+        merge_replies([welcome, Report(data={})], front=None)  # type: ignore[arg-type]
 
 
 def test_status_reports_add_up_by_root_and_counter() -> None:
@@ -169,43 +121,43 @@ class _Wire:
 
 def _front_client() -> tuple[Any, list[Any], _Wire]:
     front = SimpleNamespace(shares=SimpleNamespace(count=2), stopping=False)
-    client = _Client(front)  # type: ignore[arg-type]
+    client = FrontClient(front)  # type: ignore[arg-type]
     wire = _Wire()
     client.transport = wire  # type: ignore[assignment]
-    client.links = [_ShareLink(client, 0), _ShareLink(client, 1)]
+    client.links = [ShareLink(client, 0), ShareLink(client, 1)]
     return client, client.links, wire
 
 
 def test_the_front_passes_the_welcome_before_any_verdicts_whatever_arrives_first() -> None:
     client, (first, second), wire = _front_client()
-    first.replies.extend([Welcome(proto=1, version="v"), Verdicts(first=1, count=1, seqs=[1, 0])])
-    client.merge()
-    assert wire.sent == []  # the other share has not answered yet
-    second.replies.extend([Welcome(proto=1, version="v"), Verdicts(first=1, count=1, seqs=[0, 4])])
+    client.order.extend([EVERY, 0, 1])  # the hello, then a batch routed to each share
+    first.replies.extend([Welcome(proto=1, version="v"), Verdicts(first=1, count=1, seqs=[1])])
+    second.replies.append(Welcome(proto=1, version="v"))
     client.merge()
     assert [type(reply).__name__ for reply in wire.sent] == ["Welcome", "Verdicts"]
-    assert wire.sent[1].seqs == [1, 4]
+    assert list(client.order) == [1]  # the second batch waits for its share
 
 
-def test_crossed_replies_pair_error_with_error_and_verdicts_with_verdicts() -> None:
+def test_routed_verdicts_keep_the_order_of_the_batches_whatever_share_answers_first() -> None:
     client, (first, second), wire = _front_client()
-    bad = Error(reason=RejectReason.MALFORMED, detail="bad frame")
-    first.replies.extend([Verdicts(first=1, count=2, seqs=[5, 0]), bad])
-    second.replies.extend([bad, Verdicts(first=1, count=2, seqs=[0, 9])])
+    client.order.extend([1, 0])
+    first.replies.append(Verdicts(first=2, count=1, seqs=[3]))
     client.merge()
-    assert [type(reply).__name__ for reply in wire.sent] == ["Error", "Verdicts"]
-    assert wire.sent[1].seqs == [5, 9]
-    assert not wire.closed
+    assert wire.sent == []  # the first batch went to the other share, which has not answered
+    second.replies.append(Verdicts(first=1, count=1, seqs=[4]))
+    client.merge()
+    assert [reply.first for reply in wire.sent] == [1, 2]
 
 
-def test_a_write_failed_in_one_share_comes_after_the_verdicts_both_gave() -> None:
+def test_a_write_failed_in_one_share_comes_after_the_verdicts_before_it() -> None:
     client, (first, second), wire = _front_client()
     failed = Error(reason=RejectReason.WRITE_FAILED, detail="disk full", fatal=True)
-    first.replies.extend([Verdicts(first=1, count=1, seqs=[3]), failed])
+    client.order.extend([1, 0, 1])
+    first.replies.append(failed)
     first.lost = True
-    second.replies.extend([Verdicts(first=1, count=1, seqs=[0]), Verdicts(first=2, count=1, seqs=[7])])
+    second.replies.extend([Verdicts(first=1, count=1, seqs=[3]), Verdicts(first=3, count=1, seqs=[7])])
     client.merge()
-    # Batch 2 has no verdict from the failed share: it is not acknowledged; the client resends it.
+    # Batch 3 came after the failed one: it is not acknowledged; the client resends it.
     assert wire.sent == [Verdicts(first=1, count=1, seqs=[3]), failed]
     assert wire.closed
 

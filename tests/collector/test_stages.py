@@ -8,7 +8,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage
-from gz_ia.collector.stages import CycleBudget, CycleKey, Rejection, apply, open_actions_share
+from gz_ia.collector.role import Role
+from gz_ia.collector.stages import CycleBudget, CycleKey, Rejection, apply
 
 R, P, F = Stage.READ, Stage.PENDING, Stage.FINISH
 
@@ -140,4 +141,7 @@ def test_a_loaded_session_counts_and_shares_divide_the_total() -> None:
     budget = CycleBudget(per_session=10, total=3, recount=lambda: len(loaded), clock=_Clock())
     budget.adopt(loaded)
     assert isinstance(budget.open({}, "d", R, "s"), Rejection)
-    assert (open_actions_share(1_000_000, 3), open_actions_share(1, 2)) == (333_333, 1)
+    assert (
+        Role(open_actions_divisor=3).open_actions_total(1_000_000),
+        Role(open_actions_divisor=2).open_actions_total(1),
+    ) == (333_333, 1)

@@ -1,8 +1,8 @@
 """A sharded collector (``shards = 2``) for real: a front process, two share processes, real sockets.
 
-Every other test that starts a collector runs twice, with one process and with two shares
-(``tests/conftest.py``); these check what only a sharded collector has: the split, the merged
-replies, the shares' lifecycle and the merged metrics.
+The tests of the write and delivery path run twice, with one process and with two shares
+(``tests/conftest.py``); these check what only a sharded collector has: the routing of batches,
+replies in order, the shares' lifecycle and the merged metrics.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gz_ia.client import build_event
 from gz_ia.client.protocol import (
     PROTOCOL_VERSION,
     Batch,
+    Error,
     FrameReader,
     Hello,
     RejectReason,
@@ -90,70 +91,70 @@ def _share_socket(collector: CollectorProcess, share: int) -> Path:
     return collector.socket.parent / ".collector.sock.shares" / f"share-{share}.sock"
 
 
-def test_a_batch_over_both_shares_is_written_once_and_answered_as_one(make_collector: Any) -> None:
+def test_a_client_that_does_not_route_has_each_batch_of_one_share_routed_and_a_mixed_one_refused(
+    make_collector: Any,
+) -> None:
     collector = make_collector()
     sessions = [f"split-{index}" for index in range(40)]
-    assert {owner_of(session, 2) for session in sessions} == {0, 1}
-    events = [_event(session, "work", "READ") for session in sessions for _ in range(3)]
-    # A FINISH with no open cycle in a session of each share, and an event with no session id.
-    strays = [next(s for s in sessions if owner_of(s, 2) == share) for share in (0, 1)]
-    events += [_event(stray, "never-started", "FINISH") for stray in strays]
-    events.append(msgspec.Raw(msgspec.msgpack.encode({"action": "no session"})))
+    by_share = {share: [s for s in sessions if owner_of(s, 2) == share] for share in (0, 1)}
+    assert by_share[0] and by_share[1]
     client = RawClient(collector)
     try:
-        verdicts = client.batch(1, events)
-        assert verdicts.count == len(events)
-        rejected = {rejection.index: rejection.reason for rejection in verdicts.rejected}
-        assert rejected == {
-            120: RejectReason.FINISH_WITHOUT_START,
-            121: RejectReason.FINISH_WITHOUT_START,
-            122: RejectReason.MISSING_FIELD,
-        }
-        # Each seq is the one in the session's file; every session counts 1, 2, 3.
-        assert verdicts.seqs[:120] == [seq for _ in sessions for seq in (1, 2, 3)]
-        assert verdicts.seqs[120:] == [0, 0, 0]
+        first = 1
+        for share in (0, 1):
+            mine = by_share[share]
+            events = [_event(session, "work", "READ") for session in mine for _ in range(3)]
+            # A FINISH with no open cycle, and an event with no session id, which goes with the batch.
+            events.append(_event(mine[0], "never-started", "FINISH"))
+            events.append(msgspec.Raw(msgspec.msgpack.encode({"action": "no session"})))
+            verdicts = client.batch(first, events)
+            assert verdicts.count == len(events)
+            rejected = {rejection.index: rejection.reason for rejection in verdicts.rejected}
+            last = len(events) - 1
+            assert rejected == {last - 1: RejectReason.FINISH_WITHOUT_START, last: RejectReason.MISSING_FIELD}
+            assert verdicts.seqs == [seq for _ in mine for seq in (1, 2, 3)] + [0, 0]
+            first += len(events)
         written = collector.all_sessions()
         assert sorted(written) == sorted(sessions)
-        for session in sessions:
-            lines = written[session]
-            assert [line["seq"] for line in lines] == [1, 2, 3]
-            first = 1 + 3 * sessions.index(session)
-            assert [line["delivery"] for line in lines] == [f"abc:{first + offset}" for offset in range(3)]
-        # Each share wrote its own rejects file: share 0 the two of its session and the unreadable one.
+        # Each share wrote its own rejects file.
         by_file = {path.name: path.read_text().count("\n") for path in collector.root.glob("rejects*.jsonl")}
-        assert by_file == {"rejects.jsonl": 2, "rejects-1.jsonl": 1}
-        assert sorted(record["delivery"] for record in collector.rejects()) == ["abc:121", "abc:122", "abc:123"]
+        assert by_file == {"rejects.jsonl": 2, "rejects-1.jsonl": 2}
 
-        # The same batch again: what each share wrote is a duplicate there, nothing is written twice.
-        again = client.batch(1, events)
-        assert again.seqs == [-1] * 120 + [0, 0, 0]
+        # A batch over both shares is refused whole, with how to send it, and the connection stays.
+        mixed = [_event(by_share[0][0], "more", "READ"), _event(by_share[1][0], "more", "READ")]
+        client.sock.sendall(encode_frame(Batch(first=first, events=mixed, verdicts=True)))
+        refusal = client.receive()
+        assert isinstance(refusal, Error), refusal
+        assert refusal.reason is RejectReason.MISROUTED and not refusal.fatal
+        assert "Hello.routes" in refusal.detail and "one session per batch" in refusal.detail
         assert collector.all_sessions() == written
+        for offset, event in enumerate(mixed):
+            assert client.batch(first + offset, [event]).seqs == [4]
     finally:
         client.close()
 
 
-def test_a_bad_frame_between_batches_gets_its_error_and_costs_no_verdict(make_collector: Any) -> None:
-    """The shares answer a bad frame at once and a batch after its write, so their replies can
-    cross: the front pairs errors with errors and verdicts with verdicts, never one with the other."""
+def test_a_bad_frame_between_batches_gets_its_error_in_its_turn(make_collector: Any) -> None:
+    """The front answers a bad frame itself and a share a batch after its write: the client still
+    gets the replies in the order of its frames."""
     collector = make_collector()
     heavy = [f"heavy-{index}" for index in range(400) if owner_of(f"heavy-{index}", 2) == 1]
     client = RawClient(collector)
     try:
         first = 1
-        for round_ in range(30):
-            # A batch that only share 1 has work for: share 0 answers it at once, share 1 after
-            # writing 1,000 events, and the bad frame right behind it reaches both meanwhile.
+        for round_ in range(10):
             big = [_event(heavy[index % len(heavy)], f"a{round_}-{index}", "READ") for index in range(1000)]
             small = [_event(heavy[0], f"b{round_}", "READ")]
-            client.sock.sendall(encode_frame(Batch(first=first, events=big, verdicts=True)))
-            time.sleep(0.002)
-            client.sock.sendall(b"\x00\x00\x00\x01\xc1" + encode_frame(Batch(first=first + 1000, events=small)))
+            client.sock.sendall(
+                encode_frame(Batch(first=first, events=big, verdicts=True))
+                + b"\x00\x00\x00\x01\xc1"
+                + encode_frame(Batch(first=first + 1000, events=small))
+            )
             replies = [client.receive() for _ in range(3)]
-            errors = [reply for reply in replies if not isinstance(reply, Verdicts)]
-            assert len(errors) == 1 and errors[0].reason is RejectReason.MALFORMED and not errors[0].fatal
-            verdicts = [reply for reply in replies if isinstance(reply, Verdicts)]
-            assert [verdict.first for verdict in verdicts] == [first, first + 1000]
-            assert 0 not in verdicts[0].seqs
+            assert [type(reply).__name__ for reply in replies] == ["Verdicts", "Error", "Verdicts"]
+            assert replies[1].reason is RejectReason.MALFORMED and not replies[1].fatal
+            assert [replies[0].first, replies[2].first] == [first, first + 1000]
+            assert 0 not in replies[0].seqs
             first += 1001
     finally:
         client.close()
@@ -161,11 +162,18 @@ def test_a_bad_frame_between_batches_gets_its_error_and_costs_no_verdict(make_co
 
 def test_the_metrics_and_status_of_both_shares_add_up(make_collector: Any) -> None:
     collector = make_collector()
-    events = [_event(f"m-{index}", "work", "READ") for index in range(50)]
-    events.append(_event("m-0", "other", "FINISH"))
-    client = RawClient(collector)
+    sessions = [f"m-{index}" for index in range(50)]
+    client = RawClient(collector, routes=True)
     try:
-        client.batch(1, events)
+        first = 1
+        for share in (0, 1):
+            mine = [session for session in sessions if owner_of(session, 2) == share]
+            events = [_event(session, "work", "READ") for session in mine]
+            if "m-0" in mine:
+                events.append(_event("m-0", "other", "FINISH"))
+            client.send_routed(share, first, events)
+            assert isinstance(client.receive(), Verdicts)
+            first += len(events)
         exposition = collector.metrics()
         status = _status(collector)
     finally:
@@ -246,7 +254,7 @@ def _share_children(front: int) -> list[int]:
     shares = []
     for pid in children:
         with contextlib.suppress(OSError):
-            if b"gz_ia.collector.shares" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"gz_ia.collector.daemon\x00--share" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 shares.append(pid)
     return shares
 
@@ -482,8 +490,7 @@ def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collecto
 
 
 def _received_by_share(collector: CollectorProcess) -> list[float]:
-    """``gzia_events_received_total`` of each share: the events it read as its own batches' (a share
-    that reads every batch counts it in share 0 only)."""
+    """``gzia_events_received_total`` of each share: the events of the batches it was handed."""
     from gz_ia.collector.status import query
 
     counts = []

@@ -33,18 +33,7 @@ from gz_ia.client._spool import SpoolRecord, orphaned_spools, read_segment
 from gz_ia.client.protocol import (
     MAX_BATCH_EVENTS,
     MAX_FRAME,
-    PROTOCOL_VERSION,
     Batch,
-    Error,
-    FrameReader,
-    FrameTooLarge,
-    Hello,
-    RejectReason,
-    Report,
-    Verdicts,
-    Welcome,
-    collector_message_decoder,
-    encode_frame,
 )
 
 from .ingest import BatchOutcome, Ingest
@@ -57,11 +46,14 @@ from .validation import decode_batch
 __all__ = [
     "QUARANTINE_DIR",
     "Adoption",
+    "Deliver",
     "NotNow",
     "Unadoptable",
+    "adopt_each",
     "adopt_spools",
-    "adopt_spools_through",
+    "batch_bodies",
     "count_adoption",
+    "entitled",
     "quarantined_spools",
 ]
 
@@ -71,11 +63,6 @@ QUARANTINE_DIR: Final = "quarantine"
 _REASON_SUFFIX: Final = ".reason"
 _BATCH_BYTES: Final = MAX_FRAME - 1024
 """Encoded events per adoption batch: the batch's envelope around them fits in what is left of a frame."""
-"""Errors opening a root that clear by themselves (as the handshake treats them): retry, never quarantine."""
-_RETRIED: Final = frozenset(
-    {RejectReason.ROOT_LOCKED, RejectReason.WRITE_FAILED, RejectReason.SHUTTING_DOWN, RejectReason.INTERNAL_ERROR}
-)
-"""Refusals of a spooled batch that may not happen next time; any other is for good."""
 
 
 class NotNow(Exception):
@@ -126,7 +113,7 @@ def adopt_spools(
     """
 
     def deliver(producer: str, root_path: str, records: list[SpoolRecord]) -> int:
-        bodies = _batch_bodies(records)
+        bodies = batch_bodies(records)
         try:
             root = open_root(Path(root_path))
         except RootLocked as exc:
@@ -145,30 +132,7 @@ def adopt_spools(
             on_outcome(outcome)
         return sum(outcome.count for outcome in outcomes)
 
-    return _adopt_each(directory, uid, _entitled(sockets), deliver)
-
-
-def adopt_spools_through(
-    socket_path: Path, directory: Path, *, uid: int, sockets: list[str], timeout: float = 60.0
-) -> Adoption:
-    """Deliver every orphaned spool under ``directory`` this collector is entitled to, as a client of
-    the collector on ``socket_path`` (one of ``sockets``, its own).
-
-    This is adoption in a sharded collector, whose front holds no sessions: it sends each dead
-    producer's events, under that producer's id and numbers, through its own socket like any client
-    (one connection per root, batches in the order of their numbers), and deletes the spool only
-    once every batch has its verdicts. The front's handshake takes the root's lock, as for any
-    client. Runs in a thread: the front's loop serves the connection.
-    """
-
-    def deliver(producer: str, root_path: str, records: list[SpoolRecord]) -> int:
-        frames = [len(body).to_bytes(4, "big") + body for body in _batch_bodies(records)]
-        try:
-            return _send_spool(socket_path, producer, root_path, frames, timeout)
-        except (OSError, FrameTooLarge, msgspec.DecodeError) as exc:
-            raise NotNow(str(exc)) from exc
-
-    return _adopt_each(directory, uid, _entitled(sockets), deliver)
+    return adopt_each(directory, uid, entitled(sockets), deliver)
 
 
 def count_adoption(metrics: Metrics, done: Adoption) -> None:
@@ -210,7 +174,7 @@ class _Part:
         return [self.numbered[number] for number in sorted(self.numbered)]
 
 
-def _adopt_each(directory: Path, uid: int, entitled: Callable[[str], bool], deliver: Deliver) -> Adoption:
+def adopt_each(directory: Path, uid: int, entitled: Callable[[str], bool], deliver: Deliver) -> Adoption:
     """Adopt each orphaned spool (see :func:`_adopt_one`); one that fails never stops the others."""
     done = Adoption()
     for producer, lock_fd, segments in orphaned_spools(directory):
@@ -301,7 +265,7 @@ def _quarantine(directory: Path, path: Path, reason: str) -> bool:
     return True
 
 
-def _entitled(sockets: list[str]) -> Callable[[str], bool]:
+def entitled(sockets: list[str]) -> Callable[[str], bool]:
     """Whether this collector (listening on ``sockets``) may adopt a spool meant for a socket."""
     ours = {os.path.realpath(path) for path in sockets}
     answers: dict[str, bool] = {}
@@ -331,7 +295,7 @@ def _answers(path: str) -> bool:
     return True
 
 
-def _batch_bodies(records: list[SpoolRecord]) -> list[bytes]:
+def batch_bodies(records: list[SpoolRecord]) -> list[bytes]:
     """Batch bodies of the records, in order: runs of consecutive numbers, each within the limits
     of one frame (bytes and events).
 
@@ -357,61 +321,3 @@ def _batch_bodies(records: list[SpoolRecord]) -> list[bytes]:
 
 def _batch_body(run: list[SpoolRecord]) -> bytes:
     return msgspec.msgpack.encode(Batch(first=run[0].pseq, events=[record.body for record in run]))
-
-
-def _send_spool(socket_path: Path, producer: str, root: str, frames: list[bytes], timeout: float) -> int:
-    """Send one root's spooled batches; return how many events were answered (written, duplicate or rejected).
-
-    The batches follow the collector's welcome: a refused handshake closes the connection, and a
-    batch sent meanwhile would fail with EPIPE before the refusal that says why could be read.
-
-    Raises:
-        NotNow: the collector refused them for now (another collector serves the root, a failed write).
-        Unadoptable: the collector refused them for a reason that will not change.
-        OSError: the connection failed.
-    """
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(socket_path))
-        replies = _Replies(sock)
-        sock.sendall(encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=0, root=root)))
-        replies.next()  # the welcome
-        answered = 0
-        for frame in frames:
-            try:
-                sock.sendall(frame)
-            except OSError:
-                replies.refusal()  # the reason the collector closed the connection, if it gave one
-                raise
-        for _ in frames:
-            message = replies.next()
-            if isinstance(message, Verdicts):
-                answered += message.count
-    return answered
-
-
-class _Replies:
-    """The collector's replies on an adoption connection, one at a time; an Error raises."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.reader = FrameReader()
-        self.pending: list[bytes] = []
-
-    def next(self) -> Welcome | Verdicts | Report:
-        while not self.pending:
-            data = self.sock.recv(1 << 16)
-            if not data:
-                raise NotNow("the collector closed the connection")
-            self.pending += self.reader.feed(data)
-        message = collector_message_decoder.decode(self.pending.pop(0))
-        if isinstance(message, Error):
-            refusal = f"{message.reason}: {message.detail}"
-            raise NotNow(refusal) if message.reason in _RETRIED else Unadoptable(refusal)
-        return message
-
-    def refusal(self) -> None:
-        """After a failed send: raise the collector's refusal if one came (replies before it are skipped)."""
-        with contextlib.suppress(OSError, NotNow):
-            while True:
-                self.next()

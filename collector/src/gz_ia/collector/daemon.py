@@ -1,4 +1,9 @@
-"""Starting the collector process: logging, sockets (inherited or our own), metrics, the loop."""
+"""Starting the collector process: logging, sockets (inherited or our own), metrics, the loop.
+
+The only place that chooses between a collector of one process and a sharded one (a front and its
+share processes, :mod:`.sharding`). ``python -m gz_ia.collector.daemon --share <directory> <share>
+<shares> <front pid>`` runs one share; only the front starts it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import ipaddress
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -24,8 +30,9 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from .metrics import Metrics
+    from .server import Collector
 
-__all__ = ["run", "serve_metrics", "unmapped_uids"]
+__all__ = ["main", "run", "serve_metrics", "unmapped_uids"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -52,34 +59,33 @@ def run(
     *,
     version: str,
     load_config: Callable[[], CollectorConfig] | None = None,
-    share: int | None = None,
-    shares: int = 1,
+    share: tuple[int, int, int] | None = None,
 ) -> int:
     """Run the collector until SIGTERM/SIGINT; return the process exit code.
 
-    With ``shards`` above 1 this process is the front of a sharded collector (:mod:`.front`), which
-    starts the share processes; ``share`` is set only in those (:mod:`.shares`).
+    With ``shards`` above 1 this process is the front of a sharded collector
+    (:mod:`.sharding.front`), which starts the share processes; ``share`` is set only in those.
 
     Args:
         config: the configuration to start with.
         version: the collector's version.
         load_config: builds the configuration again for a reload (SIGHUP), from the same file,
             environment and start-up flags.
-        share: which share of the sessions this process owns, of ``shares``.
-        shares: how many processes share the sessions.
+        share: ``(share, shares, front pid)`` in a share process: which share of the sessions it
+            serves, of how many, for which front.
     """
     import uvloop
     from prometheus_client import CollectorRegistry
 
-    from .front import Front
     from .metrics import Metrics
     from .server import Collector
+    from .sharding.front import Front
 
     # Everything the collector creates (state, share configuration, session files) is its user's
     # alone, whatever umask started it: as UMask=0077 in the unit, for every other way to run it.
     os.umask(0o077)
     front = share is None and config.shards > 1
-    name = "gz-ia-collector" if share is None else f"gz-ia-collector[share {share}]"
+    name = "gz-ia-collector" if share is None else f"gz-ia-collector[share {share[0]}]"
     configure_logging(name, config.log_level)
     for uid in unmapped_uids(config.allow_uids):
         log.error(
@@ -109,8 +115,11 @@ def run(
     if front:
         server = Front(config, metrics, version=version, load_config=load_config, near=Path(sockets[0].getsockname()))
         served = server.registry
+    elif share is None:
+        server = Collector(config, metrics, version=version, load_config=load_config)
+        served = registry
     else:
-        server = Collector(config, metrics, version=version, load_config=load_config, share=share or 0, shares=shares)
+        server = _share_collector(config, metrics, version=version, load_config=load_config, share=share)
         served = registry
     http = serve_metrics(config, metrics, served)
     _tune_garbage_collector()
@@ -126,6 +135,32 @@ def run(
             for sock in sockets:
                 sock.close()
     return 0
+
+
+def _share_collector(
+    config: CollectorConfig,
+    metrics: Metrics,
+    *,
+    version: str,
+    load_config: Callable[[], CollectorConfig] | None,
+    share: tuple[int, int, int],
+) -> Collector:
+    """The collector of one share process (see :mod:`.sharding.share_process`)."""
+    import functools
+
+    from .server import Collector
+    from .sharding.share_connection import ShareConnection
+    from .sharding.share_process import share_role
+
+    number, count, front = share
+    return Collector(
+        config,
+        metrics,
+        version=version,
+        load_config=load_config,
+        role=share_role(number, count, front=front),
+        connection=functools.partial(ShareConnection, share=number, shares=count),
+    )
 
 
 def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> WSGIServer | None:
@@ -194,3 +229,21 @@ def _tune_garbage_collector() -> None:
     """
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one share: ``--share <directory> <share> <shares> <front pid>`` (started by the front only)."""
+    from .cli._common import version
+    from .sharding.share_process import config_loader, stop_with_front
+
+    flag, directory, share_arg, count_arg, front_arg = argv if argv is not None else sys.argv[1:]
+    if flag != "--share":
+        raise SystemExit("usage: python -m gz_ia.collector.daemon --share <directory> <share> <shares> <front pid>")
+    share, count, front = int(share_arg), int(count_arg), int(front_arg)
+    stop_with_front(front)
+    load = config_loader(Path(directory), share)
+    return run(load(), version=version(), load_config=load, share=(share, count, front))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

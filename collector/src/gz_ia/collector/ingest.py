@@ -175,11 +175,7 @@ class Ingest:
         for index, event in enumerate(batch.events):
             number = first + index
             if event is None:
-                rejection = rejections.get(index) if rejections else None
-                if rejection is not None:
-                    self._reject(root, outcome, producer, number, index, rejection, None, batch.raw.get(index))
-                elif seqs is not None:
-                    seqs.append(0)  # another share's event: its owner gives its seq
+                self._reject(root, outcome, producer, number, index, rejections[index], None, batch.raw.get(index))
                 continue
             timestamp = event.timestamp
             if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
@@ -325,14 +321,9 @@ class Ingest:
     def _reject_all(
         self, root: RootStore, outcome: BatchOutcome, producer: str, batch: DecodedBatch, rejection: Rejection
     ) -> None:
-        """Refuse every event of ``batch`` this process answers for (not another share's) with ``rejection``."""
+        """Refuse every event of ``batch`` with ``rejection``."""
         for index, event in enumerate(batch.events):
-            if event is not None or index in batch.rejections:
-                self._reject(
-                    root, outcome, producer, batch.first + index, index, rejection, event, batch.raw.get(index)
-                )
-            elif outcome.seqs is not None:
-                outcome.seqs.append(0)
+            self._reject(root, outcome, producer, batch.first + index, index, rejection, event, batch.raw.get(index))
 
 
 _any_msgpack: Final = msgspec.msgpack.Decoder()

@@ -15,7 +15,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 import resource
 import signal
 import socket
@@ -28,51 +27,34 @@ import msgspec
 
 from gz_ia.client import env
 from gz_ia.client.protocol import (
-    MAX_BATCH_EVENTS,
-    MAX_FRAME,
-    PROTOCOL_VERSION,
-    Batch,
     Collect,
-    Error,
-    FrameReader,
-    FrameTooLarge,
-    Hello,
-    Owners,
-    Query,
     RejectReason,
-    Report,
-    Route,
     Verdicts,
-    Welcome,
-    client_message_decoder,
-    encode_frame,
 )
 from gz_ia.client.protocol import Rejection as WireRejection
 
 from .adoption import adopt_spools, count_adoption, quarantined_spools
 from .collection import gc_report, keeper
 from .config import CollectorConfig
+from .connection import Connection
 from .connection_limits import ConnectionLimits, descriptor_limit, socket_reserve
 from .health import Health
 from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
-from .listener import peer_credentials, serve_sockets
+from .listener import serve_sockets
 from .metrics import Metrics, root_id, write_error_kind
 from .reload import begin_reload, changed_settings, finish_reload
-from .shares import peer_decoder
-from .stages import Rejection, open_actions_share
-from .storage._layout import LayoutError, rejects_stem, transient_cause
+from .role import WHOLE, Role
+from .storage._layout import LayoutError
 from .storage.retention import RetentionReport, apply_retention, collect_idle
 from .storage.root_lock import RootLocked, RootLocks
 from .storage.writer import AppendFile, FlushJob, RootStore, Writer
 from .systemd import Notifier, watchdog_interval
-from .validation import DecodedBatch, decode_batch, decode_share, reject_misrouted
 
 __all__ = ["Collector"]
 
 log = logging.getLogger("gz_ia.collector")
 
-_PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 _DRAIN_TIMEOUT: Final = 5.0
 _ADOPTION_INTERVAL: Final = 30.0
 _INLINE_OPENS: Final = 2
@@ -118,282 +100,6 @@ def file_budget(configured: int) -> int:
     return min(configured, budget)
 
 
-class Connection(asyncio.Protocol):
-    """One client connection: handshake, then batches answered in order."""
-
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-        self.transport: asyncio.Transport | None = None
-        self.reader = FrameReader(MAX_FRAME)
-        self.uid = -1
-        self.pid = 0
-        self.producer = ""
-        self.root: RootStore | None = None
-        self.awaiting = 0
-        self.closing = False
-        self._paused_reading = False
-        self._peer_not_reading = False
-        self._from_front = False
-        self._routed = False
-        """A Route frame naming this process came: the next frame is a batch of its sessions alone."""
-
-    # --- asyncio callbacks --------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
-        collector = self.collector
-        sock: socket.socket = transport.get_extra_info("socket")
-        try:
-            self.pid, self.uid, _ = peer_credentials(sock)
-        except OSError:
-            self.uid = -1
-        if self.uid != collector.uid and self.uid not in collector.config.allow_uids:
-            collector.metrics.connections_refused.inc()
-            log.warning("refused a connection from uid %d (pid %d): not allowed", self.uid, self.pid)
-            self.fail(RejectReason.PERMISSION_DENIED, f"uid {self.uid} may not use this collector")
-            return
-        if not collector.admit(self):
-            return
-        collector.connections.add(self)
-        collector.metrics.connections_total.inc()
-        # A share's connections come from its front, whose first frame names the real client
-        # (or is a query of the front's own: readiness, metrics).
-        self._from_front = collector.shares > 1 and self.uid == collector.uid
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        if self in self.collector.connections:
-            self.collector.connections.discard(self)
-            if self.collector.connection_limits is not None:
-                self.collector.connection_limits.release(self.uid)
-        self.collector.paused.discard(self)
-
-    def pause_writing(self) -> None:
-        # The peer is not reading its verdicts: stop reading its frames until it does.
-        self._peer_not_reading = True
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        self._peer_not_reading = False
-        self._update_reading()
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self.collector.metrics.received_bytes.inc(len(data))
-        try:
-            bodies = self.reader.feed(data)
-        except FrameTooLarge as exc:
-            self._count_refused(RejectReason.FRAME_TOO_LARGE)
-            self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
-            return
-        for body in bodies:
-            try:
-                self._handle(body)
-            except Exception:  # a bug must cost this connection, never the collector or its clients
-                log.exception("internal error while handling a frame from pid %d", self.pid)
-                self._count_refused(RejectReason.INTERNAL_ERROR)
-                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
-            if self.closing:
-                return
-        self._update_reading()
-
-    # --- frames --------------------------------------------------------------------------------------
-
-    def _handle(self, body: bytes) -> None:
-        if self._from_front:
-            self._from_front = False
-            with contextlib.suppress(msgspec.DecodeError):  # else the front's own query
-                peer = peer_decoder.decode(body)
-                self.uid, self.pid = peer.uid, peer.pid
-                return
-        if self.root is not None:
-            collector = self.collector
-            if self._routed:
-                self._handle_routed(body)
-                return
-            try:
-                decoded = (
-                    decode_batch(body)
-                    if collector.owners is None
-                    else decode_share(body, collector.share, collector.owners)
-                )
-            except msgspec.DecodeError:
-                pass
-            else:
-                self._handle_batch(decoded, len(body))
-                return
-        try:
-            message = client_message_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            self._count_refused(RejectReason.MALFORMED)
-            self.send(Error(reason=RejectReason.MALFORMED, detail=f"undecodable frame: {exc}"))
-            return
-        match message:
-            case Hello():
-                self._handle_hello(message)
-            case Route():
-                self._accept_route(message)
-            case Query(what="metrics"):
-                self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
-            case Query():
-                self.send(Report(data=self.collector.status()))
-            case Collect():
-                self._collect(message)
-            case Batch():
-                self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
-                self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
-
-    def _handle_hello(self, hello: Hello) -> None:
-        if self.root is not None:
-            self.fail(RejectReason.MALFORMED, "a connection sends hello once")
-            return
-        if hello.proto != PROTOCOL_VERSION:
-            self.fail(
-                RejectReason.UNSUPPORTED_VERSION,
-                f"protocol {hello.proto} is not supported; this collector speaks {PROTOCOL_VERSION}",
-            )
-            return
-        if not _PRODUCER.fullmatch(hello.producer):
-            self.fail(RejectReason.MALFORMED, "producer must be 1-32 lowercase hex digits")
-            return
-        try:
-            self.root = self.collector.open_root(Path(hello.root), self.uid)
-        except RootLocked as exc:
-            # Another collector writes this root: writing it too would number events it numbers.
-            self.collector.root_locks.refused(exc)
-            self._count_refused(RejectReason.ROOT_LOCKED)
-            self.fail(RejectReason.ROOT_LOCKED, str(exc))
-            return
-        except (LayoutError, OSError) as exc:
-            cause = transient_cause(exc)
-            if cause is not None:
-                # A full or read-only disk is a fault that clears, not a refusal: the client keeps its
-                # events and comes back (backoff), instead of giving them up.
-                self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
-                self.collector.health.failed(Path(hello.root), cause)
-                self.fail(RejectReason.WRITE_FAILED, f"cannot prepare root {hello.root!r} now: {cause}")
-                return
-            self._count_refused(RejectReason.ROOT_NOT_ALLOWED)
-            detail = str(exc) if isinstance(exc, LayoutError) else f"cannot use root {hello.root!r}: {exc}"
-            self.fail(RejectReason.ROOT_NOT_ALLOWED, detail)
-            return
-        self.producer = hello.producer
-        self.send(Welcome(proto=PROTOCOL_VERSION, version=self.collector.version, shares=self.collector.shares))
-
-    def _accept_route(self, route: Route) -> None:
-        """A Route frame: the next frame is a batch of this process's sessions alone (no reply)."""
-        collector = self.collector
-        if self.root is None:  # a front copies such a frame to every share: share 0 counts it
-            self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
-            self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
-        elif route.share != collector.share:
-            self._count_refused(RejectReason.MISROUTED, whole=True)
-            self.fail(RejectReason.MISROUTED, f"a batch routed to share {route.share} reached share {collector.share}")
-        else:
-            self._routed = True
-
-    def _handle_routed(self, body: bytes) -> None:
-        """The batch a Route frame announced: decoded whole, as a single collector does; an event of
-        another share's session is rejected ``misrouted``, never skipped."""
-        self._routed = False
-        try:
-            decoded = decode_batch(body)
-        except msgspec.DecodeError as exc:
-            # Fatal: nothing else answers this frame in a sharded collector, so a reply that is not
-            # its verdicts would be taken for another batch's.
-            self._count_refused(RejectReason.MALFORMED, whole=True)
-            self.fail(RejectReason.MALFORMED, f"a route frame must be followed by a batch: {exc}")
-            return
-        if self.collector.owners is not None:
-            reject_misrouted(decoded, self.collector.share, self.collector.owners)
-        self._handle_batch(decoded, len(body), whole=True)
-
-    def _handle_batch(self, decoded: DecodedBatch, size: int, *, whole: bool = False) -> None:
-        """Apply and stage a batch; ``whole``: only this process got it (not read by every share)."""
-        collector = self.collector
-        assert self.root is not None
-        if self.root.removed:
-            # Its directories were deleted (``rm -r .harness``) while this connection was idle:
-            # the client recreates the root when it reconnects, and the next hello opens it afresh.
-            self.fail(RejectReason.WRITE_FAILED, f"the session root {self.root.path} was removed; reconnect")
-            return
-        count = len(decoded.events)
-        whole = whole or collector.share == 0
-        if whole:
-            collector.metrics.events_received.inc(count)
-        if count > MAX_BATCH_EVENTS:
-            reason = RejectReason.TOO_MANY_EVENTS
-            detail = f"a batch holds at most {MAX_BATCH_EVENTS} events"
-            rejection = Rejection(reason, detail)
-            # In a sharded collector share 0 answers for the whole batch (one rejects record each).
-            rejections = dict.fromkeys(range(count), rejection) if whole else {}
-            decoded = DecodedBatch(decoded.first, decoded.verdicts, [None] * count, rejections, {})
-        outcome = collector.ingest.apply(self.root, self.producer, decoded)
-        self.awaiting += 1
-        collector.enqueue(self, outcome, size)
-
-    def _collect(self, request: Collect) -> None:
-        """``gz-ia gc``: run it in the collector's writer, answer with its report (see .collection)."""
-        task = asyncio.ensure_future(self.collector.collect(request, self.uid))
-        self.collector.tasks.add(task)
-
-        def answer(done: asyncio.Future[dict[str, object]]) -> None:
-            self.collector.tasks.discard(done)
-            exc = done.exception()
-            if exc is None:
-                self.send(Report(data={"gc": done.result()}))
-            elif isinstance(exc, LayoutError | OSError):
-                self.fail(RejectReason.ROOT_NOT_ALLOWED, f"cannot collect {request.root!r}: {exc}")
-            else:
-                log.error("gc of %s failed", request.root, exc_info=exc)
-                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this gc; see its log")
-
-        task.add_done_callback(answer)
-
-    def _count_refused(self, reason: RejectReason, *, whole: bool = False) -> None:
-        """Count a frame refused as a whole; in a sharded collector every share sees it, share 0 counts
-        it, unless it was routed to this share alone (``whole``)."""
-        if whole or self.collector.share == 0:
-            self.collector.metrics.events_rejected.labels(reason.value).inc()
-
-    # --- replies -------------------------------------------------------------------------------------
-
-    def send(self, message: Welcome | Verdicts | Error | Report) -> None:
-        """Write one frame to the client, unless the connection is going away."""
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode_frame(message))
-
-    def fail(self, reason: RejectReason, detail: str) -> None:
-        """Send a fatal error and close the connection."""
-        self.send(Error(reason=reason, detail=detail, fatal=True))
-        self.closing = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def answered(self) -> None:
-        """One batch got its verdicts: maybe resume reading."""
-        self.awaiting -= 1
-        self._update_reading()
-
-    def _update_reading(self) -> None:
-        if self.transport is None or self.closing:
-            return
-        should_pause = (
-            self._peer_not_reading
-            or self.awaiting >= self.collector.config.max_backlog_batches
-            or self.collector.overloaded
-        )
-        if should_pause and not self._paused_reading:
-            self.transport.pause_reading()
-            self._paused_reading = True
-            self.collector.paused.add(self)
-        elif not should_pause and self._paused_reading:
-            self.transport.resume_reading()
-            self._paused_reading = False
-            self.collector.paused.discard(self)
-
-
 class Collector:
     """The daemon: listening sockets, connections, the flush task, signals and systemd.
 
@@ -403,9 +109,8 @@ class Collector:
         version: reported to clients and in ``gz-ia status``.
         load_config: re-reads the configuration on SIGHUP (same file, environment and start-up
             flags); None: SIGHUP only logs that there is nothing to reload.
-        share: which share of the sessions this process owns, of ``shares`` (see :mod:`.front`):
-            it then takes only its sessions' events of each batch, and leaves spool adoption to
-            the front and the known-roots file to share 0.
+        role: what this process answers for (see :mod:`.role`); by default, everything.
+        connection: makes the handler of each accepted connection.
     """
 
     def __init__(
@@ -415,13 +120,12 @@ class Collector:
         *,
         version: str,
         load_config: Callable[[], CollectorConfig] | None = None,
-        share: int = 0,
-        shares: int = 1,
+        role: Role = WHOLE,
+        connection: Callable[[Collector], Connection] = Connection,
     ) -> None:
         self.config = config
-        self.share = share
-        self.shares = shares
-        self.owners = Owners(shares) if shares > 1 else None
+        self.role = role
+        self._connection = connection
         self._load_config = load_config
         self.metrics = metrics
         self.version = version
@@ -434,14 +138,13 @@ class Collector:
             on_rotated=metrics.rotations.inc,
             on_deleted=self._count_retention,
             on_synced=metrics.fsync_latency.observe,
-            # One process measures each root: in a sharded collector every share serves every root.
-            on_measured=self._measured_root if share == 0 else None,
-            rejects_stem=rejects_stem(share),
+            on_measured=self._measured_root if role.root_wide else None,
+            rejects_stem=role.rejects_stem,
         )
         self.ingest = Ingest(
             self.writer,
             max_open_actions=config.max_open_actions,
-            max_open_actions_total=open_actions_share(config.max_open_actions_total, shares),
+            max_open_actions_total=role.open_actions_total(config.max_open_actions_total),
         )
         self.connections: set[Connection] = set()
         self.paused: set[Connection] = set()
@@ -449,7 +152,7 @@ class Collector:
         self.known_roots = KnownRoots(default_state_dir())
         self.sockets: list[str] = []
         """The paths of the sockets this process listens on (known once :meth:`serve` runs)."""
-        self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets, front=os.getppid() if shares > 1 else None)
+        self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets, front=role.lock_holder)
         self._replies: list[tuple[Connection, BatchOutcome]] = []
         self._work = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -463,8 +166,9 @@ class Collector:
         self.health = Health()
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
-        self.connection_limits = ConnectionLimits(config, metrics.connections_over_limit) if shares == 1 else None
-        """Connection limits; a share's connections all come from its front, which applies them."""
+        self.connection_limits = (
+            ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None
+        )
         self._bind_gauges()
 
     def admit(self, connection: Connection) -> bool:
@@ -505,15 +209,13 @@ class Collector:
         """Serve on the given listening sockets until SIGTERM/SIGINT, then drain and return."""
         loop = asyncio.get_running_loop()
         self.sockets[:] = [os.path.abspath(str(sock.getsockname())) for sock in sockets]
-        if self.share == 0:
-            # Before any connection is served (in a sharded collector, before the front starts
-            # the other shares' clients: it waits for every share to answer).
-            self._repair_known_roots()
-        self._servers += await serve_sockets(sockets, lambda: Connection(self))
+        if self.role.repairs_known_roots:
+            self._repair_known_roots()  # before any connection is served
+        self._servers += await serve_sockets(sockets, lambda: self._connection(self))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
-        if self.shares == 1:
+        if self.role.adopts_spools:
             try:
                 self.adopt_spools()
             except Exception:  # pragma: no cover - a bad spool must not stop the start
@@ -521,13 +223,13 @@ class Collector:
         flusher = asyncio.create_task(self._flush_loop(), name="gz-ia-flush")
         watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
         adopter = asyncio.create_task(
-            self._adoption_loop() if self.shares == 1 else asyncio.sleep(0), name="gz-ia-adoption"
+            self._adoption_loop() if self.role.adopts_spools else asyncio.sleep(0), name="gz-ia-adoption"
         )
         self.notifier.notify("READY=1", f"STATUS=serving on {len(sockets)} socket(s)")
-        if self.shares == 1:
+        if self.role.started_message is None:
             log.info("gz-ia collector %s ready (durability=%s)", self.version, self.config.durability)
-        else:  # the front says when the collector is ready
-            log.info("share %d of %d serving the front", self.share, self.shares)
+        else:
+            log.info("%s", self.role.started_message)
         try:
             await self._stopping.wait()
         finally:
@@ -622,7 +324,7 @@ class Collector:
         self.config = new
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
         self.ingest.cycles.per_session = new.max_open_actions
-        self.ingest.cycles.total = open_actions_share(new.max_open_actions_total, self.shares)
+        self.ingest.cycles.total = self.role.open_actions_total(new.max_open_actions_total)
         if self.connection_limits is not None:
             self.connection_limits.configure(new)
         logging.getLogger().setLevel(new.log_level.upper())
@@ -769,17 +471,19 @@ class Collector:
         """
         self.root_locks.take(path, uid)
         store = self.writer.root(path, owner=uid)
-        if self.shares == 1:  # a sharded collector's front remembers the roots it serves
+        if self.role.records_known_roots:
             self.known_roots.add(path, uid, self.sockets[0] if self.sockets else "")
         return store
 
     def _repair_known_roots(self) -> None:
         """Take the roots this collector served before and move torn last lines aside in them,
-        before anyone reads them. In a sharded collector's share 0, the roots its front took."""
+        before anyone reads them. A process that does not keep the file repairs every root in it
+        (the process that keeps it took them)."""
+        records = self.role.records_known_roots
         gone: list[tuple[Path, int]] = []
         served = (
             self.known_roots.served_through(self.sockets)
-            if self.shares == 1
+            if records
             else [(path, uid) for path, uid, _socket in self.known_roots]
         )
         for path, uid in served:
@@ -790,7 +494,7 @@ class Collector:
                 self.root_locks.take(path, uid)
                 repaired = self.writer.repair_root(path, owner=uid)
             except RootLocked as exc:
-                if self.shares == 1:
+                if records:
                     log.warning("not taking %s at start: %s", path, exc)
                 continue
             except (OSError, LayoutError) as exc:
@@ -798,7 +502,7 @@ class Collector:
                 continue
             if repaired:
                 log.warning("repaired %d torn last line(s) under %s (moved to <id>.events.torn)", repaired, path)
-        if self.shares == 1:  # in a sharded collector the front keeps the file
+        if records:
             self.known_roots.discard(gone)
 
     @property
@@ -873,9 +577,9 @@ class Collector:
 
         Idle sessions are removed on the loop under the flush lock, so no write pass is in flight
         and nothing is staged meanwhile; archives are trimmed in the storage worker with the
-        running retention settings, tightened by the request's vacuum limits. In a sharded
-        collector each share removes and trims its own sessions, and share 0 the rejects files
-        and the root's budget.
+        running retention settings, tightened by the request's vacuum limits. A process that serves
+        part of the sessions removes and trims those; the rejects files and the root's budget are
+        the root-wide process's (see :class:`.role.Role`).
 
         Raises:
             LayoutError: the root cannot be used (missing, someone else's, ...).
@@ -883,12 +587,12 @@ class Collector:
         writer = self.writer
         store = writer.root(Path(request.root), owner=uid)
         policy = writer.retention.tightened(max_root_bytes=request.vacuum_bytes, max_age_seconds=request.vacuum_seconds)
-        owners, share = self.owners, self.share
+        role = self.role
 
         def owns(session_id: str | None) -> bool:
             if session_id is None:
-                return share == 0
-            return owners is None or owners[session_id] == share
+                return role.root_wide
+            return role.serves is None or role.serves(session_id)
 
         now = writer.clock()
         kept: list[str] = []
@@ -903,7 +607,9 @@ class Collector:
                 )
 
         def trim() -> RetentionReport:
-            report = apply_retention(store.dirs, policy, now=now, dry_run=request.dry_run, owns=owns, budget=share == 0)
+            report = apply_retention(
+                store.dirs, policy, now=now, dry_run=request.dry_run, owns=owns, budget=role.root_wide
+            )
             if not request.dry_run:
                 writer.measure(store.dirs, force=True)
             return report
@@ -925,7 +631,6 @@ class Collector:
             "descriptor_limit": -1 if soft == resource.RLIM_INFINITY else soft,
             "max_open_actions": self.config.max_open_actions,
             "max_backlog_batches": self.config.max_backlog_batches,
-            # A share has none: its front applies them.
             **(self.connection_limits.report() if self.connection_limits is not None else {}),
         }
 

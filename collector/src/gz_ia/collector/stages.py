@@ -33,7 +33,6 @@ __all__ = [
     "CycleKey",
     "Rejection",
     "apply",
-    "open_actions_share",
 ]
 
 DEFAULT_MAX_OPEN_ACTIONS: Final = 10_000
@@ -47,12 +46,6 @@ CycleKey = str | tuple[str, str]
 
 CLOSED: Final = None
 """The open stage of an action with no cycle in progress."""
-
-
-def open_actions_share(total: int, shares: int) -> int:
-    """The part of ``max_open_actions_total`` one of ``shares`` share processes holds (sessions are
-    spread evenly between them)."""
-    return max(1, total // shares)
 
 
 class Rejection(msgspec.Struct, frozen=True):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import typing
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Final
 
 import msgspec
 
-from gz_ia.client.protocol import Batch, Owners, RejectReason
+from gz_ia.client.protocol import Batch, RejectReason
 from gz_ia.client.schema import (
     MAX_ACTION_LENGTH,
     MAX_AGENT_LENGTH,
@@ -28,9 +28,10 @@ from gz_ia.client.schema import (
     Status,
 )
 
+from .role import Role
 from .stages import Rejection
 
-__all__ = ["DecodedBatch", "decode_batch", "decode_share", "normalise_timestamp", "reject_misrouted", "unsafe_id"]
+__all__ = ["DecodedBatch", "decode_batch", "reject_unserved", "unsafe_id"]
 
 
 def _with_loose_ids() -> type[LogEvent]:
@@ -63,19 +64,8 @@ _fast_batch_decoder: Final = msgspec.msgpack.Decoder(
     )
 )
 _event_decoder: Final = msgspec.msgpack.Decoder(LogEvent)
-_fast_events_decoder: Final = msgspec.msgpack.Decoder(list[_WireLogEvent])  # type: ignore[valid-type]
 
 
-class _SessionOf(msgspec.Struct, gc=False):
-    """Just the session id of an event: the other fields are skipped without being built."""
-
-    session_id: str
-
-
-_session_ids_decoder: Final[msgspec.msgpack.Decoder[Any]] = msgspec.msgpack.Decoder(
-    msgspec.defstruct("SessionIds", [("events", list[_SessionOf])], tag="batch", kw_only=True)
-)
-_session_of_decoder: Final = msgspec.msgpack.Decoder(_SessionOf)
 _any_decoder: Final = msgspec.msgpack.Decoder()
 _raw_batch_decoder: Final = msgspec.msgpack.Decoder(Batch)
 _SESSION_ID: Final = re.compile(SESSION_ID_PATTERN)
@@ -89,11 +79,7 @@ _LENGTHS: Final = {
 
 
 class DecodedBatch(msgspec.Struct):
-    """A batch with each event either decoded or rejected (``events[i]`` is None when rejected).
-
-    In a share (:func:`decode_share`), ``events[i]`` is also None, without a rejection, for an
-    event that another process owns.
-    """
+    """A batch with each event either decoded or rejected (``events[i]`` is None when rejected)."""
 
     first: int
     verdicts: bool
@@ -129,71 +115,17 @@ def decode_batch(body: bytes) -> DecodedBatch:
     return DecodedBatch(raw.first, raw.verdicts, events, rejections, bodies)
 
 
-def decode_share(body: bytes, share: int, owners: Owners) -> DecodedBatch:
-    """Decode only the events of a Batch frame body whose sessions belong to ``share``.
-
-    Every process of a sharded collector receives every batch and takes its own share of it: the
-    others' events are None without a rejection, and their seqs are left to their owners. An event
-    whose session id cannot even be read belongs to share 0, which rejects it.
-
-    Raises:
-        msgspec.DecodeError: the frame is not a well-formed batch (maybe another message).
-    """
-    raw = _raw_batch_decoder.decode(body)
-    bodies = raw.events
-    try:
-        mine = [
-            index
-            for index, event in enumerate(_session_ids_decoder.decode(body).events)
-            if owners[event.session_id] == share
-        ]
-    except msgspec.ValidationError:
-        ids = [_readable_session_id(item) for item in bodies]
-        mine = [
-            index
-            for index, session_id in enumerate(ids)
-            if (owners[session_id] == share if session_id is not None else share == 0)
-        ]
-    events: list[LogEvent | None] = [None] * len(bodies)
-    try:
-        decoded = _fast_events_decoder.decode(
-            b"\xdd" + len(mine).to_bytes(4, "big") + b"".join([bodies[index] for index in mine])
-        )
-    except msgspec.ValidationError:
-        pass
-    else:
-        for index, event in zip(mine, decoded, strict=True):
-            events[index] = event
-        return DecodedBatch(raw.first, raw.verdicts, events, {}, {})
-    rejections: dict[int, Rejection] = {}
-    kept: dict[int, bytes] = {}
-    for index in mine:
-        try:
-            events[index] = _event_decoder.decode(bodies[index])
-        except msgspec.DecodeError as exc:
-            kept[index] = bytes(bodies[index])
-            rejections[index] = classify(kept[index], exc)
-    return DecodedBatch(raw.first, raw.verdicts, events, rejections, kept)
-
-
-def reject_misrouted(batch: DecodedBatch, share: int, owners: Owners) -> None:
-    """Reject, in a batch routed to ``share``, every event of another share's session (``misrouted``):
-    a client's routing bug must cost those events loudly, never write them in the wrong process."""
+def reject_unserved(batch: DecodedBatch, role: Role) -> None:
+    """Reject every event of ``batch`` whose session this process does not serve (``misrouted``): a
+    client's routing bug must cost those events loudly, never write them in the wrong process."""
+    serves = role.serves
+    if serves is None:
+        return
     for index, event in enumerate(batch.events):
-        if event is not None and (owner := owners[event.session_id]) != share:
+        if event is not None and not serves(event.session_id):
             batch.events[index] = None
             batch.raw[index] = msgspec.msgpack.encode(event)  # for the rejects file
-            batch.rejections[index] = Rejection(
-                RejectReason.MISROUTED,
-                f"session {event.session_id!r} belongs to share {owner} of {owners.shares}, not {share}",
-            )
-
-
-def _readable_session_id(body: msgspec.Raw) -> str | None:
-    try:
-        return _session_of_decoder.decode(body).session_id
-    except msgspec.DecodeError:
-        return None
+            batch.rejections[index] = Rejection(RejectReason.MISROUTED, role.unserved(event.session_id))
 
 
 def unsafe_id(name: str, value: object) -> Rejection:
@@ -202,13 +134,6 @@ def unsafe_id(name: str, value: object) -> Rejection:
         RejectReason.INVALID_SESSION_ID,
         f"{name} {value!r:.80} is not a safe id: 1-128 of letters, digits, '_', '-', '.', not starting with '.'",
     )
-
-
-def normalise_timestamp(timestamp: datetime) -> datetime:
-    """Return ``timestamp`` in UTC, so that it is written with a ``Z`` suffix."""
-    if timestamp.tzinfo is UTC:
-        return timestamp
-    return timestamp.astimezone(UTC)
 
 
 def classify(body: bytes, exc: msgspec.DecodeError) -> Rejection:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from .status import StatusUnavailable, query
+from gz_ia.collector.status import StatusUnavailable, query
 
 __all__ = ["MergedMetrics", "merge_families", "merge_reports", "merged_exposition"]
 

@@ -1,20 +1,16 @@
 """The share processes of a sharded collector (``shards = n``): started, watched and stopped by the front.
 
-Each share is a whole collector (:class:`.server.Collector`) on a private socket, owning the
-sessions whose id hashes to it (:func:`gz_ia.client.protocol.owner_of`). The front (:mod:`.front`) hands
-each of them every client's bytes, and is the only one to connect to them. They live in a private
+Each share is a collector process (:mod:`.share_process`) on a private socket, serving the sessions
+whose id hashes to it (:func:`gz_ia.client.protocol.owner_of`). The front (:mod:`.front`) hands each
+of them the batches of its sessions, and is the only one to connect to them. They live in a private
 directory the front makes (0700) beside its own socket (``.<socket name>.shares``), with the
-front's configuration in ``config.json``, which they read again on SIGHUP.
-
-``python -m gz_ia.collector.shares <directory> <share> <shares> <front pid>`` runs one share; only
-the front starts it.
+front's configuration in ``config.json``, which they read again on SIGHUP (see :mod:`.wire`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import shutil
@@ -27,14 +23,15 @@ from typing import Final
 
 import msgspec
 
-from .config import CollectorConfig, ConfigError
-from .status import StatusUnavailable, query
+from gz_ia.collector.config import CollectorConfig
+from gz_ia.collector.status import StatusUnavailable, query
 
-__all__ = ["Peer", "Shares", "main", "peer_decoder", "peer_frame", "restart_delay"]
+from .wire import CONFIG_FILE, share_config, share_socket
+
+__all__ = ["ShareFailed", "Shares", "restart_delay"]
 
 log = logging.getLogger("gz_ia.collector")
 
-CONFIG_FILE: Final = "config.json"
 _START_TIMEOUT: Final = 60.0
 """Seconds a share may take to start, repair what a crash left and answer: a root with many torn
 files takes a while."""
@@ -50,40 +47,8 @@ _STABLE_AFTER: Final = 60.0
 """A share that ran this long before it exited is restarted after the shortest delay again."""
 _APPLY_TIMEOUT: Final = 10.0
 """Seconds a reload waits for every share to show the new configuration in its status."""
-_PR_SET_PDEATHSIG: Final = 1
 _UNSET: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 """Environment of the front's service manager that is the front's alone."""
-
-
-def share_socket(directory: Path, share: int) -> Path:
-    """The private socket of share ``share``."""
-    return directory / f"share-{share}.sock"
-
-
-def share_config(config: CollectorConfig, directory: Path, share: int) -> CollectorConfig:
-    """A share's configuration: the front's, on the share's private socket and without metrics server."""
-    return msgspec.structs.replace(config, socket=str(share_socket(directory, share)), metrics_address="off")
-
-
-class Peer(msgspec.Struct, tag="peer", kw_only=True):
-    """The first frame on each of the front's connections to a share: who the client is.
-
-    The share's ``SO_PEERCRED`` names the front; the share uses these instead, for the same checks
-    (a root must belong to the client's uid). Only a process of the collector's own user can reach
-    a share's socket, and such a process could write any root of that user's anyway.
-    """
-
-    uid: int
-    pid: int
-
-
-peer_decoder: Final = msgspec.msgpack.Decoder(Peer)
-
-
-def peer_frame(uid: int, pid: int) -> bytes:
-    """The :class:`Peer` frame the front sends first on a connection to a share."""
-    body = msgspec.msgpack.encode(Peer(uid=uid, pid=pid))
-    return len(body).to_bytes(4, "big") + body
 
 
 class ShareFailed(Exception):
@@ -163,7 +128,8 @@ class Shares:
             [
                 sys.executable,
                 "-m",
-                "gz_ia.collector.shares",
+                "gz_ia.collector.daemon",
+                "--share",
                 str(self.directory),
                 str(share),
                 str(self.count),
@@ -302,40 +268,3 @@ class Shares:
 def restart_delay(quick_exits: int) -> float:
     """Seconds before restarting a share after ``quick_exits`` exits in a row soon after its start."""
     return min(_RESTART_DELAY * 2.0**quick_exits, _RESTART_DELAY_MAX)
-
-
-def _stop_with(front: int) -> None:
-    """Have the kernel send this share SIGTERM when the front dies (even by SIGKILL): a share left
-    behind would hold its sessions' files with nobody to feed it. It drains and exits as usual."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        log.warning("cannot ask to be stopped with the front; a share may outlive a killed front")
-    if os.getppid() != front:  # the front died before the request took effect
-        sys.exit(0)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one share: ``<directory> <share> <shares> <front pid>`` (started by the front only)."""
-    from .cli._common import version
-    from .daemon import run
-
-    directory_arg, share_arg, count_arg, front_arg = argv if argv is not None else sys.argv[1:]
-    directory = Path(directory_arg)
-    share = int(share_arg)
-    count = int(count_arg)
-    _stop_with(int(front_arg))
-
-    def load() -> CollectorConfig:
-        try:
-            config = msgspec.json.decode((directory / CONFIG_FILE).read_bytes(), type=CollectorConfig)
-        except (OSError, msgspec.DecodeError) as exc:
-            raise ConfigError(f"cannot read the front's configuration: {exc}") from exc
-        return share_config(config, directory, share)
-
-    return run(load(), version=version(), load_config=load, share=share, shares=count)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,289 @@
+"""One client connection: the handshake, then each frame decoded and applied as it arrives.
+
+Each connection is an :class:`asyncio.Protocol` of the :class:`~.server.Collector`'s loop. A batch is
+decoded (:mod:`.validation`) and staged (:mod:`.ingest`) at once; its verdicts are sent after the
+collector's next write pass. A connection with too many batches awaiting verdicts, or whose peer
+does not read its replies, is no longer read (backpressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from gz_ia.client.protocol import (
+    MAX_BATCH_EVENTS,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+    Batch,
+    Collect,
+    Error,
+    FrameReader,
+    FrameTooLarge,
+    Hello,
+    Query,
+    RejectReason,
+    Report,
+    Route,
+    Verdicts,
+    Welcome,
+    client_message_decoder,
+    encode_frame,
+)
+
+from .listener import peer_credentials
+from .metrics import write_error_kind
+from .stages import Rejection
+from .storage._layout import LayoutError, transient_cause
+from .storage.root_lock import RootLocked
+from .storage.writer import RootStore
+from .validation import DecodedBatch, decode_batch, reject_unserved
+
+if TYPE_CHECKING:
+    from .server import Collector
+
+__all__ = ["Connection"]
+
+log = logging.getLogger("gz_ia.collector")
+
+_PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: handshake, then batches answered in order."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader(MAX_FRAME)
+        self.uid = -1
+        self.pid = 0
+        self.producer = ""
+        self.root: RootStore | None = None
+        self.awaiting = 0
+        self.closing = False
+        self._paused_reading = False
+        self._peer_not_reading = False
+
+    # --- asyncio callbacks --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        collector = self.collector
+        sock: socket.socket = transport.get_extra_info("socket")
+        try:
+            self.pid, self.uid, _ = peer_credentials(sock)
+        except OSError:
+            self.uid = -1
+        if self.uid != collector.uid and self.uid not in collector.config.allow_uids:
+            collector.metrics.connections_refused.inc()
+            log.warning("refused a connection from uid %d (pid %d): not allowed", self.uid, self.pid)
+            self.fail(RejectReason.PERMISSION_DENIED, f"uid {self.uid} may not use this collector")
+            return
+        if not collector.admit(self):
+            return
+        collector.connections.add(self)
+        collector.metrics.connections_total.inc()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self in self.collector.connections:
+            self.collector.connections.discard(self)
+            if self.collector.connection_limits is not None:
+                self.collector.connection_limits.release(self.uid)
+        self.collector.paused.discard(self)
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its verdicts: stop reading its frames until it does.
+        self._peer_not_reading = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._peer_not_reading = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.collector.metrics.received_bytes.inc(len(data))
+        try:
+            bodies = self.reader.feed(data)
+        except FrameTooLarge as exc:
+            self._count_refused(RejectReason.FRAME_TOO_LARGE)
+            self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
+            return
+        for body in bodies:
+            try:
+                self._handle(body)
+            except Exception:  # a bug must cost this connection, never the collector or its clients
+                log.exception("internal error while handling a frame from pid %d", self.pid)
+                self._count_refused(RejectReason.INTERNAL_ERROR)
+                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
+            if self.closing:
+                return
+        self._update_reading()
+
+    # --- frames --------------------------------------------------------------------------------------
+
+    def _handle(self, body: bytes) -> None:
+        if self.root is not None:
+            try:
+                decoded = decode_batch(body)
+            except msgspec.DecodeError:
+                pass
+            else:
+                self._handle_batch(decoded, len(body))
+                return
+        try:
+            message = client_message_decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            self._count_refused(RejectReason.MALFORMED)
+            self.send(Error(reason=RejectReason.MALFORMED, detail=f"undecodable frame: {exc}"))
+            return
+        match message:
+            case Hello():
+                self._handle_hello(message)
+            case Route():
+                self._handle_route(message)
+            case Query(what="metrics"):
+                self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
+            case Query():
+                self.send(Report(data=self.collector.status()))
+            case Collect():
+                self._collect(message)
+            case Batch():
+                self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
+                self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
+
+    def _handle_hello(self, hello: Hello) -> None:
+        if self.root is not None:
+            self.fail(RejectReason.MALFORMED, "a connection sends hello once")
+            return
+        if hello.proto != PROTOCOL_VERSION:
+            self.fail(
+                RejectReason.UNSUPPORTED_VERSION,
+                f"protocol {hello.proto} is not supported; this collector speaks {PROTOCOL_VERSION}",
+            )
+            return
+        if not _PRODUCER.fullmatch(hello.producer):
+            self.fail(RejectReason.MALFORMED, "producer must be 1-32 lowercase hex digits")
+            return
+        try:
+            self.root = self.collector.open_root(Path(hello.root), self.uid)
+        except RootLocked as exc:
+            # Another collector writes this root: writing it too would number events it numbers.
+            self.collector.root_locks.refused(exc)
+            self._count_refused(RejectReason.ROOT_LOCKED)
+            self.fail(RejectReason.ROOT_LOCKED, str(exc))
+            return
+        except (LayoutError, OSError) as exc:
+            cause = transient_cause(exc)
+            if cause is not None:
+                # A full or read-only disk is a fault that clears, not a refusal: the client keeps its
+                # events and comes back (backoff), instead of giving them up.
+                self.collector.metrics.write_errors.labels(write_error_kind(cause)).inc()
+                self.collector.health.failed(Path(hello.root), cause)
+                self.fail(RejectReason.WRITE_FAILED, f"cannot prepare root {hello.root!r} now: {cause}")
+                return
+            self._count_refused(RejectReason.ROOT_NOT_ALLOWED)
+            detail = str(exc) if isinstance(exc, LayoutError) else f"cannot use root {hello.root!r}: {exc}"
+            self.fail(RejectReason.ROOT_NOT_ALLOWED, detail)
+            return
+        self.producer = hello.producer
+        self.send(self.welcome())
+
+    def welcome(self) -> Welcome:
+        """The answer to an accepted hello."""
+        return Welcome(proto=PROTOCOL_VERSION, version=self.collector.version)
+
+    def _handle_route(self, route: Route) -> None:
+        """A Route frame: for a collector that asked its clients to route (its welcome said so),
+        which this one did not."""
+        self._count_refused(RejectReason.MALFORMED)
+        self.fail(RejectReason.MALFORMED, "unexpected route frame: this collector's welcome did not ask for routing")
+
+    def _handle_batch(self, decoded: DecodedBatch, size: int) -> None:
+        """Apply and stage a batch; its verdicts follow the write (see :meth:`Collector.enqueue`)."""
+        collector = self.collector
+        assert self.root is not None
+        if self.root.removed:
+            # Its directories were deleted (``rm -r .harness``) while this connection was idle:
+            # the client recreates the root when it reconnects, and the next hello opens it afresh.
+            self.fail(RejectReason.WRITE_FAILED, f"the session root {self.root.path} was removed; reconnect")
+            return
+        count = len(decoded.events)
+        collector.metrics.events_received.inc(count)
+        if count > MAX_BATCH_EVENTS:
+            rejection = Rejection(RejectReason.TOO_MANY_EVENTS, f"a batch holds at most {MAX_BATCH_EVENTS} events")
+            decoded = DecodedBatch(
+                decoded.first, decoded.verdicts, [None] * count, dict.fromkeys(range(count), rejection), {}
+            )
+        elif collector.role.serves is not None:
+            reject_unserved(decoded, collector.role)
+        outcome = collector.ingest.apply(self.root, self.producer, decoded)
+        self.awaiting += 1
+        collector.enqueue(self, outcome, size)
+
+    def _collect(self, request: Collect) -> None:
+        """``gz-ia gc``: run it in the collector's writer, answer with its report (see .collection)."""
+        task = asyncio.ensure_future(self.collector.collect(request, self.uid))
+        self.collector.tasks.add(task)
+
+        def answer(done: asyncio.Future[dict[str, object]]) -> None:
+            self.collector.tasks.discard(done)
+            exc = done.exception()
+            if exc is None:
+                self.send(Report(data={"gc": done.result()}))
+            elif isinstance(exc, LayoutError | OSError):
+                self.fail(RejectReason.ROOT_NOT_ALLOWED, f"cannot collect {request.root!r}: {exc}")
+            else:
+                log.error("gc of %s failed", request.root, exc_info=exc)
+                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this gc; see its log")
+
+        task.add_done_callback(answer)
+
+    def _count_refused(self, reason: RejectReason) -> None:
+        """Count a frame refused as a whole."""
+        self.collector.metrics.events_rejected.labels(reason.value).inc()
+
+    # --- replies -------------------------------------------------------------------------------------
+
+    def send(self, message: Welcome | Verdicts | Error | Report) -> None:
+        """Write one frame to the client, unless the connection is going away."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_frame(message))
+
+    def fail(self, reason: RejectReason, detail: str) -> None:
+        """Send a fatal error and close the connection."""
+        self.send(Error(reason=reason, detail=detail, fatal=True))
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def answered(self) -> None:
+        """One batch got its verdicts: maybe resume reading."""
+        self.awaiting -= 1
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closing:
+            return
+        should_pause = (
+            self._peer_not_reading
+            or self.awaiting >= self.collector.config.max_backlog_batches
+            or self.collector.overloaded
+        )
+        if should_pause and not self._paused_reading:
+            self.transport.pause_reading()
+            self._paused_reading = True
+            self.collector.paused.add(self)
+        elif not should_pause and self._paused_reading:
+            self.transport.resume_reading()
+            self._paused_reading = False
+            self.collector.paused.discard(self)
