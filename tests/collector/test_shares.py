@@ -24,8 +24,9 @@ from gz_ia.client.protocol import (
 )
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import Metrics
-from gz_ia.collector.sharding.front_client import EVERY, FrontClient, ShareLink, merge_replies
-from gz_ia.collector.sharding.metrics import merge_reports, merged_exposition
+from gz_ia.collector.sharding.front_client import EVERY, FrontClient
+from gz_ia.collector.sharding.metrics import merge_replies, merge_reports, merged_exposition
+from gz_ia.collector.sharding.share_link import ShareLink
 from gz_ia.collector.sharding.shares import restart_delay
 
 GOOD: dict[str, Any] = {

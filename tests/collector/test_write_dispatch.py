@@ -9,8 +9,8 @@ descriptors go to the thread, where their waits overlap the loop.
 
 from __future__ import annotations
 
-from gz_ia.collector.server import _INLINE_OPENS, _plain
 from gz_ia.collector.storage.writer import AppendFile, FlushJob
+from gz_ia.collector.write_passes import _INLINE_OPENS, _plain
 
 
 def _job(opened: int, unopened: int, *, retired: int = 0) -> FlushJob:

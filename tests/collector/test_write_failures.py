@@ -44,7 +44,7 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
-from gz_ia.collector import server
+from gz_ia.collector import write_passes
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.server import Collector
@@ -287,7 +287,7 @@ def test_past_the_staging_bound_reading_resumes_as_soon_as_a_pass_takes_what_was
     """Past the staging bound every connection waits; the batches it waits for are detached by the
     next pass, which may take long (file creation, a slow disk). From then on nothing waits to be
     taken, so the collector reads again while that pass is in flight instead of idling through it."""
-    monkeypatch.setattr(server, "_MAX_STAGED_BYTES", 1)  # any staged batch is past it
+    monkeypatch.setattr(write_passes, "_MAX_STAGED_BYTES", 1)  # any staged batch is past it
 
     async def scenario(lab: Lab) -> None:
         collector = lab.collector
@@ -339,7 +339,7 @@ def test_a_wide_pass_of_appends_is_written_on_the_loop_in_parts_that_let_it_read
         assert isinstance(await second.next(), Verdicts)
         calls = lab.writes.calls
         assert calls[0] == (600, False)  # 600 files to create: the worker thread
-        assert [files for files, _ in calls[1:4]] == [server._INLINE_ITEMS, server._INLINE_ITEMS, 88]
+        assert [files for files, _ in calls[1:4]] == [write_passes._INLINE_ITEMS, write_passes._INLINE_ITEMS, 88]
         assert all(on_loop for _, on_loop in calls[1:4])
         assert staged_between == [1], "bb-1 was not read between the parts of the pass"
 

@@ -2,7 +2,7 @@
 
 The only place that chooses between a collector of one process and a sharded one (a front and its
 share processes, :mod:`.sharding`). ``python -m gz_ia.collector.daemon --share <directory> <share>
-<shares> <front pid>`` runs one share; only the front starts it.
+<shares> <front pid> <version>`` runs one share; only the front starts it.
 """
 
 from __future__ import annotations
@@ -232,17 +232,19 @@ def _tune_garbage_collector() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one share: ``--share <directory> <share> <shares> <front pid>`` (started by the front only)."""
-    from .cli._common import version
+    """Run one share: ``--share <directory> <share> <shares> <front pid> <version>`` (started by the
+    front only)."""
     from .sharding.share_process import config_loader, stop_with_front
 
-    flag, directory, share_arg, count_arg, front_arg = argv if argv is not None else sys.argv[1:]
-    if flag != "--share":
-        raise SystemExit("usage: python -m gz_ia.collector.daemon --share <directory> <share> <shares> <front pid>")
+    usage = "usage: python -m gz_ia.collector.daemon --share <directory> <share> <shares> <front pid> <version>"
+    arguments = argv if argv is not None else sys.argv[1:]
+    if len(arguments) != 6 or arguments[0] != "--share":
+        raise SystemExit(usage)
+    _flag, directory, share_arg, count_arg, front_arg, version = arguments
     share, count, front = int(share_arg), int(count_arg), int(front_arg)
     stop_with_front(front)
     load = config_loader(Path(directory), share)
-    return run(load(), version=version(), load_config=load, share=(share, count, front))
+    return run(load(), version=version, load_config=load, share=(share, count, front))
 
 
 if __name__ == "__main__":

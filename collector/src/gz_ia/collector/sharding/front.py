@@ -75,7 +75,7 @@ class Front:
         self.uid = os.getuid()
         self.started = time.time()
         self.socket_path = near
-        self.shares = Shares(config.shards, config, near=near)
+        self.shares = Shares(config.shards, config, near=near, version=version)
         self.owners = Owners(config.shards)
         """The share of each session, for the batches of clients that do not route."""
         self.route_frames = [route_frame(share) for share in range(config.shards)]

@@ -13,7 +13,7 @@ that share:
   batch is written.
 
 A query (status, metrics, gc) before any hello goes to every share, and their answers are merged
-into one (:func:`merge_replies`). The replies reach the client in the order of its frames, each
+into one (:func:`.metrics.merge_replies`). The replies reach the client in the order of its frames, each
 from where that frame went (:meth:`FrontClient.merge`).
 
 The delivery guarantees hold because each session lives in exactly one share, which sees each
@@ -49,29 +49,23 @@ from gz_ia.client.protocol import (
     RejectReason,
     Report,
     Route,
-    Verdicts,
-    Welcome,
     client_message_decoder,
-    collector_message_decoder,
     encode_frame,
     route_decoder,
 )
-from gz_ia.collector.collection import merge_gc_reports
 from gz_ia.collector.listener import peer_credentials
 
-from .metrics import merged_exposition
+from .metrics import merge_replies
+from .share_link import CollectorMessage, ShareLink
 from .wire import peer_frame
 
 if TYPE_CHECKING:
     from .front import Front
 
-__all__ = ["CollectorMessage", "FrontClient", "ShareLink", "merge_replies"]
+__all__ = ["EVERY", "MIXED_BATCH", "FrontClient"]
 
 log = logging.getLogger("gz_ia.collector")
 
-_SHARE_BUFFER: Final = 4 << 20
-"""Bytes buffered towards a share before the front stops reading the client (the share's own
-backpressure shows here first)."""
 _CONNECT_RETRIES: Final = 500
 _CONNECT_RETRY_DELAY: Final = 0.01
 """Up to 5 s of retries while a share's accept queue is full."""
@@ -83,8 +77,6 @@ MIXED_BATCH: Final = (
     "takes a batch into one share only: offer to route in the hello (Hello.routes) and send each "
     "batch after a Route frame naming its share, or send the events of one session per batch"
 )
-
-CollectorMessage = Welcome | Verdicts | Error | Report
 
 
 class _SessionOf(msgspec.Struct, gc=False):
@@ -104,47 +96,6 @@ class _BatchSessions(msgspec.Struct, tag="batch", kw_only=True, gc=False):
 _batch_sessions_decoder: Final = msgspec.msgpack.Decoder(_BatchSessions)
 _batch_decoder: Final = msgspec.msgpack.Decoder(Batch)
 _session_of_decoder: Final = msgspec.msgpack.Decoder(_SessionOf)
-
-
-class ShareLink(asyncio.Protocol):
-    """The front's connection to one share on behalf of one client: bytes out, replies queued."""
-
-    def __init__(self, client: FrontClient, share: int) -> None:
-        self.client = client
-        self.share = share
-        self.transport: asyncio.Transport | None = None
-        self.reader = FrameReader(MAX_FRAME)
-        self.replies: deque[CollectorMessage] = deque()
-        """Replies not yet merged, in the order the share sent them."""
-        self.lost = False
-        self.full = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
-        transport.set_write_buffer_limits(high=_SHARE_BUFFER)  # type: ignore[attr-defined]
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            for body in self.reader.feed(data):
-                self.replies.append(collector_message_decoder.decode(body))
-        except (FrameTooLarge, msgspec.DecodeError) as exc:  # pragma: no cover - a bug in a share
-            log.error("share %d sent a frame that cannot be read (%s); closing its connection", self.share, exc)
-            assert self.transport is not None
-            self.transport.close()
-            return
-        self.client.merge()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.client.merge()
-
-    def pause_writing(self) -> None:
-        self.full = True
-        self.client.update_reading()
-
-    def resume_writing(self) -> None:
-        self.full = False
-        self.client.update_reading()
 
 
 class FrontClient(asyncio.Protocol):
@@ -550,31 +501,3 @@ class FrontClient(asyncio.Protocol):
         for link in self.links:
             if link.transport is not None:
                 link.transport.close()
-
-
-def merge_replies(replies: list[CollectorMessage], front: Front) -> CollectorMessage:
-    """The one reply a client gets for a frame that went to every share (a hello or a query).
-
-    Raises:
-        ValueError: the shares answered the same frame with different kinds of message.
-    """
-    for reply in replies:
-        if isinstance(reply, Error):
-            return reply  # the first share's error: every share reads the same frame alike
-    first = replies[0]
-    if any(type(reply) is not type(first) for reply in replies):
-        raise ValueError("the shares answered one frame differently")
-    if isinstance(first, Report):
-        reports = [reply.data for reply in replies if isinstance(reply, Report)]
-        if "gc" in first.data:  # gz-ia gc: each share removed its own sessions
-            return Report(data={"gc": merge_gc_reports([_gc_part(report) for report in reports])})
-        if "metrics" in first.data:
-            texts = [str(report.get("metrics", "")) for report in reports]
-            return Report(data={"metrics": merged_exposition(front.metrics.registry, texts)})
-        return Report(data=front.status(reports))
-    return first  # Welcome: the same from every share
-
-
-def _gc_part(report: dict[str, object]) -> dict[str, object]:
-    part = report.get("gc")
-    return part if isinstance(part, dict) else {}

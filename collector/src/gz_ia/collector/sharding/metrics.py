@@ -1,4 +1,4 @@
-"""One set of metrics and one status report for a sharded collector, from the front and its shares.
+"""One set of metrics, one status report and one gc report for a sharded collector, from its processes.
 
 Prometheus scrapes the front only. At each scrape the front asks every share for its exposition
 (a ``metrics`` query on the share's private socket, from the metrics server's thread) and merges
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -22,9 +22,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from gz_ia.client.protocol import Error, Report
+from gz_ia.collector.collection import merge_gc_reports
 from gz_ia.collector.status import StatusUnavailable, query
 
-__all__ = ["MergedMetrics", "merge_families", "merge_reports", "merged_exposition"]
+if TYPE_CHECKING:
+    from .front import Front
+    from .share_link import CollectorMessage
+
+__all__ = ["MergedMetrics", "merge_families", "merge_replies", "merge_reports", "merged_exposition"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -176,3 +182,31 @@ def _add(into: dict[str, object], part: dict[str, object]) -> None:
             into[key] = nested
         else:
             into[key] = (current if isinstance(current, int | float) else 0) + value
+
+
+def merge_replies(replies: list[CollectorMessage], front: Front) -> CollectorMessage:
+    """The one reply a client gets for a frame that went to every share (a hello or a query).
+
+    Raises:
+        ValueError: the shares answered the same frame with different kinds of message.
+    """
+    for reply in replies:
+        if isinstance(reply, Error):
+            return reply  # the first share's error: every share reads the same frame alike
+    first = replies[0]
+    if any(type(reply) is not type(first) for reply in replies):
+        raise ValueError("the shares answered one frame differently")
+    if isinstance(first, Report):
+        reports = [reply.data for reply in replies if isinstance(reply, Report)]
+        if "gc" in first.data:  # gz-ia gc: each share removed its own sessions
+            return Report(data={"gc": merge_gc_reports([_gc_part(report) for report in reports])})
+        if "metrics" in first.data:
+            texts = [str(report.get("metrics", "")) for report in reports]
+            return Report(data={"metrics": merged_exposition(front.metrics.registry, texts)})
+        return Report(data=front.status(reports))
+    return first  # Welcome: the same from every share
+
+
+def _gc_part(report: dict[str, object]) -> dict[str, object]:
+    part = report.get("gc")
+    return part if isinstance(part, dict) else {}

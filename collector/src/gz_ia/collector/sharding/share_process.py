@@ -1,7 +1,7 @@
 """What makes a collector process one share of a sharded collector: its role and its configuration.
 
 The daemon runs a share (``python -m gz_ia.collector.daemon --share <directory> <share> <shares>
-<front pid>``, started by the front only) as a :class:`~..server.Collector` given the
+<front pid> <version>``, started by the front only) as a :class:`~..server.Collector` given the
 :func:`share_role` and the :class:`.share_connection.ShareConnection`: it serves the sessions whose
 id hashes to it (:func:`gz_ia.client.protocol.owner_of`), writes its own rejects file, and leaves
 to the front what concerns the collector as a whole (spool adoption, the known-roots file, the

@@ -62,10 +62,12 @@ class Shares:
         count: how many shares the sessions are divided into.
         config: the front's configuration, which every share runs with.
         near: the front's socket; the shares' private directory is created beside it.
+        version: the collector's version, which the shares report.
     """
 
-    def __init__(self, count: int, config: CollectorConfig, *, near: Path) -> None:
+    def __init__(self, count: int, config: CollectorConfig, *, near: Path, version: str) -> None:
         self.count = count
+        self.version = version
         # One per socket, made afresh: the front holds the socket (its lock, or systemd's), so
         # whatever is there was left by a front that died.
         self.directory = near.parent / f".{near.name}.shares"
@@ -134,6 +136,7 @@ class Shares:
                 str(share),
                 str(self.count),
                 str(os.getpid()),
+                self.version,
             ],
             env=environ,
             stdin=subprocess.DEVNULL,

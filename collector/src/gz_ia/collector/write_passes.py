@@ -1,0 +1,233 @@
+"""Group commit: what connections staged is written in one pass, and only then answered.
+
+One flush task writes every dirty session with one ``write(2)`` each, syncs them when durability
+is ``fsync`` (whatever arrived during the previous sync shares the next one), and only then sends
+each batch its verdicts. Past a bound of staged bytes or files, no connection is read until the
+pass in flight is detached, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Final
+
+from gz_ia.client.protocol import Rejection as WireRejection
+from gz_ia.client.protocol import RejectReason, Verdicts
+
+from .health import Health
+from .ingest import BatchOutcome
+from .metrics import Metrics, write_error_kind
+from .storage.writer import AppendFile, FlushJob, Writer
+
+if TYPE_CHECKING:
+    from .config import CollectorConfig
+    from .connection import Connection
+
+__all__ = ["WritePasses"]
+
+log = logging.getLogger("gz_ia.collector")
+
+_INLINE_OPENS: Final = 2
+"""Files a write pass may have to create (or reopen) and still be written on the loop."""
+_INLINE_ITEMS: Final = 256
+"""A write pass with at most ``_INLINE_OPENS`` files to open runs on the loop itself, in parts of
+``_INLINE_ITEMS`` files between which the loop reads and stages: it is plain ``write(2)`` calls into
+the page cache, and in a worker thread each of them would wait for the GIL, which a busy loop holds
+for up to the switch interval. File creation (slow where many files were removed lately) and
+``fdatasync`` stay in the thread."""
+_WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
+_MAX_STAGED_BYTES: Final = 16 << 20
+"""Received bytes staged for one write pass before the collector stops reading every connection."""
+_MAX_STAGED_FILES: Final = 16_384
+"""Files with lines staged for one write pass before the collector stops reading. With many sessions
+each staged event is a buffer of its own: this bound, not the byte bound, keeps memory flat there."""
+_UNRECORDED_LOG_INTERVAL: Final = 60.0
+"""Seconds between log lines about reject records lost (a full disk would otherwise flood the log)."""
+
+
+def _plain(job: FlushJob) -> bool:
+    """Tell whether a (non-durable) write pass only appends to open files, give or take a couple to
+    open, and can run on the loop (see _INLINE_ITEMS)."""
+    return not job.retired and sum(target.fd is None for target, _ in job.items) <= _INLINE_OPENS
+
+
+class WritePasses:
+    """The collector's write passes and the verdicts that follow them (a part of :class:`.server.Collector`)."""
+
+    config: CollectorConfig
+    metrics: Metrics
+    writer: Writer
+    health: Health
+    connections: set[Connection]
+    overloaded: bool
+    """Set while more than _MAX_STAGED_BYTES wait for the next write pass: nothing is read."""
+    _replies: list[tuple[Connection, BatchOutcome]]
+    _work: asyncio.Event
+    _flush_lock: asyncio.Lock
+    _stopping: asyncio.Event
+    _staged: int
+    _error_logged: set[str]
+    _unrecorded_logged_at: float
+
+    def enqueue(self, connection: Connection, outcome: BatchOutcome, size: int) -> None:
+        """Queue a batch's verdicts for after the next flush; past the staging bound, stop reading."""
+        self._replies.append((connection, outcome))
+        self._work.set()
+        self._staged += size
+        if (self._staged > _MAX_STAGED_BYTES or self.writer.dirty_files > _MAX_STAGED_FILES) and not self.overloaded:
+            # Global backpressure: while a write pass is in flight the loop could otherwise read
+            # and stage without bound from many busy clients. Every connection waits for the pass.
+            self.overloaded = True
+            for other in list(self.connections):
+                other._update_reading()
+
+    async def _flush_loop(self) -> None:
+        while not self._stopping.is_set():
+            await self._work.wait()
+            if len(self._replies) > 1 or len(self.connections) > 1:
+                # One more loop pass first: every connection with data ready gets read, so that one
+                # write per session covers all of them (a batch costs at most one extra iteration).
+                await asyncio.sleep(0)
+            self._work.clear()
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        """Write what is staged, then answer the batches it holds.
+
+        Decoding and staging the next batches goes on while a pass is written, between its parts on
+        the loop or beside the worker thread; the flush lock keeps a single write pass in flight
+        (adoption takes it too).
+        """
+        async with self._flush_lock:
+            replies = self._replies
+            self._replies = []
+            writer = self.writer
+            job = writer.take()
+            self._staged = 0
+            self._resume_reading()
+            durable = self.config.durability == "fsync"
+            if not durable and _plain(job):
+                written_data, failed = await self._write_on_loop(job)
+            elif job.items or job.retired:
+                written_data, failed = await asyncio.to_thread(writer.write, job, durable=durable)
+            else:
+                written_data, failed = [], list(job.failed)
+            written, failed, nbytes = writer.finish(job, written_data, failed)
+            if self.health.failing and written:
+                self._note_healed(written)
+            self._answer(replies, failed, nbytes)
+            if failed:
+                self._fail_lost_batches()
+
+    async def _write_on_loop(
+        self, job: FlushJob
+    ) -> tuple[list[tuple[AppendFile, bytes]], list[tuple[AppendFile, OSError]]]:
+        """Write a plain pass on the loop, ``_INLINE_ITEMS`` files at a time, reading in between."""
+        written: list[tuple[AppendFile, bytes]] = []
+        failed = list(job.failed)
+        for start in range(0, len(job.items), _INLINE_ITEMS):
+            if start:
+                await asyncio.sleep(0)  # one loop round: ready connections are read and staged
+            part = FlushJob(job.items[start : start + _INLINE_ITEMS], [], job.now, [], {})
+            done, lost = self.writer.write(part, durable=False)
+            written += done
+            failed += lost
+        return written, failed
+
+    def _resume_reading(self) -> None:
+        """Read every connection again once what they staged is detached for a write pass."""
+        if self.overloaded:
+            self.overloaded = False
+            for connection in list(self.connections):
+                connection._update_reading()
+
+    def _answer(
+        self, replies: list[tuple[Connection, BatchOutcome]], failed: list[tuple[AppendFile, OSError]], nbytes: int
+    ) -> None:
+        metrics = self.metrics
+        if nbytes:
+            metrics.written_bytes.inc(nbytes)
+        for target, exc in failed:
+            self._report_write_error(target, exc)
+        now = time.monotonic()
+        any_written = False
+        for connection, outcome in replies:
+            if not outcome.intact():
+                connection.awaiting -= 1
+                connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
+                continue
+            self._count(outcome)
+            any_written = any_written or bool(outcome.written)
+            metrics.write_latency.observe(now - outcome.received_at)
+            connection.send(
+                Verdicts(
+                    first=outcome.first,
+                    count=outcome.count,
+                    seqs=outcome.seqs or [],
+                    rejected=outcome.rejections,
+                )
+            )
+            connection.answered()
+        if any_written:
+            metrics.mark_written()
+
+    def _fail_lost_batches(self) -> None:
+        """Close at once every connection with a staged batch that a failed write just dropped.
+
+        A producer's events must reach each session in order: a session's watermark takes every
+        number up to the highest one written as delivered. Left open until that batch's turn, the
+        connection could get a later batch written into the session rebuilt from its file, and the
+        dropped batch, resent, would then be answered as a duplicate without ever being written.
+        """
+        for connection, outcome in self._replies:
+            if not connection.closing and not outcome.intact():
+                connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
+
+    def _count(self, outcome: BatchOutcome) -> None:
+        """Count a batch whose lines are written: by stage/status, rejections, duplicates, drops."""
+        metrics = self.metrics
+        metrics.count_written(outcome.written)
+        metrics.observe_actions(outcome.durations)
+        for rejection in outcome.rejections:
+            metrics.events_rejected.labels(rejection.reason.value).inc()
+        if not outcome.recorded():
+            self._report_unrecorded(outcome)
+        if outcome.duplicates:
+            metrics.duplicates.inc(outcome.duplicates)
+        if outcome.client_dropped:
+            metrics.client_dropped.inc(outcome.client_dropped)
+
+    def _report_unrecorded(self, outcome: BatchOutcome) -> None:
+        """A batch's reject records were lost with a failed write of the rejects file: its rejections
+        are still answered (a resend would pass for a duplicate), and the loss is counted and logged."""
+        lost = len(outcome.rejections)
+        self.metrics.rejects_unrecorded.inc(lost)
+        outcome.rejections = [
+            WireRejection(item.index, item.reason, item.detail + " (not recorded: the rejects file cannot be written)")
+            for item in outcome.rejections
+        ]
+        now = time.monotonic()
+        if now - self._unrecorded_logged_at >= _UNRECORDED_LOG_INTERVAL:
+            self._unrecorded_logged_at = now
+            log.error(
+                "%d rejected event(s) answered with their reason but not recorded in the rejects file "
+                "(gzia_rejects_unrecorded_total counts them all)",
+                lost,
+            )
+
+    def _note_healed(self, written: list[AppendFile]) -> None:
+        """Writes succeeded: the roots they went to are healthy again (only looked at while one is not)."""
+        roots = {root for root in map(self.writer.root_path_of, written) if root is not None}
+        self.health.wrote(roots)
+
+    def _report_write_error(self, target: AppendFile, exc: OSError) -> None:
+        kind = write_error_kind(exc)
+        self.metrics.write_errors.labels(kind).inc()
+        root = self.writer.root_path_of(target)
+        if root is not None:
+            self.health.failed(root, exc)
+        if kind not in self._error_logged:
+            self._error_logged.add(kind)
+            log.error("cannot write %s: %s (unacknowledged events stay with their clients)", target.name, exc)
