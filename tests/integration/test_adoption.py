@@ -150,3 +150,23 @@ def test_a_spool_meant_for_a_socket_nobody_serves_any_more_is_adopted(make_colle
     collector.start()
     assert sorted(line["attrs"]["n"] for line in collector.session_lines("moved")) == list(range(30))
     assert not list(spool_dir().glob("*.spool"))
+
+
+def test_a_spool_of_sessions_of_every_share_is_adopted_whole_each_in_order(make_collector: Any) -> None:
+    """A dead client's events of many sessions, interleaved: a sharded collector's front adopts them
+    as a routing client, each run of one share's sessions after a Route frame (a batch mixing
+    shares would be refused), and every session gets its events once, in order."""
+    collector = make_collector(start=False)
+    sessions = [f"mixed-{index}" for index in range(8)]
+    events = [(n + 1, _event(sessions[n % len(sessions)], n)) for n in range(80)]
+    _dead_spool("0000000a", [_segment("0000000a", collector.root, events, socket=str(collector.socket))])
+    collector.start()
+    written = collector.all_sessions()
+    assert sorted(written) == sorted(sessions)
+    for index, session in enumerate(sessions):
+        assert [line["attrs"]["n"] for line in written[session]] == list(range(index, 80, len(sessions)))
+        assert [line["delivery"] for line in written[session]] == [
+            f"0000000a:{n + 1}" for n in range(index, 80, len(sessions))
+        ]
+    assert not list(spool_dir().glob("*.spool")) and not list(spool_dir().glob("*.lock"))
+    assert collector.metric("gzia_spool_adopted_events_total") == 80

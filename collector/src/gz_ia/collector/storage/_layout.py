@@ -158,11 +158,6 @@ def parse_archive_name(file_name: str) -> tuple[str, int, bool] | None:
     return session_id, int(match.group(1)), match.group(2) is not None
 
 
-def rejects_stem(share: int) -> str:
-    """The stem of the rejects file that share ``share`` writes: each file has a single writer."""
-    return REJECTS_STEM if share == 0 else f"{REJECTS_STEM}-{share}"
-
-
 def rejects_archive_name(segment: int, *, compressed: bool = False, stem: str = REJECTS_STEM) -> str:
     """Return the file name of the rejects file's archived segment ``segment``."""
     return f"{stem}.{segment:06d}.jsonl" + (".gz" if compressed else "")
