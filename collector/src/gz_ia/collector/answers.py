@@ -70,7 +70,7 @@ class Answers:
         def owns(session_id: str | None) -> bool:
             if session_id is None:
                 return role.root_wide
-            return role.serves is None or role.serves(session_id)
+            return role.serves is None or role.serves[session_id]
 
         now = writer.clock()
         kept: list[str] = []

@@ -8,7 +8,7 @@ so that the process's code has no branch of its own for that case.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .storage._layout import REJECTS_STEM
@@ -24,9 +24,10 @@ def _not_served(session_id: str) -> str:
 class Role:
     """The duties of one collector process; the defaults are those of a whole collector."""
 
-    serves: Callable[[str], bool] | None = None
-    """Whether this process serves a session: an event of another is rejected ``misrouted``, and gc
-    removes only these sessions' files. None: every session."""
+    serves: Mapping[str, bool] | None = None
+    """Whether this process serves a session, by session id (looked up per event, so a dict that
+    fills itself in on a miss): an event of another is rejected ``misrouted``, and gc removes only
+    these sessions' files. None: every session."""
     unserved: Callable[[str], str] = _not_served
     """The detail of the ``misrouted`` rejection of an event of a session this process does not serve."""
     rejects_stem: str = REJECTS_STEM

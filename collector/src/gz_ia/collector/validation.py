@@ -122,7 +122,7 @@ def reject_unserved(batch: DecodedBatch, role: Role) -> None:
     if serves is None:
         return
     for index, event in enumerate(batch.events):
-        if event is not None and not serves(event.session_id):
+        if event is not None and not serves[event.session_id]:
             batch.events[index] = None
             batch.raw[index] = msgspec.msgpack.encode(event)  # for the rejects file
             batch.rejections[index] = Rejection(RejectReason.MISROUTED, role.unserved(event.session_id))

@@ -22,7 +22,7 @@ from typing import Final
 
 import msgspec
 
-from gz_ia.client.protocol import Owners
+from gz_ia.client.protocol import Owners, owner_of
 from gz_ia.collector.config import CollectorConfig, ConfigError
 from gz_ia.collector.role import Role
 
@@ -33,20 +33,18 @@ __all__ = ["config_loader", "share_role", "stop_with_front"]
 log = logging.getLogger("gz_ia.collector")
 
 _PR_SET_PDEATHSIG: Final = 1
+_SERVED_KEPT: Final = 65_536
 
 
 def share_role(share: int, shares: int, *, front: int) -> Role:
     """The :class:`~..role.Role` of share ``share`` of ``shares``, started by the front (pid ``front``)."""
     owners = Owners(shares)
 
-    def serves(session_id: str) -> bool:
-        return owners[session_id] == share
-
     def unserved(session_id: str) -> str:
         return f"session {session_id!r} belongs to share {owners[session_id]} of {shares}, not {share}"
 
     return Role(
-        serves=serves,
+        serves=_Served(share, shares),
         unserved=unserved,
         rejects_stem=rejects_stem(share),
         root_wide=share == 0,
@@ -58,6 +56,22 @@ def share_role(share: int, shares: int, *, front: int) -> Role:
         open_actions_divisor=shares,
         started_message=f"share {share} of {shares} serving the front",
     )
+
+
+class _Served(dict[str, bool]):
+    """Whether share ``share`` of ``shares`` serves a session, remembered per session id (a lookup
+    per event costs no call); bounded: forgotten all at once past ``_SERVED_KEPT`` ids."""
+
+    def __init__(self, share: int, shares: int) -> None:
+        super().__init__()
+        self.share = share
+        self.shares = shares
+
+    def __missing__(self, session_id: str) -> bool:
+        if len(self) >= _SERVED_KEPT:
+            self.clear()
+        served = self[session_id] = owner_of(session_id, self.shares) == self.share
+        return served
 
 
 def config_loader(directory: Path, share: int) -> Callable[[], CollectorConfig]:
