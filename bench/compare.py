@@ -12,6 +12,7 @@ Usage::
 
     uv run python -m bench.compare ba46b50                       # 10,000 sessions, 4 pairs
     uv run python -m bench.compare 2da6014 --sessions 100 --pairs 6
+    uv run python -m bench.compare 2da6014 --shards 2             # a front and two share processes
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--shards", type=int, default=1, help="the collectors' shards setting (default 1)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gz-ia-compare-") as scratch:
         tree = Path(scratch) / "tree"
@@ -74,7 +76,8 @@ def _compare(args: argparse.Namespace, before: dict[str, str]) -> int:
             for name in (_BEFORE, _NOW) if pair % 2 == 0 else (_NOW, _BEFORE):
                 with scratch_dir("gzab") as workdir:
                     os.sync()  # the previous run's files are still being written back
-                    result = run_verified(Ours(workdir, env=before if name == _BEFORE else None), load)
+                    ours = Ours(workdir, env=before if name == _BEFORE else None, shards=args.shards)
+                    result = run_verified(ours, load)
                 rates[name].append(result.events_per_second)
                 cpu[name].append(result.collector_cpu / result.events * 1e6)
                 print(
