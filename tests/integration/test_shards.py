@@ -29,6 +29,7 @@ from gz_ia.client.protocol import (
     Error,
     FrameReader,
     Hello,
+    Query,
     RejectReason,
     Route,
     Verdicts,
@@ -132,6 +133,22 @@ def test_a_client_that_does_not_route_has_each_batch_of_one_share_routed_and_a_m
             assert client.batch(first + offset, [event]).seqs == [4]
     finally:
         client.close()
+
+
+def test_after_its_hello_a_client_that_does_not_route_sends_only_batches(make_collector: Any) -> None:
+    """A query on a connection that said hello would be answered by every share while they write
+    batches: the front refuses it, saying where to ask, and the collector serves on."""
+    collector = make_collector()
+    client = RawClient(collector)
+    try:
+        client.sock.sendall(encode_frame(Query(what="status")))
+        error = client.receive()
+        assert (type(error).__name__, error.reason, error.fatal) == ("Error", RejectReason.MALFORMED, True)
+        assert "on a connection of their own" in error.detail
+        assert client.sock.recv(1) == b""
+    finally:
+        client.close()
+    assert _status(collector)["shares"]["count"] == 2
 
 
 def test_a_bad_frame_between_batches_gets_its_error_in_its_turn(make_collector: Any) -> None:
