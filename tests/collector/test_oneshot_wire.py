@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gz_ia.client import build_event, env, protocol, schema
 from gz_ia.collector import _places, _plain_json, oneshot
 from gz_ia.collector._msgpack import Raw, Timestamp, pack, unpack
-from gz_ia.collector.entry import _plain
+from gz_ia.collector.session_log import _plain
 
 _INT64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 _FLOATS = st.floats(allow_nan=False, allow_infinity=False)

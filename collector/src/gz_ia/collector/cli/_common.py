@@ -8,7 +8,7 @@ from typing import Final
 import click
 
 from gz_ia.client import env
-from gz_ia.collector import entry
+from gz_ia.collector import session_log
 
 __all__ = [
     "EXIT_FAILED",
@@ -42,7 +42,7 @@ EXIT_UNHEALTHY: Final = 1
 """``gz-ia status``: the collector answered, unhealthy (a share of a sharded collector is down)."""
 EXIT_MISSING_EXTRA: Final = 2
 """``gz-ia mcp`` and ``gz-ia export otel`` without their extra installed (a usage error, as click's)."""
-EXIT_UNAVAILABLE: Final = entry.EXIT_UNAVAILABLE
+EXIT_UNAVAILABLE: Final = session_log.EXIT_UNAVAILABLE
 """``EX_UNAVAILABLE`` from sysexits.h: no collector is reachable (the same code as ``session log``'s)."""
 
 
