@@ -308,3 +308,119 @@ def test_search_reads_each_session_alone_though_one_buffer_holds_them_in_turn(tm
         entry.line for entry in search(tmp_path, Filters(), Selection(matches=parse_matches(["agent=claude"])))
     ]
     assert sorted(everything) == sorted(long_lines + short_lines + torn_lines)
+
+
+def _segmented_root(root: Path, session_id: str, segments: list[list[str]]) -> list[str]:
+    """Write a root holding one session as the collector leaves it: every segment but the last
+    archived (plain), the last active, and a checkpoint covering it all; return every line."""
+    from gz_ia.collector.storage._layout import (
+        LAYOUT_FILE,
+        LAYOUT_VERSION,
+        Checkpoint,
+        archive_name,
+        encode_checkpoint,
+    )
+
+    (root / "sessions").mkdir()
+    (root / "state").mkdir()
+    (root / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION}) + "\n")
+    lines: list[str] = []
+    seq = 0
+    for number, tools in enumerate(segments, 1):
+        segment_seq = seq
+        part = []
+        for tool in tools:
+            seq += 1
+            record = {
+                "timestamp": msgspec.json.encode(NOW + timedelta(seconds=seq)).decode()[1:-1],
+                "session_id": session_id,
+                "action": f"task-{seq}",
+                "stage": "READ",
+                "status": "OK",
+                "agent": "claude",
+                "attrs": {"tool": tool},
+                "seq": seq,
+            }
+            part.append(msgspec.json.encode(record).decode())
+        lines += part
+        data = "".join(line + "\n" for line in part).encode()
+        last = number == len(segments)
+        name = f"{session_id}.events.jsonl" if last else archive_name(session_id, number)
+        (root / "sessions" / name).write_bytes(data)
+    checkpoint = Checkpoint(segment=len(segments), offset=len(data), seq=seq, segment_seq=segment_seq)
+    (root / "state" / f"{session_id}.session.json").write_bytes(encode_checkpoint(checkpoint))
+    return lines
+
+
+@pytest.mark.parametrize(
+    "after",
+    ["written", "empty", "earlier-retired"],
+    ids=["new-active-written", "new-active-empty", "no-archive-listed"],
+)
+@pytest.mark.parametrize("question", ["field-match", "since"])
+def test_search_never_misses_a_segment_archived_after_the_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: str, question: str
+) -> None:
+    """A session that rotates between the root's listing and the open of its active file: the listing
+    names segment 3 as the active file, which is archive 3 by the time it is opened, and the active file
+    then opened is segment 4 (with events, or still empty; with or without older archives listed).
+    The search must still show archive 3's events (by proving continuity of seq, or reading carefully).
+
+    The listing is made stale deterministically: the search's listing is taken, then archive 3 is
+    dropped from it, as a listing taken just before the rotation has it (a real race is too rare to test)."""
+    from gz_ia.collector.query import _scan, search
+    from gz_ia.collector.reading import Filters
+    from gz_ia.collector.reading.sessions import Listing
+
+    tools = [["Bash", "WebFetch"], ["Bash", "WebFetch"], ["WebFetch", "Bash"], ["Read", "WebFetch"]]
+    if after == "empty":
+        tools[3] = []
+    lines = _segmented_root(tmp_path, "rot", tools)
+    if after == "earlier-retired":  # retention deleted archives 1 and 2 before the listing
+        for number in (1, 2):
+            (tmp_path / "sessions" / f"rot.events.{number:06d}.jsonl").unlink()
+        lines = lines[4:]
+
+    class _BeforeTheRotation(Listing):
+        def __init__(self, dirs: object) -> None:
+            super().__init__(dirs)  # type: ignore[arg-type]
+            self.archives["rot"].discard(3)
+            if not self.archives["rot"]:
+                del self.archives["rot"]
+                del self.newest_archive["rot"]
+            else:
+                self.newest_archive["rot"] = max(self.archives["rot"])
+
+    monkeypatch.setattr(_scan, "Listing", _BeforeTheRotation)
+    if question == "field-match":
+        filters, selection = Filters(), Selection(matches=parse_matches(["attrs.tool=WebFetch"]))
+        expected = [line for line in lines if "WebFetch" in line]
+    else:
+        filters, selection = Filters(since=NOW), Selection()
+        expected = lines
+    found = [entry.line for entry in search(tmp_path, filters, selection)]
+    assert found == expected
+
+
+@pytest.mark.parametrize("retired", [0, 2], ids=["all-archives", "earlier-retired"])
+def test_search_proves_an_intact_session_complete_without_the_careful_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retired: int
+) -> None:
+    """The proof of completeness holds for a session as the collector leaves it, archives retired or
+    not: the fast path answers alone (the careful reader, much slower, is kept for what it must report)."""
+    from gz_ia.collector import reading
+    from gz_ia.collector.query import search
+    from gz_ia.collector.reading import Filters
+
+    lines = _segmented_root(tmp_path, "rot", [["Bash", "WebFetch"], ["Bash", "WebFetch"], ["WebFetch", "Bash"]])
+    for number in range(1, retired + 1):
+        (tmp_path / "sessions" / f"rot.events.{number:06d}.jsonl").unlink()
+
+    def careful(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the careful reader was asked")
+
+    monkeypatch.setattr(reading, "iter_events", careful)
+    found = [
+        entry.line for entry in search(tmp_path, Filters(), Selection(matches=parse_matches(["attrs.tool=WebFetch"])))
+    ]
+    assert found == [line for line in lines[2 * retired :] if "WebFetch" in line]

@@ -16,9 +16,15 @@ The files are read with ``preadv`` into a buffer kept from one session to the ne
 writer truncates an active file back after a failed write, and touching a mapped page past the new
 end would kill the process (``SIGBUS``).
 
+A search decodes only the lines around a hit, so it proves otherwise that it saw every line
+(:func:`_prove_complete`): the ``seq`` of each segment's first and last line, continuous from one
+segment to the next, and a last segment that is the file the listing saw as active. A session that
+rotates between the root's listing and the open of its active file would otherwise lose the segment
+archived meanwhile without a word.
+
 A session whose files are damaged or change shape during the read (an unreadable segment, an
-undecodable candidate line, a hole) is read again the careful way, through the reader, which says what
-it could not read: this module never decides alone that something is missing.
+undecodable line, a hole, a rotation since the listing) is read again the careful way, through the
+reader, which says what it could not read: this module never decides alone that something is missing.
 """
 
 from __future__ import annotations
@@ -40,11 +46,14 @@ from gz_ia.collector.reading.segments import open_dirs
 from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage._layout import (
     ACTIVE_SUFFIX,
+    STATE_SUFFIX,
     Checkpoint,
     RootDirs,
     Segment,
     SegmentUnreadable,
     open_archive,
+    read_checkpoint,
+    segment_exists,
     session_archive,
 )
 
@@ -59,6 +68,15 @@ _CHUNK: Final = 128
 """Sessions per task of the thread pool (a task per session costs more than a small session's read)."""
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
+
+
+class _Seq(msgspec.Struct):
+    """Only a line's ``seq``: the rest of the line is skipped, not decoded."""
+
+    seq: int
+
+
+_seq_decoder: Final = msgspec.json.Decoder(_Seq)
 
 
 class _Fallback(Exception):
@@ -269,6 +287,55 @@ class _Finder:
             position = data.find(byte, position + 1, end)
 
 
+def _seqs(data: _Data, size: int) -> tuple[int, int]:
+    """The ``seq`` of the first and of the last complete line of ``data[:size]``."""
+    if size == 0:
+        raise _Fallback  # nothing to prove anything with (an active file just created, or damage)
+    first_end = data.index(b"\n", 0, size)
+    last_start = data.rfind(b"\n", 0, size - 1) + 1
+    try:
+        return _seq_decoder.decode(data[:first_end]).seq, _seq_decoder.decode(data[last_start : size - 1]).seq
+    except msgspec.DecodeError:
+        raise _Fallback from None
+
+
+def _prove_complete(
+    dirs: RootDirs,
+    session_id: str,
+    listing: Listing,
+    checkpoint: Checkpoint | None,
+    contents: list[tuple[int, _Data, int]],
+) -> None:
+    """Raise :class:`_Fallback` unless ``contents`` holds every retained line of the session.
+
+    Within a segment the writer only appends, so the first and last ``seq`` of each segment, each one
+    past the one before, prove that no segment was missed between them, and that the active file read
+    follows the newest archive read. When the listing showed no archive and the active file does not
+    start at seq 1 (its predecessors retired), nothing read anchors it: the checkpoint says which
+    segment starts there, and the archive just before it must not exist, as it would had the active
+    file rotated since the listing.
+    """
+    previous: int | None = None
+    first_of_all = 0
+    for _number, data, size in contents:
+        first, last = _seqs(data, size)
+        if last < first or (previous is not None and first != previous + 1):
+            raise _Fallback
+        if previous is None:
+            first_of_all = first
+        previous = last
+    if first_of_all <= 1 or session_id in listing.archives or session_id not in listing.active:
+        return
+    if checkpoint is None:
+        checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
+    if (
+        checkpoint is None
+        or checkpoint.segment_seq + 1 != first_of_all
+        or segment_exists(dirs.sessions_fd, session_archive(session_id, checkpoint.segment - 1))
+    ):
+        raise _Fallback
+
+
 def _session(
     dirs: RootDirs,
     listing: Listing,
@@ -282,7 +349,9 @@ def _session(
     """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
     found: list[reader.Entry] = []
     expected: int | None = None
-    for number, data, size in _contents(dirs, session_id, listing, checkpoint, buffer):
+    contents = _contents(dirs, session_id, listing, checkpoint, buffer)
+    _prove_complete(dirs, session_id, listing, checkpoint, contents)
+    for number, data, size in contents:
         if finder is not None:
             starts: Iterable[int] = finder.starts(data, size)
             rest = finder.rest
