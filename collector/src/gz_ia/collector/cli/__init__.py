@@ -4,7 +4,8 @@ Exit codes of ``gz-ia``: 0 success (an empty result included), 1 the collector r
 the session is unknown, 2 usage error, 69 (``EX_UNAVAILABLE``) no collector reachable, 75
 (``EX_TEMPFAIL``) ``session log``: no collector answered and the event is spooled.
 
-Each command group lives in its own module and registers itself on import below. The ``gz-ia``
+Each command (or group) lives in its own module, imported only when that command is run, completed
+or listed by ``--help`` (:class:`._lazy.LazyGroup`), where it registers itself. The ``gz-ia``
 entry point is :func:`gz_ia.collector.entry.main`, which runs ``session log`` and ``hook`` without
 importing this package.
 """
@@ -15,12 +16,27 @@ import click
 
 from gz_ia.client import env
 
-from ._common import version
+from ._common import version_option
+from ._lazy import LazyGroup
 
 __all__ = ["collector_main", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    modules={
+        "disk-usage": "._gc",
+        "export": "._export",
+        "gc": "._gc",
+        "hook": "._integrations",
+        "install": "._integrations",
+        "logs": "._reading",
+        "mcp": "._mcp",
+        "sessions": "._sessions",
+        "status": "._status",
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option("--socket", default=None, envvar=env.GZ_IA_SOCKET, help="Collector socket [env: GZ_IA_SOCKET].")
 @click.option(
     "--root",
@@ -28,27 +44,14 @@ __all__ = ["collector_main", "main"]
     envvar=env.GZ_IA_ROOT,
     help="Session root (.harness directory) [env: GZ_IA_ROOT; default: found like .git].",
 )
-@click.version_option(version(), prog_name="gz-ia")
+@version_option("gz-ia")
 def main(socket: str | None, root: str | None) -> None:
     """Log and read gz-ia agent sessions."""
 
 
-@main.group()
+@main.group(cls=LazyGroup, modules={"log": "._session", "logs": "._reading", "tree": "._tree", "view": "._view"})
 def session() -> None:
     """Work with one session."""
 
 
-from . import (  # noqa: E402, F401  - commands register themselves on the groups
-    _export,
-    _gc,
-    _install,
-    _integrations,
-    _mcp,
-    _reading,
-    _session,
-    _sessions,
-    _status,
-    _tree,
-    _view,
-)
 from ._collector import collector_main  # noqa: E402

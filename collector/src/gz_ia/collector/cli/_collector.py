@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from ._common import version
+from ._common import version, version_option
+from ._lazy import LazyGroup
 
 __all__ = ["collector_main"]
 
@@ -37,9 +38,14 @@ def _serve_options(function: Any) -> Any:
     return function
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    modules={"install": "._install"},
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @_serve_options
-@click.version_option(version(), prog_name="gz-ia-collector")
+@version_option("gz-ia-collector")
 @click.pass_context
 def collector_main(ctx: click.Context, /, **flags: Any) -> None:
     """Run the gz-ia collector (the default command) or manage its installation."""

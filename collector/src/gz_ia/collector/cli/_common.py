@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -22,6 +23,7 @@ __all__ = [
     "root_of",
     "socket_path_of",
     "version",
+    "version_option",
 ]
 
 # The exit codes of the reading commands, documented once in docs/reading.md ("Exit codes"):
@@ -55,6 +57,28 @@ def version() -> str:
         return distribution_version("gz-ia-collector")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "0+unknown"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def version_option(prog_name: str) -> Callable[[_F], _F]:
+    """``--version``, printed as click's ``version_option`` prints it; the version is looked up only
+    when asked for, since :mod:`importlib.metadata` would be most of a reading command's imports."""
+
+    def show(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value and not ctx.resilient_parsing:
+            click.echo(f"{prog_name}, version {version()}", color=ctx.color)
+            ctx.exit()
+
+    return click.option(
+        "--version",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=show,
+        help="Show the version and exit.",
+    )
 
 
 def socket_path_of(ctx: click.Context) -> Path:

@@ -8,7 +8,6 @@ filters OR within a flag and AND across flags.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -213,6 +212,8 @@ def renderer(output: str, *, colour: bool, show_session: bool, utc: bool) -> Cal
     if output == "json":
         return lambda entry: str(entry.line)
     if output == "json-pretty":
+        import json  # only this format re-encodes a line
+
         return lambda entry: json.dumps(json.loads(entry.line), indent=2, ensure_ascii=False)
     style = _STYLES[output]
     return lambda entry: format_event(entry.event, colour=colour, show_session=show_session, style=style, utc=utc)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Final
@@ -43,6 +42,8 @@ def paged(wanted: bool) -> Iterator[None]:
     if command is None or not _is_terminal():
         yield
         return
+    import subprocess  # only a terminal reader pages: a script's reads never start a process
+
     environment = dict(os.environ)
     environment.setdefault("LESS", _LESS)
     sys.stdout.flush()
