@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, _sender, build_event
+from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, _batcher, _sender, build_event
 
 
 def _event(n: int) -> dict[str, object]:
@@ -121,7 +121,7 @@ def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
             client.log(session_id=f"s{n % 50}", action=f"a{n}", stage="READ", agent="agy")
     finally:
         collector.proc.send_signal(signal.SIGCONT)
-    lagging = 20_000 - _sender.WINDOW_EVENTS - _sender._LAGGING_EVENTS
+    lagging = 20_000 - _batcher.WINDOW_EVENTS - _sender._LAGGING_EVENTS
     assert lagging // _sender._INBOX_EVENTS - 1 <= len(turns) <= 20_000 // _sender._INBOX_EVENTS
     assert all(turns)
     assert client.flush(timeout=30)
