@@ -49,6 +49,18 @@ def test_public_names_are_exported_and_sorted() -> None:
         assert getattr(gz_ia.client, name) is not None
 
 
+def test_importing_the_client_loads_no_sender_until_a_client_is_made() -> None:
+    """Sockets, selectors and the spool are imported with the first Client, not with the package: a
+    process that only builds events or logs to a NullClient never pays for them."""
+    delivery = {"gz_ia.client._sender", "gz_ia.client._spool", "socket", "selectors"}
+    modules = _modules_after(
+        "import gz_ia.client as gz\nwith gz.session(agent='a', client=gz.NullClient()) as s:\n"
+        "    with s.action('x'): pass\ngz.build_event(session_id='s', action='x', stage='READ', agent='a')"
+    )
+    assert not delivery & modules
+    assert delivery <= _modules_after("import gz_ia.client as gz\ngz.Client(socket_path='/nonexistent', spool=False)")
+
+
 def test_importing_the_client_loads_no_asyncio() -> None:
     """Only AsyncClient needs asyncio: a thread-based agent never pays for importing it."""
     assert "asyncio" not in _modules_after("import gz_ia.client\nfrom gz_ia.client import Client, session")

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._client import Client as Client
 from ._client import build_event as build_event
+from ._delivery import SenderStats as SenderStats
+from ._delivery import Verdict as Verdict
 from ._null import NullClient as NullClient
 from ._scope import ActionScope as ActionScope
 from ._scope import EventSink as EventSink
@@ -30,8 +32,6 @@ from ._scope import current_session as current_session
 from ._scope import get_client as get_client
 from ._scope import new_session_id as new_session_id
 from ._scope import session as session
-from ._sender import SenderStats as SenderStats
-from ._sender import Verdict as Verdict
 from .errors import CollectorUnavailable as CollectorUnavailable
 from .errors import EventRejected as EventRejected
 from .errors import GzIaError as GzIaError

@@ -16,7 +16,6 @@ then spools the rest, and the notices of losses not yet reported, for the collec
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import random
@@ -25,7 +24,6 @@ import socket
 import sys
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -33,6 +31,7 @@ import msgspec
 
 from ._batcher import BATCH_BYTES, WINDOW_EVENTS, Batcher
 from ._delivery import SenderStats, Verdict
+from ._lifecycle import live_senders
 from ._queue import Item
 from .errors import CollectorUnavailable, ProtocolError
 from .protocol import (
@@ -54,7 +53,7 @@ from .protocol import (
 if TYPE_CHECKING:
     import concurrent.futures
 
-__all__ = ["Sender", "SenderStats", "Verdict"]
+__all__ = ["Sender"]
 
 _INBOX_EVENTS: Final = 256
 """Events an agent thread may add without taking the lock before it moves them into the queue itself."""
@@ -69,9 +68,6 @@ _BACKOFF_MAX: Final = 2.0
 _PERMANENT: Final = frozenset(
     {RejectReason.ROOT_NOT_ALLOWED, RejectReason.PERMISSION_DENIED, RejectReason.UNSUPPORTED_VERSION}
 )
-
-
-_live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
 
 
 def _give_way() -> None:
@@ -119,7 +115,7 @@ class Sender(Batcher):
         self.spool_dir = spool_dir
         self.max_spool_bytes = max_spool_bytes
         self._init_state()
-        _live_senders.add(self)
+        live_senders.add(self)
 
     def _init_state(self) -> None:
         super()._init_state()
@@ -511,19 +507,3 @@ class Sender(Batcher):
                     self._refuse_everything(message)
                 if message.fatal:
                     self._drop_connection(selector)
-
-
-def _drain_all_at_exit() -> None:
-    timeout = float(os.environ.get("GZ_IA_EXIT_TIMEOUT", "2") or 2)
-    deadline = time.monotonic() + timeout
-    for sender in list(_live_senders):
-        sender.close(max(0.0, deadline - time.monotonic()))
-
-
-def _reset_all_after_fork() -> None:
-    for sender in list(_live_senders):
-        sender._after_fork_in_child()
-
-
-atexit.register(_drain_all_at_exit)
-os.register_at_fork(after_in_child=_reset_all_after_fork)
