@@ -14,10 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from . import (
-    _lifecycle,  # noqa: F401  # its exit and fork handlers are registered at import: see there
-    env,
-)
+from . import env
 from ._delivery import SenderStats, Verdict
 from .errors import CollectorUnavailable
 from .schema import (

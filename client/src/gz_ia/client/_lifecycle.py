@@ -1,8 +1,8 @@
 """What every live sender must hear of the process's life: the interpreter's exit and a fork.
 
-Registered when the package is imported, although a sender is made only with the first client: so
-that the exit handler runs after those an agent registers later (atexit runs them last first), which
-may still log.
+Registered when the package is imported (its ``__init__`` imports this module), although a sender
+is made only with the first client: so that the exit handler runs after those an agent registers
+later (atexit runs the last registered first), which may still log.
 """
 
 from __future__ import annotations
