@@ -216,6 +216,11 @@ def section_agent(suite: Suite) -> None:
                 medians = import_time.measure(settings.import_runs)
                 for key, name, statement in (
                     ("import_client", "import gz_ia.client, installed alone", "gz_ia.client, as installed alone"),
+                    (
+                        "import_client_and_session",
+                        "from gz_ia.client import Client, session, installed alone",
+                        "Client and session, as installed alone",
+                    ),
                     ("import_logging", "import logging", "logging"),
                 ):
                     suite.add(f"agent.{key}", name, "ms", medians[statement] * 1e3, higher=False)

@@ -18,18 +18,17 @@ from gz_ia.client.protocol import (
     FrameTooLarge,
     Hello,
     Route,
-    TypedBatch,
     Verdicts,
     Welcome,
     client_message_decoder,
     collector_message_decoder,
     encode_frame,
     owner_of,
-    typed_batch_decoder,
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
 
 FRAMES = Path(__file__).resolve().parents[1] / "fixtures" / "frames"
+event_decoder = msgspec.msgpack.Decoder(LogEvent)
 
 ids = st.from_regex(r"\A[A-Za-z0-9_-][A-Za-z0-9_.-]{0,20}\Z")
 texts = st.text(min_size=1, max_size=40)
@@ -60,10 +59,10 @@ def test_a_batch_round_trips_through_raw_and_typed_decoding(batch: list[LogEvent
     encoder = msgspec.msgpack.Encoder()
     frame = encode_frame(Batch(first=first, events=[msgspec.Raw(encoder.encode(e)) for e in batch]))
     (body,) = FrameReader().feed(frame)
-    typed = typed_batch_decoder.decode(body)
-    assert isinstance(typed, TypedBatch)
-    assert typed.first == first
-    assert typed.events == batch
+    decoded = client_message_decoder.decode(body)
+    assert isinstance(decoded, Batch)
+    assert decoded.first == first
+    assert [event_decoder.decode(raw) for raw in decoded.events] == batch
 
 
 @given(st.lists(st.binary(max_size=300), max_size=8), st.data())
@@ -114,8 +113,9 @@ def test_golden_frames_from_protocol_version_1_still_decode() -> None:
     verdicts_body = (FRAMES / "v1-verdicts.bin").read_bytes()[4:]
     hello = client_message_decoder.decode(hello_body)
     assert hello == Hello(proto=1, producer="00112233aabbccdd", pid=4242, root="/w/.harness", program="agent")
-    batch = typed_batch_decoder.decode(batch_body)
-    assert batch.first == 1 and batch.events == [_golden_event()]
+    batch = client_message_decoder.decode(batch_body)
+    assert isinstance(batch, Batch)
+    assert batch.first == 1 and [event_decoder.decode(raw) for raw in batch.events] == [_golden_event()]
     verdicts = collector_message_decoder.decode(verdicts_body)
     assert verdicts == Verdicts(first=1, count=1, seqs=[1], rejected=[])
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, _sender, build_event
+from gz_ia.client import Client, CollectorUnavailable, LogEvent, Stage, Status, _batcher, _sender, build_event
 
 
 def _event(n: int) -> dict[str, object]:
@@ -100,6 +102,23 @@ def test_log_encodes_the_same_event_as_a_log_event() -> None:
     )
 
 
+EXIT_HANDLER_AGENT = """
+import atexit
+import gz_ia.client as gz
+
+atexit.register(lambda: gz.get_client().log(session_id="late", action="at exit", stage="READ", agent="agy"))
+gz.get_client().log(session_id="late", action="first", stage="READ", agent="agy")
+"""
+
+
+def test_an_event_logged_by_an_exit_handler_registered_before_the_first_client_is_delivered(collector: Any) -> None:
+    """atexit runs the handler registered last first: the client's own (deliver, then spool, then
+    close) is registered when the package is imported, not when its first client is made, so that an
+    agent's handler registered in between still logs into an open client."""
+    subprocess.run([sys.executable, "-c", EXIT_HANDLER_AGENT], env=collector.env, check=True, timeout=60)
+    assert [line["action"] for line in collector.session_lines("late")] == ["first", "at exit"]
+
+
 def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
     collector: Any, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,7 +140,7 @@ def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
             client.log(session_id=f"s{n % 50}", action=f"a{n}", stage="READ", agent="agy")
     finally:
         collector.proc.send_signal(signal.SIGCONT)
-    lagging = 20_000 - _sender.WINDOW_EVENTS - _sender._LAGGING_EVENTS
+    lagging = 20_000 - _batcher.WINDOW_EVENTS - _sender._LAGGING_EVENTS
     assert lagging // _sender._INBOX_EVENTS - 1 <= len(turns) <= 20_000 // _sender._INBOX_EVENTS
     assert all(turns)
     assert client.flush(timeout=30)

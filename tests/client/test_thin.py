@@ -49,6 +49,33 @@ def test_public_names_are_exported_and_sorted() -> None:
         assert getattr(gz_ia.client, name) is not None
 
 
+def test_importing_the_client_loads_no_sender_until_a_client_is_made() -> None:
+    """Sockets, selectors and the spool are imported with the first Client, not with the package: a
+    process that only builds events or logs to a NullClient never pays for them."""
+    delivery = {"gz_ia.client._sender", "gz_ia.client._spool", "socket", "selectors"}
+    modules = _modules_after(
+        "import gz_ia.client as gz\nwith gz.session(agent='a', client=gz.NullClient()) as s:\n"
+        "    with s.action('x'): pass\ngz.build_event(session_id='s', action='x', stage='READ', agent='a')"
+    )
+    assert not delivery & modules
+    assert delivery <= _modules_after("import gz_ia.client as gz\ngz.Client(socket_path='/nonexistent', spool=False)")
+
+
+def test_the_hooks_modules_load_none_of_the_client() -> None:
+    """A hook that imports the schema, env and the spool reader pays for those alone: the package
+    loads each public name on first use, not all of them with itself."""
+    modules = _modules_after("import gz_ia.client.schema, gz_ia.client.env, gz_ia.client._spool")
+    client = {"gz_ia.client._client", "gz_ia.client._scope", "gz_ia.client._sender", "gz_ia.client.protocol"}
+    assert not client & modules
+
+
+def test_every_public_name_imports_by_name_in_a_fresh_process() -> None:
+    """``from gz_ia.client import X`` works for every public X, and ``import *`` brings them all."""
+    names = ", ".join(gz_ia.client.__all__)
+    _modules_after(f"from gz_ia.client import {names}")
+    _modules_after(f"from gz_ia.client import *\nassert all(n in globals() for n in {gz_ia.client.__all__!r})")
+
+
 def test_importing_the_client_loads_no_asyncio() -> None:
     """Only AsyncClient needs asyncio: a thread-based agent never pays for importing it."""
     assert "asyncio" not in _modules_after("import gz_ia.client\nfrom gz_ia.client import Client, session")

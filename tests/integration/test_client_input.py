@@ -122,12 +122,12 @@ def test_an_invalid_inherited_parent_is_reported_once_and_ignored(collector: Any
 def test_the_sender_thread_refuses_an_oversized_event_that_reached_its_queue(collector: Any) -> None:
     """The frame builder's own defence: a body past the bound that got into the queue by any path is
     refused alone, and the events around it are delivered (white box: submit() lets none in)."""
-    from gz_ia.client._sender import _Item
+    from gz_ia.client._queue import Item
     from gz_ia.client.protocol import MAX_EVENT_BYTES
 
     client = collector.client()
     client.log(session_id="inside", action="before", stage="READ", agent="agy")
-    client._sender._inbox.append(_Item(b"\x80" * (MAX_EVENT_BYTES + 1_000), "inside"))
+    client._sender._inbox.append(Item(b"\x80" * (MAX_EVENT_BYTES + 1_000), "inside"))
     assert client.send(build_event(session_id="inside", action="after", stage="READ", agent="agy")).seq > 0
     assert client.flush(timeout=20)
     stats = client.stats()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Final
 
 from ._client import Client
-from ._sender import SenderStats, Verdict
+from ._delivery import SenderStats, Verdict
 from .errors import CollectorUnavailable
 from .schema import LogEvent
 

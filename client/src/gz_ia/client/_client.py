@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from . import env
-from ._sender import Sender, SenderStats, Verdict
+from ._delivery import SenderStats, Verdict
 from .errors import CollectorUnavailable
 from .schema import (
     FAILED,
@@ -36,6 +36,8 @@ from .schema import (
 
 if TYPE_CHECKING:
     import concurrent.futures
+
+    from ._sender import Sender
 
 __all__ = ["Client", "build_event"]
 
@@ -155,7 +157,11 @@ class Client:
         max_spool_bytes: int = 64 << 20,
         raise_on_error: bool = False,
     ) -> None:
-        self._sender = Sender(
+        # Here, not at the top: a process that imports the package but makes no client (the
+        # NullClient, a hook that only builds events) never imports sockets, selectors or the spool.
+        from ._sender import Sender
+
+        self._sender: Sender = Sender(
             Path(socket_path) if socket_path is not None else env.default_socket_path(),
             Path(root).absolute() if root is not None else env.find_root(),
             max_events=max_events,

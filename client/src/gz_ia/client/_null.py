@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._sender import SenderStats, Verdict
+from ._delivery import SenderStats, Verdict
 from .schema import LogEvent
 
 __all__ = ["NullClient"]

@@ -22,8 +22,6 @@ from typing import Final
 
 import msgspec
 
-from .schema import LogEvent
-
 __all__ = [
     "HEADER_SIZE",
     "MAX_BATCH_EVENTS",
@@ -44,7 +42,6 @@ __all__ = [
     "Rejection",
     "Report",
     "Route",
-    "TypedBatch",
     "Verdicts",
     "Welcome",
     "encode_frame",
@@ -122,14 +119,6 @@ class Batch(msgspec.Struct, tag="batch", kw_only=True):
 
     first: int
     events: list[msgspec.Raw]
-    verdicts: bool = False
-
-
-class TypedBatch(msgspec.Struct, tag="batch", kw_only=True):
-    """A typed view of :class:`Batch`: every event decoded and fully validated in one call."""
-
-    first: int
-    events: list[LogEvent]
     verdicts: bool = False
 
 
@@ -252,7 +241,7 @@ MAX_EVENT_BYTES: Final = MAX_FRAME - len(
 the schema's limits is far smaller; the client refuses a larger one (``frame_too_large``) by itself."""
 
 
-def encode_frame(message: ClientMessage | CollectorMessage | TypedBatch) -> bytes:
+def encode_frame(message: ClientMessage | CollectorMessage) -> bytes:
     """Encode ``message`` as one frame: length prefix and MessagePack body.
 
     Raises:
@@ -324,5 +313,4 @@ class FrameReader:
 
 client_message_decoder: Final = msgspec.msgpack.Decoder(ClientMessage)
 route_decoder: Final = msgspec.msgpack.Decoder(Route)
-typed_batch_decoder: Final = msgspec.msgpack.Decoder(TypedBatch)
 collector_message_decoder: Final = msgspec.msgpack.Decoder(CollectorMessage)

@@ -20,7 +20,7 @@ from typing import Final
 
 from . import _scope
 from ._client import build_event
-from ._sender import Verdict
+from ._delivery import Verdict
 from .schema import AttrValue, LogEvent, Stage, Status
 
 __all__ = ["CapturingClient", "capture_events"]

@@ -1,0 +1,37 @@
+"""What every live sender must hear of the process's life: the interpreter's exit and a fork.
+
+Registered when the package is imported (its ``__init__`` imports this module), although a sender
+is made only with the first client: so that the exit handler runs after those an agent registers
+later (atexit runs the last registered first), which may still log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._sender import Sender
+
+__all__ = ["live_senders"]
+
+live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
+
+
+def _drain_all_at_exit() -> None:
+    timeout = float(os.environ.get("GZ_IA_EXIT_TIMEOUT", "2") or 2)
+    deadline = time.monotonic() + timeout
+    for sender in list(live_senders):
+        sender.close(max(0.0, deadline - time.monotonic()))
+
+
+def _reset_all_after_fork() -> None:
+    for sender in list(live_senders):
+        sender._after_fork_in_child()
+
+
+atexit.register(_drain_all_at_exit)
+os.register_at_fork(after_in_child=_reset_all_after_fork)
