@@ -206,8 +206,8 @@ def test_gz_ia_disabled_makes_the_hook_log_nothing(collector: Any) -> None:
 
 
 def test_the_hook_loads_neither_click_nor_asyncio(collector: Any) -> None:
-    """The hook delivers to a running collector without click, asyncio, msgspec, the client package,
-    pathlib, typing, json or re (tests.integration.test_cli_log.HEAVY)."""
+    """The hook delivers to a running collector without click, asyncio, msgspec, the client's schema,
+    protocol or sender, pathlib, typing, json or re (tests.integration.test_cli_log.HEAVY)."""
     probe = (
         "import sys, io; from gz_ia.collector.entry import fast_path; "
         "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode())); "

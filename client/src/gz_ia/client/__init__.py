@@ -16,11 +16,13 @@ is a no-op.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from . import _lifecycle  # noqa: F401  # registers the exit and fork handlers now, before an agent's own
 
+# Not typing.TYPE_CHECKING: importing typing would cost the one-shot commands, which need only ``env``.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._async import AsyncClient as AsyncClient
     from ._client import Client as Client
     from ._client import build_event as build_event

@@ -11,8 +11,8 @@ import atexit
 import os
 import time
 import weakref
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not typing's: the one-shot commands import this package without typing
 if TYPE_CHECKING:
     from ._sender import Sender
 

@@ -2,13 +2,23 @@
 
 Every variable is read at call time, never at import, so that a test or a parent process can change
 it and the next call sees the change.
+
+The rules work on ``str`` paths (:func:`locate_socket`, :func:`locate_root`, :func:`locate_spool`),
+written as ``str(Path(...))`` would write them; the ``Path`` functions wrap them. The one-shot
+commands (``gz-ia session log``, the Claude Code hook) use the ``str`` ones: importing
+:mod:`pathlib` (and :mod:`typing`) would cost them more than the rest of a call.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Final
+
+from .limits import MAX_SESSION_ID_LENGTH
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Final
 
 __all__ = [
     "GZ_IA_DISABLED",
@@ -18,10 +28,15 @@ __all__ = [
     "GZ_IA_SOCKET",
     "GZ_IA_SPOOL_DIR",
     "HARNESS_DIR",
+    "absolute",
     "default_socket_path",
     "default_spool_dir",
     "find_root",
     "inherited_parent",
+    "locate_root",
+    "locate_socket",
+    "locate_spool",
+    "normal",
     "parent_session",
     "tracing_disabled",
 ]
@@ -48,6 +63,39 @@ HARNESS_DIR: Final = ".harness"
 SOCKET_NAME: Final = "collector.sock"
 
 
+def normal(path: str) -> str:
+    """``path`` as ``str(PurePosixPath(path))`` writes it: no empty or ``.`` parts, no trailing slash."""
+    slashes = len(path) - len(path.lstrip("/"))
+    root = "//" if slashes == 2 else "/" if slashes else ""  # POSIX leaves a leading "//" to the system
+    parts = [part for part in path.split("/") if part and part != "."]
+    return root + "/".join(parts) if root or parts else "."
+
+
+def absolute(path: str) -> str:
+    """``str(Path(path).absolute())``: joined to the working directory, ``..`` and symlinks kept."""
+    return normal(path if path.startswith("/") else os.getcwd() + "/" + path)
+
+
+def _join(directory: str, name: str) -> str:
+    return directory + name if directory.endswith("/") else directory + "/" + name
+
+
+def _private_dir() -> str:
+    """The per-user directory under /tmp for what has no better place (created 0700 by its user)."""
+    return f"/tmp/gz-ia-{os.getuid()}"  # noqa: S108 - private, ownership checked by the collector
+
+
+def locate_socket() -> str:
+    """:func:`default_socket_path` as ``str``."""
+    explicit = os.environ.get(GZ_IA_SOCKET)
+    if explicit:
+        return normal(explicit)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return normal(_join(runtime, "gz-ia/" + SOCKET_NAME))
+    return _private_dir() + "/" + SOCKET_NAME
+
+
 def default_socket_path() -> Path:
     """Return the socket path: ``$GZ_IA_SOCKET``, else ``$XDG_RUNTIME_DIR/gz-ia/collector.sock``.
 
@@ -55,27 +103,49 @@ def default_socket_path() -> Path:
     per-user directory ``/tmp/gz-ia-<uid>/``; the collector creates it 0700 and refuses one owned by
     someone else.
     """
-    explicit = os.environ.get(GZ_IA_SOCKET)
-    if explicit:
-        return Path(explicit)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return Path(runtime) / "gz-ia" / SOCKET_NAME
-    return Path("/tmp") / f"gz-ia-{os.getuid()}" / SOCKET_NAME  # noqa: S108 - private, ownership checked
+    from pathlib import Path
+
+    return Path(locate_socket())
 
 
-def _home() -> Path:
-    # Path.home() raises without $HOME for a uid that has no passwd entry; an agent must not crash.
-    try:
-        return Path.home()
-    except RuntimeError:
-        return Path("/tmp") / f"gz-ia-{os.getuid()}" / "home"  # noqa: S108 - private per-uid fallback
+def _home() -> str:
+    # $HOME, else the passwd entry; a uid without either gets a private directory: an agent must not crash.
+    home = os.environ.get("HOME")
+    if home is None:
+        home = os.path.expanduser("~")
+        if home == "~":
+            return _private_dir() + "/home"
+    return normal(home)
+
+
+def _default_root() -> str:
+    data = os.environ.get("XDG_DATA_HOME") or _join(_home(), ".local/share")
+    return normal(_join(data, "gz-ia/" + HARNESS_DIR))
 
 
 def default_root() -> Path:
     """Return the root used outside any workspace: ``$XDG_DATA_HOME/gz-ia/.harness``."""
-    data = os.environ.get("XDG_DATA_HOME") or str(_home() / ".local" / "share")
-    return Path(data) / "gz-ia" / HARNESS_DIR
+    from pathlib import Path
+
+    return Path(_default_root())
+
+
+def locate_root(start: str | None = None) -> str:
+    """:func:`find_root` as ``str``."""
+    explicit = os.environ.get(GZ_IA_ROOT)
+    if explicit:
+        return absolute(explicit)
+    here = absolute(start) if start else normal(os.getcwd())
+    while True:
+        candidate = _join(here, HARNESS_DIR)
+        if os.path.isdir(candidate):
+            return candidate
+        parent = here.rsplit("/", 1)[0] or "/"
+        if here.startswith("//") and parent == "/":
+            parent = "//"
+        if parent == here:
+            return _default_root()
+        here = parent
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -85,24 +155,34 @@ def find_root(start: Path | None = None) -> Path:
     holding a ``.harness`` directory gives ``<ancestor>/.harness``; otherwise :func:`default_root`.
     The result is absolute but symlinks are kept as written: the collector checks them.
     """
-    explicit = os.environ.get(GZ_IA_ROOT)
+    from pathlib import Path
+
+    return Path(locate_root(None if start is None else os.fspath(start)))
+
+
+def locate_spool() -> str:
+    """:func:`default_spool_dir` as ``str``."""
+    explicit = os.environ.get(GZ_IA_SPOOL_DIR)
     if explicit:
-        return Path(explicit).absolute()
-    here = (start or Path.cwd()).absolute()
-    for directory in (here, *here.parents):
-        candidate = directory / HARNESS_DIR
-        if candidate.is_dir():
-            return candidate
-    return default_root()
+        return normal(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or _join(_home(), ".local/state")
+    return normal(_join(state, "gz-ia/spool"))
 
 
 def default_spool_dir() -> Path:
     """Return ``$GZ_IA_SPOOL_DIR``, else ``$XDG_STATE_HOME/gz-ia/spool`` (``~/.local/state/gz-ia/spool``)."""
-    explicit = os.environ.get(GZ_IA_SPOOL_DIR)
-    if explicit:
-        return Path(explicit)
-    state = os.environ.get("XDG_STATE_HOME") or str(_home() / ".local" / "state")
-    return Path(state) / "gz-ia" / "spool"
+    from pathlib import Path
+
+    return Path(locate_spool())
+
+
+_ID_FIRST: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ID_REST: Final = _ID_FIRST | {"."}
+
+
+def _is_session_id(value: str) -> bool:
+    """The schema's session id pattern, checked without :mod:`re` or msgspec (tests hold the two equal)."""
+    return 0 < len(value) <= MAX_SESSION_ID_LENGTH and value[0] in _ID_FIRST and all(char in _ID_REST for char in value)
 
 
 _invalid_parent_reported = False
@@ -117,9 +197,7 @@ def parent_session() -> str | None:
     value = os.environ.get(GZ_IA_PARENT_SESSION_ID)
     if not value:
         return None
-    from .schema import is_safe_session_id  # here: the module itself stays free of msgspec
-
-    if is_safe_session_id(value):
+    if _is_session_id(value):
         return value
     global _invalid_parent_reported  # noqa: PLW0603 - once per process
     if not _invalid_parent_reported:

@@ -22,6 +22,8 @@ from typing import Final
 
 import msgspec
 
+from .limits import MAX_FRAME, PROTOCOL_VERSION
+
 __all__ = [
     "HEADER_SIZE",
     "MAX_BATCH_EVENTS",
@@ -48,9 +50,6 @@ __all__ = [
     "owner_of",
 ]
 
-PROTOCOL_VERSION: Final = 1
-MAX_FRAME: Final = 1 << 20
-"""Largest frame body either side accepts (1 MiB); a larger length prefix ends the connection."""
 MAX_BATCH_EVENTS: Final = 4096
 HEADER_SIZE: Final = 4
 _HEADER: Final = struct.Struct(">I")

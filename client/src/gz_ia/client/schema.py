@@ -18,11 +18,24 @@ from typing import Annotated, Final
 
 import msgspec
 
+from .limits import (
+    MAX_ACTION_LENGTH,
+    MAX_AGENT_LENGTH,
+    MAX_ATTR_KEY_LENGTH,
+    MAX_ATTR_STRING_LENGTH,
+    MAX_ATTRS,
+    MAX_CYCLE_LENGTH,
+    MAX_ERROR_LENGTH,
+    MAX_SESSION_ID_LENGTH,
+)
+
 __all__ = [
     "CUT_ATTRS_KEY",
     "MAX_ACTION_LENGTH",
     "MAX_AGENT_LENGTH",
     "MAX_ATTRS",
+    "MAX_ATTR_KEY_LENGTH",
+    "MAX_ATTR_STRING_LENGTH",
     "MAX_CYCLE_LENGTH",
     "MAX_ERROR_LENGTH",
     "MAX_SESSION_ID_LENGTH",
@@ -61,15 +74,6 @@ FAILED: Final = Status.FAILED
 """``Status.FAILED`` for the per-event paths: on Python 3.11 every attribute lookup on an enum class
 goes through ``EnumType.__getattr__``'s hook (0.175 µs against 0.010 µs for a global)."""
 
-
-MAX_SESSION_ID_LENGTH: Final = 128
-MAX_ACTION_LENGTH: Final = 512
-MAX_AGENT_LENGTH: Final = 128
-MAX_ERROR_LENGTH: Final = 16 * 1024
-MAX_ATTRS: Final = 32
-MAX_ATTR_KEY_LENGTH: Final = 64
-MAX_ATTR_STRING_LENGTH: Final = 1024
-MAX_CYCLE_LENGTH: Final = 32
 
 # A session id becomes a file name: letters, digits, "_", "-", "."; never a leading dot (no hidden
 # files, no "." or ".."), never a slash, bounded so that the file name stays far below NAME_MAX.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gz_ia.collector import _places
+from gz_ia.client import env
 from gz_ia.collector.session_log import attr_scalar, log_event
 
 TYPE_CHECKING = False
@@ -67,7 +67,7 @@ def fast_path(argv: list[str]) -> int | None:
         return run_hook(
             sys.stdin.buffer.read(),
             socket_path=_socket_path(options),
-            root=_places.absolute(options["root"]) if options.get("root") else None,
+            root=env.absolute(options["root"]) if options.get("root") else None,
         )
     if command == ["session", "log"]:
         return _session_log(rest, options)
@@ -90,16 +90,17 @@ def _option(argv: list[str], index: int, known: dict[str, str]) -> tuple[str | N
 
 def _socket_path(options: dict[str, str]) -> str:
     # Without the flag, $GZ_IA_SOCKET as click reads it (an empty one counts as absent), else the default.
-    return _places.normal(options["socket"]) if options.get("socket") else _places.default_socket_path()
+    return env.normal(options["socket"]) if options.get("socket") else env.locate_socket()
 
 
 def _root(options: dict[str, str]) -> str:
-    return _places.absolute(options["root"]) if options.get("root") else _places.find_root()
+    return env.absolute(options["root"]) if options.get("root") else env.locate_root()
 
 
 def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:
     """``gz-ia session log``, exactly as ``cli._session`` defines it; None for anything unusual."""
-    from gz_ia.collector.oneshot import STAGES, STATUSES, plain_event
+    from gz_ia.client.limits import STAGES, STATUSES
+    from gz_ia.collector.oneshot import plain_event
 
     values: dict[str, str] = {}
     attrs: list[str] = []
@@ -154,7 +155,7 @@ def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:
         status=status,
         agent=values["agent"],
         role=values.get("role"),
-        parent_session_id=_places.inherited_parent(session_id) if parent is None else parent,
+        parent_session_id=env.inherited_parent(session_id) if parent is None else parent,
         duration_ms=duration,
         error=values.get("error"),
         attrs=parsed_attrs or None,

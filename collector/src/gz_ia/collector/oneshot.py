@@ -30,6 +30,16 @@ import fcntl
 import os
 import time
 
+from gz_ia.client.limits import (
+    MAX_ACTION_LENGTH,
+    MAX_AGENT_LENGTH,
+    MAX_ATTR_KEY_LENGTH,
+    MAX_ATTR_STRING_LENGTH,
+    MAX_ATTRS,
+    MAX_ERROR_LENGTH,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+)
 from gz_ia.collector import _plain_json
 from gz_ia.collector._msgpack import Raw, Timestamp, pack, unpack
 
@@ -48,20 +58,6 @@ LEDGER_DIR: Final = "ledgers"
 LEDGER_MAX_AGE: Final = 7 * 86_400
 """Seconds after its last use past which a ledger with nothing spooled is removed."""
 
-# The client's values, copied so that a call need not import the modules that hold them (which
-# import msgspec); tests/collector/test_oneshot_wire.py holds each copy to its original.
-PROTOCOL_VERSION: Final = 1
-MAX_FRAME: Final = 1 << 20
-MAX_SESSION_ID_LENGTH: Final = 128
-MAX_ACTION_LENGTH: Final = 512
-MAX_AGENT_LENGTH: Final = 128
-MAX_ERROR_LENGTH: Final = 16 * 1024
-MAX_ATTRS: Final = 32
-MAX_ATTR_KEY_LENGTH: Final = 64
-MAX_ATTR_STRING_LENGTH: Final = 1024
-MAX_CYCLE_LENGTH: Final = 32
-STAGES: Final = ("READ", "PENDING", "FINISH")
-STATUSES: Final = ("OK", "FAILED")
 # Refusals that a later attempt cannot turn into a delivery: spooling them would only defer them.
 _PERMANENT: Final = frozenset({"root_not_allowed", "permission_denied", "unsupported_version"})
 

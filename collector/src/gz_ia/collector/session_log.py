@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gz_ia.collector import _places
+from gz_ia.client import env
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def log_event(
     root = os.fspath(root)
     with Ledger(
         f"session\0{root}\0{session_id}",
-        spool_dir=_places.default_spool_dir(),
+        spool_dir=env.locate_spool(),
         socket_path=socket_path,
         root=root,
     ) as ledger:

@@ -29,11 +29,10 @@ import os
 import sys
 import time
 
-from gz_ia.collector import _places, _plain_json
+from gz_ia.client import env
+from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_ERROR_LENGTH, MAX_SESSION_ID_LENGTH
+from gz_ia.collector import _plain_json
 from gz_ia.collector.oneshot import (
-    MAX_CYCLE_LENGTH,
-    MAX_ERROR_LENGTH,
-    MAX_SESSION_ID_LENGTH,
     Ledger,
     Outcome,
     ledger_directory,
@@ -219,9 +218,9 @@ def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.
         socket_path: the collector socket.
         root: the session root; None finds it from the payload's ``cwd`` (as ``gz-ia`` finds a root).
     """
-    if _places.tracing_disabled():  # GZ_IA_DISABLED=1: as for every agent, nothing is logged
+    if env.tracing_disabled():  # GZ_IA_DISABLED=1: as for every agent, nothing is logged
         return 0
-    spool_dir = _places.default_spool_dir()
+    spool_dir = env.locate_spool()
     try:
         payload = _plain_json.loads(raw)
         if not isinstance(payload, dict) or not payload.get("session_id") or not payload.get("hook_event_name"):
@@ -255,8 +254,8 @@ def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.
 def _root_of(payload: dict[str, Any]) -> str:
     cwd = payload.get("cwd")
     if os.environ.get("GZ_IA_ROOT") or not isinstance(cwd, str) or not os.path.isabs(cwd):
-        return _places.find_root()
-    return _places.find_root(cwd)
+        return env.locate_root()
+    return env.locate_root(cwd)
 
 
 def _complain(message: str) -> None:

@@ -1,0 +1,45 @@
+"""The bounds of an event and of a frame, importable without msgspec.
+
+The schema (:mod:`.schema`) and the wire protocol (:mod:`.protocol`) take their limits from here,
+and so do the one-shot commands (``gz-ia session log``, the Claude Code hook), for which importing
+msgspec would cost more than the rest of a call.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing's: importing typing would cost the one-shot commands
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = [
+    "MAX_ACTION_LENGTH",
+    "MAX_AGENT_LENGTH",
+    "MAX_ATTRS",
+    "MAX_ATTR_KEY_LENGTH",
+    "MAX_ATTR_STRING_LENGTH",
+    "MAX_CYCLE_LENGTH",
+    "MAX_ERROR_LENGTH",
+    "MAX_FRAME",
+    "MAX_SESSION_ID_LENGTH",
+    "PROTOCOL_VERSION",
+    "STAGES",
+    "STATUSES",
+]
+
+PROTOCOL_VERSION: Final = 1
+MAX_FRAME: Final = 1 << 20
+"""Largest frame body either side accepts (1 MiB); a larger length prefix ends the connection."""
+
+MAX_SESSION_ID_LENGTH: Final = 128
+MAX_ACTION_LENGTH: Final = 512
+MAX_AGENT_LENGTH: Final = 128
+MAX_ERROR_LENGTH: Final = 16 * 1024
+MAX_ATTRS: Final = 32
+MAX_ATTR_KEY_LENGTH: Final = 64
+MAX_ATTR_STRING_LENGTH: Final = 1024
+MAX_CYCLE_LENGTH: Final = 32
+
+STAGES: Final = ("READ", "PENDING", "FINISH")
+"""The values of :class:`.schema.Stage`, in cycle order."""
+STATUSES: Final = ("OK", "FAILED")
+"""The values of :class:`.schema.Status`."""
