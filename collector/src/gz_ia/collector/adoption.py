@@ -38,8 +38,8 @@ from gz_ia.client.protocol import (
 
 from .ingest import BatchOutcome, Ingest
 from .metrics import Metrics
-from .storage._layout import LayoutError, transient_cause
 from .storage.root_lock import RootLocked
+from .storage.roots import LayoutError, transient_cause
 from .storage.writer import RootStore, Writer
 from .validation import decode_batch
 

@@ -31,7 +31,7 @@ from .stages import (
     Rejection,
 )
 from .stages import apply as apply_stage
-from .storage._layout import note_delivery
+from .storage.tally import note_delivery
 from .storage.writer import AppendFile, RootStore, SessionState, Writer
 from .validation import DecodedBatch, unsafe_id
 

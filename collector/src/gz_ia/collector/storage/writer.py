@@ -43,32 +43,25 @@ from gz_ia.client.schema import LogEvent
 from gz_ia.collector.config import CollectorConfig
 
 from . import _syncfs
-from ._layout import (
-    MAX_WATERMARKS,
+from .checkpoints import Checkpoint, encode_checkpoint, read_checkpoint
+from .names import (
+    REJECTS_STATE_SUFFIX,
     REJECTS_STEM,
-    Checkpoint,
-    OpenCycles,
-    RootDirs,
-    Segment,
     active_name,
     archive_name,
-    encode_checkpoint,
-    list_names,
-    open_root,
-    read_checkpoint,
     rejects_archive,
     rejects_archive_name,
-    replay_session,
-    segment_exists,
     session_archive,
     session_id_of,
     state_name,
-    stored_cycles,
     torn_name,
-    write_file_atomically,
 )
+from .replay import replay_session
 from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport, disk_usage, enforce_session
+from .roots import RootDirs, list_names, open_root, write_file_atomically
 from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
+from .segments import Segment, segment_exists
+from .tally import MAX_WATERMARKS, TALLY_FIELDS, SessionTally
 
 __all__ = ["MAX_WATERMARKS", "AppendFile", "FlushJob", "RootStore", "SessionState", "Writer"]
 
@@ -76,8 +69,6 @@ log = logging.getLogger("gz_ia.collector")
 
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_THREADS: Final = 8
-_STATE: Final = ".state.json"
-"""Suffix of a rejects file's checkpoint in ``state/`` (``rejects.state.json``, ``rejects-1.state.json``)."""
 _SYNCFS_MIN_FILES: Final = 64
 """A durable pass over this many files or more is synced with ``syncfs`` instead of file by file."""
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
@@ -150,23 +141,19 @@ def format_timestamp(timestamp: datetime) -> str:
     return _json.encode(timestamp)[1:-1].decode()
 
 
-class SessionState(AppendFile):
-    """What the collector knows about one session between writes."""
+class SessionState(AppendFile, SessionTally):
+    """What the collector knows about one session between writes: its file and its tally.
+
+    Staging an event updates the tally in place, except two timestamps kept as ``datetime`` and
+    formatted into ``last_time`` and ``newest_time`` only when a checkpoint needs them.
+    """
 
     __slots__ = (
-        "agent",
-        "failures",
-        "first_time",
+        *TALLY_FIELDS,
         "last_stamp",
-        "last_time",
-        "marks",
         "newest_stamp",
-        "newest_unknown",
-        "open_actions",
-        "parent",
         "root",
         "segment_seq",
-        "seq",
         "session_id",
         "snapshot_at",
         "snapshot_size",
@@ -176,21 +163,12 @@ class SessionState(AppendFile):
         super().__init__(root.dirs.sessions_fd, active_name(session_id))
         self.root = root
         self.session_id = session_id
-        self.seq = 0
-        self.open_actions: OpenCycles = {}
-        self.marks: dict[str, int] = {}
+        self.clear_tally()
         self.segment_seq = 0
-        self.failures = 0
-        self.first_time = ""
-        self.last_time = ""
         self.last_stamp: datetime | None = None
-        """Timestamp of the last event staged, formatted into ``last_time`` only when a checkpoint needs it."""
-        self.parent = ""
-        self.agent = ""
+        """Timestamp of the last event staged, not yet formatted into ``last_time``."""
         self.newest_stamp = NEVER
         """The greatest timestamp staged (one comparison per event: timestamps may go backwards)."""
-        self.newest_unknown = False
-        """Restored from a checkpoint that did not record it: the checkpoints leave it empty for good."""
         self.snapshot_at = 0.0
         self.snapshot_size = -1
         """Active-segment size at the last checkpoint (-1: none for this segment)."""
@@ -200,6 +178,12 @@ class SessionState(AppendFile):
         self.first_time = format_timestamp(event.timestamp)
         self.parent = event.parent_session_id or ""
         self.agent = event.agent
+
+    def restore(self, fold: SessionTally) -> None:
+        """Take the tally rebuilt by recovery."""
+        self.copy_tally(fold)
+        self.last_stamp = None
+        self.newest_stamp = _parsed(self.newest_time) if self.newest_time else NEVER
 
     def checkpoint(self, *, offset: int | None = None, started: float | None = None) -> Checkpoint:
         """Return the state as of the end of what is staged, written at ``offset`` of the active file.
@@ -211,24 +195,13 @@ class SessionState(AppendFile):
         if self.last_stamp is not None:
             self.last_time = format_timestamp(self.last_stamp)
             self.last_stamp = None
-        open_actions, open_cycles = stored_cycles(self.open_actions)
-        return Checkpoint(
+        if self.newest_time is not None and self.newest_stamp is not NEVER:
+            self.newest_time = format_timestamp(self.newest_stamp)
+        return self.tally_checkpoint(
             segment=self.segment,
             offset=self.size if offset is None else offset,
-            seq=self.seq,
             segment_seq=self.segment_seq,
             started=self.started if started is None else started,
-            open_actions=open_actions,
-            open_cycles=open_cycles,
-            marks=dict(self.marks),
-            failures=self.failures,
-            first_time=self.first_time,
-            last_time=self.last_time,
-            parent=self.parent,
-            agent=self.agent,
-            newest_time=""
-            if self.newest_unknown or self.newest_stamp is NEVER
-            else format_timestamp(self.newest_stamp),
         )
 
 
@@ -881,7 +854,9 @@ class Writer:
         if dirs.state_fd is not None:
             with contextlib.suppress(OSError):
                 write_file_atomically(
-                    dirs.state_fd, stem + _STATE, encode_checkpoint(Checkpoint(segment=target.segment, started=now))
+                    dirs.state_fd,
+                    stem + REJECTS_STATE_SUFFIX,
+                    encode_checkpoint(Checkpoint(segment=target.segment, started=now)),
                 )
         self._rotated()
         self._submit(lambda: self._after_rotation(dirs, None, number, stem))
@@ -905,7 +880,9 @@ class Writer:
         """
         try:
             if dirs.state_fd is not None:
-                fsync_names(dirs.state_fd, [state_name(session_id) if session_id is not None else stem + _STATE])
+                fsync_names(
+                    dirs.state_fd, [state_name(session_id) if session_id is not None else stem + REJECTS_STATE_SUFFIX]
+                )
             dir_fd = dirs.sessions_fd if session_id is not None else dirs.root_fd
             name_of = session_archive(session_id, number) if session_id is not None else rejects_archive(number, stem)
             if self.rotation.compress:
@@ -946,7 +923,7 @@ class Writer:
         dirs = store.dirs
         target = store.rejects
         stem = store.rejects_stem
-        checkpoint = read_checkpoint(dirs.state_fd, stem + _STATE)
+        checkpoint = read_checkpoint(dirs.state_fd, stem + REJECTS_STATE_SUFFIX)
         number = checkpoint.segment if checkpoint is not None else 1
         while segment_exists(dirs.root_fd, rejects_archive(number, stem)):
             number += 1
@@ -980,16 +957,7 @@ class Writer:
         finally:
             if fd is not None:
                 os.close(fd)
-        state.seq = fold.seq
-        state.open_actions = fold.open_actions
-        state.marks = fold.marks
-        state.failures = fold.failures
-        state.first_time = fold.first_time
-        state.last_time = fold.last_time
-        state.parent = fold.parent
-        state.agent = fold.agent
-        state.newest_unknown = fold.newest_time is None
-        state.newest_stamp = _parsed(fold.newest_time) if fold.newest_time else NEVER
+        state.restore(fold)
         state.segment_seq = segment_seq
         if not complete:
             log.warning("%s: rebuilt from the retained segments only; some state may be missing", state.session_id)
