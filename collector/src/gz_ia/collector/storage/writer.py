@@ -31,18 +31,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
-import msgspec
-
 from gz_ia.collector.config import CollectorConfig
 
-from .checkpoints import Checkpoint, encode_checkpoint
+from .checkpoints import Checkpoint
 from .durable import DurablePass
-from .names import REJECTS_STATE_SUFFIX, REJECTS_STEM, archive_name, rejects_archive_name
+from .names import REJECTS_STEM
 from .open_files import AppendFile, OpenFiles
 from .recovery import recover_rejects, recover_session, repair_root
 from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport
-from .roots import RootDirs, open_root, write_file_atomically
-from .rotation import RotationPolicy, utc_day
+from .roots import RootDirs, open_root
+from .rotation import RotationPolicy, rotate_rejects, rotate_session, utc_day
 from .sessions import RootStore, SessionState
 from .tally import MAX_WATERMARKS
 from .worker import StorageWorker
@@ -506,63 +504,21 @@ class Writer:
     # --- rotation ----------------------------------------------------------------------------------
 
     def _rotate_session(self, state: SessionState, written: Checkpoint, now: float) -> None:
-        """Make the active file archive ``state.segment``; ``written`` is the state at its end."""
-        dirs = state.root.dirs
         number = state.segment
-        try:
-            os.rename(
-                state.name,
-                archive_name(state.session_id, number),
-                src_dir_fd=dirs.sessions_fd,
-                dst_dir_fd=dirs.sessions_fd,
-            )
-        except OSError as exc:
-            log.error("cannot rotate %s: %s (it keeps growing)", state.name, exc)
-            return
-        self._files.retire(state)
-        state.segment = number + 1
-        state.size = 0
-        state.segment_seq = written.seq
-        state.started = now
-        state.save_checkpoint(
-            now, msgspec.structs.replace(written, segment=number + 1, offset=0, segment_seq=written.seq, started=now)
-        )
-        self._rotated()
-        self._after_rotation(dirs, state.session_id, number, REJECTS_STEM)
+        if rotate_session(state, written, now, self._files):
+            self._rotated(state.root.dirs, state.session_id, number, REJECTS_STEM)
 
     def _rotate_rejects(self, target: AppendFile, now: float) -> None:
         store = next((store for store in self._roots.values() if store.rejects is target), None)
-        if store is None:
-            return
-        dirs = store.dirs
         number = target.segment
-        stem = store.rejects_stem
-        try:
-            archived = rejects_archive_name(number, stem=stem)
-            os.rename(target.name, archived, src_dir_fd=dirs.root_fd, dst_dir_fd=dirs.root_fd)
-        except OSError as exc:
-            log.error("cannot rotate %s: %s (it keeps growing)", target.name, exc)
-            return
-        self._files.retire(target)
-        target.segment = number + 1
-        target.size = 0
-        target.started = now
-        if dirs.state_fd is not None:
-            with contextlib.suppress(OSError):
-                write_file_atomically(
-                    dirs.state_fd,
-                    stem + REJECTS_STATE_SUFFIX,
-                    encode_checkpoint(Checkpoint(segment=target.segment, started=now)),
-                )
-        self._rotated()
-        self._after_rotation(dirs, None, number, stem)
+        if store is not None and rotate_rejects(store, now, self._files):
+            self._rotated(store.dirs, None, number, store.rejects_stem)
 
-    def _rotated(self) -> None:
+    def _rotated(self, dirs: RootDirs, session_id: str | None, number: int, stem: str) -> None:
+        """Count a rotation and queue what follows it (``session_id`` None: the rejects file ``stem``)."""
         self.rotations += 1
         if self._on_rotated is not None:
             self._on_rotated()
-
-    def _after_rotation(self, dirs: RootDirs, session_id: str | None, number: int, stem: str) -> None:
         # The policies and the clock are read when the job runs, as a reload may come in between.
         self._worker.submit(
             lambda: self._worker.after_rotation(
