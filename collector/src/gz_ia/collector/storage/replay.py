@@ -21,7 +21,7 @@ from .names import session_archive
 from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, open_archive, segment_exists
 from .tally import TALLY_FIELDS, SessionTally, note_delivery
 
-__all__ = ["SessionFold", "Trace", "replay_session", "scan_traces"]
+__all__ = ["SessionFold", "Trace", "replay_session"]
 
 
 class Trace(msgspec.Struct, gc=False):
@@ -85,7 +85,7 @@ def _later(stamp: str, than: str) -> bool:
         return False
 
 
-def scan_traces(segment: Segment, start: int = 0) -> Iterator[Trace]:
+def _scan_traces(segment: Segment, start: int = 0) -> Iterator[Trace]:
     """Yield the trace of every complete, decodable line of ``segment`` from byte ``start``."""
     offset = start
     end = segment.size
@@ -150,7 +150,7 @@ def replay_session(
             complete = False
             continue
         try:
-            for trace in scan_traces(segment, offset if segment_number == first else 0):
+            for trace in _scan_traces(segment, offset if segment_number == first else 0):
                 fold.apply(trace)
         except SegmentUnreadable:
             complete = False
@@ -159,7 +159,7 @@ def replay_session(
     segment_seq = fold.seq
     if active is not None:
         try:
-            for trace in scan_traces(active, offset if first == number else 0):
+            for trace in _scan_traces(active, offset if first == number else 0):
                 fold.apply(trace)
         except SegmentUnreadable:
             complete = False

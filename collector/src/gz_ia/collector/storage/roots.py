@@ -28,7 +28,7 @@ __all__ = [
     "write_file_atomically",
 ]
 
-DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 
 
@@ -103,7 +103,7 @@ def open_root(path: Path, *, owner: int | None, create: bool = True) -> RootDirs
     if not path.is_absolute():
         raise LayoutError(f"root {str(path)!r} is not an absolute path")
     try:
-        root_fd = os.open(path, DIR_FLAGS)
+        root_fd = os.open(path, _DIR_FLAGS)
     except OSError as exc:
         # O_NOFOLLOW|O_DIRECTORY on a symlink fails with ELOOP or ENOTDIR depending on the target.
         reason = "is a symlink" if exc.errno == errno.ELOOP or path.is_symlink() else (exc.strerror or str(exc)).lower()
@@ -118,11 +118,11 @@ def open_root(path: Path, *, owner: int | None, create: bool = True) -> RootDirs
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(directory, 0o700, dir_fd=root_fd)
         try:
-            sessions_fd = os.open(SESSIONS_DIR, DIR_FLAGS, dir_fd=root_fd)
+            sessions_fd = os.open(SESSIONS_DIR, _DIR_FLAGS, dir_fd=root_fd)
         except OSError as exc:
             raise LayoutError(f"cannot open {str(path / SESSIONS_DIR)!r}: {exc.strerror or exc}") from exc
         try:
-            state_fd: int | None = os.open(STATE_DIR, DIR_FLAGS, dir_fd=root_fd)
+            state_fd: int | None = os.open(STATE_DIR, _DIR_FLAGS, dir_fd=root_fd)
         except OSError as exc:
             if create or exc.errno != errno.ENOENT:
                 os.close(sessions_fd)
@@ -195,7 +195,7 @@ def list_names(dir_fd: int) -> list[str]:
     listings of one root's directory at once (the loop repairing it, the storage worker measuring
     it) would each see part of it, or nothing.
     """
-    fd = os.open(".", DIR_FLAGS, dir_fd=dir_fd)
+    fd = os.open(".", _DIR_FLAGS, dir_fd=dir_fd)
     try:
         return os.listdir(fd)
     finally:

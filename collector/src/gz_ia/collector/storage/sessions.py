@@ -23,16 +23,16 @@ from .open_files import AppendFile
 from .roots import RootDirs, write_file_atomically
 from .tally import TALLY_FIELDS, SessionTally
 
-__all__ = ["NEVER", "RootStore", "SessionState", "format_timestamp"]
+__all__ = ["RootStore", "SessionState"]
 
 log = logging.getLogger("gz_ia.collector")
 
-NEVER: Final = datetime.min.replace(tzinfo=UTC)
+_NEVER: Final = datetime.min.replace(tzinfo=UTC)
 """Before every timestamp: a session's ``newest_stamp`` before its first event."""
 _json: Final = msgspec.json.Encoder()
 
 
-def format_timestamp(timestamp: datetime) -> str:
+def _format_timestamp(timestamp: datetime) -> str:
     """``timestamp`` as the session file spells it (RFC 3339, as msgspec encodes it)."""
     return _json.encode(timestamp)[1:-1].decode()
 
@@ -41,7 +41,7 @@ def _parsed(text: str) -> datetime:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        return NEVER
+        return _NEVER
 
 
 class RootStore:
@@ -90,7 +90,7 @@ class SessionState(AppendFile, SessionTally):
         self.segment_seq = 0
         self.last_stamp: datetime | None = None
         """Timestamp of the last event staged, not yet formatted into ``last_time``."""
-        self.newest_stamp = NEVER
+        self.newest_stamp = _NEVER
         """The greatest timestamp staged (one comparison per event: timestamps may go backwards)."""
         self.snapshot_at = 0.0
         self.snapshot_size = -1
@@ -98,7 +98,7 @@ class SessionState(AppendFile, SessionTally):
 
     def note_first(self, event: LogEvent) -> None:
         """Take the session's summary fields from its first event."""
-        self.first_time = format_timestamp(event.timestamp)
+        self.first_time = _format_timestamp(event.timestamp)
         self.parent = event.parent_session_id or ""
         self.agent = event.agent
 
@@ -106,7 +106,7 @@ class SessionState(AppendFile, SessionTally):
         """Take the tally rebuilt by recovery."""
         self.copy_tally(fold)
         self.last_stamp = None
-        self.newest_stamp = _parsed(self.newest_time) if self.newest_time else NEVER
+        self.newest_stamp = _parsed(self.newest_time) if self.newest_time else _NEVER
 
     def checkpoint(self, *, offset: int | None = None, started: float | None = None) -> Checkpoint:
         """Return the state as of the end of what is staged, written at ``offset`` of the active file.
@@ -116,10 +116,10 @@ class SessionState(AppendFile, SessionTally):
         numbers as delivered and drop the clients' resends as duplicates.
         """
         if self.last_stamp is not None:
-            self.last_time = format_timestamp(self.last_stamp)
+            self.last_time = _format_timestamp(self.last_stamp)
             self.last_stamp = None
-        if self.newest_time is not None and self.newest_stamp is not NEVER:
-            self.newest_time = format_timestamp(self.newest_stamp)
+        if self.newest_time is not None and self.newest_stamp is not _NEVER:
+            self.newest_time = _format_timestamp(self.newest_stamp)
         return self.tally_checkpoint(
             segment=self.segment,
             offset=self.size if offset is None else offset,
