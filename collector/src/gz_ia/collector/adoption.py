@@ -40,7 +40,8 @@ from .ingest import BatchOutcome, Ingest
 from .metrics import Metrics
 from .storage.root_lock import RootLocked
 from .storage.roots import LayoutError, transient_cause
-from .storage.writer import RootStore, Writer
+from .storage.sessions import RootStore
+from .storage.writer import Writer
 from .validation import decode_batch
 
 __all__ = [

@@ -42,7 +42,7 @@ from .metrics import write_error_kind
 from .stages import Rejection
 from .storage.root_lock import RootLocked
 from .storage.roots import LayoutError, transient_cause
-from .storage.writer import RootStore
+from .storage.sessions import RootStore
 from .validation import DecodedBatch, decode_batch, reject_unserved
 
 if TYPE_CHECKING:

@@ -38,7 +38,8 @@ from .reload import begin_reload, changed_settings, finish_reload
 from .role import WHOLE, Role
 from .storage.root_lock import RootLocked, RootLocks
 from .storage.roots import LayoutError
-from .storage.writer import RootStore, Writer
+from .storage.sessions import RootStore
+from .storage.writer import Writer
 from .systemd import Notifier, watchdog_interval
 from .write_passes import _UNRECORDED_LOG_INTERVAL, WritePasses
 

@@ -42,10 +42,9 @@ from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport
 from .roots import RootDirs, open_root
 from .rotation import RotationPolicy, rotate_rejects, rotate_session, utc_day
 from .sessions import RootStore, SessionState
-from .tally import MAX_WATERMARKS
 from .worker import StorageWorker
 
-__all__ = ["MAX_WATERMARKS", "AppendFile", "FlushJob", "RootStore", "SessionState", "Writer"]
+__all__ = ["FlushJob", "Writer"]
 
 log = logging.getLogger("gz_ia.collector")
 
