@@ -43,7 +43,8 @@ from pathlib import Path
 
 import msgspec
 
-from gz_ia.collector.storage._layout import LAYOUT_FILE, LAYOUT_VERSION, Checkpoint, encode_checkpoint
+from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
+from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
 
 _TOOLS = ("Bash", "Read", "Edit", "Grep")
 _CLI = [sys.executable, "-c", "from gz_ia.collector.cli import main; main()"]

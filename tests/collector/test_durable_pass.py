@@ -16,7 +16,8 @@ from gz_ia.client.protocol import Batch, encode_frame
 from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector.ingest import Ingest
 from gz_ia.collector.storage import _syncfs
-from gz_ia.collector.storage._layout import read_checkpoint, state_name
+from gz_ia.collector.storage.checkpoints import read_checkpoint
+from gz_ia.collector.storage.names import state_name
 from gz_ia.collector.storage.writer import Writer
 from gz_ia.collector.validation import decode_batch
 

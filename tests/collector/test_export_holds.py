@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gz_ia.collector.config import RetentionConfig
-from gz_ia.collector.storage._layout import archive_name, open_root
 from gz_ia.collector.storage.export_holds import HOLDS_DIR, read_holds, write_hold
+from gz_ia.collector.storage.names import archive_name
 from gz_ia.collector.storage.retention import RetentionPolicy, apply_retention
+from gz_ia.collector.storage.roots import open_root
 
 
 def _root_with_archives(tmp_path: Path, session_id: str, count: int) -> Path:

@@ -227,7 +227,8 @@ def test_select_sessions_filters_and_orders_by_last_activity() -> None:
 
 def test_replay_keeps_the_greatest_timestamp_and_an_unknown_one_unknown() -> None:
     """Recovery folds the greatest timestamp, not the last; a checkpoint without one leaves it unknown."""
-    from gz_ia.collector.storage._layout import Checkpoint, SessionFold, Trace
+    from gz_ia.collector.storage.checkpoints import Checkpoint
+    from gz_ia.collector.storage.replay import SessionFold, Trace
 
     fold = SessionFold()
     for seq, stamp in enumerate(["2026-12-01T10:00:00Z", "2026-12-01T12:00:00.5Z", "2026-12-01T11:00:00Z"], 1):
@@ -288,7 +289,7 @@ def test_search_reads_each_session_alone_though_one_buffer_holds_them_in_turn(tm
     torn last line (being written) with them; a session longer than the buffer makes it grow."""
     from gz_ia.collector.query import search
     from gz_ia.collector.reading import Filters
-    from gz_ia.collector.storage._layout import LAYOUT_FILE, LAYOUT_VERSION
+    from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
 
     (tmp_path / "sessions").mkdir()
     (tmp_path / "state").mkdir()
@@ -313,13 +314,8 @@ def test_search_reads_each_session_alone_though_one_buffer_holds_them_in_turn(tm
 def _segmented_root(root: Path, session_id: str, segments: list[list[str]]) -> list[str]:
     """Write a root holding one session as the collector leaves it: every segment but the last
     archived (plain), the last active, and a checkpoint covering it all; return every line."""
-    from gz_ia.collector.storage._layout import (
-        LAYOUT_FILE,
-        LAYOUT_VERSION,
-        Checkpoint,
-        archive_name,
-        encode_checkpoint,
-    )
+    from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
+    from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION, archive_name
 
     (root / "sessions").mkdir()
     (root / "state").mkdir()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector import reading as reader
-from gz_ia.collector.storage._layout import LayoutTooNew
+from gz_ia.collector.storage.roots import LayoutTooNew
 
 _spec = importlib.util.spec_from_file_location("rotation_harness", Path(__file__).with_name("test_rotation.py"))
 assert _spec is not None and _spec.loader is not None

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from gz_ia.collector import reading as reader
 from gz_ia.collector.cli import main
 from gz_ia.collector.config import RetentionConfig
-from gz_ia.collector.storage._layout import open_root
 from gz_ia.collector.storage.retention import RetentionPolicy, RetentionReport, apply_retention, collect_idle
+from gz_ia.collector.storage.roots import open_root
 
 _spec = importlib.util.spec_from_file_location("rotation_harness", Path(__file__).with_name("test_rotation.py"))
 assert _spec is not None and _spec.loader is not None

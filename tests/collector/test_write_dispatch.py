@@ -9,7 +9,8 @@ descriptors go to the thread, where their waits overlap the loop.
 
 from __future__ import annotations
 
-from gz_ia.collector.storage.writer import AppendFile, FlushJob
+from gz_ia.collector.storage.open_files import AppendFile
+from gz_ia.collector.storage.writer import FlushJob
 from gz_ia.collector.write_passes import _INLINE_OPENS, _plain
 
 

@@ -48,7 +48,8 @@ from gz_ia.collector import write_passes
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.server import Collector
-from gz_ia.collector.storage.writer import AppendFile, FlushJob
+from gz_ia.collector.storage.open_files import AppendFile
+from gz_ia.collector.storage.writer import FlushJob
 
 _SESSION = "s1"
 _msgpack = msgspec.msgpack.Encoder()

@@ -38,9 +38,10 @@ from gz_ia.client.protocol import (
 
 from .ingest import BatchOutcome, Ingest
 from .metrics import Metrics
-from .storage._layout import LayoutError, transient_cause
 from .storage.root_lock import RootLocked
-from .storage.writer import RootStore, Writer
+from .storage.roots import LayoutError, transient_cause
+from .storage.sessions import RootStore
+from .storage.writer import Writer
 from .validation import decode_batch
 
 __all__ = [

@@ -40,9 +40,9 @@ from gz_ia.client.protocol import (
 from .listener import peer_credentials
 from .metrics import write_error_kind
 from .stages import Rejection
-from .storage._layout import LayoutError, transient_cause
 from .storage.root_lock import RootLocked
-from .storage.writer import RootStore
+from .storage.roots import LayoutError, transient_cause
+from .storage.sessions import RootStore
 from .validation import DecodedBatch, decode_batch, reject_unserved
 
 if TYPE_CHECKING:

@@ -31,8 +31,10 @@ from .stages import (
     Rejection,
 )
 from .stages import apply as apply_stage
-from .storage._layout import note_delivery
-from .storage.writer import AppendFile, RootStore, SessionState, Writer
+from .storage.open_files import AppendFile
+from .storage.sessions import RootStore, SessionState
+from .storage.tally import note_delivery
+from .storage.writer import Writer
 from .validation import DecodedBatch, unsafe_id
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_EVENT_NUMBER", "BatchOutcome", "Ingest", "RejectRecord"]

@@ -47,8 +47,8 @@ from . import reading
 from .otel_positions import CursorStore, Position, default_state_dir, root_key
 from .otel_senders import OTEL_EXTRA_HINT, SIGNALS, BatchSender, MissingExtraError, Outcome, make_sender
 from .otel_spans import SessionInfo, TraceState, fold, session_span
-from .storage._layout import LayoutError, open_root
 from .storage.export_holds import write_hold
+from .storage.roots import LayoutError, open_root
 
 __all__ = [
     "OTEL_EXTRA_HINT",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .storage._layout import REJECTS_STEM
+from .storage.names import REJECTS_STEM
 
 __all__ = ["WHOLE", "Role"]
 

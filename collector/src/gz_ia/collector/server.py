@@ -36,9 +36,10 @@ from .listener import serve_sockets
 from .metrics import Metrics, root_id
 from .reload import begin_reload, changed_settings, finish_reload
 from .role import WHOLE, Role
-from .storage._layout import LayoutError
 from .storage.root_lock import RootLocked, RootLocks
-from .storage.writer import RootStore, Writer
+from .storage.roots import LayoutError
+from .storage.sessions import RootStore
+from .storage.writer import Writer
 from .systemd import Notifier, watchdog_interval
 from .write_passes import _UNRECORDED_LOG_INTERVAL, WritePasses
 

@@ -19,7 +19,8 @@ from gz_ia.client.protocol import RejectReason, Verdicts
 from .health import Health
 from .ingest import BatchOutcome
 from .metrics import Metrics, write_error_kind
-from .storage.writer import AppendFile, FlushJob, Writer
+from .storage.open_files import AppendFile
+from .storage.writer import FlushJob, Writer
 
 if TYPE_CHECKING:
     from .config import CollectorConfig

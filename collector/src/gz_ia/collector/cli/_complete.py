@@ -17,7 +17,7 @@ __all__ = ["complete_session_id"]
 
 
 def _session_ids(root: os.PathLike[str] | str) -> set[str]:
-    from gz_ia.collector.storage._layout import parse_archive_name, session_id_of, session_id_of_state
+    from gz_ia.collector.storage.names import parse_archive_name, session_id_of, session_id_of_state
 
     found: set[str] = set()
     for directory, name_of in (("sessions", session_id_of), ("state", session_id_of_state)):

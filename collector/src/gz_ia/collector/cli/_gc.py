@@ -177,9 +177,9 @@ def _collect_here(ctx: click.Context, root: Path, config_path: Path | None, requ
     root's writer lock so that no collector writes it meanwhile (and none that does is overruled)."""
     from gz_ia.collector.collection import collect_locally
     from gz_ia.collector.config import ConfigError, load_config
-    from gz_ia.collector.storage._layout import LayoutError, open_root
     from gz_ia.collector.storage.retention import RetentionPolicy
     from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
+    from gz_ia.collector.storage.roots import LayoutError, open_root
 
     try:
         config = load_config(config_path)
@@ -241,8 +241,8 @@ def disk_usage_command(ctx: click.Context, as_json: bool, lines: int | None) -> 
 
     Sizes are the files' sizes, as retention's max_root_bytes and gc --vacuum-size count them.
     """
-    from gz_ia.collector.storage._layout import LayoutError, open_root
     from gz_ia.collector.storage.retention import disk_usage
+    from gz_ia.collector.storage.roots import LayoutError, open_root
 
     root = root_of(ctx)
     try:

@@ -44,18 +44,10 @@ from gz_ia.collector import reading as reader
 from gz_ia.collector.reading.cursor import Position
 from gz_ia.collector.reading.segments import open_dirs
 from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
-from gz_ia.collector.storage._layout import (
-    ACTIVE_SUFFIX,
-    STATE_SUFFIX,
-    Checkpoint,
-    RootDirs,
-    Segment,
-    SegmentUnreadable,
-    open_archive,
-    read_checkpoint,
-    segment_exists,
-    session_archive,
-)
+from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
+from gz_ia.collector.storage.names import ACTIVE_SUFFIX, STATE_SUFFIX, session_archive
+from gz_ia.collector.storage.roots import RootDirs
+from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, open_archive, segment_exists
 
 from ._match import Selection
 

@@ -27,7 +27,7 @@ imports nothing from it.
 
 from __future__ import annotations
 
-from gz_ia.collector.storage._layout import LayoutError, LayoutTooNew
+from gz_ia.collector.storage.roots import LayoutError, LayoutTooNew
 
 from .cursor import (
     InvalidCursor,

@@ -23,7 +23,8 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
-from gz_ia.collector.storage._layout import RootDirs, Segment
+from gz_ia.collector.storage.roots import RootDirs
+from gz_ia.collector.storage.segments import Segment
 
 from .segments import (
     Missing,

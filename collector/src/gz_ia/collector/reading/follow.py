@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.schema import is_safe_session_id
-from gz_ia.collector.storage._layout import RootDirs, active_name, parse_archive_name, session_id_of, state_name
+from gz_ia.collector.storage.names import active_name, parse_archive_name, session_id_of, state_name
+from gz_ia.collector.storage.roots import RootDirs
 
 from .cursor import Position, check_epoch, decode_cursor_epoch, end_position, single_position
 from .gaps import Gap, after_gap

@@ -21,7 +21,7 @@ from typing import Annotated, Final
 import msgspec
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.collector.storage._layout import SegmentUnreadable
+from gz_ia.collector.storage.segments import SegmentUnreadable
 
 from .cursor import Position, cursor_seq, decode_cursor, relocate, single_position, verify
 from .gaps import Gap, Holes, after_gap, expired_gap

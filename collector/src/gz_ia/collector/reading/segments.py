@@ -21,21 +21,10 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
-from gz_ia.collector.storage._layout import (
-    STATE_SUFFIX,
-    LayoutError,
-    LayoutTooNew,
-    RootDirs,
-    Segment,
-    SegmentUnreadable,
-    active_name,
-    locate_active,
-    open_archive,
-    open_root,
-    read_checkpoint,
-    segment_exists,
-    session_archive,
-)
+from gz_ia.collector.storage.checkpoints import read_checkpoint
+from gz_ia.collector.storage.names import STATE_SUFFIX, active_name, session_archive
+from gz_ia.collector.storage.roots import LayoutError, LayoutTooNew, RootDirs, open_root
+from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, locate_active, open_archive, segment_exists
 
 __all__ = [
     "DELETED",

@@ -19,19 +19,17 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.schema import is_safe_session_id
-from gz_ia.collector.storage._layout import (
+from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
+from gz_ia.collector.storage.names import (
     ACTIVE_SUFFIX,
     STATE_SUFFIX,
-    Checkpoint,
-    RootDirs,
-    SegmentUnreadable,
-    SessionFold,
     parse_archive_name,
-    read_checkpoint,
-    replay_session,
     session_id_of,
     session_id_of_state,
 )
+from gz_ia.collector.storage.replay import SessionFold, replay_session
+from gz_ia.collector.storage.roots import RootDirs
+from gz_ia.collector.storage.segments import SegmentUnreadable
 
 from .segments import SessionNotFound, SessionView, open_dirs, require_root
 

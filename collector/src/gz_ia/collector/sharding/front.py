@@ -34,8 +34,8 @@ from gz_ia.collector.known_roots import KnownRoots, default_state_dir
 from gz_ia.collector.listener import serve_sockets
 from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.reload import begin_reload, changed_settings, finish_reload
-from gz_ia.collector.storage._layout import LayoutError
 from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
+from gz_ia.collector.storage.roots import LayoutError
 from gz_ia.collector.systemd import Notifier, watchdog_interval
 
 from .front_client import FrontClient

@@ -14,7 +14,7 @@ import msgspec
 
 from gz_ia.client.protocol import HEADER_SIZE, Route
 from gz_ia.collector.config import CollectorConfig
-from gz_ia.collector.storage._layout import REJECTS_STEM
+from gz_ia.collector.storage.names import REJECTS_STEM
 
 __all__ = [
     "CONFIG_FILE",

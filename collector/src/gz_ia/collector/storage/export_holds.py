@@ -19,7 +19,7 @@ import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
 
-from ._layout import RootDirs, write_file_atomically
+from .roots import RootDirs, write_file_atomically
 
 __all__ = ["HOLDS_DIR", "hold_name", "read_holds", "write_hold"]
 

@@ -2,7 +2,7 @@
 
 Retention runs in the writer's worker thread after each rotation (for that session, then the root's
 budget) and on demand (``gz-ia gc``). It only ever deletes files whose names the collector generates
-(:mod:`._layout`): archives ``<id>.events.<n>.jsonl[.gz]`` and ``rejects.<n>.jsonl[.gz]``, and, when
+(:mod:`.names`): archives ``<id>.events.<n>.jsonl[.gz]`` and ``rejects.<n>.jsonl[.gz]``, and, when
 a whole idle session is collected, that session's active file, torn file and checkpoint. Anything
 else in the directories (a user's notes, a planted symlink, a directory) is left alone; a
 non-regular file with a generated name is not deleted either.
@@ -37,15 +37,14 @@ from typing import Final
 
 from gz_ia.collector.config import RetentionConfig
 
-from ._layout import (
+from .export_holds import read_holds
+from .names import (
     REJECTS_STEM,
     TORN_SUFFIX,
-    RootDirs,
     active_name,
     archive_name,
     is_rejects_file,
     is_rejects_state,
-    list_names,
     parse_archive_name,
     parse_rejects_archive_name,
     rejects_archive_name,
@@ -54,7 +53,7 @@ from ._layout import (
     state_name,
     torn_name,
 )
-from .export_holds import read_holds
+from .roots import RootDirs, list_names
 
 __all__ = [
     "IDLE_RECHECK",

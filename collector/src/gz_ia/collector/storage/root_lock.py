@@ -25,7 +25,8 @@ import os
 from pathlib import Path
 from typing import Final
 
-from ._layout import STATE_DIR, open_root
+from .names import STATE_DIR
+from .roots import open_root
 
 __all__ = ["COLLECTOR_LOCK", "WRITERS_LOCK", "RootLocked", "RootLocks"]
 
@@ -102,7 +103,7 @@ class RootLocks:
 
         Raises:
             RootLocked: another collector serves it (or, in a share, the front does not).
-            LayoutError: the root is unusable (as :func:`._layout.open_root` says).
+            LayoutError: the root is unusable (as :func:`.roots.open_root` says).
             OSError: the lock file cannot be made or locked.
         """
         if self.holds(path):

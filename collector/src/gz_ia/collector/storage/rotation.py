@@ -1,9 +1,10 @@
 """When a segment becomes an archive, and how an archive is compressed without stalling ingestion.
 
 The check (:meth:`RotationPolicy.due`) is O(1): it compares counters the writer already keeps (bytes
-in the active segment, ``seq`` at its start, the UTC day it was started). The rotation itself is a
-``rename(2)`` of the active file to ``<id>.events.<n>.jsonl`` followed by an atomic checkpoint write;
-both happen on the event loop and cost a few microseconds. Compression runs later in the writer's
+in the active segment, ``seq`` at its start, the UTC day it was started). The rotation itself
+(:func:`rotate_session`, :func:`rotate_rejects`) is a ``rename(2)`` of the active file to
+``<id>.events.<n>.jsonl`` followed by an atomic checkpoint write; both happen on the event loop and
+cost a few microseconds. Compression runs later in the writer's
 worker thread (:func:`compress_archive`): it writes ``.<name>.gz.tmp``, syncs it, renames it to
 ``<id>.events.<n>.jsonl.gz`` and only then unlinks the plain archive, so a reader always finds at
 least one complete copy (both for a moment, which it handles).
@@ -13,13 +14,24 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import logging
 import os
 from collections.abc import Callable
 from typing import Final
 
+import msgspec
+
 from gz_ia.collector.config import RotationConfig
 
-__all__ = ["RotationPolicy", "compress_archive", "fsync_names", "utc_day"]
+from .checkpoints import Checkpoint, encode_checkpoint
+from .names import REJECTS_STATE_SUFFIX, archive_name, rejects_archive_name
+from .open_files import OpenFiles
+from .roots import write_file_atomically
+from .sessions import RootStore, SessionState
+
+__all__ = ["RotationPolicy", "compress_archive", "fsync_names", "rotate_rejects", "rotate_session", "utc_day"]
+
+log = logging.getLogger("gz_ia.collector")
 
 _COPY_CHUNK: Final = 1 << 20
 _SECONDS_PER_DAY: Final = 86_400
@@ -54,6 +66,60 @@ class RotationPolicy:
         if self.max_events and events >= self.max_events:
             return True
         return self.daily and started_day != today
+
+
+def rotate_session(state: SessionState, written: Checkpoint, now: float, files: OpenFiles) -> bool:
+    """Make the active file archive ``state.segment``; ``written`` is the state at its end.
+
+    Returns whether it rotated (a failed rename is logged, and the file keeps growing).
+    """
+    dirs = state.root.dirs
+    number = state.segment
+    try:
+        os.rename(
+            state.name,
+            archive_name(state.session_id, number),
+            src_dir_fd=dirs.sessions_fd,
+            dst_dir_fd=dirs.sessions_fd,
+        )
+    except OSError as exc:
+        log.error("cannot rotate %s: %s (it keeps growing)", state.name, exc)
+        return False
+    files.retire(state)
+    state.segment = number + 1
+    state.size = 0
+    state.segment_seq = written.seq
+    state.started = now
+    state.save_checkpoint(
+        now, msgspec.structs.replace(written, segment=number + 1, offset=0, segment_seq=written.seq, started=now)
+    )
+    return True
+
+
+def rotate_rejects(store: RootStore, now: float, files: OpenFiles) -> bool:
+    """Make a root's rejects file an archive; return whether it rotated."""
+    target = store.rejects
+    dirs = store.dirs
+    number = target.segment
+    stem = store.rejects_stem
+    try:
+        archived = rejects_archive_name(number, stem=stem)
+        os.rename(target.name, archived, src_dir_fd=dirs.root_fd, dst_dir_fd=dirs.root_fd)
+    except OSError as exc:
+        log.error("cannot rotate %s: %s (it keeps growing)", target.name, exc)
+        return False
+    files.retire(target)
+    target.segment = number + 1
+    target.size = 0
+    target.started = now
+    if dirs.state_fd is not None:
+        with contextlib.suppress(OSError):
+            write_file_atomically(
+                dirs.state_fd,
+                stem + REJECTS_STATE_SUFFIX,
+                encode_checkpoint(Checkpoint(segment=target.segment, started=now)),
+            )
+    return True
 
 
 def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:

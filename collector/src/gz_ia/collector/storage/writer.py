@@ -1,90 +1,54 @@
-"""The single writer of every session file: batched appends, rotation, bounded open files, recovery.
+"""The single writer of every session file: batched appends, checkpoints and rotation.
 
 Each session keeps its next ``seq``, its open actions and, per producer, the highest event number it
-has written (the idempotency watermark). Accepted events are encoded straight into the session's
-pending buffer; :meth:`Writer.flush` then writes every dirty session with one ``write(2)`` each, so a
-burst costs a few syscalls instead of one per event, and lines never interleave because this is the
-only writer. A failed write is undone (``ftruncate`` back to the last good size) and the session's
-in-memory state is dropped, to be rebuilt from the files, which stay the source of truth.
+has written (the idempotency watermark): its tally (:mod:`.tally`). Accepted events are encoded
+straight into the session's pending buffer; a write pass (:meth:`Writer.take`, :meth:`Writer.write`,
+:meth:`Writer.finish`) then writes every dirty file with one ``write(2)`` each, so a burst costs a
+few syscalls instead of one per event, and lines never interleave because this is the only writer.
+A failed write is undone (``ftruncate`` back to the last good size) and the session's in-memory
+state is dropped, to be rebuilt from the files (:mod:`.recovery`), which stay the source of truth.
 
 Rotation (:mod:`.rotation`): when a session's buffer is detached for a write, an O(1) check against
 the limits decides whether, once written, the active file becomes archive ``n``: it is renamed (never
 copied), and a checkpoint of the state at that exact point (``state/<id>.session.json``), taken as
-the buffer was detached, is written atomically. The old descriptor is
-kept until :meth:`Writer.sync` has synced it, so durability=fsync still acknowledges only synced data.
-Compression, fsyncs of checkpoints and retention (:mod:`.retention`) run in one worker thread.
+the buffer was detached, is written atomically. The old descriptor is kept until the next write pass
+has synced it (:mod:`.open_files`), so durability=fsync still acknowledges only synced data (:mod:`.durable`).
+Compression, fsyncs of checkpoints and retention run in the storage worker thread (:mod:`.worker`).
 Checkpoints are also written every ``snapshot_interval`` seconds while a session is written to, and at
 close, which keeps ``gz-ia sessions`` cheap.
-
-On first touch after a start, a session is recovered: a torn last line (a crash in the middle of a
-write) is moved to ``<id>.events.torn`` and cut off, then the checkpoint is loaded and only the lines
-after its position are replayed (normally: the active segment, or less).
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import errno
 import fcntl
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-import msgspec
-
-from gz_ia.client.schema import LogEvent
 from gz_ia.collector.config import CollectorConfig
 
-from . import _syncfs
-from ._layout import (
-    MAX_WATERMARKS,
-    REJECTS_STEM,
-    Checkpoint,
-    OpenCycles,
-    RootDirs,
-    Segment,
-    active_name,
-    archive_name,
-    encode_checkpoint,
-    list_names,
-    open_root,
-    read_checkpoint,
-    rejects_archive,
-    rejects_archive_name,
-    replay_session,
-    segment_exists,
-    session_archive,
-    session_id_of,
-    state_name,
-    stored_cycles,
-    torn_name,
-    write_file_atomically,
-)
-from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport, disk_usage, enforce_session
-from .rotation import RotationPolicy, compress_archive, fsync_names, utc_day
+from .checkpoints import Checkpoint
+from .durable import DurablePass
+from .names import REJECTS_STEM
+from .open_files import AppendFile, OpenFiles
+from .recovery import recover_rejects, recover_session, repair_root
+from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport
+from .roots import RootDirs, open_root
+from .rotation import RotationPolicy, rotate_rejects, rotate_session, utc_day
+from .sessions import RootStore, SessionState
+from .worker import StorageWorker
 
-__all__ = ["MAX_WATERMARKS", "AppendFile", "FlushJob", "RootStore", "SessionState", "Writer"]
+__all__ = ["FlushJob", "Writer"]
 
 log = logging.getLogger("gz_ia.collector")
 
-_FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-_SYNC_THREADS: Final = 8
-_STATE: Final = ".state.json"
-"""Suffix of a rejects file's checkpoint in ``state/`` (``rejects.state.json``, ``rejects-1.state.json``)."""
-_SYNCFS_MIN_FILES: Final = 64
-"""A durable pass over this many files or more is synced with ``syncfs`` instead of file by file."""
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
-_SCAN_CHUNK: Final = 1 << 20
-_MEASURE_INTERVAL: Final = 60.0
-"""Seconds between two measures of a root's size after rotations (each lists the whole root)."""
-_json: Final = msgspec.json.Encoder()
 
 
 class FlushJob:
@@ -109,147 +73,6 @@ class FlushJob:
         """Sessions due a checkpoint once written: the state at the end of their buffer, and whether
         the segment rotates. Taken when the buffer is detached, because lines staged while the pass
         is in flight advance ``seq`` and the watermarks past what the file will hold."""
-
-
-class AppendFile:
-    """An append-only file under a root, written through a pending buffer."""
-
-    __slots__ = ("dir_fd", "fd", "generation", "last_write", "name", "pending", "segment", "size", "started")
-
-    def __init__(self, dir_fd: int, name: str) -> None:
-        self.dir_fd = dir_fd
-        self.name = name
-        # Bumped whenever memory forgets this file after a failure: anything staged before the
-        # bump was lost with the pending buffer and must not be acknowledged.
-        self.generation = 0
-        self.fd: int | None = None
-        self.pending: list[bytes | bytearray] = []
-        """Lines staged for the next write pass, joined once when it detaches them: appending to a
-        growing buffer instead reallocates and copies it over and over (1 in 8 appends)."""
-        self.size = 0
-        self.segment = 1
-        """Number of the active segment (the archive number it gets when rotated)."""
-        self.started = 0.0
-        """When the active segment got its first bytes (writer clock), for daily rotation."""
-        self.last_write = 0.0
-
-
-NEVER: Final = datetime.min.replace(tzinfo=UTC)
-"""Before every timestamp: a session's ``newest_stamp`` before its first event."""
-
-
-def _parsed(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return NEVER
-
-
-def format_timestamp(timestamp: datetime) -> str:
-    """``timestamp`` as the session file spells it (RFC 3339, as msgspec encodes it)."""
-    return _json.encode(timestamp)[1:-1].decode()
-
-
-class SessionState(AppendFile):
-    """What the collector knows about one session between writes."""
-
-    __slots__ = (
-        "agent",
-        "failures",
-        "first_time",
-        "last_stamp",
-        "last_time",
-        "marks",
-        "newest_stamp",
-        "newest_unknown",
-        "open_actions",
-        "parent",
-        "root",
-        "segment_seq",
-        "seq",
-        "session_id",
-        "snapshot_at",
-        "snapshot_size",
-    )
-
-    def __init__(self, root: RootStore, session_id: str) -> None:
-        super().__init__(root.dirs.sessions_fd, active_name(session_id))
-        self.root = root
-        self.session_id = session_id
-        self.seq = 0
-        self.open_actions: OpenCycles = {}
-        self.marks: dict[str, int] = {}
-        self.segment_seq = 0
-        self.failures = 0
-        self.first_time = ""
-        self.last_time = ""
-        self.last_stamp: datetime | None = None
-        """Timestamp of the last event staged, formatted into ``last_time`` only when a checkpoint needs it."""
-        self.parent = ""
-        self.agent = ""
-        self.newest_stamp = NEVER
-        """The greatest timestamp staged (one comparison per event: timestamps may go backwards)."""
-        self.newest_unknown = False
-        """Restored from a checkpoint that did not record it: the checkpoints leave it empty for good."""
-        self.snapshot_at = 0.0
-        self.snapshot_size = -1
-        """Active-segment size at the last checkpoint (-1: none for this segment)."""
-
-    def note_first(self, event: LogEvent) -> None:
-        """Take the session's summary fields from its first event."""
-        self.first_time = format_timestamp(event.timestamp)
-        self.parent = event.parent_session_id or ""
-        self.agent = event.agent
-
-    def checkpoint(self, *, offset: int | None = None, started: float | None = None) -> Checkpoint:
-        """Return the state as of the end of what is staged, written at ``offset`` of the active file.
-
-        With no pending bytes the default ``offset`` (the file's size) is that end. A checkpoint
-        must never cover lines that are not in the file: recovery would take their producers'
-        numbers as delivered and drop the clients' resends as duplicates.
-        """
-        if self.last_stamp is not None:
-            self.last_time = format_timestamp(self.last_stamp)
-            self.last_stamp = None
-        open_actions, open_cycles = stored_cycles(self.open_actions)
-        return Checkpoint(
-            segment=self.segment,
-            offset=self.size if offset is None else offset,
-            seq=self.seq,
-            segment_seq=self.segment_seq,
-            started=self.started if started is None else started,
-            open_actions=open_actions,
-            open_cycles=open_cycles,
-            marks=dict(self.marks),
-            failures=self.failures,
-            first_time=self.first_time,
-            last_time=self.last_time,
-            parent=self.parent,
-            agent=self.agent,
-            newest_time=""
-            if self.newest_unknown or self.newest_stamp is NEVER
-            else format_timestamp(self.newest_stamp),
-        )
-
-
-class RootStore:
-    """One session root: its directories, its sessions' state and its rejects file."""
-
-    __slots__ = ("dirs", "rejects", "rejects_stem", "removed", "sessions")
-
-    def __init__(self, dirs: RootDirs, rejects_stem: str = REJECTS_STEM) -> None:
-        self.dirs = dirs
-        self.sessions: dict[str, SessionState] = {}
-        self.rejects_stem = rejects_stem
-        self.rejects = AppendFile(dirs.root_fd, rejects_stem + ".jsonl")
-        self.removed = False
-        """Set once its directories were found deleted: nothing more may be staged into it (its
-        open files are unlinked ones, where lines would be written and lost)."""
-
-    @property
-    def path(self) -> Path:
-        """The root's path as the client named it."""
-        return self.dirs.path
 
 
 class Writer:
@@ -290,37 +113,22 @@ class Writer:
         background: bool = True,
         rejects_stem: str = REJECTS_STEM,
     ) -> None:
-        if max_open_files < 1:
-            raise ValueError("max_open_files must be at least 1")
-        self.max_open_files = max_open_files
+        self._files = OpenFiles(max_open_files)
         self._rejects_stem = rejects_stem
         self.max_idle_sessions = max_idle_sessions
         self._loaded = 0
         self._new_states = 0
         self._roots: dict[tuple[Path, int], RootStore] = {}
         self._stale_roots: list[RootStore] = []
-        self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._open: collections.OrderedDict[AppendFile, None] = collections.OrderedDict()
+        self._durable = DurablePass()
         self._dirty: dict[AppendFile, None] = {}
-        self._retired: list[int] = []
         self._on_torn = on_torn
         self._on_rotated = on_rotated
-        self._on_deleted = on_deleted
         self._on_synced = on_synced
-        self._on_measured = on_measured
-        self._measured: dict[Path, float] = {}
-        """When each root was last measured (worker thread only)."""
+        self._worker = StorageWorker(background=background, on_deleted=on_deleted, on_measured=on_measured)
         self.clock = clock
         self.snapshot_interval = snapshot_interval
         self.rotations = 0
-        self.deleted_files = 0
-        self.deleted_bytes = 0
-        self._executor = (
-            concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gz-ia-storage")
-            if background
-            else None
-        )
-        self._jobs: list[concurrent.futures.Future[None]] = []
         self.configure(config or CollectorConfig())
 
     def configure(self, config: CollectorConfig) -> None:
@@ -331,6 +139,26 @@ class Writer:
         """
         self.rotation = RotationPolicy(config.rotation)
         self.retention = RetentionPolicy(config.retention)
+
+    @property
+    def max_open_files(self) -> int:
+        """Bound on files kept open at once."""
+        return self._files.limit
+
+    @max_open_files.setter
+    def max_open_files(self, limit: int) -> None:
+        # A lower bound closes the excess at the next open.
+        self._files.limit = limit
+
+    @property
+    def deleted_files(self) -> int:
+        """Files removed by retention since start."""
+        return self._worker.deleted_files
+
+    @property
+    def deleted_bytes(self) -> int:
+        """Bytes removed by retention since start."""
+        return self._worker.deleted_bytes
 
     # --- roots and sessions ----------------------------------------------------------------------
 
@@ -344,11 +172,11 @@ class Writer:
         store = self._roots.get(key)
         if store is None:
             store = RootStore(open_root(path, owner=owner), self._rejects_stem)
-            self._recover_rejects(store)
+            recover_rejects(store, self.clock)
             self._roots[key] = store
-            if self._on_measured is not None:
+            if self._worker.measures:
                 dirs = store.dirs
-                self._submit(lambda: self.measure(dirs, force=True))
+                self._worker.submit(lambda: self._worker.measure(dirs, force=True))
         return store
 
     @property
@@ -369,7 +197,7 @@ class Writer:
         state = root.sessions.get(session_id)
         if state is None:
             state = SessionState(root, session_id)
-            self._recover(state)
+            recover_session(state, self.clock, self._on_torn)
             root.sessions[session_id] = state
             self._new_states += 1
         return state
@@ -393,15 +221,11 @@ class Writer:
 
     def storage_job(self, job: Callable[[], RetentionReport]) -> concurrent.futures.Future[RetentionReport]:
         """Run ``job`` in the storage worker thread, after the compression and retention queued before it."""
-        if self._executor is None:
-            done: concurrent.futures.Future[RetentionReport] = concurrent.futures.Future()
-            done.set_result(job())
-            return done
-        return self._executor.submit(job)
+        return self._worker.run(job)
 
     def count_deleted(self, report: RetentionReport) -> None:
         """Count what a retention pass run outside the writer (``gz-ia gc`` through the collector) deleted."""
-        self._count_deleted(report)
+        self._worker.count_deleted(report)
 
     def mark_dirty(self, target: AppendFile) -> None:
         """Note that ``target`` has pending bytes for the next flush."""
@@ -439,7 +263,7 @@ class Writer:
     @property
     def open_files(self) -> int:
         """Session and rejects files currently open."""
-        return len(self._open)
+        return len(self._files)
 
     # --- writing -----------------------------------------------------------------------------------
 
@@ -455,7 +279,7 @@ class Writer:
         creation, ``write(2)``, ``fdatasync``) overlap with decoding the next batches, and calls
         :meth:`finish` back on the loop. Only one job is in flight at a time.
         """
-        retired, self._retired = self._retired, []
+        retired = self._files.take_retired()
         dirty, self._dirty = self._dirty, {}
         items: list[tuple[AppendFile, bytes]] = []
         gone: list[tuple[AppendFile, OSError]] = []
@@ -534,8 +358,8 @@ class Writer:
             guarded: int | None = None
             try:
                 if target.fd is not None and job.now - target.last_write > IDLE_RECHECK:
-                    guarded = self._check_unlinked(target)
-                fd = self._ensure_open(target)
+                    guarded = self._files.check_unlinked(target)
+                fd = self._files.ensure_open(target)
                 # Released even when write() fails, before anything else touches the buffer.
                 with memoryview(data) as view:
                     done = 0
@@ -554,76 +378,11 @@ class Writer:
             written.append((target, data))
         if durable and written:
             started = time.perf_counter()
-            written, unsynced = self._sync_written(written)
+            written, unsynced = self._durable.sync(written)
             if self._on_synced is not None:
                 self._on_synced(time.perf_counter() - started)
             failed += unsynced
         return written, failed
-
-    def _sync_written(
-        self, written: list[tuple[AppendFile, bytes]]
-    ) -> tuple[list[tuple[AppendFile, bytes]], list[tuple[AppendFile, OSError]]]:
-        """Make every written file durable: ``fdatasync`` several at once (the kernel can commit them
-        together), or one ``syncfs`` for a pass over many files, a single journal commit."""
-
-        def sync(item: tuple[AppendFile, bytes]) -> OSError | None:
-            target = item[0]
-            try:
-                if target.fd is not None:
-                    os.fdatasync(target.fd)
-                else:
-                    # Closed since this pass wrote it (the open-file bound evicted it): its bytes
-                    # are in the inode's page cache, which any descriptor of the file syncs.
-                    fd = os.open(target.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=target.dir_fd)
-                    try:
-                        os.fdatasync(fd)
-                    finally:
-                        os.close(fd)
-            except OSError as exc:
-                return exc
-            return None
-
-        if len(written) >= _SYNCFS_MIN_FILES and _syncfs.AVAILABLE:
-            errors = self._sync_filesystems(written, sync)
-        elif len(written) == 1:
-            errors = [sync(written[0])]
-        else:
-            errors = list(self._sync_threads().map(sync, written))
-        synced: list[tuple[AppendFile, bytes]] = []
-        failed: list[tuple[AppendFile, OSError]] = []
-        for (target, data), error in zip(written, errors, strict=True):
-            if error is None:
-                synced.append((target, data))
-                continue
-            if target.fd is not None:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(target.fd, target.size)
-            failed.append((target, error))
-        return synced, failed
-
-    def _sync_threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._sync_pool is None:
-            self._sync_pool = concurrent.futures.ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="gz-ia-sync")
-        return self._sync_pool
-
-    def _sync_filesystems(
-        self,
-        written: list[tuple[AppendFile, bytes]],
-        sync: Callable[[tuple[AppendFile, bytes]], OSError | None],
-    ) -> list[OSError | None]:
-        """Sync a pass over many files with one ``syncfs`` per directory (so per filesystem).
-
-        Where ``syncfs`` reports a write-back error, that directory's files are synced one by one,
-        which tells which of them failed; the others are acknowledged.
-        """
-        directories = {target.dir_fd for target, _data in written}
-        failing: set[int] = set()
-        for dir_fd in directories:
-            try:
-                _syncfs.syncfs(dir_fd)
-            except OSError:
-                failing.add(dir_fd)
-        return [sync(item) if item[0].dir_fd in failing else None for item in written]
 
     def finish(
         self,
@@ -660,7 +419,7 @@ class Writer:
                 if rotate:
                     self._rotate_session(target, checkpoint, now)
                 else:
-                    self._snapshot(target, now, checkpoint)
+                    target.save_checkpoint(now, checkpoint)
             elif rotation.due(target.size, 0, utc_day(target.started), today):
                 self._rotate_rejects(target, now)
         self._loaded += self._new_states
@@ -691,36 +450,15 @@ class Writer:
             # A checkpoint only where replaying the segment on return would cost much: creating one
             # file per released session would cost more than it saves.
             if state.size - max(state.snapshot_size, 0) > _RELEASE_CHECKPOINT_BYTES:
-                self._snapshot(state, now)
-            self._close(state)
+                state.save_checkpoint(now)
+            self._files.close(state)
             state.root.sessions.pop(state.session_id, None)
             loaded -= 1
         self._loaded = loaded
 
-    def sync(self, targets: list[AppendFile]) -> list[tuple[AppendFile, OSError]]:
-        """``fdatasync`` the given written targets and any rotated-away descriptors; return failures."""
-        failed: list[tuple[AppendFile, OSError]] = []
-        retired, self._retired = self._retired, []
-        for fd in retired:
-            try:
-                os.fdatasync(fd)
-            except OSError as exc:
-                log.error("cannot sync a rotated segment: %s", exc)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        for target in targets:
-            if target.fd is None:
-                continue
-            try:
-                os.fdatasync(target.fd)
-            except OSError as exc:
-                failed.append((target, exc))
-        return failed
-
     def forget(self, target: AppendFile) -> None:
         """Drop what memory says about ``target``; the file on disk stays the truth."""
-        self._close(target)
+        self._files.close(target)
         target.generation += 1
         target.pending.clear()
         self._dirty.pop(target, None)
@@ -737,17 +475,10 @@ class Writer:
             for state in store.sessions.values():
                 if not state.pending and state.snapshot_size != state.size:
                     with contextlib.suppress(OSError):
-                        self._snapshot(state, now)
-        self.wait_idle()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        self._close_retired()
-        for target in list(self._open):
-            self._close(target)
-        if self._sync_pool is not None:
-            self._sync_pool.shutdown(wait=True)
-            self._sync_pool = None
+                        state.save_checkpoint(now)
+        self._worker.shutdown()
+        self._files.close_all()
+        self._durable.close()
         for store in (*self._roots.values(), *self._stale_roots):
             store.dirs.close()
         self._roots.clear()
@@ -755,253 +486,11 @@ class Writer:
 
     def wait_idle(self) -> None:
         """Wait until queued compression and retention work is done (tests, shutdown)."""
-        jobs, self._jobs = self._jobs, []
-        for job in jobs:
-            with contextlib.suppress(Exception):
-                job.result()
-
-    def _close_retired(self) -> None:
-        retired, self._retired = self._retired, []
-        for fd in retired:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def _check_unlinked(self, target: AppendFile) -> int | None:
-        """Before writing to a file idle for a while: reopen it if ``gz-ia gc`` removed it.
-
-        Returns the descriptor left under a shared ``flock``, which the caller releases after its
-        write (None if the file was gone and closed). ``gz-ia gc`` removes a session only under an
-        exclusive lock of its active file, so it cannot remove it between this check and the write.
-        """
-        assert target.fd is not None
-        fd = target.fd
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        if os.fstat(fd).st_nlink == 0:
-            log.info("%s was removed while idle; starting it again", target.name)
-            self._close(target)
-            target.size = 0
-            return None
-        return fd
-
-    def _ensure_open(self, target: AppendFile) -> int:
-        fd = target.fd
-        if fd is not None:
-            self._open.move_to_end(target)
-            return fd
-        if len(self._open) >= self.max_open_files:
-            # Close the least recently written eighth at once: evicting one file per open makes a
-            # round-robin over slightly more sessions than slots miss on every single write.
-            for _ in range(len(self._open) - self.max_open_files + max(1, self.max_open_files // 8)):
-                oldest, _ = self._open.popitem(last=False)
-                self._close(oldest)
-        fd = os.open(target.name, _FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
-        target.fd = fd
-        self._open[target] = None
-        return fd
-
-    def _close(self, target: AppendFile) -> None:
-        self._open.pop(target, None)
-        if target.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(target.fd)
-            target.fd = None
-
-    # --- rotation ----------------------------------------------------------------------------------
-
-    def _retire(self, target: AppendFile) -> None:
-        # The descriptor stays open until the next sync or flush: its last bytes may still need an
-        # fdatasync before their batch is acknowledged (durability=fsync).
-        self._open.pop(target, None)
-        if target.fd is not None:
-            self._retired.append(target.fd)
-            target.fd = None
-
-    def _snapshot(self, state: SessionState, now: float, checkpoint: Checkpoint | None = None) -> None:
-        """Write ``checkpoint`` (default: the state now, which must have nothing pending) for ``state``."""
-        dirs = state.root.dirs
-        if dirs.state_fd is None:
-            return
-        try:
-            write_file_atomically(
-                dirs.state_fd,
-                state_name(state.session_id),
-                encode_checkpoint(checkpoint if checkpoint is not None else state.checkpoint()),
-                durable=False,
-            )
-        except OSError as exc:
-            log.warning("cannot write the checkpoint of %s: %s", state.session_id, exc)
-        state.snapshot_at = now
-        state.snapshot_size = state.size
-
-    def _rotate_session(self, state: SessionState, written: Checkpoint, now: float) -> None:
-        """Make the active file archive ``state.segment``; ``written`` is the state at its end."""
-        dirs = state.root.dirs
-        number = state.segment
-        try:
-            os.rename(
-                state.name,
-                archive_name(state.session_id, number),
-                src_dir_fd=dirs.sessions_fd,
-                dst_dir_fd=dirs.sessions_fd,
-            )
-        except OSError as exc:
-            log.error("cannot rotate %s: %s (it keeps growing)", state.name, exc)
-            return
-        self._retire(state)
-        state.segment = number + 1
-        state.size = 0
-        state.segment_seq = written.seq
-        state.started = now
-        self._snapshot(
-            state,
-            now,
-            msgspec.structs.replace(written, segment=number + 1, offset=0, segment_seq=written.seq, started=now),
-        )
-        self._rotated()
-        session_id = state.session_id
-        self._submit(lambda: self._after_rotation(dirs, session_id, number))
-
-    def _rotate_rejects(self, target: AppendFile, now: float) -> None:
-        store = next((store for store in self._roots.values() if store.rejects is target), None)
-        if store is None:
-            return
-        dirs = store.dirs
-        number = target.segment
-        stem = store.rejects_stem
-        try:
-            archived = rejects_archive_name(number, stem=stem)
-            os.rename(target.name, archived, src_dir_fd=dirs.root_fd, dst_dir_fd=dirs.root_fd)
-        except OSError as exc:
-            log.error("cannot rotate %s: %s (it keeps growing)", target.name, exc)
-            return
-        self._retire(target)
-        target.segment = number + 1
-        target.size = 0
-        target.started = now
-        if dirs.state_fd is not None:
-            with contextlib.suppress(OSError):
-                write_file_atomically(
-                    dirs.state_fd, stem + _STATE, encode_checkpoint(Checkpoint(segment=target.segment, started=now))
-                )
-        self._rotated()
-        self._submit(lambda: self._after_rotation(dirs, None, number, stem))
-
-    def _rotated(self) -> None:
-        self.rotations += 1
-        if self._on_rotated is not None:
-            self._on_rotated()
-
-    def _submit(self, job: Callable[[], None]) -> None:
-        if self._executor is None:
-            job()
-            return
-        self._jobs = [pending for pending in self._jobs if not pending.done()]
-        self._jobs.append(self._executor.submit(job))
-
-    def _after_rotation(self, dirs: RootDirs, session_id: str | None, number: int, stem: str = REJECTS_STEM) -> None:
-        """Worker thread: make the rotation durable, compress the archive, apply retention.
-
-        ``session_id`` None: the rejects file named by ``stem``.
-        """
-        try:
-            if dirs.state_fd is not None:
-                fsync_names(dirs.state_fd, [state_name(session_id) if session_id is not None else stem + _STATE])
-            dir_fd = dirs.sessions_fd if session_id is not None else dirs.root_fd
-            name_of = session_archive(session_id, number) if session_id is not None else rejects_archive(number, stem)
-            if self.rotation.compress:
-                compress_archive(dir_fd, name_of)
-            else:
-                os.fsync(dir_fd)
-            report = enforce_session(dirs, session_id, number, self.retention, now=self.clock(), rejects_stem=stem)
-            self._count_deleted(report)
-            self.measure(dirs)
-        except OSError as exc:
-            log.error("after rotating segment %d of %s: %s", number, session_id or stem + ".jsonl", exc)
+        self._worker.wait_idle()
 
     def measure(self, dirs: RootDirs, *, force: bool = False) -> None:
-        """Worker thread: report what a root takes to ``on_measured`` (a directory listing and a
-        ``stat`` per file, so at most once every ``_MEASURE_INTERVAL`` seconds unless ``force``)."""
-        if self._on_measured is None:
-            return
-        now = time.monotonic()
-        if not force and now - self._measured.get(dirs.path, -_MEASURE_INTERVAL) < _MEASURE_INTERVAL:
-            return
-        self._measured[dirs.path] = now
-        try:
-            self._on_measured(dirs.path, disk_usage(dirs).bytes)
-        except OSError as exc:
-            log.warning("cannot measure %s: %s", dirs.path, exc)
-
-    def _count_deleted(self, report: RetentionReport) -> None:
-        if not report.deleted:
-            return
-        self.deleted_files += report.files
-        self.deleted_bytes += report.bytes
-        if self._on_deleted is not None:
-            self._on_deleted(report.files, report.bytes)
-
-    # --- recovery ----------------------------------------------------------------------------------
-
-    def _recover_rejects(self, store: RootStore) -> None:
-        dirs = store.dirs
-        target = store.rejects
-        stem = store.rejects_stem
-        checkpoint = read_checkpoint(dirs.state_fd, stem + _STATE)
-        number = checkpoint.segment if checkpoint is not None else 1
-        while segment_exists(dirs.root_fd, rejects_archive(number, stem)):
-            number += 1
-        target.segment = number
-        target.started = checkpoint.started if checkpoint is not None and checkpoint.segment == number else 0.0
-        with contextlib.suppress(OSError):
-            info = os.stat(target.name, dir_fd=dirs.root_fd, follow_symlinks=False)
-            if stat.S_ISREG(info.st_mode):
-                target.size = info.st_size
-        if target.size and not target.started:
-            target.started = self.clock()
-
-    def _recover(self, state: SessionState) -> None:
-        dirs = state.root.dirs
-        checkpoint = read_checkpoint(dirs.state_fd, state_name(state.session_id))
-        number = checkpoint.segment if checkpoint is not None else 1
-        while segment_exists(dirs.sessions_fd, session_archive(state.session_id, number)):
-            number += 1
-        state.segment = number
-        try:
-            fd: int | None = os.open(state.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=state.dir_fd)
-        except FileNotFoundError:
-            fd = None
-        try:
-            size = 0
-            if fd is not None:
-                size = self._repair_torn_tail(state.dir_fd, state.session_id, fd, os.fstat(fd).st_size)
-            state.size = size
-            active = Segment(number, fd=fd, data=None, size=size, ino=0, active=True) if fd is not None else None
-            fold, segment_seq, complete = replay_session(dirs.sessions_fd, state.session_id, checkpoint, number, active)
-        finally:
-            if fd is not None:
-                os.close(fd)
-        state.seq = fold.seq
-        state.open_actions = fold.open_actions
-        state.marks = fold.marks
-        state.failures = fold.failures
-        state.first_time = fold.first_time
-        state.last_time = fold.last_time
-        state.parent = fold.parent
-        state.agent = fold.agent
-        state.newest_unknown = fold.newest_time is None
-        state.newest_stamp = _parsed(fold.newest_time) if fold.newest_time else NEVER
-        state.segment_seq = segment_seq
-        if not complete:
-            log.warning("%s: rebuilt from the retained segments only; some state may be missing", state.session_id)
-        if checkpoint is not None and checkpoint.segment == number:
-            state.segment_seq = checkpoint.segment_seq
-            state.started = checkpoint.started
-        if size and not state.started:
-            state.started = self.clock()
-        state.last_write = self.clock()
-        # No checkpoint needed before the interval has passed: replaying a young segment is cheap.
-        state.snapshot_at = state.last_write
-        state.snapshot_size = size if checkpoint is not None and checkpoint.offset == size else -1
+        """In the storage worker: report what a root takes (see :meth:`.worker.StorageWorker.measure`)."""
+        self._worker.measure(dirs, force=force)
 
     def repair_root(self, path: Path, *, owner: int) -> int:
         """Repair the torn last line of every active session file of a root; return how many.
@@ -1009,45 +498,35 @@ class Writer:
         Run at start for the roots served before, so that a crash's torn line is moved aside before
         any reader or client looks, not only when its session is next written.
         """
-        store = self.root(path, owner=owner)
-        repaired = 0
-        for name in list_names(store.dirs.sessions_fd):
-            session_id = session_id_of(name)
-            if session_id is None or session_id in store.sessions:
-                continue
-            try:
-                fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=store.dirs.sessions_fd)
-            except OSError:
-                continue
-            try:
-                size = os.fstat(fd).st_size
-                if self._repair_torn_tail(store.dirs.sessions_fd, session_id, fd, size) != size:
-                    repaired += 1
-            finally:
-                os.close(fd)
-        return repaired
+        return repair_root(self.root(path, owner=owner), self._on_torn)
 
-    def _repair_torn_tail(self, dir_fd: int, session_id: str, fd: int, size: int) -> int:
-        """Cut a last line without its newline off into the torn file; return the good size."""
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return size
-        end = size
-        while end > 0:
-            start = max(0, end - _SCAN_CHUNK)
-            chunk = os.pread(fd, end - start, start)
-            newline = chunk.rfind(b"\n")
-            if newline >= 0:
-                end = start + newline + 1
-                break
-            end = start
-        fragment = os.pread(fd, size - end, end)
-        torn = os.open(torn_name(session_id), _FILE_FLAGS, 0o600, dir_fd=dir_fd)
-        try:
-            os.write(torn, fragment + b"\n")
-            os.fsync(torn)
-        finally:
-            os.close(torn)
-        os.ftruncate(fd, end)
-        if self._on_torn is not None:
-            self._on_torn(len(fragment))
-        return end
+    # --- rotation ----------------------------------------------------------------------------------
+
+    def _rotate_session(self, state: SessionState, written: Checkpoint, now: float) -> None:
+        number = state.segment
+        if rotate_session(state, written, now, self._files):
+            self._rotated(state.root.dirs, state.session_id, number, REJECTS_STEM)
+
+    def _rotate_rejects(self, target: AppendFile, now: float) -> None:
+        store = next((store for store in self._roots.values() if store.rejects is target), None)
+        number = target.segment
+        if store is not None and rotate_rejects(store, now, self._files):
+            self._rotated(store.dirs, None, number, store.rejects_stem)
+
+    def _rotated(self, dirs: RootDirs, session_id: str | None, number: int, stem: str) -> None:
+        """Count a rotation and queue what follows it (``session_id`` None: the rejects file ``stem``)."""
+        self.rotations += 1
+        if self._on_rotated is not None:
+            self._on_rotated()
+        # The policies and the clock are read when the job runs, as a reload may come in between.
+        self._worker.submit(
+            lambda: self._worker.after_rotation(
+                dirs,
+                session_id,
+                number,
+                stem,
+                compress=self.rotation.compress,
+                retention=self.retention,
+                now=self.clock(),
+            )
+        )

@@ -1,0 +1,97 @@
+"""The persisted checkpoint of a session (``state/<id>.session.json``) and of a rejects file.
+
+A checkpoint records what a session's lines up to a position ``(segment, offset)`` amount to, so
+that recovery and ``gz-ia sessions`` scan only what follows that position. It only ever saves work:
+a missing or damaged one is rebuilt from the segments, which stay the source of truth. The mapping
+between its fields and a session's running tally is :mod:`.tally`'s alone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Final
+
+import msgspec
+
+from gz_ia.client.schema import Stage
+
+from .names import LAYOUT_VERSION
+
+__all__ = ["Checkpoint", "encode_checkpoint", "read_checkpoint"]
+
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_BYTES: Final = 1 << 24
+
+
+class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a session's lines up to ``(segment, offset)`` amount to; ``state/<id>.session.json``.
+
+    ``segment`` is the active segment's number at the time of writing and ``offset`` how many of its
+    bytes the state covers (0 right after a rotation). Written atomically (temporary file + rename) at
+    every rotation, when the collector closes the file, and at most every few seconds while the
+    session is written to. Timestamps are kept as stored (RFC 3339 text). A rejects file's
+    checkpoint uses ``segment`` and ``started`` only.
+    """
+
+    layout: int = LAYOUT_VERSION
+    segment: int = 1
+    offset: int = 0
+    seq: int = 0
+    segment_seq: int = 0
+    """``seq`` of the last event before the active segment (for the event-count limit)."""
+    started: float = 0.0
+    """When the active segment was started (collector clock), for daily rotation."""
+    open_actions: dict[str, Stage] = {}
+    """Open cycles of events that name no ``cycle``: action → open stage."""
+    open_cycles: list[tuple[str, str, Stage]] = []
+    """Open cycles of events that name one: ``[action, cycle, open stage]``."""
+    marks: dict[str, int] = {}
+    failures: int = 0
+    first_time: str = ""
+    last_time: str = ""
+    parent: str = ""
+    agent: str = ""
+    newest_time: str = ""
+    """The greatest event timestamp covered: timestamps are the agents' and may go backwards, so
+    ``last_time`` does not bound them. Readers skip a session whose newest event is older than
+    ``--since``. Empty when unknown (no event yet, or a checkpoint of an earlier gz-ia)."""
+
+
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder(Checkpoint)
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """Return the checkpoint's file content."""
+    return _encoder.encode(checkpoint) + b"\n"
+
+
+def read_checkpoint(state_fd: int | None, name: str) -> Checkpoint | None:
+    """Return the checkpoint stored as ``name`` in ``state/``; None when missing or unusable.
+
+    A damaged checkpoint (a crash on a filesystem that lost its data) is treated as absent: the
+    caller rebuilds from the segments, which stay the source of truth.
+    """
+    if state_fd is None:
+        return None
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=state_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_BYTES:
+            return None
+        data = os.read(fd, info.st_size + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        checkpoint = _decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if checkpoint.layout > LAYOUT_VERSION or checkpoint.segment < 1 or checkpoint.offset < 0:
+        return None
+    return checkpoint

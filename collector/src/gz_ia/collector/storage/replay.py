@@ -1,0 +1,166 @@
+"""Rebuilding a session's tally from its files: the checkpoint, then every line after its position.
+
+Recovery (the writer's first touch of a session after a start) and the readers' summaries both fold
+lines the same way, through :class:`SessionFold`. Only the few fields a tally needs are decoded
+from each line (:class:`Trace`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Final
+
+import msgspec
+
+from gz_ia.client.schema import Stage
+
+from .checkpoints import Checkpoint
+from .names import session_archive
+from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, open_archive, segment_exists
+from .tally import TALLY_FIELDS, SessionTally, note_delivery
+
+__all__ = ["SessionFold", "Trace", "replay_session"]
+
+
+class Trace(msgspec.Struct, gc=False):
+    """The part of a stored line that recovery and session summaries need."""
+
+    action: str
+    stage: Stage
+    cycle: str | None = None
+    seq: int = 0
+    delivery: str | None = None
+    status: str = "OK"
+    timestamp: str = ""
+    parent_session_id: str | None = None
+    agent: str = ""
+
+
+_trace_decoder: Final = msgspec.json.Decoder(Trace)
+
+
+class SessionFold(SessionTally):
+    """A tally rebuilt from a checkpoint (or from nothing) and the lines after it."""
+
+    __slots__ = TALLY_FIELDS
+
+    def __init__(self, checkpoint: Checkpoint | None = None) -> None:
+        if checkpoint is None:
+            self.clear_tally()
+        else:
+            self.load_tally(checkpoint)
+
+    def apply(self, trace: Trace) -> None:
+        """Fold one line into the tally."""
+        self.seq = max(self.seq, trace.seq)
+        key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
+        if trace.stage is Stage.FINISH:
+            self.open_actions.pop(key, None)
+        else:
+            self.open_actions[key] = trace.stage
+        if trace.delivery:
+            producer, _, number = trace.delivery.rpartition(":")
+            if number.isdigit():
+                note_delivery(self.marks, producer, int(number))
+        if trace.status == "FAILED":
+            self.failures += 1
+        if not self.first_time:
+            self.first_time = trace.timestamp
+            self.parent = trace.parent_session_id or ""
+            self.agent = trace.agent
+        self.last_time = trace.timestamp or self.last_time
+        if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
+            self.newest_time = trace.timestamp
+
+
+def _later(stamp: str, than: str) -> bool:
+    """Tell whether RFC 3339 time ``stamp`` is after ``than`` ("" is before everything; text that
+    does not parse is never later)."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+        return not than or moment > datetime.fromisoformat(than)
+    except ValueError:
+        return False
+
+
+def _scan_traces(segment: Segment, start: int = 0) -> Iterator[Trace]:
+    """Yield the trace of every complete, decodable line of ``segment`` from byte ``start``."""
+    offset = start
+    end = segment.size
+    carry = b""
+    while offset < end:
+        chunk = carry + segment.read(offset, min(SCAN_CHUNK, end - offset))
+        if len(chunk) == len(carry):
+            break
+        offset += len(chunk) - len(carry)
+        cut = chunk.rfind(b"\n") + 1
+        carry = chunk[cut:]
+        lines = chunk[:cut]
+        if not lines:
+            continue
+        try:
+            yield from _trace_decoder.decode_lines(lines)
+        except msgspec.DecodeError:
+            for line in lines.splitlines():
+                with contextlib.suppress(msgspec.DecodeError):
+                    yield _trace_decoder.decode(line)
+
+
+def replay_session(
+    sessions_fd: int,
+    session_id: str,
+    checkpoint: Checkpoint | None,
+    number: int,
+    active: Segment | None,
+) -> tuple[SessionFold, int, bool]:
+    """Rebuild a session's tally: the checkpoint plus every line after its position.
+
+    Args:
+        sessions_fd: the ``sessions`` directory.
+        session_id: the session.
+        checkpoint: its checkpoint, or None.
+        number: the active segment's number.
+        active: the open active segment (None when there is none).
+
+    Returns:
+        ``(fold, segment_seq, complete)``: the tally, the ``seq`` before the active segment, and
+        whether every segment needed could be read. Without a usable checkpoint (missing, damaged,
+        or ahead of the files after a crash) every retained segment is replayed.
+    """
+    active_size = active.size if active is not None else 0
+    usable = checkpoint is not None and (
+        checkpoint.segment < number or (checkpoint.segment == number and checkpoint.offset <= active_size)
+    )
+    complete = True
+    if checkpoint is not None and usable:
+        first, offset = checkpoint.segment, checkpoint.offset
+        fold = SessionFold(checkpoint)
+    else:
+        complete = checkpoint is None
+        first, offset = number, 0
+        while first > 1 and segment_exists(sessions_fd, session_archive(session_id, first - 1)):
+            first -= 1
+        fold = SessionFold()
+    for segment_number in range(first, number):
+        try:
+            segment = open_archive(sessions_fd, session_archive(session_id, segment_number), segment_number)
+        except (FileNotFoundError, SegmentUnreadable):
+            complete = False
+            continue
+        try:
+            for trace in _scan_traces(segment, offset if segment_number == first else 0):
+                fold.apply(trace)
+        except SegmentUnreadable:
+            complete = False
+        finally:
+            segment.close()
+    segment_seq = fold.seq
+    if active is not None:
+        try:
+            for trace in _scan_traces(active, offset if first == number else 0):
+                fold.apply(trace)
+        except SegmentUnreadable:
+            complete = False
+    return fold, segment_seq, complete

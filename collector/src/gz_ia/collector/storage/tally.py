@@ -1,0 +1,139 @@
+"""A session's running tally: the one definition of what its lines amount to so far.
+
+``seq``, the open cycles, the delivery watermarks, the FAILED count, the first and last timestamps,
+the parent and agent of its first event, and the greatest timestamp. The writer's session state
+keeps it up to date as events are staged; recovery and the readers rebuild it by folding lines
+(:class:`.replay.SessionFold`); both convert it to and from its persisted form, the
+:class:`.checkpoints.Checkpoint`, only here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from gz_ia.client.schema import Stage
+
+from .checkpoints import Checkpoint
+
+__all__ = ["MAX_WATERMARKS", "TALLY_FIELDS", "OpenCycles", "SessionTally", "note_delivery"]
+
+MAX_WATERMARKS: Final = 4096
+
+OpenCycles = dict[str | tuple[str, str], Stage]
+"""A session's open cycles: the action, or ``(action, cycle)`` for events naming their cycle → open stage."""
+
+TALLY_FIELDS: Final = (
+    "agent",
+    "failures",
+    "first_time",
+    "last_time",
+    "marks",
+    "newest_time",
+    "open_actions",
+    "parent",
+    "seq",
+)
+"""The tally's fields: the slots that each class mixing in :class:`SessionTally` declares."""
+
+
+class SessionTally:
+    """The tally's fields and their conversions, mixed into the classes that keep one.
+
+    Each subclass lists :data:`TALLY_FIELDS` in its own ``__slots__``: the writer's session state is
+    also an open file, and two slotted bases cannot be combined. Timestamps are RFC 3339 text, as
+    stored.
+    """
+
+    if not TYPE_CHECKING:
+        # mypy checks assignments against a class's own __slots__ and cannot see the subclasses'.
+        __slots__ = ()
+
+    seq: int
+    open_actions: OpenCycles
+    marks: dict[str, int]
+    """Per producer, the highest event number stored: the idempotency watermarks."""
+    failures: int
+    first_time: str
+    last_time: str
+    parent: str
+    agent: str
+    newest_time: str | None
+    """The greatest timestamp; "" before the first event, None when unknown for good (restored from a
+    checkpoint of an earlier gz-ia, which did not record it)."""
+
+    def clear_tally(self) -> None:
+        """Start from a session with no events."""
+        self.seq = 0
+        self.open_actions = {}
+        self.marks = {}
+        self.failures = 0
+        self.first_time = ""
+        self.last_time = ""
+        self.parent = ""
+        self.agent = ""
+        self.newest_time = ""
+
+    def load_tally(self, checkpoint: Checkpoint) -> None:
+        """Take the tally a checkpoint stored."""
+        self.seq = checkpoint.seq
+        cycles: OpenCycles = {}
+        cycles.update(checkpoint.open_actions)
+        for action, cycle, stage in checkpoint.open_cycles:
+            cycles[action, cycle] = stage
+        self.open_actions = cycles
+        self.marks = dict(checkpoint.marks)
+        self.failures = checkpoint.failures
+        self.first_time = checkpoint.first_time
+        self.last_time = checkpoint.last_time
+        self.parent = checkpoint.parent
+        self.agent = checkpoint.agent
+        self.newest_time = checkpoint.newest_time if checkpoint.newest_time or not checkpoint.seq else None
+
+    def copy_tally(self, other: SessionTally) -> None:
+        """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
+        for name in TALLY_FIELDS:
+            setattr(self, name, getattr(other, name))
+
+    def tally_checkpoint(self, *, segment: int, offset: int, segment_seq: int, started: float) -> Checkpoint:
+        """Return the checkpoint of this tally at ``(segment, offset)``."""
+        open_actions: dict[str, Stage] = {}
+        open_cycles: list[tuple[str, str, Stage]] = []
+        # JSON keys are strings: cycles named by (action, cycle) are stored as a list.
+        for key, stage in self.open_actions.items():
+            if isinstance(key, str):
+                open_actions[key] = stage
+            else:
+                open_cycles.append((key[0], key[1], stage))
+        return Checkpoint(
+            segment=segment,
+            offset=offset,
+            seq=self.seq,
+            segment_seq=segment_seq,
+            started=started,
+            open_actions=open_actions,
+            open_cycles=open_cycles,
+            marks=dict(self.marks),
+            failures=self.failures,
+            first_time=self.first_time,
+            last_time=self.last_time,
+            parent=self.parent,
+            agent=self.agent,
+            newest_time=self.newest_time or "",
+        )
+
+
+def note_delivery(marks: dict[str, int], producer: str, number: int) -> None:
+    """Record that ``producer``'s event ``number`` is stored (bounded table of watermarks).
+
+    The table is kept in the order of each producer's last write (re-setting a key would leave it
+    where it was first inserted), so past the bound it forgets the producers idle longest, never
+    one that keeps writing.
+    """
+    if len(marks) > 1:
+        marks.pop(producer, None)
+    marks[producer] = number
+    if len(marks) > MAX_WATERMARKS:
+        # A resend from a producer forgotten here, after this many newer producers wrote to the
+        # session, is the only case that could be taken as new instead of as a duplicate.
+        for stale in list(marks)[: MAX_WATERMARKS // 2]:
+            del marks[stale]

@@ -1,0 +1,41 @@
+"""A session's checkpoint on disk: what an earlier gz-ia wrote is restored, and written back the same."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gz_ia.collector.storage.checkpoints import encode_checkpoint
+from gz_ia.collector.storage.writer import Writer
+
+# A checkpoint exactly as the collector has written it since it recorded the newest timestamp.
+STORED = (
+    b'{"segment":3,"seq":42,"segment_seq":40,"started":1764590000.5,"open_actions":{"read":"READ"},'
+    b'"open_cycles":[["edit","c1","PENDING"]],"marks":{"p1":7},"failures":2,'
+    b'"first_time":"2026-12-01T10:00:00Z","last_time":"2026-12-01T11:00:00Z","parent":"top",'
+    b'"agent":"claude","newest_time":"2026-12-01T11:30:00Z"}\n'
+)
+# The same from before checkpoints recorded it: the newest timestamp stays unknown, not made up.
+EARLIER = STORED.replace(b',"newest_time":"2026-12-01T11:30:00Z"', b"")
+
+
+def _restored(harness: Path, stored: bytes) -> bytes:
+    writer = Writer(background=False)
+    store = writer.root(harness, owner=os.getuid())
+    (harness / "state" / "s1.session.json").write_bytes(stored)
+    state = writer.session(store, "s1")
+    try:
+        assert (state.seq, state.segment, state.segment_seq, state.failures) == (42, 3, 40, 2)
+        assert set(state.open_actions) == {"read", ("edit", "c1")}
+        assert (state.parent, state.agent, state.marks) == ("top", "claude", {"p1": 7})
+        return encode_checkpoint(state.checkpoint())
+    finally:
+        writer.close()
+
+
+def test_a_stored_checkpoint_is_restored_and_written_back_byte_for_byte(harness: Path) -> None:
+    assert _restored(harness, STORED) == STORED
+
+
+def test_a_checkpoint_without_the_newest_time_keeps_it_unknown(harness: Path) -> None:
+    assert _restored(harness, EARLIER) == EARLIER
