@@ -46,8 +46,9 @@ def first_reply(sock: socket.socket) -> Any:
     return collector_message_decoder.decode(bodies[0])
 
 
-def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.02, message: str = "condition") -> None:
-    """Poll ``predicate`` until it is true or fail the test after ``timeout`` seconds."""
+def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.02, message: str = "condition") -> None:
+    """Poll ``predicate`` until it is true or fail the test after ``timeout`` seconds (a safety bound:
+    a passing run needs a fraction of it, even with the suite's workers sharing the cores)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -115,7 +116,7 @@ class CollectorProcess:
         if wait:
             self.wait_ready()
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         marker = f"--- start {self.starts}\n"
         while time.monotonic() < deadline:
