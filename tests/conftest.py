@@ -46,8 +46,9 @@ def first_reply(sock: socket.socket) -> Any:
     return collector_message_decoder.decode(bodies[0])
 
 
-def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.02, message: str = "condition") -> None:
-    """Poll ``predicate`` until it is true or fail the test after ``timeout`` seconds."""
+def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.02, message: str = "condition") -> None:
+    """Poll ``predicate`` until it is true or fail the test after ``timeout`` seconds (a safety bound:
+    a passing run needs a fraction of it, even with the suite's workers sharing the cores)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -99,11 +100,13 @@ class CollectorProcess:
         ]
 
     def start(self, *, wait: bool = True) -> None:
+        # Its own configuration and state directories (over the test's, see ``_private_state``), unless
+        # the test names others in ``env``.
         environment = self.env
+        environment["XDG_CONFIG_HOME"] = str(self.base / "config")
+        environment["GZ_IA_SHARDS"] = str(self.shards)
+        environment["GZ_IA_STATE_DIR"] = str(self.base.parent / f"{self.base.name}-state")
         environment.update(self.extra_env)
-        environment.setdefault("XDG_CONFIG_HOME", str(self.base / "config"))
-        environment.setdefault("GZ_IA_SHARDS", str(self.shards))
-        environment.setdefault("GZ_IA_STATE_DIR", str(self.base.parent / f"{self.base.name}-state"))
         self.starts += 1
         log = self.log_path.open("ab")
         log.write(f"--- start {self.starts}\n".encode())
@@ -113,7 +116,7 @@ class CollectorProcess:
         if wait:
             self.wait_ready()
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         marker = f"--- start {self.starts}\n"
         while time.monotonic() < deadline:
@@ -304,6 +307,18 @@ def _private_spool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     spool = tmp_path / "spool"
     monkeypatch.setenv("GZ_IA_SPOOL_DIR", str(spool))
     return spool
+
+
+@pytest.fixture(autouse=True)
+def _private_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test, and every process it starts, keeps its state and reads its configuration in its own
+    directories: the known roots (``roots.json``), export positions and ``collector.toml`` of the user's
+    ~/.local/state and ~/.config are shared by every test running at the same time, and a collector
+    takes the lock of each root listed there."""
+    monkeypatch.setenv("GZ_IA_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.delenv("GZ_IA_CONFIG", raising=False)
 
 
 @pytest.fixture(name="short_tmp")

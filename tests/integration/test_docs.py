@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import FOLLOW_BOUND, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "user-guide.md"
@@ -155,9 +157,9 @@ class Runner:
             text = f"{command.text} --dry-run --unit-dir {self.collector.base / 'units'}"
         else:
             text = command.text
-        follow = bool(re.search(r"\s(-f|--follow)\b", text))
-        if follow:
-            text = f"timeout 3 {text}"  # following never ends by itself: watch it for a while
+        if re.search(r"\s(-f|--follow)\b", text):
+            self.follow(command, text)
+            return
         result = subprocess.run(
             ["bash", "-o", "pipefail", "-c", text],
             cwd=self.collector.workspace,
@@ -168,11 +170,34 @@ class Runner:
             check=False,
         )
         output = result.stdout + result.stderr
-        if follow:
-            assert result.returncode in (0, 124), f"$ {text}\n{output}"
-            assert result.stdout.strip(), f"$ {text} printed nothing"
-        else:
-            assert result.returncode == command.exit_code, f"$ {text} -> {result.returncode}\n{output}"
+        assert result.returncode == command.exit_code, f"$ {text} -> {result.returncode}\n{output}"
+        assert matches(command.expected, output), f"$ {text}\nexpected {command.expected}\ngot:\n{output}"
+        self.ran.append(command.text)
+
+    def follow(self, command: Command, text: str) -> None:
+        """Following never ends by itself: watch the command until it has printed what the document
+        shows (or exited), then stop it as Ctrl-C would."""
+        out, err = self.collector.base / "follow.out", self.collector.base / "follow.err"
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(
+                ["bash", "-o", "pipefail", "-c", text],
+                cwd=self.collector.workspace, env=self.env, stdout=stdout, stderr=stderr, start_new_session=True,
+            )  # fmt: skip
+
+        def shown() -> bool:
+            printed = out.read_text()
+            return bool(printed.strip()) and matches(command.expected, printed + err.read_text())
+
+        try:
+            wait_for(lambda: proc.poll() is not None or shown(), FOLLOW_BOUND, message=f"$ {text} to print its output")
+        finally:
+            ended = proc.poll()
+            if ended is None:
+                os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(FOLLOW_BOUND)
+        output = out.read_text() + err.read_text()
+        assert ended in (None, 0), f"$ {text} -> {ended}\n{output}"
+        assert out.read_text().strip(), f"$ {text} printed nothing"
         assert matches(command.expected, output), f"$ {text}\nexpected {command.expected}\ngot:\n{output}"
         self.ran.append(command.text)
 
