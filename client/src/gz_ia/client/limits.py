@@ -9,7 +9,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost the one-shot commands
 if TYPE_CHECKING:
-    from typing import Final
+    from typing import Any, Final
 
 __all__ = [
     "MAX_ACTION_LENGTH",
@@ -24,6 +24,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "STAGES",
     "STATUSES",
+    "attrs_fit",
+    "fits",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -43,3 +45,28 @@ STAGES: Final = ("READ", "PENDING", "FINISH")
 """The values of :class:`.schema.Stage`, in cycle order."""
 STATUSES: Final = ("OK", "FAILED")
 """The values of :class:`.schema.Status`."""
+
+
+def fits(action: str, agent: str, role: str | None, error: str | None, attrs: dict[str, Any] | None) -> bool:
+    """Tell whether the free-text fields are within their limits already (the cheap common case)."""
+    return (
+        len(action) <= MAX_ACTION_LENGTH
+        and len(agent) <= MAX_AGENT_LENGTH
+        and (role is None or len(role) <= MAX_AGENT_LENGTH)
+        and (error is None or len(error) <= MAX_ERROR_LENGTH)
+        and (attrs is None or attrs_fit(attrs))
+    )
+
+
+def attrs_fit(attrs: dict[str, Any]) -> bool:
+    """Tell whether ``attrs`` is within its limits (anything but a map: nothing to cut, the collector judges it)."""
+    if not isinstance(attrs, dict):
+        return True
+    if len(attrs) > MAX_ATTRS:
+        return False
+    for key, value in attrs.items():
+        if (isinstance(key, str) and len(key) > MAX_ATTR_KEY_LENGTH) or (
+            isinstance(value, str) and len(value) > MAX_ATTR_STRING_LENGTH
+        ):
+            return False
+    return True

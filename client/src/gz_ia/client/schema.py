@@ -27,6 +27,8 @@ from .limits import (
     MAX_CYCLE_LENGTH,
     MAX_ERROR_LENGTH,
     MAX_SESSION_ID_LENGTH,
+    attrs_fit,
+    fits,
 )
 
 __all__ = [
@@ -168,26 +170,13 @@ def cut_text(text: str, limit: int) -> str:
     return text[: limit - len(mark)] + mark
 
 
-def _attrs_fit(attrs: dict[str, AttrValue]) -> bool:
-    if not isinstance(attrs, dict):
-        return True  # not a map: nothing to cut, the collector judges it
-    if len(attrs) > MAX_ATTRS:
-        return False
-    for key, value in attrs.items():
-        if (isinstance(key, str) and len(key) > MAX_ATTR_KEY_LENGTH) or (
-            isinstance(value, str) and len(value) > MAX_ATTR_STRING_LENGTH
-        ):
-            return False
-    return True
-
-
 def fit_attrs(attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
     """Return ``attrs`` within the limits: keys and string values cut (:func:`cut_text`), and past
     :data:`MAX_ATTRS` entries the rest left out and counted in :data:`CUT_ATTRS_KEY`.
 
     Values of other types are left as they are (the collector judges them).
     """
-    if _attrs_fit(attrs):
+    if attrs_fit(attrs):
         return attrs
     items = list(attrs.items())
     left_out = 0
@@ -221,17 +210,6 @@ def fit_fields(
         None if role is None else cut_text(role, MAX_AGENT_LENGTH),
         None if error is None else cut_text(error, MAX_ERROR_LENGTH),
         None if attrs is None else fit_attrs(attrs),
-    )
-
-
-def fits(action: str, agent: str, role: str | None, error: str | None, attrs: dict[str, AttrValue] | None) -> bool:
-    """Tell whether the free-text fields are within their limits already (the cheap common case)."""
-    return (
-        len(action) <= MAX_ACTION_LENGTH
-        and len(agent) <= MAX_AGENT_LENGTH
-        and (role is None or len(role) <= MAX_AGENT_LENGTH)
-        and (error is None or len(error) <= MAX_ERROR_LENGTH)
-        and (attrs is None or _attrs_fit(attrs))
     )
 
 

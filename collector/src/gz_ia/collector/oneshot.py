@@ -30,16 +30,7 @@ import fcntl
 import os
 import time
 
-from gz_ia.client.limits import (
-    MAX_ACTION_LENGTH,
-    MAX_AGENT_LENGTH,
-    MAX_ATTR_KEY_LENGTH,
-    MAX_ATTR_STRING_LENGTH,
-    MAX_ATTRS,
-    MAX_ERROR_LENGTH,
-    MAX_FRAME,
-    PROTOCOL_VERSION,
-)
+from gz_ia.client.limits import MAX_FRAME, PROTOCOL_VERSION, fits
 from gz_ia.collector import _plain_json
 from gz_ia.collector._msgpack import Raw, Timestamp, pack, unpack
 
@@ -129,7 +120,7 @@ def plain_event(
     """
     if status == "FAILED" and not error:
         raise ValueError("status FAILED requires a non-empty error")
-    if not _fits(action, agent, role, error, attrs):
+    if not fits(action, agent, role, error, attrs):
         from gz_ia.client.schema import fit_fields
 
         action, agent, role, error, attrs = fit_fields(action, agent, role, error, attrs)
@@ -144,23 +135,6 @@ def plain_event(
     if cycle is not None:
         event["cycle"] = cycle
     return event
-
-
-def _fits(action: str, agent: str, role: str | None, error: str | None, attrs: dict[str, Any] | None) -> bool:
-    """``gz_ia.client.schema.fits``, for the common case where nothing needs cutting."""
-    if len(action) > MAX_ACTION_LENGTH or len(agent) > MAX_AGENT_LENGTH:
-        return False
-    if (role is not None and len(role) > MAX_AGENT_LENGTH) or (error is not None and len(error) > MAX_ERROR_LENGTH):
-        return False
-    if attrs is None:
-        return True
-    if len(attrs) > MAX_ATTRS:
-        return False
-    return all(
-        not (isinstance(key, str) and len(key) > MAX_ATTR_KEY_LENGTH)
-        and not (isinstance(value, str) and len(value) > MAX_ATTR_STRING_LENGTH)
-        for key, value in attrs.items()
-    )
 
 
 def ledger_directory(spool_dir: str | os.PathLike[str]) -> str:
