@@ -27,8 +27,10 @@ __all__ = [
     "GZ_IA_ROOT",
     "GZ_IA_SOCKET",
     "GZ_IA_SPOOL_DIR",
+    "GZ_IA_STATE_DIR",
     "HARNESS_DIR",
     "absolute",
+    "config_home",
     "default_socket_path",
     "default_spool_dir",
     "find_root",
@@ -38,6 +40,8 @@ __all__ = [
     "locate_spool",
     "normal",
     "parent_session",
+    "state_dir",
+    "state_home",
     "tracing_disabled",
 ]
 
@@ -55,6 +59,9 @@ GZ_IA_SPOOL_DIR: Final = "GZ_IA_SPOOL_DIR"
 
 GZ_IA_DISABLED: Final = "GZ_IA_DISABLED"
 """``1``/``true``/``yes``: the default client is the null client; nothing is sent."""
+
+GZ_IA_STATE_DIR: Final = "GZ_IA_STATE_DIR"
+"""Where the collector keeps its own state (the roots it serves), instead of ``$XDG_STATE_HOME/gz-ia``."""
 
 GZ_IA_PAGER: Final = "GZ_IA_PAGER"
 """The pager of ``gz-ia``'s long human output on a terminal (before ``PAGER``; empty or ``cat``: none)."""
@@ -160,13 +167,37 @@ def find_root(start: Path | None = None) -> Path:
     return Path(locate_root(None if start is None else os.fspath(start)))
 
 
+def _state_home() -> str:
+    return os.environ.get("XDG_STATE_HOME") or _join(_home(), ".local/state")
+
+
+def state_home() -> Path:
+    """Return ``$XDG_STATE_HOME`` (``~/.local/state``): where gz-ia's state directories live."""
+    from pathlib import Path
+
+    return Path(_state_home())
+
+
+def state_dir() -> Path:
+    """Return the collector's state directory: ``$GZ_IA_STATE_DIR``, else ``$XDG_STATE_HOME/gz-ia``."""
+    from pathlib import Path
+
+    return Path(os.environ.get(GZ_IA_STATE_DIR) or _join(_state_home(), "gz-ia"))
+
+
+def config_home() -> Path:
+    """Return ``$XDG_CONFIG_HOME`` (``~/.config``)."""
+    from pathlib import Path
+
+    return Path(os.environ.get("XDG_CONFIG_HOME") or _join(_home(), ".config"))
+
+
 def locate_spool() -> str:
     """:func:`default_spool_dir` as ``str``."""
     explicit = os.environ.get(GZ_IA_SPOOL_DIR)
     if explicit:
         return normal(explicit)
-    state = os.environ.get("XDG_STATE_HOME") or _join(_home(), ".local/state")
-    return normal(_join(state, "gz-ia/spool"))
+    return normal(_join(_state_home(), "gz-ia/spool"))
 
 
 def default_spool_dir() -> Path:

@@ -20,20 +20,16 @@ from pathlib import Path
 
 import msgspec
 
+from gz_ia.client import env
+
 __all__ = ["KnownRoots", "default_state_dir"]
 
 log = logging.getLogger("gz_ia.collector")
 
-GZ_IA_STATE_DIR = "GZ_IA_STATE_DIR"
-
 
 def default_state_dir() -> Path:
     """Return ``$GZ_IA_STATE_DIR``, else ``$XDG_STATE_HOME/gz-ia``."""
-    explicit = os.environ.get(GZ_IA_STATE_DIR)
-    if explicit:
-        return Path(explicit)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "gz-ia"
+    return env.state_dir()
 
 
 class _Entry(msgspec.Struct, frozen=True):

@@ -16,6 +16,8 @@ from typing import Final, TypeVar
 
 import msgspec
 
+from gz_ia.client import env
+
 from .otel_spans import TraceState
 
 __all__ = ["TRACES_DIR", "CursorStore", "Position", "default_state_dir", "root_key"]
@@ -44,8 +46,7 @@ def root_key(root: Path) -> str:
 
 def default_state_dir() -> Path:
     """Return ``$XDG_STATE_HOME/gz-ia/otel`` (``~/.local/state/gz-ia/otel``)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "gz-ia" / "otel"
+    return env.state_home() / "gz-ia" / "otel"
 
 
 class CursorStore:

@@ -19,6 +19,8 @@ from typing import Final, Literal
 
 import click
 
+from gz_ia.client import env
+
 from ._collector import collector_main
 
 __all__ = [
@@ -228,8 +230,7 @@ def exec_start() -> str:
 
 def user_unit_dir() -> Path:
     """Return ``$XDG_CONFIG_HOME/systemd/user`` (``~/.config/systemd/user``)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "systemd" / "user"
+    return env.config_home() / "systemd" / "user"
 
 
 def _write_atomically(path: Path, text: str) -> None:
