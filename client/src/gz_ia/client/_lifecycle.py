@@ -12,6 +12,8 @@ import os
 import time
 import weakref
 
+from . import env
+
 TYPE_CHECKING = False  # not typing's: the one-shot commands import this package without typing
 if TYPE_CHECKING:
     from ._sender import Sender
@@ -22,7 +24,7 @@ live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
 
 
 def _drain_all_at_exit() -> None:
-    timeout = float(os.environ.get("GZ_IA_EXIT_TIMEOUT", "2") or 2)
+    timeout = env.exit_timeout()
     deadline = time.monotonic() + timeout
     for sender in list(live_senders):
         sender.close(max(0.0, deadline - time.monotonic()))

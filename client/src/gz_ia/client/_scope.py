@@ -16,7 +16,7 @@ import threading
 import time
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Protocol
 
 from . import env
 from ._client import Client
@@ -43,9 +43,6 @@ __all__ = [
     "new_session_id",
     "session",
 ]
-
-GZ_IA_PARENT_PID: Final = "GZ_IA_PARENT_PID"
-"""Pid of the process that exported ``GZ_IA_PARENT_SESSION_ID``: that process itself ignores it."""
 
 
 class EventSink(Protocol):
@@ -89,7 +86,7 @@ class _EnvironmentExport:
     def enter(self, scope: SessionScope) -> None:
         with self._lock:
             if not self._open:
-                self._inherited = (os.environ.get(env.GZ_IA_PARENT_SESSION_ID), os.environ.get(GZ_IA_PARENT_PID))
+                self._inherited = (os.environ.get(env.GZ_IA_PARENT_SESSION_ID), os.environ.get(env.GZ_IA_PARENT_PID))
             self._open.append(scope)
             self._export(scope.session_id, str(os.getpid()))
 
@@ -104,7 +101,7 @@ class _EnvironmentExport:
 
     @staticmethod
     def _export(session_id: str | None, pid: str | None) -> None:
-        for name, value in ((env.GZ_IA_PARENT_SESSION_ID, session_id), (GZ_IA_PARENT_PID, pid)):
+        for name, value in ((env.GZ_IA_PARENT_SESSION_ID, session_id), (env.GZ_IA_PARENT_PID, pid)):
             if value is None:
                 os.environ.pop(name, None)
             else:
@@ -148,7 +145,7 @@ def current_session() -> SessionScope | None:
 
 def _inherited_parent() -> str | None:
     # Our own export is for children, not for us: a sibling session here is not a subagent.
-    if os.environ.get(GZ_IA_PARENT_PID) == str(os.getpid()):
+    if os.environ.get(env.GZ_IA_PARENT_PID) == str(os.getpid()):
         return None
     return env.parent_session()
 
@@ -254,7 +251,7 @@ class SessionScope:
         """Return an environment for a child process whose sessions become this one's subagents."""
         child = dict(os.environ if base is None else base)
         child[env.GZ_IA_PARENT_SESSION_ID] = self.session_id
-        child.pop(GZ_IA_PARENT_PID, None)
+        child.pop(env.GZ_IA_PARENT_PID, None)
         return child
 
     def __enter__(self) -> SessionScope:

@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from typing import Final
 
 __all__ = [
+    "GZ_IA_AGENT",
     "GZ_IA_DISABLED",
+    "GZ_IA_EXIT_TIMEOUT",
     "GZ_IA_PAGER",
+    "GZ_IA_PARENT_PID",
     "GZ_IA_PARENT_SESSION_ID",
+    "GZ_IA_ROLE",
     "GZ_IA_ROOT",
     "GZ_IA_SOCKET",
     "GZ_IA_SPOOL_DIR",
@@ -33,6 +37,7 @@ __all__ = [
     "config_home",
     "default_socket_path",
     "default_spool_dir",
+    "exit_timeout",
     "find_root",
     "inherited_parent",
     "locate_root",
@@ -59,6 +64,19 @@ GZ_IA_SPOOL_DIR: Final = "GZ_IA_SPOOL_DIR"
 
 GZ_IA_DISABLED: Final = "GZ_IA_DISABLED"
 """``1``/``true``/``yes``: the default client is the null client; nothing is sent."""
+
+GZ_IA_PARENT_PID: Final = "GZ_IA_PARENT_PID"
+"""Set beside ``GZ_IA_PARENT_SESSION_ID`` by a session scope: the process that set it, whose own
+later sessions are its siblings, not its subagents."""
+
+GZ_IA_EXIT_TIMEOUT: Final = "GZ_IA_EXIT_TIMEOUT"
+"""Seconds a process's clients may spend delivering at its exit before they spool the rest (2)."""
+
+GZ_IA_AGENT: Final = "GZ_IA_AGENT"
+"""The ``--agent`` of ``gz-ia session log`` when the option is not given."""
+
+GZ_IA_ROLE: Final = "GZ_IA_ROLE"
+"""The ``--role`` of ``gz-ia session log`` when the option is not given."""
 
 GZ_IA_STATE_DIR: Final = "GZ_IA_STATE_DIR"
 """Where the collector keeps its own state (the roots it serves), instead of ``$XDG_STATE_HOME/gz-ia``."""
@@ -256,3 +274,8 @@ def inherited_parent(session_id: str) -> str | None:
 def tracing_disabled() -> bool:
     """Tell whether ``$GZ_IA_DISABLED`` asks for the null client."""
     return os.environ.get(GZ_IA_DISABLED, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def exit_timeout() -> float:
+    """Return ``$GZ_IA_EXIT_TIMEOUT`` in seconds (2 when unset, empty or zero)."""
+    return float(os.environ.get(GZ_IA_EXIT_TIMEOUT, "2") or 2)

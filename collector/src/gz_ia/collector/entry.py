@@ -127,7 +127,7 @@ def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:
             continue
         positional.append(word)
         index += 1
-    for name, variable in (("agent", "GZ_IA_AGENT"), ("role", "GZ_IA_ROLE")):
+    for name, variable in (("agent", env.GZ_IA_AGENT), ("role", env.GZ_IA_ROLE)):
         if name not in values and os.environ.get(variable):
             values[name] = os.environ[variable]
     stage = values.get("stage", "").upper()

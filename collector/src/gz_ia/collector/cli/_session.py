@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gz_ia.client import env
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.typed_event import attr_scalar
 
@@ -28,8 +29,8 @@ def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str]
 @click.option(
     "--status", default="OK", show_default=True, type=click.Choice([s.value for s in Status], case_sensitive=False)
 )
-@click.option("--agent", required=True, envvar="GZ_IA_AGENT", help="Agent name [env: GZ_IA_AGENT].")
-@click.option("--role", default=None, envvar="GZ_IA_ROLE", help="Functional role [env: GZ_IA_ROLE].")
+@click.option("--agent", required=True, envvar=env.GZ_IA_AGENT, help="Agent name [env: GZ_IA_AGENT].")
+@click.option("--role", default=None, envvar=env.GZ_IA_ROLE, help="Functional role [env: GZ_IA_ROLE].")
 @click.option(
     "--parent",
     "parent",
