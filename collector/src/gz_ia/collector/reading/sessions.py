@@ -30,6 +30,7 @@ from gz_ia.collector.storage.names import (
 from gz_ia.collector.storage.replay import SessionFold, replay_session
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import SegmentUnreadable
+from gz_ia.collector.storage.tally import SessionTally
 
 from .segments import SessionNotFound, SessionView, open_dirs, require_root
 
@@ -118,7 +119,7 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: Listing) -> Session
     racing with us) goes the careful way through :func:`_summary`.
     """
     checkpoint = covering_checkpoint(dirs, session_id, listing)
-    return None if checkpoint is None else _summary_of(session_id, checkpoint, segments=checkpoint.segment)
+    return None if checkpoint is None else _summary_of(session_id, SessionFold(checkpoint), segments=checkpoint.segment)
 
 
 def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Checkpoint | None:
@@ -140,10 +141,8 @@ def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Ch
     return checkpoint if size == checkpoint.offset else None
 
 
-def _summary_of(
-    session_id: str, state: Checkpoint | SessionFold, *, segments: int, incomplete: bool = False
-) -> SessionSummary:
-    """A summary from what a checkpoint stored or what a replay rebuilt (the same fields)."""
+def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False) -> SessionSummary:
+    """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay)."""
     return SessionSummary(
         session_id=session_id,
         parent_session_id=state.parent or None,
@@ -151,7 +150,7 @@ def _summary_of(
         first_time=_time(state.first_time),
         last_time=_time(state.last_time),
         events=state.seq,
-        open_actions=len(state.open_actions) + (len(state.open_cycles) if isinstance(state, Checkpoint) else 0),
+        open_actions=len(state.open_actions),
         failures=state.failures,
         segments=segments,
         incomplete=incomplete,
