@@ -341,7 +341,7 @@ class ActionScope:
         self.start = start
         self.role = role
         # 40 random bits: two runs of one action open at once in a session never share an id in
-        # practice, forked children included (the random module would cost 10 ms to import).
+        # practice, forked children included (os.urandom spares importing the random module).
         self.cycle = os.urandom(5).hex()
         self._started = 0
         self._failure: str | None = None

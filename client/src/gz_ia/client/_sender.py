@@ -73,10 +73,10 @@ _PERMANENT: Final = frozenset(
 def _give_way() -> None:
     """Release the GIL for a moment, so that the other side's thread, waiting for it, runs now.
 
-    A busy thread holds the GIL but for the switch interval (5 ms). An agent thread logging in a busy
-    loop gives the sender thread a turn every ``_INBOX_EVENTS`` events while the queue lags (with 8
-    such agents, nearly all events were still queued when they finished logging, and delivery only
-    began then); the sender thread gives a ``send()`` it has just woken its turn at once.
+    A busy thread holds the GIL for a whole switch interval (``sys.getswitchinterval()``). An agent
+    thread logging in a busy loop gives the sender thread a turn every ``_INBOX_EVENTS`` events while
+    the queue lags (else several such agents would finish logging before delivery began); the sender
+    thread gives a ``send()`` it has just woken its turn at once.
     """
     time.sleep(0)
 
