@@ -6,8 +6,8 @@ number of :class:`Batch` frames, each carrying many events. The collector answer
 :class:`Welcome` and every Batch, in order, with one :class:`Verdicts`. A client that offers to
 route (``Hello.routes``) and is told by the Welcome that the collector has several shares precedes
 each Batch with a :class:`Route` frame naming the share that owns all of its events
-(:func:`owner_of`), which gets no reply. A frame the collector cannot
-accept gets an :class:`Error`; a ``fatal`` one is followed by the collector closing the connection.
+(:func:`owner_of`), which gets no reply; without routes, each Batch must hold one share's sessions.
+A frame the collector cannot accept gets an :class:`Error`; a ``fatal`` one is followed by the collector closing the connection.
 
 Only the envelope is tagged, never :class:`~gz_ia.client.schema.LogEvent`, so stored lines carry no
 ``type`` key. Encoders and decoders are built once here and reused.
@@ -124,8 +124,9 @@ class Batch(msgspec.Struct, tag="batch", kw_only=True):
 class Route(msgspec.Struct, tag="route", kw_only=True):
     """Sent before a Batch by a client that routes: every event of that batch belongs to ``share``.
 
-    A sharded collector then hands the batch to that share alone, instead of every share reading
-    it and keeping its own events. No reply; an event of another share is rejected ``misrouted``.
+    A sharded collector hands the batch to that share unread. No reply; an event of another share is
+    rejected ``misrouted``. A client that does not route has each batch routed by the front, which
+    refuses (``misrouted``) a batch whose sessions belong to several shares.
     """
 
     share: int
