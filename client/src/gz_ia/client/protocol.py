@@ -7,7 +7,8 @@ number of :class:`Batch` frames, each carrying many events. The collector answer
 route (``Hello.routes``) and is told by the Welcome that the collector has several shares precedes
 each Batch with a :class:`Route` frame naming the share that owns all of its events
 (:func:`owner_of`), which gets no reply; without routes, each Batch must hold one share's sessions.
-A frame the collector cannot accept gets an :class:`Error`; a ``fatal`` one is followed by the collector closing the connection.
+A frame the collector cannot accept gets an :class:`Error`; a ``fatal`` one is followed by the
+collector closing the connection.
 
 Only the envelope is tagged, never :class:`~gz_ia.client.schema.LogEvent`, so stored lines carry no
 ``type`` key. Encoders and decoders are built once here and reused.
