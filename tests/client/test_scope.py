@@ -97,6 +97,24 @@ def test_a_child_process_inherits_its_parent_session_from_the_environment() -> N
     assert "GZ_IA_PARENT_SESSION_ID" not in os.environ
 
 
+def test_child_env_makes_a_launched_process_a_subagent_without_entering_the_scope() -> None:
+    """``child_env()`` gives a launcher the environment a scope would export, from any base, without
+    the exporting process's pid (a child that execs in place must not take its own sessions for siblings)."""
+    code = (
+        "import json, gz_ia.client as gz\n"
+        "from gz_ia.client.testing import capture_events\n"
+        "with capture_events() as events, gz.session(agent='child') as s:\n"
+        "    s.log('x', 'READ')\n"
+        "print(json.dumps(events[0].parent_session_id))\n"
+    )
+    scope = gz.session("parent-2", agent="a", client=CapturingClient())
+    child_env = scope.child_env({**os.environ, "GZ_IA_PARENT_PID": str(os.getpid())})
+    assert "GZ_IA_PARENT_PID" not in child_env
+    result = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == "parent-2"
+    assert "GZ_IA_PARENT_SESSION_ID" not in os.environ
+
+
 def test_action_outside_a_session_is_a_clear_programming_error() -> None:
     """gz.action() with no session scope raises at once with a message saying what to do."""
     with pytest.raises(RuntimeError, match="no gz-ia session is active"):
