@@ -13,6 +13,9 @@ from typing import Any
 from tests.conftest import wait_for
 from tests.integration.test_cli_log import HEAVY
 
+from gz_ia.client.limits import MAX_AGENT_LENGTH, MAX_ERROR_LENGTH
+from gz_ia.client.schema import cut_text
+
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "claude_code"
 SESSION = "0b6f3c1e-5d2a-4c7e-9f10-2a3b4c5d6e7f"
 SUBAGENT = f"{SESSION}.a7f3e91c"
@@ -149,6 +152,20 @@ def test_a_failing_bash_command_is_a_failed_cycle_with_its_error(collector: Any)
     assert _tree(collector, SESSION)["status"] == "failed"
     failed = collector.gz_ia("logs", "--failed", "-o", "json", check=True)
     assert [_cycles([json.loads(line)])[0][0] for line in failed.stdout.splitlines()] == ["Bash toolu_02A"]
+
+
+def test_a_long_tool_error_and_agent_type_are_cut_and_marked_like_every_client_cuts_them(collector: Any) -> None:
+    """Free text past the schema's limits is cut with the mark that names its length, as the client
+    library cuts it, not silently."""
+    payloads = _payloads("failing_bash.jsonl", collector)
+    failure = json.loads(payloads[3])
+    assert failure["hook_event_name"] == "PostToolUseFailure"
+    payloads[3] = json.dumps({**failure, "error": "e" * (MAX_ERROR_LENGTH + 100), "agent_type": "r" * 200})
+    _feed_all(collector, payloads)
+    finish = collector.session_lines(SESSION)[3]
+    assert (finish["stage"], finish["status"]) == ("FINISH", "FAILED")
+    assert finish["error"] == cut_text("e" * (MAX_ERROR_LENGTH + 100), MAX_ERROR_LENGTH)
+    assert finish["role"] == cut_text("r" * 200, MAX_AGENT_LENGTH)
 
 
 def _assert_subagent_tree(collector: Any) -> None:

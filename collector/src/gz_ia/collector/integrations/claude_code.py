@@ -30,7 +30,7 @@ import sys
 import time
 
 from gz_ia.client import env
-from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_ERROR_LENGTH, MAX_SESSION_ID_LENGTH
+from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
 from gz_ia.collector import _plain_json
 from gz_ia.collector.oneshot import (
     Ledger,
@@ -120,7 +120,7 @@ class _Hook:
         self.payload = payload
         self.data = data
         self.session_id, self.parent = session_ids(payload)
-        self.role: str | None = str(payload["agent_type"])[:128] if payload.get("agent_type") else None
+        self.role: str | None = str(payload["agent_type"]) if payload.get("agent_type") else None
         self.now = time.time_ns()
         self.events: list[dict[str, object]] = []
 
@@ -178,7 +178,7 @@ class _Hook:
                     self.event(action, "PENDING", attrs=tool_attrs(payload), cycle=cycle)
                     self.event(action, "FINISH", cycle=cycle)
             case "PostToolUseFailure":
-                error = str(payload.get("error") or "the tool call failed")[:MAX_ERROR_LENGTH]
+                error = str(payload.get("error") or "the tool call failed")  # cut and marked by plain_event
                 if not self.finish(f"tool\0{payload['tool_use_id']}", "FAILED", error=error):
                     action, cycle = _tool_cycle(payload)
                     self.event(action, "PENDING", attrs=tool_attrs(payload), cycle=cycle)
