@@ -114,7 +114,7 @@ class GzIaProcessor(TracingProcessor):
             with self._lock:
                 self._traces[trace.trace_id] = (action, time.monotonic())
                 self._sessions[trace.trace_id + _ROOT] = (trace.trace_id, self.agent, None)
-            self._log((trace.trace_id, self.agent, None), action, Stage.READ, role=trace.name[:128])
+            self._log((trace.trace_id, self.agent, None), action, Stage.READ, role=trace.name)
         except Exception:  # noqa: S110 - tracing must never break the agent
             pass
 
@@ -136,7 +136,7 @@ class GzIaProcessor(TracingProcessor):
                     action,
                     Stage.FINISH,
                     duration_ms=duration,
-                    role=trace.name[:128],
+                    role=trace.name,
                 )
         except Exception:  # noqa: S110 - tracing must never break the agent
             pass
@@ -156,7 +156,7 @@ class GzIaProcessor(TracingProcessor):
                 with self._lock:
                     handed = self._handoffs.pop((span.trace_id, data.name), None)
                 parent = handed or parent
-                session = (span.span_id, data.name[:128] or "agent", parent[0])
+                session = (span.span_id, data.name or "agent", parent[0])
                 with self._lock:
                     self._sessions[span.span_id] = session
                 self._log(session, f"agent {data.name[:_NAME]}", Stage.READ)
@@ -165,7 +165,7 @@ class GzIaProcessor(TracingProcessor):
                 self._sessions[span.span_id] = parent
             if isinstance(data, FunctionSpanData):
                 action, cycle = _tool_cycle(data.name, span.span_id)
-                self._log(parent, action, Stage.PENDING, attrs={"tool": data.name[:1024]}, cycle=cycle)
+                self._log(parent, action, Stage.PENDING, attrs={"tool": data.name}, cycle=cycle)
         except Exception:  # noqa: S110 - tracing must never break the agent
             pass
 
