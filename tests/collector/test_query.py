@@ -263,21 +263,33 @@ def test_finder_finds_exactly_the_lines_holding_a_needle(
     assert finder.starts(data) == starts
 
 
+def _stored_line(session_id: str, seq: int, attrs: dict[str, str]) -> str:
+    """One stored event line as the collector writes it, ``seq`` seconds after ``NOW``."""
+    record = {
+        "timestamp": msgspec.json.encode(NOW + timedelta(seconds=seq)).decode()[1:-1],
+        "session_id": session_id,
+        "action": f"task-{seq}",
+        "stage": "READ",
+        "status": "OK",
+        "agent": "claude",
+        "attrs": attrs,
+        "seq": seq,
+    }
+    return msgspec.json.encode(record).decode()
+
+
+def _empty_root(root: Path) -> None:
+    """Lay out an empty session root as the collector creates it."""
+    from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
+
+    (root / "sessions").mkdir()
+    (root / "state").mkdir()
+    (root / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION}) + "\n")
+
+
 def _write_session(root: Path, session_id: str, tools: list[str], *, torn: bytes = b"") -> list[str]:
     """Write an active segment as the collector would, one event per tool (padded to make it long); return its lines."""
-    lines = []
-    for seq, tool in enumerate(tools, 1):
-        record = {
-            "timestamp": msgspec.json.encode(NOW + timedelta(seconds=seq)).decode()[1:-1],
-            "session_id": session_id,
-            "action": f"task-{seq}",
-            "stage": "READ",
-            "status": "OK",
-            "agent": "claude",
-            "attrs": {"tool": tool, "padding": "x" * 200},
-            "seq": seq,
-        }
-        lines.append(msgspec.json.encode(record).decode())
+    lines = [_stored_line(session_id, seq, {"tool": tool, "padding": "x" * 200}) for seq, tool in enumerate(tools, 1)]
     path = root / "sessions" / f"{session_id}.events.jsonl"
     path.write_bytes("".join(line + "\n" for line in lines).encode() + torn)
     return lines
@@ -289,11 +301,8 @@ def test_search_reads_each_session_alone_though_one_buffer_holds_them_in_turn(tm
     torn last line (being written) with them; a session longer than the buffer makes it grow."""
     from gz_ia.collector.query import search
     from gz_ia.collector.reading import Filters
-    from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
 
-    (tmp_path / "sessions").mkdir()
-    (tmp_path / "state").mkdir()
-    (tmp_path / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION}) + "\n")
+    _empty_root(tmp_path)
     # Sessions are read in id order: the long one first, with its matches near its end, past the
     # shorter ones' lengths; then a short one, then one whose torn last line holds the needle too.
     long_tools = ["Bash"] * 6000 + ["WebFetch", "Bash", "WebFetch"]
@@ -315,11 +324,9 @@ def _segmented_root(root: Path, session_id: str, segments: list[list[str]]) -> l
     """Write a root holding one session as the collector leaves it: every segment but the last
     archived (plain), the last active, and a checkpoint covering it all; return every line."""
     from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
-    from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION, archive_name
+    from gz_ia.collector.storage.names import archive_name
 
-    (root / "sessions").mkdir()
-    (root / "state").mkdir()
-    (root / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION}) + "\n")
+    _empty_root(root)
     lines: list[str] = []
     seq = 0
     for number, tools in enumerate(segments, 1):
@@ -327,17 +334,7 @@ def _segmented_root(root: Path, session_id: str, segments: list[list[str]]) -> l
         part = []
         for tool in tools:
             seq += 1
-            record = {
-                "timestamp": msgspec.json.encode(NOW + timedelta(seconds=seq)).decode()[1:-1],
-                "session_id": session_id,
-                "action": f"task-{seq}",
-                "stage": "READ",
-                "status": "OK",
-                "agent": "claude",
-                "attrs": {"tool": tool},
-                "seq": seq,
-            }
-            part.append(msgspec.json.encode(record).decode())
+            part.append(_stored_line(session_id, seq, {"tool": tool}))
         lines += part
         data = "".join(line + "\n" for line in part).encode()
         last = number == len(segments)

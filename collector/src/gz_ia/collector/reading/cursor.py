@@ -34,7 +34,7 @@ from .segments import (
     lines_backward,
     lines_forward,
     open_dirs,
-    open_view,
+    root_view,
     seq_of,
 )
 
@@ -275,15 +275,8 @@ def end_cursor(root: Path, session_id: str) -> str:
     Raises:
         SessionNotFound: nothing stored for the session.
     """
-    dirs = open_dirs(root)
-    try:
-        view = open_view(dirs, session_id)
-        try:
-            return end_position(view).encode(dirs.epoch)
-        finally:
-            view.close()
-    finally:
-        dirs.close()
+    with root_view(root, session_id) as view:
+        return end_position(view).encode(view.dirs.epoch)
 
 
 def end_position(view: SessionView) -> Position:

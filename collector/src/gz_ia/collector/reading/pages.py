@@ -34,6 +34,7 @@ from .segments import (
     lines_forward,
     open_dirs,
     open_view,
+    root_view,
 )
 
 __all__ = [
@@ -322,44 +323,37 @@ def copy_lines(
     Raises:
         SessionNotFound: nothing stored for the session.
     """
-    dirs = open_dirs(root)
-    try:
-        view = open_view(dirs, session_id)
-        try:
-            holes = Holes(view)
-            expected: int | None = None
-            for number in range(view.oldest(), view.active_number + 1):
-                segment = view.segment(number)
-                if segment is None:
-                    if view.get(number) is MISSING and number < view.active_number:
-                        view.note(f"segment {number} is missing")
-                    continue
-                try:
-                    end = complete_end(segment)
-                    first = first_seq(lines_forward(segment, 0))
-                    if first is not None:
-                        holes.missing(expected, first - 1)
-                    offset = 0
-                    while offset < end:
-                        chunk = segment.read(offset, min(chunk_size, end - offset))
-                        if not chunk:
-                            break
-                        offset += len(chunk)
-                        yield chunk
-                    newest = first_seq(lines_backward(segment, end))
-                    if newest is not None:
-                        expected = newest + 1
-                except SegmentUnreadable as exc:
-                    view.note(str(exc))
-                    continue
-            holes.trailing(expected)
-            if on_gap is not None:
-                for gap in holes.gaps:
-                    on_gap(gap)
-        finally:
-            view.close()
-    finally:
-        dirs.close()
+    with root_view(root, session_id) as view:
+        holes = Holes(view)
+        expected: int | None = None
+        for number in range(view.oldest(), view.active_number + 1):
+            segment = view.segment(number)
+            if segment is None:
+                if view.get(number) is MISSING and number < view.active_number:
+                    view.note(f"segment {number} is missing")
+                continue
+            try:
+                end = complete_end(segment)
+                first = first_seq(lines_forward(segment, 0))
+                if first is not None:
+                    holes.missing(expected, first - 1)
+                offset = 0
+                while offset < end:
+                    chunk = segment.read(offset, min(chunk_size, end - offset))
+                    if not chunk:
+                        break
+                    offset += len(chunk)
+                    yield chunk
+                newest = first_seq(lines_backward(segment, end))
+                if newest is not None:
+                    expected = newest + 1
+            except SegmentUnreadable as exc:
+                view.note(str(exc))
+                continue
+        holes.trailing(expected)
+        if on_gap is not None:
+            for gap in holes.gaps:
+                on_gap(gap)
 
 
 class _Stamp(msgspec.Struct, gc=False):

@@ -13,6 +13,7 @@ validated session ids. A root of a newer storage layout raises :class:`LayoutToo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -42,6 +43,7 @@ __all__ = [
     "open_dirs",
     "open_view",
     "require_root",
+    "root_view",
     "seq_of",
 ]
 
@@ -323,3 +325,21 @@ def open_view(dirs: RootDirs, session_id: str) -> SessionView:
         view.close()
         raise SessionNotFound(f"no session {session_id!r} under {dirs.path}")
     return view
+
+
+@contextlib.contextmanager
+def root_view(root: Path, session_id: str) -> Iterator[SessionView]:
+    """Open ``root`` and a view of one of its sessions for one read, and close both after it.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    dirs = open_dirs(root)
+    try:
+        view = open_view(dirs, session_id)
+        try:
+            yield view
+        finally:
+            view.close()
+    finally:
+        dirs.close()
