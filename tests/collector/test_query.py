@@ -375,8 +375,8 @@ def test_search_never_misses_a_segment_archived_after_the_listing(
         lines = lines[4:]
 
     class _BeforeTheRotation(Listing):
-        def __init__(self, dirs: object) -> None:
-            super().__init__(dirs)  # type: ignore[arg-type]
+        def __init__(self, dirs: object, **options: bool) -> None:
+            super().__init__(dirs, **options)  # type: ignore[arg-type]
             self.archives["rot"].discard(3)
             if not self.archives["rot"]:
                 del self.archives["rot"]

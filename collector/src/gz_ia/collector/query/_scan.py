@@ -14,7 +14,8 @@ Two savings, both exact:
 
 The files are read with ``preadv`` into a buffer kept from one session to the next, never mapped: the
 writer truncates an active file back after a failed write, and touching a mapped page past the new
-end would kill the process (``SIGBUS``).
+end would kill the process (``SIGBUS``). The sessions are shared out in chunks among forked processes
+(:mod:`._fanout`), one per core, each with its own buffer.
 
 A search decodes only the lines around a hit, so it proves otherwise that it saw every line
 (:func:`_prove_complete`): the ``seq`` of each segment's first and last line, continuous from one
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -49,15 +49,15 @@ from gz_ia.collector.storage.names import ACTIVE_SUFFIX, STATE_SUFFIX, session_a
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, open_archive, segment_exists
 
+from . import _fanout
 from ._match import Selection
 
 __all__ = ["search"]
 
 _SAMPLE: Final = 1 << 16
 _BUFFER: Final = 1 << 20
-_WORKERS: Final = min(4, os.cpu_count() or 1)
 _CHUNK: Final = 128
-"""Sessions per task of the thread pool (a task per session costs more than a small session's read)."""
+"""Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
@@ -120,6 +120,11 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _Data = bytes | bytearray
+_Match = tuple[bytes, str, StoredEvent | None]
+"""A matching line, the cursor after it, and its event (None once sent by a search process: events
+pickle far slower than decoding the line again)."""
+_Found = tuple[list[tuple[str, list[_Match]]], list[str]]
+"""The matches of a few sessions, and the sessions the careful reader must read."""
 
 
 class _Buffer:
@@ -226,7 +231,6 @@ class _Finder:
         self.rest = groups[1:]
         """The groups checked on each candidate line (after the searched one)."""
         self.rare: list[tuple[bytes, int]] | None = None
-        self._lock = threading.Lock()
 
     def _learn(self, sample: bytes) -> None:
         # Search for the group that is rarest in the sample: fewer candidate lines to check.
@@ -247,9 +251,7 @@ class _Finder:
         if end is None:
             end = len(data)
         if self.rare is None:
-            with self._lock:  # learnt once: the readers' threads must search for the same group
-                if self.rare is None:
-                    self._learn(bytes(data[: min(end, _SAMPLE)]))
+            self._learn(bytes(data[: min(end, _SAMPLE)]))
         assert self.rare is not None
         starts: set[int] = set()
         for index, needle in enumerate(self.group):
@@ -337,9 +339,9 @@ def _session(
     test: Callable[[StoredEvent], bool],
     finder: _Finder | None,
     buffer: _Buffer,
-) -> list[reader.Entry]:
+) -> list[_Match]:
     """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
-    found: list[reader.Entry] = []
+    found: list[_Match] = []
     expected: int | None = None
     contents = _contents(dirs, session_id, listing, checkpoint, buffer)
     _prove_complete(dirs, session_id, listing, checkpoint, contents)
@@ -365,7 +367,7 @@ def _session(
                 expected = event.seq + 1
             if filters.match(event) and test(event):
                 cursor = Position(session_id, number, end + 1, event.seq).encode()
-                found.append(reader.Entry(raw.decode(errors="replace"), event, cursor))
+                found.append((raw, cursor, event))
     return found
 
 
@@ -376,37 +378,16 @@ def _line_starts(data: _Data, size: int) -> Iterator[int]:
         start = data.index(b"\n", start, size) + 1
 
 
-def _in_parallel(read: Callable[[list[str], _Buffer], None], session_ids: list[str]) -> None:
-    """Run ``read`` over chunks of the sessions on up to :data:`_WORKERS` threads, the caller's among them.
+def _portable(found: _Found) -> _Found:
+    matches, careful = found
+    return [(session_id, [(raw, cursor, None) for raw, cursor, _ in each]) for session_id, each in matches], careful
 
-    Copying a file out of the page cache (``preadv``) releases the GIL, so a second thread overlaps
-    it with the first one's search. The order of the results does not matter: the caller sorts them.
-    """
-    chunks = [session_ids[index : index + _CHUNK] for index in range(0, len(session_ids), _CHUNK)]
-    claims = iter(chunks)
-    lock = threading.Lock()
-    failures: list[BaseException] = []
 
-    def work() -> None:
-        buffer = _Buffer()
-        try:
-            while True:
-                with lock:
-                    chunk = next(claims, None)
-                if chunk is None or failures:
-                    return
-                read(chunk, buffer)
-        except BaseException as exc:  # re-raised in the caller's thread
-            failures.append(exc)
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(_WORKERS, len(chunks)) - 1)]
-    for thread in threads:
-        thread.start()
-    work()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+def _entries(matches: list[_Match]) -> list[reader.Entry]:
+    return [
+        reader.Entry(raw.decode(errors="replace"), _decoder.decode(raw) if event is None else event, cursor)
+        for raw, cursor, event in matches
+    ]
 
 
 def _time(entry: reader.Entry) -> datetime:
@@ -449,12 +430,13 @@ def search(
     per_session: list[tuple[str, list[reader.Entry]]] = []
     fallbacks: list[str] = []
     try:
-        listing = Listing(dirs)
-
-        # Checking checkpoints is part of each session's read, so the threads share it too.
+        listing = Listing(dirs, checkpoints=False)  # a session with no file left has no event to find
         prunable = filters.since is not None or filters.statuses == {Status.FAILED}
+        buffer = _Buffer()  # each forked process has its own copy
 
-        def read(chunk: list[str], buffer: _Buffer) -> None:
+        def read(chunk: list[str]) -> _Found:
+            found = []
+            careful = []
             for session_id in chunk:
                 checkpoint = None
                 if prunable:
@@ -464,12 +446,17 @@ def search(
                 try:
                     entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer)
                 except _Fallback:
-                    fallbacks.append(session_id)
+                    careful.append(session_id)
                 else:
                     if entries:
-                        per_session.append((session_id, entries))
+                        found.append((session_id, entries))
+            return found, careful
 
-        _in_parallel(read, _candidates(listing, selection))
+        candidates = _candidates(listing, selection)
+        chunks = [candidates[index : index + _CHUNK] for index in range(0, len(candidates), _CHUNK)]
+        for found, to_read in _fanout.run(read, chunks, portable=_portable):
+            per_session.extend((session_id, _entries(matches)) for session_id, matches in found)
+            fallbacks.extend(to_read)
     finally:
         dirs.close()
     fallbacks.sort()  # their gap notices in session order

@@ -158,9 +158,12 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
 
 
 class Listing:
-    """What one listing of ``sessions/`` (and ``state/``) says: session ids and their newest archive."""
+    """What one listing of ``sessions/`` (and ``state/``) says: session ids and their newest archive.
 
-    def __init__(self, dirs: RootDirs) -> None:
+    ``checkpoints=False`` leaves out sessions known only by a checkpoint, with no file left to read.
+    """
+
+    def __init__(self, dirs: RootDirs, *, checkpoints: bool = True) -> None:
         self.session_ids: set[str] = set()
         self.active: set[str] = set()
         """Sessions with an active file."""
@@ -185,7 +188,7 @@ class Listing:
                     if not item.is_file(follow_symlinks=False):
                         self.damaged.add(session_id)
                 self.session_ids.add(session_id)
-        if dirs.state_fd is not None:
+        if checkpoints and dirs.state_fd is not None:
             with contextlib.suppress(OSError):
                 for name in os.listdir(dirs.state_fd):
                     session_id = session_id_of_state(name)

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Final
 
@@ -142,7 +141,7 @@ def _check_layout(root_fd: int, path: Path, *, create: bool) -> str:
         if not create:
             return ""
         # The epoch tells this root from a root rebuilt at the same path: cursors carry it.
-        epoch = secrets.token_hex(8)
+        epoch = os.urandom(8).hex()  # as secrets.token_hex, without its imports
         write_file_atomically(
             root_fd, LAYOUT_FILE, json.dumps({"layout": LAYOUT_VERSION, "epoch": epoch}).encode() + b"\n"
         )

@@ -1,0 +1,141 @@
+"""Work spread over forked processes: a question that must read every file uses every core.
+
+Threads do not help here: the search between two reads holds the GIL, so a second thread only
+overlaps the first one's system calls. Forked processes share nothing but what they inherit at the
+fork (the open root, the listing, the compiled question) and each send back what they found.
+
+Work is handed out in chunks through a pipe that every process reads four bytes at a time (a read
+of at most ``PIPE_BUF`` bytes is atomic), so a process that drew small sessions takes more chunks.
+A process forks only while it runs a single thread: a lock another thread held at the fork would
+never be released in the child. Elsewhere, and for work too small to be worth a fork, the chunks
+are read here, one after the other.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
+
+__all__ = ["MAX_PROCESSES", "run"]
+
+MAX_PROCESSES: Final = 4
+_CLAIM: Final = struct.Struct("=I")
+_PIPE_CAPACITY: Final = 1 << 16
+"""Linux's default pipe size: every claim is written before the first process starts reading."""
+
+Chunk = TypeVar("Chunk")
+Result = TypeVar("Result")
+
+
+class WorkerFailed(RuntimeError):
+    """A forked process ended without sending its results (killed, or its error would not pickle)."""
+
+
+def _processes() -> int:
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(MAX_PROCESSES, available)
+
+
+def run(
+    work: Callable[[Chunk], Result],
+    chunks: Sequence[Chunk],
+    *,
+    portable: Callable[[Result], Result] | None = None,
+) -> list[Result]:
+    """Return ``[work(chunk) for chunk in chunks]``, computed by up to :data:`MAX_PROCESSES` processes.
+
+    ``work`` runs in forked children, whose results are pickled back, and in the caller, which
+    works too. ``portable`` turns a child's result into one that pickles fast (the caller's own
+    results skip it). An exception ``work`` raises in any process is raised here.
+    """
+    processes = min(_processes(), len(chunks))
+    if (
+        processes < 2
+        or not hasattr(os, "fork")
+        or threading.active_count() > 1
+        or len(chunks) * _CLAIM.size > _PIPE_CAPACITY
+    ):
+        return [work(chunk) for chunk in chunks]
+    claims_read, claims_write = os.pipe()
+    try:
+        os.write(claims_write, b"".join(_CLAIM.pack(index) for index in range(len(chunks))))
+    finally:
+        os.close(claims_write)
+    children: list[tuple[int, int]] = []
+    try:
+        for _ in range(processes - 1):
+            children.append(_fork(work, chunks, claims_read, portable))
+        results: dict[int, Result] = dict(_claim_and_work(work, chunks, claims_read))
+        while children:
+            results.update(_collect(*children.pop()))
+    finally:
+        os.close(claims_read)
+        for pid, results_read in children:  # the caller failed or was interrupted: stop the rest
+            _stop(pid, results_read)
+    return [results[index] for index in range(len(chunks))]
+
+
+def _claim_and_work(work: Callable[[Chunk], Result], chunks: Sequence[Chunk], claims: int) -> list[tuple[int, Result]]:
+    done = []
+    while claim := os.read(claims, _CLAIM.size):
+        (index,) = _CLAIM.unpack(claim)
+        done.append((index, work(chunks[index])))
+    return done
+
+
+def _fork(
+    work: Callable[[Chunk], Result],
+    chunks: Sequence[Chunk],
+    claims: int,
+    portable: Callable[[Result], Result] | None,
+) -> tuple[int, int]:
+    results_read, results_write = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(results_write)
+        return pid, results_read
+    # The child: never return into the caller's code, never run its exit handlers or flush its buffers.
+    code = 1
+    try:
+        os.close(results_read)
+        try:
+            done = _claim_and_work(work, chunks, claims)
+            if portable is not None:
+                done = [(index, portable(result)) for index, result in done]
+            payload = pickle.dumps((True, done), pickle.HIGHEST_PROTOCOL)
+        except BaseException as exc:  # sent to the parent, which raises it
+            payload = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
+        with open(results_write, "wb") as sink:
+            sink.write(payload)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _collect(pid: int, results_read: int) -> list[tuple[int, Result]]:
+    try:
+        with open(results_read, "rb") as source:
+            payload = source.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not payload:
+        raise WorkerFailed(f"a search process ended with status {os.waitstatus_to_exitcode(status)}")
+    succeeded, value = pickle.loads(payload)  # noqa: S301 (our own child, over a private pipe)
+    if not succeeded:
+        raise value
+    done: list[tuple[int, Result]] = value
+    return done
+
+
+def _stop(pid: int, results_read: int) -> None:
+    os.close(results_read)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
