@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.schema import is_safe_session_id
+from gz_ia.collector.storage.archive_seal import seal_holds
 from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
 from gz_ia.collector.storage.names import (
     ACTIVE_SUFFIX,
@@ -169,6 +170,8 @@ class Listing:
         """Sessions with an active file."""
         self.newest_archive: dict[str, int] = {}
         self.archives: dict[str, set[int]] = {}
+        self.compressed: dict[str, list[str]] = {}
+        """File names of each session's compressed archives."""
         self.damaged: set[str] = set()
         """Sessions with something other than a regular file under an archive's name."""
         with os.scandir(dirs.sessions_fd) as entries:
@@ -183,6 +186,8 @@ class Listing:
                         continue
                     session_id = archive[0]
                     self.archives.setdefault(session_id, set()).add(archive[1])
+                    if archive[2]:
+                        self.compressed.setdefault(session_id, []).append(name)
                     if archive[1] > self.newest_archive.get(session_id, 0):
                         self.newest_archive[session_id] = archive[1]
                     if not item.is_file(follow_symlinks=False):
@@ -199,6 +204,11 @@ class Listing:
         """Whether the listing already shows damage: a gap in the archive numbers, or a non-file."""
         numbers = self.archives.get(session_id)
         return session_id in self.damaged or (numbers is not None and len(numbers) != max(numbers) - min(numbers) + 1)
+
+    def archive_changed(self, dirs: RootDirs, session_id: str) -> bool:
+        """Whether a compressed archive of the session was changed since the collector wrote it, as
+        its seal tells without decompressing it (:mod:`~gz_ia.collector.storage.archive_seal`)."""
+        return any(seal_holds(dirs.sessions_fd, name) is False for name in self.compressed.get(session_id, ()))
 
 
 def _summary(dirs: RootDirs, session_id: str, *, verify: bool = False) -> SessionSummary | None:
@@ -225,8 +235,9 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
     Each summary costs the session's checkpoint plus a scan of what was written after it (the
     collector refreshes checkpoints every few seconds), so this stays fast with many sessions.
     ``incomplete`` then says what the listing shows (a missing archive number, something other
-    than a file under an archive's name); with ``verify`` every retained segment is read, so that
-    any unreadable segment shows, at the cost of reading the whole root. A missing root has no
+    than a file under an archive's name) and what each compressed archive's seal tells (written
+    since the collector compressed it, cut, unreadable); with ``verify`` every retained segment is
+    read, so that any damage shows, at the cost of reading the whole root. A missing root has no
     sessions.
 
     Raises:
@@ -244,7 +255,11 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
                 summary = _summary(dirs, session_id, verify=True)
             else:
                 summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id)
-            if summary is not None and listing.holed(session_id) and not summary.incomplete:
+            if (
+                summary is not None
+                and not summary.incomplete
+                and (listing.holed(session_id) or listing.archive_changed(dirs, session_id))
+            ):
                 summary = dataclasses.replace(summary, incomplete=True)
             if summary is not None:
                 summaries.append(summary)

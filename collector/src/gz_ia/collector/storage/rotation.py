@@ -13,7 +13,6 @@ least one complete copy (both for a moment, which it handles).
 from __future__ import annotations
 
 import contextlib
-import gzip
 import logging
 import os
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import msgspec
 
 from gz_ia.collector.config import RotationConfig
 
+from .archive_seal import write_sealed
 from .checkpoints import Checkpoint, encode_checkpoint
 from .names import REJECTS_STATE_SUFFIX, archive_name, rejects_archive_name
 from .open_files import OpenFiles
@@ -33,7 +33,6 @@ __all__ = ["RotationPolicy", "compress_archive", "fsync_names", "rotate_rejects"
 
 log = logging.getLogger("gz_ia.collector")
 
-_COPY_CHUNK: Final = 1 << 20
 _SECONDS_PER_DAY: Final = 86_400
 
 
@@ -123,9 +122,10 @@ def rotate_rejects(store: RootStore, now: float, files: OpenFiles) -> bool:
 
 
 def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
-    """Replace a plain archive with its gzip form; return the bytes saved (0 if nothing was done).
+    """Replace a plain archive with its sealed gzip form; return the bytes saved (0 if nothing was done).
 
-    The plain file's mtime is kept on the compressed one: retention measures an archive's age by it.
+    The plain file's mtime is kept on the compressed one: retention measures an archive's age by it,
+    and the seal (:mod:`.archive_seal`) tells by it that the archive was not written since.
     """
     plain = name_of(False)
     packed = name_of(True)
@@ -143,16 +143,9 @@ def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
             dir_fd=dir_fd,
         )
         try:
-            with (
-                os.fdopen(os.dup(target), "wb") as raw,
-                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out,
-            ):
-                offset = 0
-                while chunk := os.pread(source, _COPY_CHUNK, offset):
-                    out.write(chunk)
-                    offset += len(chunk)
-            os.fsync(target)
+            write_sealed(source, target, info)
             os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+            os.fsync(target)  # after utime: the mtime is part of the seal
             packed_size = os.fstat(target).st_size
         finally:
             os.close(target)
