@@ -14,7 +14,6 @@ are read here, one after the other.
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import struct
 import threading
@@ -61,6 +60,10 @@ def run(
         or len(chunks) * _CLAIM.size > _PIPE_CAPACITY
     ):
         return [work(chunk) for chunk in chunks]
+    # Imported once, before the forks (the children find it loaded); a search that does not fork
+    # does not pay for it.
+    import pickle  # noqa: F401
+
     claims_read, claims_write = os.pipe()
     try:
         os.write(claims_write, b"".join(_CLAIM.pack(index) for index in range(len(chunks))))
@@ -100,6 +103,8 @@ def _fork(
         os.close(results_write)
         return pid, results_read
     # The child: never return into the caller's code, never run its exit handlers or flush its buffers.
+    import pickle
+
     code = 1
     try:
         os.close(results_read)
@@ -118,6 +123,8 @@ def _fork(
 
 
 def _collect(pid: int, results_read: int) -> list[tuple[int, Result]]:
+    import pickle
+
     try:
         with open(results_read, "rb") as source:
             payload = source.read()
