@@ -55,6 +55,8 @@ from ._match import Selection
 __all__ = ["search"]
 
 _SAMPLE: Final = 1 << 16
+_RARE: Final = 2048
+"""A needle's rarest byte is searched for first when it is rarer than one byte in this many."""
 _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
 """Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
@@ -240,8 +242,10 @@ class _Finder:
         for needle in self.group:
             counts = {needle[i : i + 1]: sample.count(needle[i : i + 1]) for i in range(len(needle))}
             byte = min(counts, key=lambda item: counts[item])
-            if counts[byte] * 256 > len(sample):
-                self.rare = []  # no byte rarer than one in 256: the plain search is as good
+            if counts[byte] * _RARE > len(sample):
+                # Checking a candidate costs as much as the plain search (all in C) spends on about
+                # 2,000 bytes: with no rarer byte, the plain search is faster.
+                self.rare = []
                 return
             chosen.append((byte, needle.index(byte)))
         self.rare = chosen
