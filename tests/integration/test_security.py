@@ -377,7 +377,7 @@ def _listening_inet_sockets(pid: int) -> list[str]:
             inodes.add(target[8:-1])
     found = []
     for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:  # the process's namespace
             parts = line.split()
             if parts[3] == "0A" and parts[9] in inodes:
                 found.append(f"{table}:{parts[1]}")
@@ -385,9 +385,17 @@ def _listening_inet_sockets(pid: int) -> list[str]:
 
 
 def test_metrics_endpoint_on_loopback_by_default(make_collector: Any) -> None:
-    """Without a metrics address the Prometheus endpoint listens on 127.0.0.1 only."""
+    """Without a metrics address the Prometheus endpoint listens on 127.0.0.1 only.
+
+    The collector runs in a network namespace of its own (``unshare -n``, as root), so that the
+    default port it binds is never the one of a collector of the same uid running on this machine."""
     collector = make_collector(start=False)
     collector.command = lambda: [
+        "unshare",
+        "--net",
+        "sh",
+        "-c",
+        'ip link set lo up && exec "$0" "$@"',
         sys.executable,
         "-m",
         "gz_ia.collector",
