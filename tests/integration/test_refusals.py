@@ -15,7 +15,17 @@ from tests.conftest import CollectorProcess, first_reply
 from tests.integration.fault_harness import metric_value
 
 from gz_ia.client import EventRejected, RejectReason, build_event
-from gz_ia.client.protocol import PROTOCOL_VERSION, Batch, Hello, Verdicts, Welcome, encode_frame
+from gz_ia.client.protocol import (
+    PROTOCOL_VERSION,
+    Batch,
+    Error,
+    FrameReader,
+    Hello,
+    Verdicts,
+    Welcome,
+    collector_message_decoder,
+    encode_frame,
+)
 
 _PRODUCER = "abcdef01"
 
@@ -169,3 +179,34 @@ def test_open_actions_past_the_collector_wide_bound_are_refused(make_collector: 
     text = collector.metrics()
     assert metric_value(text, "gzia_events_rejected_total", {"reason": "too_many_open_actions_total"}) == 1
     assert [record["reason"] for record in collector.rejects()] == ["too_many_open_actions_total"]
+
+
+@pytest.mark.parametrize(
+    ("hellos", "reason"),
+    [
+        ([{"proto": 99}], "unsupported_version"),
+        ([{"producer": "Not-Hex"}], "malformed"),
+        ([{}, {}], "malformed"),
+    ],
+    ids=["unknown-protocol", "bad-producer", "second-hello"],
+)
+def test_a_refused_hello_is_counted_like_every_refused_frame(
+    collector: CollectorProcess, hellos: list[dict[str, Any]], reason: str
+) -> None:
+    """An operator sees a client speaking another protocol, or speaking it wrong, in the rejections."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(15)
+    sock.connect(str(collector.socket))
+    with sock:
+        for fields in hellos:
+            hello = {"proto": PROTOCOL_VERSION, "producer": _PRODUCER, "pid": 1, "root": str(collector.root)} | fields
+            sock.sendall(encode_frame(Hello(**hello)))
+        reader = FrameReader()
+        bodies: list[bytes] = []
+        while data := sock.recv(1 << 16):  # the collector closes the connection after a fatal error
+            bodies += reader.feed(data)
+    replies = [collector_message_decoder.decode(body) for body in bodies]
+    assert len(replies) == len(hellos)
+    assert isinstance(replies[-1], Error) and replies[-1].fatal
+    assert replies[-1].reason.value == reason
+    assert metric_value(collector.metrics(), "gzia_events_rejected_total", {"reason": reason}) == 1

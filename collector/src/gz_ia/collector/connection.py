@@ -115,16 +115,14 @@ class Connection(asyncio.Protocol):
         try:
             bodies = self.reader.feed(data)
         except FrameTooLarge as exc:
-            self._count_refused(RejectReason.FRAME_TOO_LARGE)
-            self.fail(RejectReason.FRAME_TOO_LARGE, str(exc))
+            self.refuse(RejectReason.FRAME_TOO_LARGE, str(exc))
             return
         for body in bodies:
             try:
                 self._handle(body)
             except Exception:  # a bug must cost this connection, never the collector or its clients
                 log.exception("internal error while handling a frame from pid %d", self.pid)
-                self._count_refused(RejectReason.INTERNAL_ERROR)
-                self.fail(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
+                self.refuse(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
             if self.closing:
                 return
         self._update_reading()
@@ -158,29 +156,27 @@ class Connection(asyncio.Protocol):
             case Collect():
                 self._collect(message)
             case Batch():
-                self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
-                self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
+                self.refuse(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
 
     def _handle_hello(self, hello: Hello) -> None:
         if self.root is not None:
-            self.fail(RejectReason.MALFORMED, "a connection sends hello once")
+            self.refuse(RejectReason.MALFORMED, "a connection sends hello once")
             return
         if hello.proto != PROTOCOL_VERSION:
-            self.fail(
+            self.refuse(
                 RejectReason.UNSUPPORTED_VERSION,
                 f"protocol {hello.proto} is not supported; this collector speaks {PROTOCOL_VERSION}",
             )
             return
         if not _PRODUCER.fullmatch(hello.producer):
-            self.fail(RejectReason.MALFORMED, "producer must be 1-32 lowercase hex digits")
+            self.refuse(RejectReason.MALFORMED, "producer must be 1-32 lowercase hex digits")
             return
         try:
             self.root = self.collector.open_root(Path(hello.root), self.uid)
         except RootLocked as exc:
             # Another collector writes this root: writing it too would number events it numbers.
             self.collector.root_locks.refused(exc)
-            self._count_refused(RejectReason.ROOT_LOCKED)
-            self.fail(RejectReason.ROOT_LOCKED, str(exc))
+            self.refuse(RejectReason.ROOT_LOCKED, str(exc))
             return
         except (LayoutError, OSError) as exc:
             cause = transient_cause(exc)
@@ -191,9 +187,8 @@ class Connection(asyncio.Protocol):
                 self.collector.health.failed(Path(hello.root), cause)
                 self.fail(RejectReason.WRITE_FAILED, f"cannot prepare root {hello.root!r} now: {cause}")
                 return
-            self._count_refused(RejectReason.ROOT_NOT_ALLOWED)
             detail = str(exc) if isinstance(exc, LayoutError) else f"cannot use root {hello.root!r}: {exc}"
-            self.fail(RejectReason.ROOT_NOT_ALLOWED, detail)
+            self.refuse(RejectReason.ROOT_NOT_ALLOWED, detail)
             return
         self.producer = hello.producer
         self.send(self.welcome())
@@ -205,8 +200,7 @@ class Connection(asyncio.Protocol):
     def _handle_route(self, route: Route) -> None:
         """A Route frame: for a collector that asked its clients to route (its welcome said so),
         which this one did not."""
-        self._count_refused(RejectReason.MALFORMED)
-        self.fail(RejectReason.MALFORMED, "unexpected route frame: this collector's welcome did not ask for routing")
+        self.refuse(RejectReason.MALFORMED, "unexpected route frame: this collector's welcome did not ask for routing")
 
     def _handle_batch(self, decoded: DecodedBatch, size: int) -> None:
         """Apply and stage a batch; its verdicts follow the write (see :meth:`Collector.enqueue`)."""
@@ -258,6 +252,11 @@ class Connection(asyncio.Protocol):
         """Write one frame to the client, unless the connection is going away."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(encode_frame(message))
+
+    def refuse(self, reason: RejectReason, detail: str) -> None:
+        """Refuse a frame as a whole, counted with the rejections: a fatal error, then close."""
+        self._count_refused(reason)
+        self.fail(reason, detail)
 
     def fail(self, reason: RejectReason, detail: str) -> None:
         """Send a fatal error and close the connection."""

@@ -53,8 +53,7 @@ class ShareConnection(Connection):
                 decoded = decode_batch(body)
             except msgspec.DecodeError as exc:
                 # Fatal: the front passes this frame's reply on as the batch's verdicts.
-                self._count_refused(RejectReason.MALFORMED)
-                self.fail(RejectReason.MALFORMED, f"a route frame must be followed by a batch: {exc}")
+                self.refuse(RejectReason.MALFORMED, f"a route frame must be followed by a batch: {exc}")
                 return
             self._handle_batch(decoded, len(body))
             return
@@ -62,11 +61,9 @@ class ShareConnection(Connection):
 
     def _handle_route(self, route: Route) -> None:
         if self.root is None:
-            self._count_refused(RejectReason.HANDSHAKE_REQUIRED)
-            self.fail(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
+            self.refuse(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
         elif route.share != self.share:
-            self._count_refused(RejectReason.MISROUTED)
-            self.fail(RejectReason.MISROUTED, f"a batch routed to share {route.share} reached share {self.share}")
+            self.refuse(RejectReason.MISROUTED, f"a batch routed to share {route.share} reached share {self.share}")
         else:
             self._routed = True
 
