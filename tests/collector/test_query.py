@@ -417,3 +417,20 @@ def test_search_proves_an_intact_session_complete_without_the_careful_reader(
         entry.line for entry in search(tmp_path, Filters(), Selection(matches=parse_matches(["attrs.tool=WebFetch"])))
     ]
     assert found == [line for line in lines[2 * retired :] if "WebFetch" in line]
+
+
+def test_a_found_event_has_the_cursor_the_reader_gives_it(tmp_path: Path) -> None:
+    """Resuming after an event found by the search is resuming after it in the session: the same
+    cursor, carrying the root's epoch (a cursor of a rebuilt root is refused, not misread)."""
+    from gz_ia.collector import reading
+    from gz_ia.collector.query import search
+    from gz_ia.collector.reading import Filters
+    from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
+
+    lines = _segmented_root(tmp_path, "rot", [["Bash", "WebFetch"], ["WebFetch", "Read"]])
+    (tmp_path / LAYOUT_FILE).write_text(json.dumps({"layout": LAYOUT_VERSION, "epoch": "0123456789abcdef"}) + "\n")
+    selection = Selection(matches=parse_matches(["attrs.tool=WebFetch"]))
+    found = list(search(tmp_path, Filters(), selection))
+    assert [entry.line for entry in found] == [line for line in lines if "WebFetch" in line]
+    read = {entry.event.seq: entry.cursor for entry in reading.iter_events(tmp_path, "rot")}
+    assert [entry.cursor for entry in found] == [read[entry.event.seq] for entry in found]

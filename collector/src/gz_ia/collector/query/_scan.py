@@ -370,7 +370,7 @@ def _session(
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
             if filters.match(event) and test(event):
-                cursor = Position(session_id, number, end + 1, event.seq).encode()
+                cursor = Position(session_id, number, end + 1, event.seq).encode(dirs.epoch)
                 found.append((raw, cursor, event))
     return found
 
