@@ -103,8 +103,9 @@ def test_a_caller_running_threads_does_the_work_itself() -> None:
 
 
 def test_a_search_over_many_sessions_forks_and_finds_every_match_once(tmp_path: Path) -> None:
-    """Hundreds of sessions (several chunks) read by several processes: every match once, in time
-    order, and a damaged session met by a child still reaches the careful reader, which reports it."""
+    """Hundreds of sessions (several chunks, however many a pipe may hold) read by several processes:
+    every match once, in time order, and a damaged session met by a child still reaches the careful
+    reader, which reports it."""
     _empty_root(tmp_path)
     expected: list[str] = []
     for number in range(600):
@@ -119,7 +120,7 @@ def test_a_search_over_many_sessions_forks_and_finds_every_match_once(tmp_path: 
         f"""
         import json, os
         from pathlib import Path
-        from gz_ia.collector.query import Selection, parse_matches, search
+        from gz_ia.collector.query import Selection, _fanout, parse_matches, search
         from gz_ia.collector.reading import Filters
 
         forks = []
@@ -132,6 +133,7 @@ def test_a_search_over_many_sessions_forks_and_finds_every_match_once(tmp_path: 
             return pid
 
         os.fork = counted_fork
+        _fanout.MAX_CHUNKS = 3  # as a root of 3 x 128 x 1024 sessions has it: fewer, larger chunks
         gaps = []
         found = search(
             Path({str(tmp_path)!r}),
@@ -150,3 +152,21 @@ def test_a_search_over_many_sessions_forks_and_finds_every_match_once(tmp_path: 
     assert sorted(found) == sorted(expected)
     times = [json.loads(line)["timestamp"] for line in found]
     assert times == sorted(times)
+
+
+def test_more_chunks_than_the_smallest_pipe_holds_are_read_in_the_caller() -> None:
+    """Every claim is written before any process reads; past what one pipe page holds, no fork."""
+    answer = _run_script(
+        """
+        import json, os
+        from gz_ia.collector.query import _fanout
+
+        chunks = list(range(_fanout.MAX_CHUNKS + 1))
+        results = _fanout.run(lambda chunk: [chunk, os.getpid()], chunks)
+        print(json.dumps({"results": results, "caller": os.getpid()}))
+        """
+    )
+    results = answer["results"]
+    assert isinstance(results, list)
+    assert [chunk for chunk, _pid in results] == list(range(len(results)))
+    assert {pid for _chunk, pid in results} == {answer["caller"]}

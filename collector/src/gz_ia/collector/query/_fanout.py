@@ -14,18 +14,20 @@ are read here, one after the other.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
 
-__all__ = ["MAX_PROCESSES", "run"]
+__all__ = ["MAX_CHUNKS", "MAX_PROCESSES", "WorkerFailed", "run"]
 
 MAX_PROCESSES: Final = 4
 _CLAIM: Final = struct.Struct("=I")
-_PIPE_CAPACITY: Final = 1 << 16
-"""Linux's default pipe size: every claim is written before the first process starts reading."""
+MAX_CHUNKS: Final = select.PIPE_BUF // _CLAIM.size
+"""Every claim is written before any process reads: they must fit the smallest pipe the kernel makes
+(one page, when the user has many pipes open); more chunks than this are read in the caller."""
 
 Chunk = TypeVar("Chunk")
 Result = TypeVar("Result")
@@ -53,12 +55,7 @@ def run(
     results skip it). An exception ``work`` raises in any process is raised here.
     """
     processes = min(_processes(), len(chunks))
-    if (
-        processes < 2
-        or not hasattr(os, "fork")
-        or threading.active_count() > 1
-        or len(chunks) * _CLAIM.size > _PIPE_CAPACITY
-    ):
+    if processes < 2 or not hasattr(os, "fork") or threading.active_count() > 1 or len(chunks) > MAX_CHUNKS:
         return [work(chunk) for chunk in chunks]
     # Imported once, before the forks (the children find it loaded); a search that does not fork
     # does not pay for it.

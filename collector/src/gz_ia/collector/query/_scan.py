@@ -457,7 +457,8 @@ def search(
             return found, careful
 
         candidates = _candidates(listing, selection)
-        chunks = [candidates[index : index + _CHUNK] for index in range(0, len(candidates), _CHUNK)]
+        size = max(_CHUNK, -(-len(candidates) // _fanout.MAX_CHUNKS))
+        chunks = [candidates[index : index + size] for index in range(0, len(candidates), size)]
         for found, to_read in _fanout.run(read, chunks, portable=_portable):
             per_session.extend((session_id, _entries(matches)) for session_id, matches in found)
             fallbacks.extend(to_read)
