@@ -199,7 +199,13 @@ def test_a_refused_hello_is_counted_like_every_refused_frame(
     sock.connect(str(collector.socket))
     with sock:
         for fields in hellos:
-            hello = {"proto": PROTOCOL_VERSION, "producer": _PRODUCER, "pid": 1, "root": str(collector.root)} | fields
+            hello: dict[str, Any] = {
+                "proto": PROTOCOL_VERSION,
+                "producer": _PRODUCER,
+                "pid": 1,
+                "root": str(collector.root),
+            }
+            hello |= fields
             sock.sendall(encode_frame(Hello(**hello)))
         reader = FrameReader()
         bodies: list[bytes] = []
