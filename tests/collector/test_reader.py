@@ -637,3 +637,27 @@ def test_a_history_read_that_lags_while_retention_goes_on_never_skips_silently(h
     _covered(entries, gaps, 4, 150)
     assert [(gap.first, gap.lagged) for gap in gaps][:1] == [(4, True)]
     assert all(gap.reason == "deleted by retention before they were read" for gap in gaps)
+
+
+@given(
+    session_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", fullmatch=True),
+    segment=st.integers(1, 2**31),
+    offset=st.integers(0, 2**48),
+    seq=st.integers(0, 2**63 - 1),
+    epoch=st.sampled_from(["", "0123456789abcdef"]),
+)
+def test_a_cursor_is_msgpack_in_unpadded_url_safe_base64_and_reads_back(
+    session_id: str, segment: int, offset: int, seq: int, epoch: str
+) -> None:
+    """Cursors users hold keep their spelling: ``[tag, session, segment, offset, seq(, epoch)]``."""
+    import base64
+
+    import msgspec
+
+    from gz_ia.collector.reading.cursor import Position, decode_cursor_epoch, encode_position
+
+    fields: list[object] = ["c2" if epoch else "c1", session_id, segment, offset, seq] + ([epoch] if epoch else [])
+    spelled = base64.urlsafe_b64encode(msgspec.msgpack.encode(fields)).decode().rstrip("=")
+    assert encode_position(session_id, segment, offset, seq, epoch) == spelled
+    assert Position(session_id, segment, offset, seq).encode(epoch) == spelled
+    assert decode_cursor_epoch(spelled) == ({session_id: Position(session_id, segment, offset, seq)}, epoch)

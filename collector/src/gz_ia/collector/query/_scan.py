@@ -41,7 +41,7 @@ import msgspec
 
 from gz_ia.client.schema import Status, StoredEvent
 from gz_ia.collector import reading as reader
-from gz_ia.collector.reading.cursor import Position
+from gz_ia.collector.reading.cursor import encode_position
 from gz_ia.collector.reading.segments import open_dirs
 from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
@@ -370,7 +370,7 @@ def _session(
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
             if filters.match(event) and test(event):
-                cursor = Position(session_id, number, end + 1, event.seq).encode(dirs.epoch)
+                cursor = encode_position(session_id, number, end + 1, event.seq, dirs.epoch)
                 found.append((raw, cursor, event))
     return found
 

@@ -61,6 +61,7 @@ _MULTI_TAG: Final = "m1"
 _EPOCH_CURSOR_TAG: Final = "c2"
 _EPOCH_MULTI_TAG: Final = "m2"
 """Cursors of a root with an epoch carry it (``c1``/``m1``: of a root made before roots had one)."""
+_encode: Final = msgspec.msgpack.Encoder().encode
 
 
 class InvalidCursor(ValueError):
@@ -82,9 +83,21 @@ class Position:
 
     def encode(self, epoch: str = "") -> str:
         """Return the cursor string; ``epoch`` is the root's (see :class:`RootDirs`)."""
-        fields: list[object] = [self.session_id, self.segment, self.offset, self.seq]
-        raw = msgspec.msgpack.encode([_EPOCH_CURSOR_TAG, *fields, epoch] if epoch else [_CURSOR_TAG, *fields])
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return encode_position(self.session_id, self.segment, self.offset, self.seq, epoch)
+
+
+_URL_SAFE: Final = bytes.maketrans(b"+/", b"-_")
+
+
+def encode_position(session_id: str, segment: int, offset: int, seq: int, epoch: str = "") -> str:
+    """:meth:`Position.encode` without making a :class:`Position` (a search gives every match a cursor)."""
+    raw = _encode(
+        (_EPOCH_CURSOR_TAG, session_id, segment, offset, seq, epoch)
+        if epoch
+        else (_CURSOR_TAG, session_id, segment, offset, seq)
+    )
+    # base64.urlsafe_b64encode, unpadded, without its two Python calls.
+    return binascii.b2a_base64(raw, newline=False).translate(_URL_SAFE).rstrip(b"=").decode()
 
 
 def _unpack(cursor: str) -> object:
