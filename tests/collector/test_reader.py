@@ -656,7 +656,9 @@ def test_a_cursor_is_msgpack_in_unpadded_url_safe_base64_and_reads_back(
 
     from gz_ia.collector.reading.cursor import Position, decode_cursor_epoch, encode_position
 
-    fields: list[object] = ["c2" if epoch else "c1", session_id, segment, offset, seq] + ([epoch] if epoch else [])
+    fields: list[object] = ["c2" if epoch else "c1", session_id, segment, offset, seq]
+    if epoch:
+        fields.append(epoch)
     spelled = base64.urlsafe_b64encode(msgspec.msgpack.encode(fields)).decode().rstrip("=")
     assert encode_position(session_id, segment, offset, seq, epoch) == spelled
     assert Position(session_id, segment, offset, seq).encode(epoch) == spelled
