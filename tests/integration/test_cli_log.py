@@ -189,3 +189,37 @@ def test_usage_errors_exit_2_before_anything_is_sent(short_tmp: Path) -> None:
     assert "requires a non-empty error" in failed.output
     unknown = runner.invoke(main, [*LOG, "--stage", "WRITING"], env=env)
     assert unknown.exit_code == 2
+
+
+@pytest.mark.parametrize("command", ["session-log", "hook"])
+def test_a_root_that_does_not_exist_yet_is_made_as_the_client_makes_it(
+    collector: Any, tmp_path: Path, command: str
+) -> None:
+    """A new project's root (its parent too) is created by the call, as the Python client creates it;
+    the collector only opens roots. Without that, the first event of a new root was refused and lost."""
+    import json
+
+    root = tmp_path / "new-project" / ".harness"
+    environment = {**collector.env, "GZ_IA_ROOT": str(root)}
+    if command == "session-log":
+        result = subprocess.run(
+            [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", *LOG, "--stage", "READ"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    else:
+        start = {"hook_event_name": "SessionStart", "session_id": "cc-new-root", "cwd": str(tmp_path)}
+        result = subprocess.run(
+            [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", "hook", "claude-code"],
+            input=json.dumps(start),
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    assert list((root / "sessions").glob("*.events.jsonl")), (result.stdout, result.stderr)

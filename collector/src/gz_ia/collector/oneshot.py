@@ -243,6 +243,10 @@ class Ledger:
         import _socket  # socket.py would import enum, selectors and more for the same calls
 
         deadline = time.monotonic() + timeout
+        try:  # as the client does: the collector opens a root, a sender makes it
+            os.makedirs(self.root, mode=0o700, exist_ok=True)
+        except OSError:
+            pass  # the collector's answer says what is wrong with it
         frames = [hello_frame(self.producer, self.root)]
         runs = _runs(sessions)
         frames += [batch_frame(first + start, bodies[start:end]) for start, end in runs]
