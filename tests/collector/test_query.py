@@ -434,3 +434,45 @@ def test_a_found_event_has_the_cursor_the_reader_gives_it(tmp_path: Path) -> Non
     assert [entry.line for entry in found] == [line for line in lines if "WebFetch" in line]
     read = {entry.event.seq: entry.cursor for entry in reading.iter_events(tmp_path, "rot")}
     assert [entry.cursor for entry in found] == [read[entry.event.seq] for entry in found]
+
+
+def test_only_a_question_the_search_can_narrow_goes_to_it() -> None:
+    """The search holds its matches in memory; a question that selects nearly everything (no byte
+    needle, no checkpoint to skip a session by) is read as a stream instead."""
+    from gz_ia.collector.query import narrows
+    from gz_ia.collector.reading import Filters
+
+    assert not narrows(Filters(), Selection())
+    assert not narrows(Filters(), Selection(grep=compile_grep("timeout")))
+    assert not narrows(Filters(), Selection(matches=parse_matches(["duration_ms=5"])))
+    assert narrows(Filters(), Selection(matches=parse_matches(["attrs.tool=WebFetch"])))
+    assert narrows(Filters(statuses=frozenset({Status.FAILED})), Selection())
+    assert narrows(Filters(since=NOW), Selection())
+    assert narrows(Filters(agents=frozenset({"claude"})), Selection())
+
+
+def test_the_last_n_found_are_each_sessions_newest_by_seq_then_the_newest_by_time(tmp_path: Path) -> None:
+    """As documented for -n (and as the streaming reader does): a session whose clock went back
+    gives its newest events by seq, not its newest timestamps; the search keeps no more than those."""
+    from gz_ia.collector.query import search
+    from gz_ia.collector.reading import Filters
+
+    _empty_root(tmp_path)
+    timed = {"a": [(1, 10), (2, 1)], "b": [(1, 5)]}  # session: (seq, seconds after NOW); a's clock went back
+    for session_id, events in timed.items():
+        lines = []
+        for seq, seconds in events:
+            record = json.loads(_stored_line(session_id, seq, {"tool": "X"}))
+            record["timestamp"] = msgspec.json.encode(NOW + timedelta(seconds=seconds)).decode()[1:-1]
+            lines.append(json.dumps(record, separators=(",", ":")) + "\n")
+        (tmp_path / "sessions" / f"{session_id}.events.jsonl").write_text("".join(lines))
+    selection = Selection(matches=parse_matches(["attrs.tool=X"]))
+
+    def last(count: int) -> list[tuple[str, int]]:
+        return [
+            (entry.event.session_id, entry.event.seq) for entry in search(tmp_path, Filters(), selection, count=count)
+        ]
+
+    assert last(1) == [("b", 1)]  # a's newest by seq is stamped 1 s after NOW, b's 5 s
+    assert last(2) == [("b", 1), ("a", 1)]  # a's two newest by seq, b's one: the two newest by time
+    assert last(3) == [("a", 2), ("b", 1), ("a", 1)]

@@ -130,6 +130,29 @@ def test_a_missing_archive_shows_in_the_session_listing(make_collector: Any) -> 
     assert json.loads(listing.stdout)["incomplete"] is True
 
 
+def test_logs_n_reads_the_newest_events_and_a_full_read_names_damage_far_back(collector: Any) -> None:
+    """`gz-ia logs -n 2` over the root asks for the newest events only: a line damaged far back in a
+    session is outside what it shows, so it reads (and names) nothing there and exits 0, as
+    journalctl -n reads only the end. Reading everything meets the damage and names it (exit 3)."""
+    _send(collector, "old", 0, 30)
+    _send(collector, "new", 0, 30)
+    path = collector.root / "sessions" / "old.events.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = b"#" * len(lines[3])  # same length: every other line stays where it was
+    path.write_bytes(b"\n".join(lines))
+    newest = collector.gz_ia("logs", "-n", "2", "--json")
+    assert newest.returncode == 0, newest.stderr
+    assert [(record["session_id"], record["seq"]) for record in map(json.loads, newest.stdout.splitlines())] == [
+        ("new", 29),
+        ("new", 30),
+    ]
+    assert "not shown" not in newest.stderr
+    everything = collector.gz_ia("logs", "--json")
+    assert everything.returncode == 3, everything.stderr
+    assert "session old: event seq 4 not shown" in everything.stderr
+    assert len(everything.stdout.splitlines()) == 59
+
+
 def test_a_missing_root_is_an_error_for_every_reading_command(collector: Any, tmp_path: Path) -> None:
     """logs, session logs, sessions and session tree on a root that does not exist: a clear error, exit 1."""
     missing = str(tmp_path / "typo" / ".harness")

@@ -53,6 +53,9 @@ def start_positions(members: list[str], cursor: str | None) -> dict[str, str | N
 
 _MAX_RUNS: Final = 64
 """Past this many time runs in one session, it is sorted in memory instead of merged run by run."""
+_MERGE_BUDGET: Final = 100_000
+"""Events the merge of many sessions may hold at once, one page per session (or per run)."""
+_MIN_PAGE: Final = 16
 
 
 def _time_key(entry: Any) -> Any:
@@ -104,19 +107,22 @@ def stored_history(
         )  # fmt: skip
         return list(reversed(list(itertools.islice(kept(events), count))))
 
+    present = [key for key in members if key in anchors]
+    # The merge holds a page of every session at once: smaller pages when there are many sessions.
+    page = max(_MIN_PAGE, min(1000, _MERGE_BUDGET // max(1, len(present))))
+
     def streams(session_id: str) -> list[Iterator[Any]]:
         """The session as iterators that each rise in time (one, unless its clock went back)."""
         after, until = start.get(session_id), limits[session_id]
         if not time_order:
-            return [forward(session_id, after, until)]
+            return [forward(session_id, after, until, page)]
         runs = reading.time_runs(root, session_id, cursor=after, until_seq=until)
         if len(runs) > _MAX_RUNS:
             return [iter(sorted(forward(session_id, after, until), key=_time_key))]
         bounds = [until if last is None else last for _cursor, last in runs]
-        size = max(50, 1000 // len(runs))
+        size = max(_MIN_PAGE, page // len(runs))
         return [forward(session_id, cursor, last, size) for (cursor, _last), last in zip(runs, bounds, strict=True)]
 
-    present = [key for key in members if key in anchors]
     if count is not None and any(start.get(key) is None for key in present):
         selected = [entry for key in present for entry in newest(key) if start.get(key) is None]
         selected += [entry for key in present if start.get(key) is not None for run in streams(key) for entry in run]

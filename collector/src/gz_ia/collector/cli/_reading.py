@@ -150,10 +150,11 @@ def _run_logs(
         watch: FinishWatch | None = None
         members: list[str] = []
         anchors: dict[str, str] = {}
-        if session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]:
-            # A question over the whole root: skip sessions by their checkpoints, search bytes first.
-            from gz_ia.collector.query import search
+        from gz_ia.collector.query import narrows, search
 
+        whole_root = session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]
+        if whole_root and narrows(filters, selection):
+            # A question over the whole root: skip sessions by their checkpoints, search bytes first.
             history = search(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps)
         else:
             members = members_of(root, session_ids, tree=tree)

@@ -11,6 +11,7 @@ from ._match import Selection as Selection
 from ._match import compile_grep as compile_grep
 from ._match import parse_matches as parse_matches
 from ._match import parse_seq_range as parse_seq_range
+from ._scan import narrows as narrows
 from ._scan import search as search
 from ._sessions import SessionQuery as SessionQuery
 from ._sessions import select_sessions as select_sessions
@@ -23,6 +24,7 @@ __all__ = [
     "Selection",
     "SessionQuery",
     "compile_grep",
+    "narrows",
     "parse_matches",
     "parse_seq_range",
     "parse_span",

@@ -35,7 +35,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -52,7 +52,7 @@ from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, open_ar
 from . import _fanout
 from ._match import Selection
 
-__all__ = ["search"]
+__all__ = ["narrows", "search"]
 
 _SAMPLE: Final = 1 << 16
 _RARE: Final = 2048
@@ -98,6 +98,20 @@ def needles_of(filters: reader.Filters, selection: Selection) -> list[tuple[byte
     return groups
 
 
+def _prunable(filters: reader.Filters) -> bool:
+    """Whether a session's checkpoint alone may tell that it holds no match."""
+    return filters.since is not None or filters.statuses == {Status.FAILED}
+
+
+def narrows(filters: reader.Filters, selection: Selection) -> bool:
+    """Whether :func:`search` can skip sessions or lines for this question (checkpoints, byte needles).
+
+    It holds the matches in memory to merge them in time order; a question that selects nearly
+    everything is better read session by session, as a stream (``gz-ia logs`` does so).
+    """
+    return _prunable(filters) or bool(needles_of(filters, selection))
+
+
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
     if filters.statuses == {Status.FAILED} and checkpoint.failures == 0:
         return False
@@ -122,6 +136,7 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _Data = bytes | bytearray
+_T = TypeVar("_T")
 _Match = tuple[bytes, str, StoredEvent | None]
 """A matching line, the cursor after it, and its event (None once sent by a search process: events
 pickle far slower than decoding the line again)."""
@@ -417,7 +432,8 @@ def search(
         root: the session root.
         filters: the reader's filters.
         selection: field matches, ``--grep``.
-        count: only the last ``count`` matches.
+        count: only the last ``count`` matches: each session's ``count`` newest by ``seq``, then
+            the ``count`` newest of those by time.
         reverse: newest first.
         on_gap: told of every gap a damaged session's careful read meets.
 
@@ -429,13 +445,18 @@ def search(
     except reader.SessionNotFound:
         return  # no root, no sessions: as reader.list_sessions has it
     test = selection.test
+
+    def newest(entries: list[_T]) -> list[_T]:
+        """With ``count``, only the session's ``count`` newest by ``seq``: all the answer can take."""
+        return entries if count is None else entries[-count:] if count else []
+
     needles = needles_of(filters, selection)
     finder = _Finder(needles) if needles else None
     per_session: list[tuple[str, list[reader.Entry]]] = []
     fallbacks: list[str] = []
     try:
         listing = Listing(dirs, checkpoints=False)  # a session with no file left has no event to find
-        prunable = filters.since is not None or filters.statuses == {Status.FAILED}
+        prunable = _prunable(filters)
         buffer = _Buffer()  # each forked process has its own copy
 
         def read(chunk: list[str]) -> _Found:
@@ -452,7 +473,7 @@ def search(
                 except _Fallback:
                     careful.append(session_id)
                 else:
-                    if entries:
+                    if entries := newest(entries):
                         found.append((session_id, entries))
             return found, careful
 
@@ -468,7 +489,7 @@ def search(
     for session_id in fallbacks:
         try:
             events = reader.iter_events(root, session_id, filters=filters, on_gap=on_gap)
-            careful = [entry for entry in events if test(entry.event)]
+            careful = newest([entry for entry in events if test(entry.event)])
         except reader.SessionNotFound:
             continue  # removed while we read
         if careful:
