@@ -249,11 +249,11 @@ def test_finder_finds_exactly_the_lines_holding_a_needle(
     lines: list[str], needles: list[str], sample_size: int
 ) -> None:
     """The byte search returns every line that contains one of the needles, once, whichever byte it picks."""
-    from gz_ia.collector.query import _scan
+    from gz_ia.collector.query import _finder
 
     data = "".join(line + "\n" for line in lines).encode()
     group = tuple(needle.encode() for needle in needles)
-    finder = _scan._Finder([group])
+    finder = _finder.Finder([group])
     finder._learn(data[:sample_size])
     starts, offset = [], 0
     for line in lines:

@@ -50,13 +50,11 @@ from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, open_archive, segment_exists
 
 from . import _fanout
+from ._finder import Data, Finder
 from ._match import Selection
 
 __all__ = ["narrows", "search"]
 
-_SAMPLE: Final = 1 << 16
-_RARE: Final = 2048
-"""A needle's rarest byte is searched for first when it is rarer than one byte in this many."""
 _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
 """Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
@@ -135,7 +133,6 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
     return sorted(ids)
 
 
-_Data = bytes | bytearray
 _T = TypeVar("_T")
 _Match = tuple[bytes, str, StoredEvent | None]
 """A matching line, the cursor after it, and its event (None once sent by a search process: events
@@ -171,7 +168,7 @@ class _Buffer:
 
 def _contents(
     dirs: RootDirs, session_id: str, listing: Listing, checkpoint: Checkpoint | None, buffer: _Buffer
-) -> list[tuple[int, _Data, int]]:
+) -> list[tuple[int, Data, int]]:
     """Each of the session's segments as listed, oldest first: its number, and bytes whose first
     ``end`` are its complete lines (a torn last line is being written: left out); the active one is
     in ``buffer``. :class:`_Fallback` on anything unusual (a hole between archives, a file that moved
@@ -181,7 +178,7 @@ def _contents(
     # The active segment's number only goes into the entries' cursors, where it is a hint checked
     # against seq: without a checkpoint at hand, one past the newest archive saves reading it.
     number = checkpoint.segment if checkpoint is not None else 1
-    contents: list[tuple[int, _Data, int]] = []
+    contents: list[tuple[int, Data, int]] = []
     archives = listing.archives.get(session_id)
     if archives:
         ordered = sorted(archives)
@@ -234,73 +231,7 @@ def _archived(segment: Segment) -> bytes:
     return b"".join(parts)
 
 
-class _Finder:
-    """Finds the lines holding one of a few byte strings, memchr-fast when they have a rare byte.
-
-    ``bytes.find`` of a whole needle crawls through JSON, whose common bytes (``"``, ``:``, letters)
-    defeat its skips; like ripgrep, look first for the needle's rarest byte (a one-byte ``find`` is
-    ``memchr``), then check the needle around it. Which byte is rare is learnt from the first session read.
-    """
-
-    def __init__(self, groups: list[tuple[bytes, ...]]) -> None:
-        self.groups = groups
-        self.group = groups[0]
-        self.rest = groups[1:]
-        """The groups checked on each candidate line (after the searched one)."""
-        self.rare: list[tuple[bytes, int]] | None = None
-
-    def _learn(self, sample: bytes) -> None:
-        # Search for the group that is rarest in the sample: fewer candidate lines to check.
-        ordered = sorted(self.groups, key=lambda group: sum(sample.count(needle) for needle in group))
-        self.group, self.rest = ordered[0], ordered[1:]
-        chosen: list[tuple[bytes, int]] = []
-        for needle in self.group:
-            counts = {needle[i : i + 1]: sample.count(needle[i : i + 1]) for i in range(len(needle))}
-            byte = min(counts, key=lambda item: counts[item])
-            if counts[byte] * _RARE > len(sample):
-                # Checking a candidate costs as much as the plain search (all in C) spends on about
-                # 2,000 bytes: with no rarer byte, the plain search is faster.
-                self.rare = []
-                return
-            chosen.append((byte, needle.index(byte)))
-        self.rare = chosen
-
-    def starts(self, data: _Data, end: int | None = None) -> list[int]:
-        """Offsets of the lines of ``data[:end]`` that contain one of the strings, ascending, each once."""
-        if end is None:
-            end = len(data)
-        if self.rare is None:
-            self._learn(bytes(data[: min(end, _SAMPLE)]))
-        assert self.rare is not None
-        starts: set[int] = set()
-        for index, needle in enumerate(self.group):
-            if self.rare:
-                byte, offset = self.rare[index]
-                hits = self._by_rare_byte(data, end, needle, byte, offset)
-            else:
-                hits = self._by_needle(data, end, needle)
-            for position in hits:
-                starts.add(data.rfind(b"\n", 0, position) + 1)
-        return sorted(starts)
-
-    @staticmethod
-    def _by_needle(data: _Data, end: int, needle: bytes) -> Iterator[int]:
-        position = data.find(needle, 0, end)
-        while position >= 0:
-            yield position
-            position = data.find(needle, position + len(needle), end)
-
-    @staticmethod
-    def _by_rare_byte(data: _Data, end: int, needle: bytes, byte: bytes, offset: int) -> Iterator[int]:
-        position = data.find(byte, offset, end)
-        while position >= 0:
-            start = position - offset
-            if data.startswith(needle, start, end):
-                yield start
-            position = data.find(byte, position + 1, end)
-
-
-def _seqs(data: _Data, size: int) -> tuple[int, int]:
+def _seqs(data: Data, size: int) -> tuple[int, int]:
     """The ``seq`` of the first and of the last complete line of ``data[:size]``."""
     if size == 0:
         raise _Fallback  # nothing to prove anything with (an active file just created, or damage)
@@ -317,7 +248,7 @@ def _prove_complete(
     session_id: str,
     listing: Listing,
     checkpoint: Checkpoint | None,
-    contents: list[tuple[int, _Data, int]],
+    contents: list[tuple[int, Data, int]],
 ) -> None:
     """Raise :class:`_Fallback` unless ``contents`` holds every retained line of the session.
 
@@ -356,7 +287,7 @@ def _session(
     checkpoint: Checkpoint | None,
     filters: reader.Filters,
     test: Callable[[StoredEvent], bool],
-    finder: _Finder | None,
+    finder: Finder | None,
     buffer: _Buffer,
 ) -> list[_Match]:
     """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
@@ -390,7 +321,7 @@ def _session(
     return found
 
 
-def _line_starts(data: _Data, size: int) -> Iterator[int]:
+def _line_starts(data: Data, size: int) -> Iterator[int]:
     start = 0
     while start < size:
         yield start
@@ -451,7 +382,7 @@ def search(
         return entries if count is None else entries[-count:] if count else []
 
     needles = needles_of(filters, selection)
-    finder = _Finder(needles) if needles else None
+    finder = Finder(needles) if needles else None
     per_session: list[tuple[str, list[reader.Entry]]] = []
     fallbacks: list[str] = []
     try:
