@@ -476,3 +476,24 @@ def test_the_last_n_found_are_each_sessions_newest_by_seq_then_the_newest_by_tim
     assert last(1) == [("b", 1)]  # a's newest by seq is stamped 1 s after NOW, b's 5 s
     assert last(2) == [("b", 1), ("a", 1)]  # a's two newest by seq, b's one: the two newest by time
     assert last(3) == [("a", 2), ("b", 1), ("a", 1)]
+
+
+def test_a_needle_found_in_many_lines_of_the_root_is_streamed_not_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search would hold every match in memory: a FIELD=VALUE that a sample of the root says
+    matches more lines than the search may hold is read as a stream instead."""
+    from gz_ia.collector.query import _scan, narrows
+    from gz_ia.collector.reading import Filters
+
+    monkeypatch.setattr(_scan, "_MATCH_BUDGET", 50)  # as for a root of millions of events
+
+    _empty_root(tmp_path)
+    for number in range(3):
+        _write_session(tmp_path, f"s{number}", ["Bash", "Read", "Edit"] * 30 + ["WebFetch"])
+    broad = Selection(matches=parse_matches(["attrs.tool=Bash"]))
+    rare = Selection(matches=parse_matches(["attrs.tool=WebFetch"]))
+    assert narrows(Filters(), broad)  # without a root to sample, a needle narrows
+    assert not narrows(Filters(), broad, tmp_path)
+    assert narrows(Filters(), rare, tmp_path)
+    assert narrows(Filters(since=NOW), broad, tmp_path)  # the checkpoints can skip whole sessions

@@ -56,6 +56,7 @@ _MAX_RUNS: Final = 64
 _MERGE_BUDGET: Final = 100_000
 """Events the merge of many sessions may hold at once, one page per session (or per run)."""
 _MIN_PAGE: Final = 16
+_GREP_PAGE: Final = 100
 
 
 def _time_key(entry: Any) -> Any:
@@ -100,10 +101,12 @@ def stored_history(
         """``-n`` without a cursor: the last ``count`` events, read backwards from the anchor, no further."""
         if not count:
             return []
-        # Without --grep the first page is the answer; with it, larger pages save round trips.
+        # Without --grep the first page is the answer; with it, pages of a hundred: a common match
+        # is in the first, and each session decodes no more than that (a rare byte match over the
+        # whole root is the search's, not this).
         events = reading.iter_events(
             root, session_id, cursor=anchors[session_id], reverse=True, filters=filters,
-            page_size=count if grep is None else max(count, 1000), on_gap=on_gap,
+            page_size=count if grep is None else max(count, _GREP_PAGE), on_gap=on_gap,
         )  # fmt: skip
         return list(reversed(list(itertools.islice(kept(events), count))))
 

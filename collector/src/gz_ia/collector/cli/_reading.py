@@ -153,7 +153,7 @@ def _run_logs(
         from gz_ia.collector.query import narrows, search
 
         whole_root = session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]
-        if whole_root and narrows(filters, selection):
+        if whole_root and narrows(filters, selection, root):
             # A question over the whole root: skip sessions by their checkpoints, search bytes first.
             history = search(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps)
         else:

@@ -58,6 +58,11 @@ __all__ = ["narrows", "search"]
 _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
 """Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
+_MATCH_BUDGET: Final = 500_000
+"""Matches the search may expect to hold (about 1 GB); a question expected to match more is streamed."""
+_GZIP_RATIO: Final = 8
+_SAMPLE_FILES: Final = 8
+_SAMPLE_BYTES: Final = 1 << 14
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
@@ -101,13 +106,47 @@ def _prunable(filters: reader.Filters) -> bool:
     return filters.since is not None or filters.statuses == {Status.FAILED}
 
 
-def narrows(filters: reader.Filters, selection: Selection) -> bool:
-    """Whether :func:`search` can skip sessions or lines for this question (checkpoints, byte needles).
+def narrows(filters: reader.Filters, selection: Selection, root: Path | None = None) -> bool:
+    """Whether :func:`search` should answer this question: it can skip sessions or lines (checkpoints,
+    byte needles) and what it finds fits in memory.
 
-    It holds the matches in memory to merge them in time order; a question that selects nearly
-    everything is better read session by session, as a stream (``gz-ia logs`` does so).
+    The search holds its matches to merge them in time order (about 2 KB each); a question that
+    selects much of a big root is read session by session instead, as a stream (``gz-ia logs`` does
+    so). With ``root``, a byte needle counts only when a sample of the root's files says it matches
+    at most :data:`_MATCH_BUDGET` lines of the whole root (``stage=FINISH`` over ten million events
+    is streamed; over a million it is searched).
     """
-    return _prunable(filters) or bool(needles_of(filters, selection))
+    if _prunable(filters):
+        return True
+    groups = needles_of(filters, selection)
+    if not groups or root is None:
+        return bool(groups)
+    sample, stored = _sample(root)
+    if not sample:
+        return True
+    # A matching line holds a needle of every group: the rarest group bounds the matches.
+    hits = min(sum(sample.count(needle) for needle in group) for group in groups)
+    return hits * stored <= _MATCH_BUDGET * len(sample)
+
+
+def _sample(root: Path) -> tuple[bytes, int]:
+    """The first bytes of a few active files of the root, and about how many bytes it stores in all
+    (a compressed archive counted at :data:`_GZIP_RATIO` times its size)."""
+    parts: list[bytes] = []
+    stored = 0
+    try:
+        with os.scandir(root / "sessions") as entries:
+            for entry in entries:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+                stored += size * _GZIP_RATIO if entry.name.endswith(".gz") else size
+                if len(parts) < _SAMPLE_FILES and entry.name.endswith(ACTIVE_SUFFIX):
+                    with open(entry.path, "rb") as file:
+                        parts.append(file.read(_SAMPLE_BYTES))
+    except OSError:
+        pass  # the search itself says what is wrong with the root
+    return b"".join(parts), stored
 
 
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
