@@ -497,3 +497,23 @@ def test_a_needle_found_in_many_lines_of_the_root_is_streamed_not_searched(
     assert not narrows(Filters(), broad, tmp_path)
     assert narrows(Filters(), rare, tmp_path)
     assert narrows(Filters(since=NOW), broad, tmp_path)  # the checkpoints can skip whole sessions
+
+
+def test_a_roots_archives_count_in_what_a_byte_match_is_expected_to_find(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimate samples active files only, but the archives hold events too: a compressed one
+    counts at several times its size, so a root heavy with archives is not taken for a small one."""
+    import os
+
+    from gz_ia.collector.query import _scan, narrows
+    from gz_ia.collector.reading import Filters
+
+    monkeypatch.setattr(_scan, "_MATCH_BUDGET", 200)
+    _empty_root(tmp_path)
+    for number in range(3):
+        _write_session(tmp_path, f"s{number}", ["Bash", "Read", "Edit"] * 30)
+    broad = Selection(matches=parse_matches(["attrs.tool=Bash"]))
+    assert narrows(Filters(), broad, tmp_path)  # about 90 matches expected
+    (tmp_path / "sessions" / "s0.events.000001.jsonl.gz").write_bytes(os.urandom(30_000))
+    assert not narrows(Filters(), broad, tmp_path)  # and as many again, several times over

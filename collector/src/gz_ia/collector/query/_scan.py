@@ -130,23 +130,28 @@ def narrows(filters: reader.Filters, selection: Selection, root: Path | None = N
 
 
 def _sample(root: Path) -> tuple[bytes, int]:
-    """The first bytes of a few active files of the root, and about how many bytes it stores in all
-    (a compressed archive counted at :data:`_GZIP_RATIO` times its size)."""
+    """The first bytes of a few active files of the root, and about how many bytes it stores: its
+    active files at the sampled ones' mean size (no ``stat`` of each), its archives at their size
+    (a compressed one at :data:`_GZIP_RATIO` times it)."""
     parts: list[bytes] = []
-    stored = 0
+    sizes: list[int] = []
+    active = archived = 0
     try:
         with os.scandir(root / "sessions") as entries:
             for entry in entries:
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                size = entry.stat(follow_symlinks=False).st_size
-                stored += size * _GZIP_RATIO if entry.name.endswith(".gz") else size
-                if len(parts) < _SAMPLE_FILES and entry.name.endswith(ACTIVE_SUFFIX):
-                    with open(entry.path, "rb") as file:
-                        parts.append(file.read(_SAMPLE_BYTES))
+                name = entry.name
+                if name.endswith(ACTIVE_SUFFIX):
+                    active += 1
+                    if len(parts) < _SAMPLE_FILES:
+                        with open(entry.path, "rb") as file:
+                            sizes.append(os.fstat(file.fileno()).st_size)
+                            parts.append(file.read(_SAMPLE_BYTES))
+                elif name.endswith((".jsonl", ".jsonl.gz")) and entry.is_file(follow_symlinks=False):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    archived += size * _GZIP_RATIO if name.endswith(".gz") else size
     except OSError:
         pass  # the search itself says what is wrong with the root
-    return b"".join(parts), stored
+    return b"".join(parts), active * sum(sizes) // max(1, len(sizes)) + archived
 
 
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
