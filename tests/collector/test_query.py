@@ -517,3 +517,19 @@ def test_a_roots_archives_count_in_what_a_byte_match_is_expected_to_find(
     assert narrows(Filters(), broad, tmp_path)  # about 90 matches expected
     (tmp_path / "sessions" / "s0.events.000001.jsonl.gz").write_bytes(os.urandom(30_000))
     assert not narrows(Filters(), broad, tmp_path)  # and as many again, several times over
+
+
+def test_sampling_the_root_never_follows_a_symlink_nor_waits_on_a_fifo(tmp_path: Path) -> None:
+    """Something put in an active file's place (a FIFO, a symlink to one) is not read: the sample
+    would otherwise block for ever before the search, which reports it, ever runs."""
+    import os
+
+    from gz_ia.collector.query import narrows
+    from gz_ia.collector.reading import Filters
+
+    _empty_root(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "sessions" / "a.events.jsonl").symlink_to(tmp_path / "fifo")
+    os.mkfifo(tmp_path / "sessions" / "b.events.jsonl")
+    _write_session(tmp_path, "c", ["Bash"])
+    assert narrows(Filters(), Selection(matches=parse_matches(["attrs.tool=Bash"])), tmp_path)

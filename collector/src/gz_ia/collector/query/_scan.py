@@ -142,16 +142,26 @@ def _sample(root: Path) -> tuple[bytes, int]:
                 name = entry.name
                 if name.endswith(ACTIVE_SUFFIX):
                     active += 1
-                    if len(parts) < _SAMPLE_FILES:
-                        with open(entry.path, "rb") as file:
-                            sizes.append(os.fstat(file.fileno()).st_size)
-                            parts.append(file.read(_SAMPLE_BYTES))
+                    if len(parts) < _SAMPLE_FILES and entry.is_file(follow_symlinks=False):
+                        _sample_file(entry.path, parts, sizes)
                 elif name.endswith((".jsonl", ".jsonl.gz")) and entry.is_file(follow_symlinks=False):
                     size = entry.stat(follow_symlinks=False).st_size
                     archived += size * _GZIP_RATIO if name.endswith(".gz") else size
     except OSError:
         pass  # the search itself says what is wrong with the root
     return b"".join(parts), active * sum(sizes) // max(1, len(sizes)) + archived
+
+
+def _sample_file(path: str, parts: list[bytes], sizes: list[int]) -> None:
+    # Never through a symlink, never blocking on something other than a file put in its place.
+    fd = os.open(path, _READ_FLAGS | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            sizes.append(info.st_size)
+            parts.append(os.pread(fd, _SAMPLE_BYTES, 0))
+    finally:
+        os.close(fd)
 
 
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
