@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from tests.conftest import spool_dir
+from tests.conftest import spool_dir, wait_for
 
 # The write and delivery path: run against one process and against a sharded collector.
 pytestmark = pytest.mark.shards(1, 2)
@@ -157,6 +157,9 @@ def test_a_living_clients_spool_is_left_alone(make_collector: Any) -> None:
     for n in range(100):
         client.log(session_id="alive", action="work", stage="PENDING", agent="agy", attrs={"n": n})
         time.sleep(0.001)
+        # The agent waits for the sender thread to spill: starved on a loaded machine, it would meet
+        # four times the bound unspilled and drop the oldest (loudly, by design), which is not this test.
+        wait_for(lambda: client.stats().queued <= 10, message="the sender to spill to its spool")
     assert client.flush(timeout=0.3) is False
     assert list(spool_dir().glob("*.spool"))
     collector.start()
