@@ -45,7 +45,7 @@ from gz_ia.collector.reading.cursor import encode_position
 from gz_ia.collector.reading.segments import open_dirs
 from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
-from gz_ia.collector.storage.names import ACTIVE_SUFFIX, STATE_SUFFIX, session_archive
+from gz_ia.collector.storage.names import ACTIVE_SUFFIX, STATE_SUFFIX, parse_archive_name, session_archive
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, open_archive, segment_exists
 
@@ -144,9 +144,9 @@ def _sample(root: Path) -> tuple[bytes, int]:
                     active += 1
                     if len(parts) < _SAMPLE_FILES and entry.is_file(follow_symlinks=False):
                         _sample_file(entry.path, parts, sizes)
-                elif name.endswith((".jsonl", ".jsonl.gz")) and entry.is_file(follow_symlinks=False):
+                elif (archive := parse_archive_name(name)) is not None and entry.is_file(follow_symlinks=False):
                     size = entry.stat(follow_symlinks=False).st_size
-                    archived += size * _GZIP_RATIO if name.endswith(".gz") else size
+                    archived += size * _GZIP_RATIO if archive[2] else size
     except OSError:
         pass  # the search itself says what is wrong with the root
     return b"".join(parts), active * sum(sizes) // max(1, len(sizes)) + archived
