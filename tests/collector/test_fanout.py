@@ -61,8 +61,9 @@ def test_every_chunk_is_worked_once_by_several_processes_and_comes_back_in_order
     [
         ("raise ValueError('bad chunk')", "ValueError: bad chunk"),
         ("os.kill(os.getpid(), signal.SIGKILL)", "WorkerFailed: a search process ended with status -9"),
+        ("return object()", "ValueError: unmarshallable object"),
     ],
-    ids=["raises", "is-killed"],
+    ids=["raises", "is-killed", "sends-what-cannot-be-sent"],
 )
 def test_a_child_that_fails_makes_the_call_fail_not_answer_short(failure: str, expected: str) -> None:
     answer = _run_script(
@@ -135,14 +136,15 @@ def test_a_search_over_many_sessions_forks_and_finds_every_match_once(tmp_path: 
         os.fork = counted_fork
         _fanout.MAX_CHUNKS = 3  # as a root of 3 x 128 x 1024 sessions has it: fewer, larger chunks
         gaps = []
-        found = search(
+        found = list(search(
             Path({str(tmp_path)!r}),
             Filters(),
             Selection(matches=parse_matches(["attrs.tool=WebFetch"])),
             on_gap=lambda gap: gaps.append(gap.session_id),
-        )
+        ))
         lines = [entry.line for entry in found]
-        print(json.dumps({{"lines": lines, "forks": len(forks), "gaps": gaps}}))
+        events = [[entry.event.session_id, entry.event.seq] for entry in found]
+        print(json.dumps({{"lines": lines, "events": events, "forks": len(forks), "gaps": gaps}}))
         """
     )
     assert answer["forks"]
@@ -152,6 +154,8 @@ def test_a_search_over_many_sessions_forks_and_finds_every_match_once(tmp_path: 
     assert sorted(found) == sorted(expected)
     times = [json.loads(line)["timestamp"] for line in found]
     assert times == sorted(times)
+    # A child sends lines without their events: each entry's event is its own line's.
+    assert answer["events"] == [[json.loads(line)["session_id"], json.loads(line)["seq"]] for line in found]
 
 
 def test_more_chunks_than_the_smallest_pipe_holds_are_read_in_the_caller() -> None:

@@ -478,6 +478,33 @@ def test_the_last_n_found_are_each_sessions_newest_by_seq_then_the_newest_by_tim
     assert last(3) == [("a", 2), ("b", 1), ("a", 1)]
 
 
+def test_found_events_are_merged_by_the_instant_whatever_offset_their_times_carry(tmp_path: Path) -> None:
+    """Times written with different UTC offsets, a microsecond apart, come out in the order of the
+    instants they name; equal instants in session id order."""
+    from gz_ia.collector.query import search
+    from gz_ia.collector.reading import Filters
+
+    _empty_root(tmp_path)
+    stamps = {
+        "a": "2026-12-01T10:00:00.000002Z",
+        "b": "2026-12-01T11:00:00.000001+01:00",  # 10:00:00.000001 UTC: first
+        "c": "2026-12-01T09:00:00.000002-01:00",  # the same instant as a's: after it
+        "d": "2026-12-01T10:00:00Z",  # no fraction at all: before every other
+    }
+    for session_id, stamp in stamps.items():
+        record = json.loads(_stored_line(session_id, 1, {"tool": "X"}))
+        record["timestamp"] = stamp
+        (tmp_path / "sessions" / f"{session_id}.events.jsonl").write_text(
+            json.dumps(record, separators=(",", ":")) + "\n"
+        )
+    selection = Selection(matches=parse_matches(["attrs.tool=X"]))
+
+    found = list(search(tmp_path, Filters(), selection))
+
+    assert [entry.event.session_id for entry in found] == ["d", "b", "a", "c"]
+    assert [json.loads(entry.line)["timestamp"] for entry in found] == [stamps[key] for key in "dbac"]
+
+
 def test_a_needle_found_in_many_lines_of_the_root_is_streamed_not_searched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

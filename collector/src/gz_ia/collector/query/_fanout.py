@@ -13,6 +13,7 @@ are read here, one after the other.
 
 from __future__ import annotations
 
+import marshal
 import os
 import select
 import signal
@@ -29,6 +30,8 @@ MAX_CHUNKS: Final = select.PIPE_BUF // _CLAIM.size
 """Every claim is written before any process reads: they must fit the smallest pipe the kernel makes
 (one page, when the user has many pipes open); more chunks than this are read in the caller."""
 
+_DONE: Final = b"\x00"
+_FAILED: Final = b"\x01"
 Chunk = TypeVar("Chunk")
 Result = TypeVar("Result")
 
@@ -50,17 +53,15 @@ def run(
 ) -> list[Result]:
     """Return ``[work(chunk) for chunk in chunks]``, computed by up to :data:`MAX_PROCESSES` processes.
 
-    ``work`` runs in forked children, whose results are pickled back, and in the caller, which
-    works too. ``portable`` turns a child's result into one that pickles fast (the caller's own
-    results skip it). An exception ``work`` raises in any process is raised here.
+    ``work`` runs in forked children and in the caller, which works too. A child's results come
+    back through :mod:`marshal`, several times faster than :mod:`pickle` both ways: only built-in
+    values (tuples, lists, dicts, strings, bytes, numbers, None). ``portable`` turns a child's
+    result into such values (the caller's own results skip it). An exception ``work`` raises in
+    any process is raised here (a child's is pickled: exceptions are not built-in values).
     """
     processes = min(_processes(), len(chunks))
     if processes < 2 or not hasattr(os, "fork") or threading.active_count() > 1 or len(chunks) > MAX_CHUNKS:
         return [work(chunk) for chunk in chunks]
-    # Imported once, before the forks (the children find it loaded); a search that does not fork
-    # does not pay for it.
-    import pickle  # noqa: F401
-
     claims_read, claims_write = os.pipe()
     try:
         os.write(claims_write, b"".join(_CLAIM.pack(index) for index in range(len(chunks))))
@@ -100,8 +101,6 @@ def _fork(
         os.close(results_write)
         return pid, results_read
     # The child: never return into the caller's code, never run its exit handlers or flush its buffers.
-    import pickle
-
     code = 1
     try:
         os.close(results_read)
@@ -109,9 +108,11 @@ def _fork(
             done = _claim_and_work(work, chunks, claims)
             if portable is not None:
                 done = [(index, portable(result)) for index, result in done]
-            payload = pickle.dumps((True, done), pickle.HIGHEST_PROTOCOL)
+            payload = _DONE + marshal.dumps(done)
         except BaseException as exc:  # sent to the parent, which raises it
-            payload = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
+            import pickle
+
+            payload = _FAILED + pickle.dumps(exc, pickle.HIGHEST_PROTOCOL)
         with open(results_write, "wb") as sink:
             sink.write(payload)
         code = 0
@@ -120,8 +121,6 @@ def _fork(
 
 
 def _collect(pid: int, results_read: int) -> list[tuple[int, Result]]:
-    import pickle
-
     try:
         with open(results_read, "rb") as source:
             payload = source.read()
@@ -129,10 +128,11 @@ def _collect(pid: int, results_read: int) -> list[tuple[int, Result]]:
         _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0 or not payload:
         raise WorkerFailed(f"a search process ended with status {os.waitstatus_to_exitcode(status)}")
-    succeeded, value = pickle.loads(payload)  # noqa: S301 (our own child, over a private pipe)
-    if not succeeded:
-        raise value
-    done: list[tuple[int, Result]] = value
+    if payload.startswith(_FAILED):
+        import pickle
+
+        raise pickle.loads(payload[1:])  # noqa: S301 (our own child, over a private pipe)
+    done: list[tuple[int, Result]] = marshal.loads(payload[1:])  # noqa: S302 (the same)
     return done
 
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -64,6 +65,8 @@ _GZIP_RATIO: Final = 8
 _SAMPLE_FILES: Final = 8
 _SAMPLE_BYTES: Final = 1 << 14
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
 
@@ -188,9 +191,10 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _T = TypeVar("_T")
-_Match = tuple[bytes, str, StoredEvent | None]
-"""A matching line, the cursor after it, and its event (None once sent by a search process: events
-pickle far slower than decoding the line again)."""
+_Match = tuple[bytes, str, int, StoredEvent | None]
+"""A matching line, the cursor after it, its time (:func:`_micros`) and its event (None once sent by
+a search process: an event cannot be marshalled, and pickles far slower than the line decodes again;
+the line is decoded again only if its event is asked for)."""
 _Found = tuple[list[tuple[str, list[_Match]]], list[str]]
 """The matches of a few sessions, and the sessions the careful reader must read."""
 
@@ -371,7 +375,7 @@ def _session(
                 expected = event.seq + 1
             if filters.match(event) and test(event):
                 cursor = encode_position(session_id, number, end + 1, event.seq, dirs.epoch)
-                found.append((raw, cursor, event))
+                found.append((raw, cursor, _micros(event.timestamp), event))
     return found
 
 
@@ -382,24 +386,32 @@ def _line_starts(data: Data, size: int) -> Iterator[int]:
         start = data.index(b"\n", start, size) + 1
 
 
+def _micros(moment: datetime) -> int:
+    """An aware time as microseconds since the epoch: ordered as the times are, and it marshals."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
 def _portable(found: _Found) -> _Found:
     matches, careful = found
-    return [(session_id, [(raw, cursor, None) for raw, cursor, _ in each]) for session_id, each in matches], careful
-
-
-def _entries(matches: list[_Match]) -> list[reader.Entry]:
     return [
-        reader.Entry(raw.decode(errors="replace"), _decoder.decode(raw) if event is None else event, cursor)
-        for raw, cursor, event in matches
+        (session_id, [(raw, cursor, micros, None) for raw, cursor, micros, _ in each]) for session_id, each in matches
+    ], careful
+
+
+_Timed = tuple[int, reader.Entry]
+
+
+def _entries(matches: list[_Match]) -> list[_Timed]:
+    return [
+        (micros, reader.Entry(raw.decode(errors="replace"), event, cursor)) for raw, cursor, micros, event in matches
     ]
 
 
-def _time(entry: reader.Entry) -> datetime:
-    return entry.event.timestamp
+def _timed(entries: list[reader.Entry]) -> list[_Timed]:
+    return [(_micros(entry.event.timestamp), entry) for entry in entries]
 
 
-def _first(item: tuple[str, list[reader.Entry]]) -> str:
-    return item[0]
+_first: Final = itemgetter(0)
 
 
 def search(
@@ -437,7 +449,7 @@ def search(
 
     needles = needles_of(filters, selection)
     finder = Finder(needles) if needles else None
-    per_session: list[tuple[str, list[reader.Entry]]] = []
+    per_session: list[tuple[str, list[_Timed]]] = []
     fallbacks: list[str] = []
     try:
         listing = Listing(dirs, checkpoints=False)  # a session with no file left has no event to find
@@ -478,15 +490,13 @@ def search(
         except reader.SessionNotFound:
             continue  # removed while we read
         if careful:
-            per_session.append((session_id, careful))
+            per_session.append((session_id, _timed(careful)))
     # Equal times come in session id order, as the session-by-session reader has them; one stable
     # sort of the sessions' runs costs a fifth of a heap merge of thousands of them.
     per_session.sort(key=_first)
-    merged: Iterable[reader.Entry] = sorted(
-        (entry for _session_id, entries in per_session for entry in entries), key=_time
-    )
+    ordered = [
+        entry for _time, entry in sorted((item for _session_id, items in per_session for item in items), key=_first)
+    ]
     if count is not None:
-        merged = list(merged)[-count:] if count else []
-    if reverse:
-        merged = reversed(list(merged))
-    yield from merged
+        ordered = ordered[-count:] if count else []
+    yield from reversed(ordered) if reverse else ordered

@@ -89,19 +89,41 @@ class Filters:
 _NO_FILTERS: Final = Filters()
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(msgspec.Struct, gc=False, eq=False):
     """One stored event: the line exactly as stored (no newline), the decoded event, and the cursor
-    of the boundary right after it (resume from it forward to get the next events)."""
+    of the boundary right after it (resume from it forward to get the next events).
+
+    An entry made without its event (``Entry(line, None, cursor)``) decodes the line the first time
+    ``event`` is asked for: a search that only prints lines never decodes them twice. A struct, not
+    a dataclass: a reader makes one per event, and a frozen dataclass takes several times as long to
+    build.
+    """
 
     line: str
-    event: StoredEvent
+    _event: StoredEvent | None
     cursor: str
+
+    @property
+    def event(self) -> StoredEvent:
+        """The stored event."""
+        event = self._event
+        if event is None:
+            event = self._event = _decoder.decode(self.line)
+        return event
 
     @property
     def session_id(self) -> str:
         """The event's session."""
         return self.event.session_id
+
+    def __eq__(self, other: object) -> bool:
+        # The line and where it ends say everything: the event is the line decoded.
+        return isinstance(other, Entry) and (self.line, self.cursor) == (other.line, other.cursor)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Entry(line={self.line!r}, cursor={self.cursor!r})"
 
 
 @dataclass(frozen=True, slots=True)
