@@ -6,6 +6,7 @@ Shared by ``gz-ia logs``, ``gz-ia session logs``, ``gz-ia sessions`` and ``gz-ia
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -31,11 +32,19 @@ def use_colour(choice: str, stream: IO[str]) -> bool:
 
 
 class Output:
-    """Writes lines to stdout; flushes each line when following (pipes and files see them at once)."""
+    """Writes lines to stdout; flushes each line when following (pipes and files see them at once).
+
+    Otherwise a pipe or a file gets blocks of lines even when Python runs unbuffered
+    (``PYTHONUNBUFFERED``, set in many container images), where each line would be a system call of
+    its own: thousands of lines are one call per 8 KiB. A terminal still gets each line as it comes.
+    """
 
     def __init__(self, *, flush_each: bool) -> None:
         self.stream: IO[str] = sys.stdout
         self.flush_each = flush_each
+        stream = self.stream
+        if not flush_each and isinstance(stream, io.TextIOWrapper) and stream.write_through and not stream.isatty():
+            stream.reconfigure(write_through=False)
 
     def line(self, text: str) -> None:
         """Write one line."""
