@@ -33,7 +33,7 @@ import msgspec
 
 from ._load import make_event
 
-_CLI: Final = [sys.executable, "-c", "from gz_ia.collector.cli import main; main()"]
+_CLI: Final = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 _PROBE: Final = re.compile(rb"follow probe (\d{6})")
 
 

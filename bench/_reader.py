@@ -15,7 +15,7 @@ from typing import Final
 from ._common import BENCH, BenchError
 from ._systems import Ours
 
-_CLI: Final = [sys.executable, "-c", "from gz_ia.collector.cli import main; main()"]
+_CLI: Final = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 
 
 def session_files(system: Ours, session: str) -> list[Path]:

@@ -47,7 +47,7 @@ from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
 from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
 
 _TOOLS = ("Bash", "Read", "Edit", "Grep")
-_CLI = [sys.executable, "-c", "from gz_ia.collector.cli import main; main()"]
+_CLI = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 
 
 def _stamp(moment: datetime) -> str:

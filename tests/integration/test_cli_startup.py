@@ -133,3 +133,34 @@ def test_completion_offers_the_commands_of_lazy_groups(collector: Any) -> None:
     assert complete("gz-ia se") == ["plain,session", "plain,sessions"]
     assert complete("gz-ia session l") == ["plain,log", "plain,logs"]
     assert complete("gz-ia d") == ["plain,disk-usage"]
+
+
+_ENDING = """
+import atexit, sys, threading, time
+from gz_ia.collector.entry import main
+
+atexit.register(lambda: print("exit handler ran", file=sys.stderr))
+if sys.argv[1] == "thread":
+    # Still running when the command ends: it must be joined, as an ordinary exit joins it.
+    threading.Thread(target=lambda: (time.sleep(0.5), print("thread joined", file=sys.stderr))).start()
+sys.argv[1:] = sys.argv[2:]
+main()
+"""
+
+
+@pytest.mark.parametrize("thread", ["none", "thread"])
+def test_the_end_keeps_the_exit_code_the_output_and_the_exit_handlers(tmp_path: Path, thread: str) -> None:
+    """``gz-ia`` ends without tearing down every object, yet as an ordinary exit does: the
+    command's code, its output into a pipe, the exit handlers, a running thread joined."""
+    root = tmp_path / "absent"
+    result = subprocess.run(
+        [sys.executable, "-c", _ENDING, thread, "--root", str(root), "session", "logs", "nobody"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "gz-ia:" in result.stderr
+    assert result.stderr.rstrip().endswith("exit handler ran")
+    assert ("thread joined" in result.stderr) == (thread == "thread")

@@ -45,9 +45,36 @@ def main() -> None:
     if code is None:
         from gz_ia.collector.cli import main as cli
 
-        cli()
+        try:
+            cli()
+        except SystemExit as ending:
+            _end_now(ending)
+            raise
     else:
         sys.exit(code)
+
+
+def _end_now(ending: SystemExit) -> None:
+    """End the process without freeing, one by one, every object the command made (as mypy ends).
+
+    A search over a big root leaves hundreds of thousands of them; tearing them and every module
+    down only delays the prompt. The exit handlers still run and the standard streams are flushed.
+    Returns (the ordinary exit follows) while another thread runs, which must be joined rather than
+    killed, or when the exit code is not a number or a stream cannot be flushed.
+    """
+    import atexit
+    import threading
+
+    code = 0 if ending.code is None else ending.code
+    if not isinstance(code, int) or threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # the ordinary exit reports it
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def fast_path(argv: list[str]) -> int | None:
