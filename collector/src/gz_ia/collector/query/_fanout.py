@@ -19,8 +19,8 @@ import select
 import signal
 import struct
 import threading
-from collections.abc import Callable, Sequence
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 __all__ = ["MAX_CHUNKS", "MAX_PROCESSES", "WorkerFailed", "run"]
 
@@ -81,12 +81,12 @@ def run(
     return [results[index] for index in range(len(chunks))]
 
 
-def _claim_and_work(work: Callable[[Chunk], Result], chunks: Sequence[Chunk], claims: int) -> list[tuple[int, Result]]:
-    done = []
+def _claim_and_work(
+    work: Callable[[Chunk], Result], chunks: Sequence[Chunk], claims: int
+) -> Iterator[tuple[int, Result]]:
     while claim := os.read(claims, _CLAIM.size):
         (index,) = _CLAIM.unpack(claim)
-        done.append((index, work(chunks[index])))
-    return done
+        yield index, work(chunks[index])
 
 
 def _fork(
@@ -105,9 +105,9 @@ def _fork(
     try:
         os.close(results_read)
         try:
-            done = _claim_and_work(work, chunks, claims)
-            if portable is not None:
-                done = [(index, portable(result)) for index, result in done]
+            # Each result is made portable and marshalled as soon as it is made, while the caller
+            # still works: at the end only their concatenation remains to send.
+            done = [(index, _marshalled(result, portable)) for index, result in _claim_and_work(work, chunks, claims)]
             payload = _DONE + marshal.dumps(done)
         except BaseException as exc:  # sent to the parent, which raises it
             import pickle
@@ -120,20 +120,37 @@ def _fork(
         os._exit(code)
 
 
+def _marshalled(result: Result, portable: Callable[[Result], Result] | None) -> bytes:
+    value: Any = result if portable is None else portable(result)  # marshal says what it cannot write
+    return marshal.dumps(value)
+
+
 def _collect(pid: int, results_read: int) -> list[tuple[int, Result]]:
     try:
         with open(results_read, "rb") as source:
             payload = source.read()
+        # Decoded while the child's exit is under way; kept only if it then ends well.
+        done: list[tuple[int, Result]] | None = _results(payload)
     finally:
         _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0 or not payload:
-        raise WorkerFailed(f"a search process ended with status {os.waitstatus_to_exitcode(status)}")
     if payload.startswith(_FAILED):
         import pickle
 
         raise pickle.loads(payload[1:])  # noqa: S301 (our own child, over a private pipe)
-    done: list[tuple[int, Result]] = marshal.loads(payload[1:])  # noqa: S302 (the same)
+    if os.waitstatus_to_exitcode(status) != 0 or done is None:
+        raise WorkerFailed(f"a search process ended with status {os.waitstatus_to_exitcode(status)}")
     return done
+
+
+def _results(payload: bytes) -> list[tuple[int, Any]] | None:
+    """A child's results, or None when it sent none (it failed, or died while sending)."""
+    if not payload.startswith(_DONE):
+        return None
+    try:
+        sent: list[tuple[int, bytes]] = marshal.loads(payload[1:])  # noqa: S302 (our own child, over a private pipe)
+        return [(index, marshal.loads(result)) for index, result in sent]  # noqa: S302
+    except (EOFError, ValueError, TypeError):
+        return None
 
 
 def _stop(pid: int, results_read: int) -> None:
