@@ -6,8 +6,11 @@ checkpoint per session; building through the writer would take most of an hour a
 old: ``--recent`` of the sessions (1 %) were active in the last 30 minutes. One FINISH in 50 is
 FAILED; one event in 1,000 used the tool ``WebFetch``.
 
-Then times, each as the median of ``--repeat`` runs after one warm-up (the files are in the page
-cache, as they are for a user asking twice), the output counted by ``wc -l``:
+Then times each question with gz-ia and rg in turn, ``--repeat`` rounds after one warm-up (the files
+are in the page cache, as they are for a user asking twice), the output counted by ``wc -l``; the
+figures are medians, and the ratios the medians of each round's ratio (both ran under the same load).
+gz-ia runs as a user installs it: the wheels in a virtual environment of their own, bytecode compiled,
+no development packages (as ``bench/_cli_cost.py`` builds it):
 
 * ``failed_last_hour``: ``gz-ia logs --failed --since -1h --json``, against
   ``rg -N --no-filename '"status":"FAILED"'`` over every segment (rg cannot tell times: it must read
@@ -27,7 +30,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import random
@@ -46,8 +48,13 @@ import msgspec
 from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
 from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
 
+if __package__:
+    from ._cli_cost import user_install
+else:  # run as a script: bench/query.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench._cli_cost import user_install
+
 _TOOLS = ("Bash", "Read", "Edit", "Grep")
-_CLI = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 
 
 def _stamp(moment: datetime) -> str:
@@ -126,44 +133,44 @@ def _rg() -> str:
     return found
 
 
-def _timed(command: str, env: dict[str, str], repeat: int, *, warm_up: bool = True) -> tuple[float, float, int]:
-    """Median wall and CPU (user + system, every process of the pipeline) seconds of ``command | wc -l``
-    after one warm-up; and the lines. CPU time stays meaningful on a machine shared with other work."""
-    lines = 0
-    times = []
-    cpus = []
-    for attempt in range(repeat + warm_up):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        pipeline = ["bash", "-o", "pipefail", "-c", f"{command} | wc -l"]
-        result = subprocess.run(pipeline, env=env, capture_output=True, text=True, check=False)
-        elapsed = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if result.returncode not in (0, 1):  # 1: nothing matched (rg, gz-ia --grep)
-            raise SystemExit(f"{command!r} failed: {result.stderr}")
-        lines = int(result.stdout.split()[0])
-        if attempt or not warm_up:
-            times.append(elapsed)
-            cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    return statistics.median(times), statistics.median(cpus), lines
+def _run(command: str, env: dict[str, str]) -> tuple[float, float, int]:
+    """Wall and CPU (user + system, every process of the pipeline) seconds of ``command | wc -l``, and
+    the lines. CPU time stays meaningful on a machine shared with other work."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    pipeline = ["bash", "-o", "pipefail", "-c", f"{command} | wc -l"]
+    result = subprocess.run(pipeline, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode not in (0, 1):  # 1: nothing matched (rg, gz-ia --grep)
+        raise SystemExit(f"{command!r} failed: {result.stderr}")
+    return elapsed, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, int(result.stdout.split()[0])
 
 
-def _compile_sources() -> None:
-    """Write current bytecode for gz-ia's sources, as an installed wheel has it: where
-    PYTHONDONTWRITEBYTECODE is set, each run would otherwise compile every edited module again."""
-    import gz_ia.client
-    import gz_ia.collector
-
-    for package in (gz_ia.client, gz_ia.collector):
-        for directory in package.__path__:
-            compileall.compile_dir(directory, quiet=1)
+def _compare(ours: str, theirs: str, env: dict[str, str], repeat: int) -> dict[str, float]:
+    """Both commands in turn, one warm-up round then ``repeat`` rounds: medians and median ratios."""
+    rounds = []
+    for attempt in range(repeat + 1):
+        mine, other = _run(ours, env), _run(theirs, env)
+        if attempt:
+            rounds.append((mine, other))
+    wall = statistics.median
+    return {
+        "gz_ia_seconds": round(wall(mine[0] for mine, _ in rounds), 3),
+        "gz_ia_cpu_seconds": round(wall(mine[1] for mine, _ in rounds), 3),
+        "gz_ia_lines": rounds[-1][0][2],
+        "rg_seconds": round(wall(other[0] for _, other in rounds), 3),
+        "rg_cpu_seconds": round(wall(other[1] for _, other in rounds), 3),
+        "rg_lines": rounds[-1][1][2],
+        "rg_over_gz_ia": round(wall(other[0] / mine[0] for mine, other in rounds), 2),
+        "rg_over_gz_ia_cpu": round(wall(other[1] / mine[1] for mine, other in rounds), 2),
+    }
 
 
 def measure(root: Path, repeat: int, with_jq: bool) -> dict[str, object]:
     """Time each question with gz-ia, rg and jq; return the figures."""
-    _compile_sources()
+    cli = str(user_install() / "gz-ia")
     env = {**os.environ, "GZ_IA_ROOT": str(root), "LC_ALL": "C"}
-    cli = " ".join(_CLI[:2]) + f" '{_CLI[2]}'"
     files = f"{root}/sessions"
     rg = _rg()
     every = f"find {files} -name '*.jsonl' -exec cat {{}} +"
@@ -182,22 +189,13 @@ def measure(root: Path, repeat: int, with_jq: bool) -> dict[str, object]:
     }
     figures: dict[str, object] = {}
     for name, (ours, theirs, jq) in questions.items():
-        ours_s, ours_cpu, ours_lines = _timed(ours, env, repeat)
-        rg_s, rg_cpu, rg_lines = _timed(theirs, env, repeat)
-        row: dict[str, object] = {
-            "gz_ia_seconds": round(ours_s, 3),
-            "gz_ia_cpu_seconds": round(ours_cpu, 3),
-            "gz_ia_lines": ours_lines,
-            "rg_seconds": round(rg_s, 3),
-            "rg_cpu_seconds": round(rg_cpu, 3),
-            "rg_lines": rg_lines,
-            "rg_over_gz_ia": round(rg_s / ours_s, 2),
-            "rg_over_gz_ia_cpu": round(rg_cpu / ours_cpu, 2),
-            "command": ours.replace(cli, "gz-ia"),
-        }
+        compared = _compare(ours, theirs, env, repeat)
+        row: dict[str, object] = {**compared, "command": ours.replace(cli, "gz-ia")}
         if with_jq:
-            jq_s, _jq_cpu, jq_lines = _timed(jq, env, 1, warm_up=False)  # minutes at 10 million events: once
-            row.update(jq_seconds=round(jq_s, 3), jq_lines=jq_lines, jq_over_gz_ia=round(jq_s / ours_s, 2))
+            jq_s, _jq_cpu, jq_lines = _run(jq, env)  # minutes at 10 million events: once
+            row.update(
+                jq_seconds=round(jq_s, 3), jq_lines=jq_lines, jq_over_gz_ia=round(jq_s / compared["gz_ia_seconds"], 2)
+            )
         figures[name] = row
     return figures
 
