@@ -579,20 +579,18 @@ def test_a_follower_that_lags_while_retention_goes_on_reports_every_deleted_rang
     assert gaps and all(gap.lagged and gap.reason == "deleted by retention before they were read" for gap in gaps)
 
 
-class _RetentionMidRead(reader.Filters):
+class _RetentionMidRead(reader.Filters, frozen=True):
     """Matches every event; when the reader reaches ``seq``, deletes ``archives`` as retention would.
 
     The only way to act at an exact point inside one read: the reader calls ``match`` between lines.
     """
 
-    def __init__(self, seq: int, archives: list[Path]) -> None:
-        super().__init__()
-        object.__setattr__(self, "_at", (seq, archives))
+    seq: int = 0
+    archives: tuple[Path, ...] = ()
 
     def match(self, event: Any) -> bool:
-        seq, archives = object.__getattribute__(self, "_at")
-        if event.seq == seq:
-            for archive in archives:
+        if event.seq == self.seq:
+            for archive in self.archives:
                 archive.unlink(missing_ok=True)
         return True
 
@@ -607,7 +605,11 @@ def test_a_follower_whose_next_archives_are_deleted_mid_read_reports_them_as_lag
     gaps: list[reader.Gap] = []
     entries: list[reader.Entry] = []
     follower = reader.follow(
-        harness.root, ["s1"], cursor=cursor, on_gap=gaps.append, filters=_RetentionMidRead(4, archives[:3])
+        harness.root,
+        ["s1"],
+        cursor=cursor,
+        on_gap=gaps.append,
+        filters=_RetentionMidRead(seq=4, archives=tuple(archives[:3])),
     )
     for entry in follower:
         entries.append(entry)

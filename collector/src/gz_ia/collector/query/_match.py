@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Final
 
 import msgspec
@@ -35,8 +34,7 @@ def _encoded(value: object) -> bytes:
     return msgspec.json.encode(value)
 
 
-@dataclass(frozen=True, slots=True)
-class _FieldMatch:
+class _FieldMatch(msgspec.Struct, frozen=True):
     """One field and the values it may take (ORed)."""
 
     name: str
@@ -91,8 +89,7 @@ def _equal(actual: object, wanted: str, name: str) -> bool:
     return str(actual) == wanted
 
 
-@dataclass(frozen=True, slots=True)
-class FieldMatches:
+class FieldMatches(msgspec.Struct, frozen=True):
     """``FIELD=VALUE`` arguments: values of one field ORed, fields ANDed."""
 
     fields: tuple[_FieldMatch, ...] = ()
@@ -169,11 +166,10 @@ def _texts(event: StoredEvent) -> Iterable[str]:
                 yield value
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     """What a command selects beyond :class:`~gz_ia.collector.reading.Filters`."""
 
-    matches: FieldMatches = field(default_factory=FieldMatches)
+    matches: FieldMatches = msgspec.field(default_factory=FieldMatches)
     grep: re.Pattern[str] | None = None
     seqs: tuple[int, int] | None = None
     """An inclusive range of ``seq`` (``--seq N`` or ``N..M``)."""

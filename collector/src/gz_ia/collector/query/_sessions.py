@@ -9,9 +9,10 @@ those active before it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from gz_ia.collector.reading import SessionSummary
@@ -19,8 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionQuery", "select_sessions"]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionQuery:
+class SessionQuery(msgspec.Struct, frozen=True):
     """The filters of ``gz-ia sessions``: values of one flag ORed, different flags ANDed."""
 
     agents: frozenset[str] = frozenset()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -72,8 +71,7 @@ class InvalidCursor(ValueError):
     """
 
 
-@dataclass(frozen=True, slots=True)
-class Position:
+class Position(msgspec.Struct, frozen=True):
     """A boundary: after event ``seq``, at ``offset`` bytes into segment ``segment``."""
 
     session_id: str

@@ -9,7 +9,8 @@ a reader that wants to go on anyway resumes at :func:`after_gap`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from .cursor import Position
 from .segments import DELETED, SessionView, first_seq
@@ -17,8 +18,7 @@ from .segments import DELETED, SessionView, first_seq
 __all__ = ["Gap", "Holes", "after_gap", "expired_gap"]
 
 
-@dataclass(frozen=True, slots=True)
-class Gap:
+class Gap(msgspec.Struct, frozen=True):
     """Events a read could not return, and why.
 
     Attributes:

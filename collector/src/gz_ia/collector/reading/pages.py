@@ -13,7 +13,6 @@ its :class:`~.gaps.Gap` values. A last line without its newline is being written
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Final
@@ -52,8 +51,7 @@ __all__ = [
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
 
-@dataclass(frozen=True, slots=True)
-class Filters:
+class Filters(msgspec.Struct, frozen=True):
     """Which events a read returns: values of one field are ORed, different fields are ANDed.
 
     An empty set means "any". ``since`` is inclusive and ``until`` exclusive; both must be aware
@@ -126,8 +124,7 @@ class Entry(msgspec.Struct, gc=False, eq=False):
         return f"Entry(line={self.line!r}, cursor={self.cursor!r})"
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
+class Page(msgspec.Struct, frozen=True):
     """One page of a session.
 
     Attributes:
@@ -141,7 +138,7 @@ class Page:
         gaps: what ``incomplete`` skipped: which ``seq`` ranges, and why.
     """
 
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Entry] = msgspec.field(default_factory=list)
     next_cursor: str | None = None
     incomplete: bool = False
     end: bool = False

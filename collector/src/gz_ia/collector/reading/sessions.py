@@ -9,14 +9,14 @@ and the MCP server all draw the tree it returns.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
 from gz_ia.collector.storage.archive_seal import seal_holds
@@ -47,8 +47,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSummary:
+class SessionSummary(msgspec.Struct, frozen=True):
     """One line of ``gz-ia sessions``."""
 
     session_id: str
@@ -69,12 +68,11 @@ MAX_TREE_DEPTH: Final = 64
 """How many levels of subagents a tree holds below its top; deeper sessions are counted, not listed."""
 
 
-@dataclass(slots=True)
-class TreeNode:
+class TreeNode(msgspec.Struct):
     """A session and its subagent sessions (children ordered by first event)."""
 
     summary: SessionSummary
-    children: list[TreeNode] = field(default_factory=list)
+    children: list[TreeNode] = msgspec.field(default_factory=list)
     hidden: int = 0
     """Descendants left out below :data:`MAX_TREE_DEPTH` (this node is at that depth)."""
 
@@ -260,7 +258,7 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
                 and not summary.incomplete
                 and (listing.holed(session_id) or listing.archive_changed(dirs, session_id))
             ):
-                summary = dataclasses.replace(summary, incomplete=True)
+                summary = msgspec.structs.replace(summary, incomplete=True)
             if summary is not None:
                 summaries.append(summary)
     finally:
