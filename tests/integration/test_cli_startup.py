@@ -28,6 +28,7 @@ finally:
 OTHER_COMMANDS = [
     f"gz_ia.collector.cli.{name}"
     for name in (
+        "_collector",
         "_export",
         "_gc",
         "_install",
@@ -40,9 +41,9 @@ OTHER_COMMANDS = [
         "_view",
     )
 ]
-"""The modules of commands other than ``logs``."""
+"""The modules of commands other than ``logs`` (``_collector``: ``gz-ia-collector``'s own)."""
 
-UNUSED_BY_READING = ["importlib.metadata", "subprocess", "shutil", "tempfile", "email", "zipfile", "csv"]
+UNUSED_BY_READING = ["importlib.metadata", "subprocess", "shutil", "tempfile", "email", "zipfile", "csv", "pickle"]
 """What only other commands, ``--version`` or a pager need."""
 
 

@@ -12,6 +12,8 @@ importing this package.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from gz_ia.client import env
@@ -54,4 +56,15 @@ def session() -> None:
     """Work with one session."""
 
 
-from ._collector import collector_main  # noqa: E402
+if TYPE_CHECKING:
+    from ._collector import collector_main
+
+
+def __getattr__(name: str) -> Any:
+    # The collector's own command line (``gz-ia-collector``) is loaded only when it is asked for:
+    # a reading command does not pay for it.
+    if name == "collector_main":
+        from ._collector import collector_main
+
+        return collector_main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
