@@ -99,7 +99,10 @@ class FieldMatches(msgspec.Struct, frozen=True):
 
     def test(self, event: StoredEvent) -> bool:
         """Tell whether ``event`` satisfies every field."""
-        return all(item.test(event) for item in self.fields)
+        for item in self.fields:  # noqa: SIM110 (not all() over a generator: this runs once per event read)
+            if not item.test(event):
+                return False
+        return True
 
     def needles(self) -> list[tuple[bytes, ...]]:
         """Per field that has sure needles, the byte strings one of which a matching line contains."""
@@ -179,9 +182,10 @@ class Selection(msgspec.Struct, frozen=True):
 
     def test(self, event: StoredEvent) -> bool:
         """Tell whether ``event`` is selected."""
-        if self.seqs is not None and not self.seqs[0] <= event.seq <= self.seqs[1]:
+        seqs = self.seqs
+        if seqs is not None and not seqs[0] <= event.seq <= seqs[1]:
             return False
-        if self.matches and not self.matches.test(event):
+        if self.matches.fields and not self.matches.test(event):
             return False
         if self.grep is not None:
             search = self.grep.search
