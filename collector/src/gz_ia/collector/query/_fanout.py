@@ -45,19 +45,13 @@ def _processes() -> int:
     return min(MAX_PROCESSES, available)
 
 
-def run(
-    work: Callable[[Chunk], Result],
-    chunks: Sequence[Chunk],
-    *,
-    portable: Callable[[Result], Result] | None = None,
-) -> list[Result]:
+def run(work: Callable[[Chunk], Result], chunks: Sequence[Chunk]) -> list[Result]:
     """Return ``[work(chunk) for chunk in chunks]``, computed by up to :data:`MAX_PROCESSES` processes.
 
     ``work`` runs in forked children and in the caller, which works too. A child's results come
-    back through :mod:`marshal`, several times faster than :mod:`pickle` both ways: only built-in
-    values (tuples, lists, dicts, strings, bytes, numbers, None). ``portable`` turns a child's
-    result into such values (the caller's own results skip it). An exception ``work`` raises in
-    any process is raised here (a child's is pickled: exceptions are not built-in values).
+    back through :mod:`marshal`, several times faster than :mod:`pickle` both ways: results must be
+    built-in values (tuples, lists, dicts, strings, bytes, numbers, None). An exception ``work``
+    raises in any process is raised here (a child's is pickled: exceptions are not built-in values).
     """
     processes = min(_processes(), len(chunks))
     if processes < 2 or not hasattr(os, "fork") or threading.active_count() > 1 or len(chunks) > MAX_CHUNKS:
@@ -70,7 +64,7 @@ def run(
     children: list[tuple[int, int]] = []
     try:
         for _ in range(processes - 1):
-            children.append(_fork(work, chunks, claims_read, portable))
+            children.append(_fork(work, chunks, claims_read))
         results: dict[int, Result] = dict(_claim_and_work(work, chunks, claims_read))
         while children:
             results.update(_collect(*children.pop()))
@@ -89,12 +83,7 @@ def _claim_and_work(
         yield index, work(chunks[index])
 
 
-def _fork(
-    work: Callable[[Chunk], Result],
-    chunks: Sequence[Chunk],
-    claims: int,
-    portable: Callable[[Result], Result] | None,
-) -> tuple[int, int]:
+def _fork(work: Callable[[Chunk], Result], chunks: Sequence[Chunk], claims: int) -> tuple[int, int]:
     results_read, results_write = os.pipe()
     pid = os.fork()
     if pid:
@@ -105,9 +94,9 @@ def _fork(
     try:
         os.close(results_read)
         try:
-            # Each result is made portable and marshalled as soon as it is made, while the caller
-            # still works: at the end only their concatenation remains to send.
-            done = [(index, _marshalled(result, portable)) for index, result in _claim_and_work(work, chunks, claims)]
+            # Each result is marshalled as soon as it is made, while the caller still works: at the
+            # end only their concatenation remains to send.
+            done = [(index, _marshalled(result)) for index, result in _claim_and_work(work, chunks, claims)]
             payload = _DONE + marshal.dumps(done)
         except BaseException as exc:  # sent to the parent, which raises it
             import pickle
@@ -120,9 +109,8 @@ def _fork(
         os._exit(code)
 
 
-def _marshalled(result: Result, portable: Callable[[Result], Result] | None) -> bytes:
-    value: Any = result if portable is None else portable(result)  # marshal says what it cannot write
-    return marshal.dumps(value)
+def _marshalled(result: Any) -> bytes:
+    return marshal.dumps(result)  # ValueError for what it cannot write: the call fails, loudly
 
 
 def _collect(pid: int, results_read: int) -> list[tuple[int, Result]]:

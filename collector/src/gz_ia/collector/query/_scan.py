@@ -191,10 +191,11 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _T = TypeVar("_T")
-_Match = tuple[bytes, str, int, StoredEvent | None]
-"""A matching line, the cursor after it, its time (:func:`_micros`) and its event (None once sent by
-a search process: an event cannot be marshalled, and pickles far slower than the line decodes again;
-the line is decoded again only if its event is asked for)."""
+_Match = tuple[bytes, str, int]
+"""A matching line, the cursor after it, and its time (:func:`_micros`). Not its event: a search
+process could not marshal it (and it pickles slower than the line decodes again), and holding it
+until the answer is sorted would only move its freeing after the scan, onto one process. An entry
+decodes its line again only if its event is asked for (``--json`` never asks)."""
 _Found = tuple[list[tuple[str, list[_Match]]], list[str]]
 """The matches of a few sessions, and the sessions the careful reader must read."""
 
@@ -375,7 +376,7 @@ def _session(
                 expected = event.seq + 1
             if filters.match(event) and test(event):
                 cursor = encode_position(session_id, number, end + 1, event.seq, dirs.epoch)
-                found.append((raw, cursor, _micros(event.timestamp), event))
+                found.append((raw, cursor, _micros(event.timestamp)))
     return found
 
 
@@ -391,20 +392,11 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-def _portable(found: _Found) -> _Found:
-    matches, careful = found
-    return [
-        (session_id, [(raw, cursor, micros, None) for raw, cursor, micros, _ in each]) for session_id, each in matches
-    ], careful
-
-
 _Timed = tuple[int, reader.Entry]
 
 
 def _entries(matches: list[_Match]) -> list[_Timed]:
-    return [
-        (micros, reader.Entry(raw.decode(errors="replace"), event, cursor)) for raw, cursor, micros, event in matches
-    ]
+    return [(micros, reader.Entry(raw.decode(errors="replace"), None, cursor)) for raw, cursor, micros in matches]
 
 
 def _timed(entries: list[reader.Entry]) -> list[_Timed]:
@@ -477,7 +469,7 @@ def search(
         candidates = _candidates(listing, selection)
         size = max(_CHUNK, -(-len(candidates) // _fanout.MAX_CHUNKS))
         chunks = [candidates[index : index + size] for index in range(0, len(candidates), size)]
-        for found, to_read in _fanout.run(read, chunks, portable=_portable):
+        for found, to_read in _fanout.run(read, chunks):
             per_session.extend((session_id, _entries(matches)) for session_id, matches in found)
             fallbacks.extend(to_read)
     finally:
