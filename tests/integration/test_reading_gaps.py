@@ -153,6 +153,26 @@ def test_logs_n_reads_the_newest_events_and_a_full_read_names_damage_far_back(co
     assert len(everything.stdout.splitlines()) == 59
 
 
+def test_a_fifo_under_a_session_files_name_is_named_not_waited_on(collector: Any) -> None:
+    """Something that is not a file where a session's active file belongs (a FIFO nobody writes to)
+    is reported as unreadable by every reading command, which show the rest; none of them hangs on it."""
+    import os
+
+    _send(collector, "good", 0, 3)
+    os.mkfifo(collector.root / "sessions" / "piped.events.jsonl")
+    for args in (
+        ["logs", "--json"],  # the streaming read of the whole root
+        ["logs", "stage=FINISH", "--json"],  # the search
+        ["session", "logs", "piped", "--json"],
+        ["sessions"],
+    ):
+        result = collector.gz_ia(*args, timeout=20)  # a hang fails here (TimeoutExpired)
+        assert result.returncode == 3, (args, result.stdout, result.stderr)
+        assert "session piped" in result.stderr, args
+    shown = collector.gz_ia("logs", "--json", timeout=20).stdout
+    assert [record["session_id"] for record in map(json.loads, shown.splitlines())] == ["good"] * 3
+
+
 def test_a_missing_root_is_an_error_for_every_reading_command(collector: Any, tmp_path: Path) -> None:
     """logs, session logs, sessions and session tree on a root that does not exist: a clear error, exit 1."""
     missing = str(tmp_path / "typo" / ".harness")

@@ -48,7 +48,7 @@ from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
 from gz_ia.collector.storage.names import ACTIVE_SUFFIX, STATE_SUFFIX, parse_archive_name, session_archive
 from gz_ia.collector.storage.roots import RootDirs
-from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, open_archive, segment_exists
+from gz_ia.collector.storage.segments import READ_FLAGS, Segment, SegmentUnreadable, open_archive, segment_exists
 
 from . import _fanout
 from ._finder import Data, Finder
@@ -64,7 +64,6 @@ _MATCH_BUDGET: Final = 500_000
 _GZIP_RATIO: Final = 8
 _SAMPLE_FILES: Final = 8
 _SAMPLE_BYTES: Final = 1 << 14
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
@@ -157,7 +156,7 @@ def _sample(root: Path) -> tuple[bytes, int]:
 
 def _sample_file(path: str, parts: list[bytes], sizes: list[int]) -> None:
     # Never through a symlink, never blocking on something other than a file put in its place.
-    fd = os.open(path, _READ_FLAGS | os.O_NONBLOCK)
+    fd = os.open(path, READ_FLAGS)
     try:
         info = os.fstat(fd)
         if stat.S_ISREG(info.st_mode):
@@ -259,7 +258,7 @@ def _contents(
                 segment.close()
     if session_id in listing.active:
         try:
-            fd = os.open(session_id + ACTIVE_SUFFIX, _READ_FLAGS, dir_fd=dirs.sessions_fd)
+            fd = os.open(session_id + ACTIVE_SUFFIX, READ_FLAGS, dir_fd=dirs.sessions_fd)
         except OSError:
             raise _Fallback from None
         try:

@@ -17,6 +17,8 @@ import struct
 import zlib
 from typing import Final
 
+from .segments import READ_FLAGS
+
 __all__ = ["seal_holds", "write_sealed"]
 
 _MAGIC: Final = b"\x1f\x8b\x08"
@@ -28,7 +30,6 @@ _HEADER: Final = struct.Struct("<3sBIBBH2sH")
 """Magic and method, flags, mtime (0), extra flags, OS (255: unknown), extra length, subfield id and length."""
 _TRAILER: Final = struct.Struct("<II")
 _CHUNK: Final = 1 << 20
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def write_sealed(source: int, target: int, plain: os.stat_result, *, level: int = 6) -> None:
@@ -63,7 +64,7 @@ def seal_holds(dir_fd: int, name: str) -> bool | None:
     file, or unreadable). None: it carries no seal (written by an earlier gz-ia) or is gone.
     """
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None  # removed by retention since the listing
     except OSError:

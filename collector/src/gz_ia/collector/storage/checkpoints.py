@@ -17,10 +17,10 @@ import msgspec
 from gz_ia.client.schema import Stage
 
 from .names import LAYOUT_VERSION
+from .segments import READ_FLAGS
 
 __all__ = ["Checkpoint", "encode_checkpoint", "read_checkpoint"]
 
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_BYTES: Final = 1 << 24
 
 
@@ -76,7 +76,7 @@ def read_checkpoint(state_fd: int | None, name: str) -> Checkpoint | None:
     if state_fd is None:
         return None
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=state_fd)
+        fd = os.open(name, READ_FLAGS, dir_fd=state_fd)
     except OSError:
         return None
     try:

@@ -19,11 +19,21 @@ from typing import Final
 from .gzip_cache import decompressed
 from .names import ACTIVE_SUFFIX, session_archive
 
-__all__ = ["SCAN_CHUNK", "Segment", "SegmentUnreadable", "locate_active", "open_archive", "segment_exists"]
+__all__ = [
+    "READ_FLAGS",
+    "SCAN_CHUNK",
+    "Segment",
+    "SegmentUnreadable",
+    "locate_active",
+    "open_archive",
+    "segment_exists",
+]
 
 SCAN_CHUNK: Final = 1 << 20
 """Bytes read at a time when a segment is scanned line by line."""
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+"""How every stored file is opened for reading: never through a symlink, and never waiting on a FIFO
+or a device put under a file's name (a regular file reads the same with or without O_NONBLOCK)."""
 
 
 class SegmentUnreadable(Exception):
@@ -71,7 +81,7 @@ class Segment:
 def _open_regular(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
     """Open ``name`` read-only without following symlinks; refuse anything but a regular file."""
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             raise FileNotFoundError(errno.ENOENT, "missing", name) from exc
