@@ -107,3 +107,25 @@ def test_a_read_only_root_holds_events_until_it_is_writable_again(
     assert sorted(line["attrs"]["n"] for line in lines) == list(range(30))
     assert [line["seq"] for line in lines] == list(range(1, 31))
     assert collector.proc.poll() is None
+
+
+def test_a_fifo_under_a_session_files_name_fails_that_session_alone(collector: Any) -> None:
+    """A FIFO where a session's active file belongs, with nobody reading it: the collector does not
+    wait in open() for a reader (which held every session); that session's events fail, loudly, and
+    stay with their client, while the other sessions are written."""
+    import os
+
+    other = collector.client()
+    _log(other, 0, 10, "fine")
+    assert other.flush(timeout=30)
+    os.mkfifo(collector.root / "sessions" / "piped.events.jsonl")
+    blocked = collector.client()
+    _log(blocked, 0, 3, "piped")
+    _log(other, 10, 10, "fine")
+    assert other.flush(timeout=30)
+    other.close()
+    assert [line["attrs"]["n"] for line in collector.session_lines("fine")] == list(range(20))
+    wait_for(lambda: "cannot write piped.events.jsonl" in collector.log(), message="the failed write in the log")
+    assert not blocked.flush(timeout=1)  # never acknowledged
+    blocked.close(timeout=1)
+    assert collector.proc.poll() is None

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import stat
 from typing import Final
 
 __all__ = ["FILE_FLAGS", "AppendFile", "OpenFiles"]
 
 log = logging.getLogger("gz_ia.collector")
 
-FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+"""O_NONBLOCK: a FIFO put under a session file's name would otherwise hold the writer, and with it
+every session, in ``open`` until something reads it (a regular file writes the same either way)."""
 
 
 class AppendFile:
@@ -77,6 +81,9 @@ class OpenFiles:
                 oldest, _ = self._open.popitem(last=False)
                 self.close(oldest)
         fd = os.open(target.name, FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO that has a reader, a device: not ours
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", target.name)
         target.fd = fd
         self._open[target] = None
         return fd

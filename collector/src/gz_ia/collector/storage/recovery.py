@@ -43,7 +43,9 @@ def recover_session(state: SessionState, clock: Callable[[], float], on_torn: On
         number += 1
     state.segment = number
     try:
-        fd: int | None = os.open(state.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=state.dir_fd)
+        fd: int | None = os.open(
+            state.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=state.dir_fd
+        )
     except FileNotFoundError:
         fd = None
     try:
@@ -98,7 +100,7 @@ def repair_root(store: RootStore, on_torn: OnTorn) -> int:
         if session_id is None or session_id in store.sessions:
             continue
         try:
-            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=store.dirs.sessions_fd)
+            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=store.dirs.sessions_fd)
         except OSError:
             continue
         try:
