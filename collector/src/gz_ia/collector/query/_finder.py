@@ -51,7 +51,7 @@ class Finder:
         if self.rare is None:
             self._learn(bytes(data[: min(end, _SAMPLE)]))
         assert self.rare is not None
-        starts: set[int] = set()
+        starts: list[int] = []
         for index, needle in enumerate(self.group):
             if self.rare:
                 byte, offset = self.rare[index]
@@ -59,8 +59,10 @@ class Finder:
             else:
                 hits = self._by_needle(data, end, needle)
             for position in hits:
-                starts.add(data.rfind(b"\n", 0, position) + 1)
-        return sorted(starts)
+                start = data.rfind(b"\n", 0, position) + 1
+                if not starts or starts[-1] != start:  # one needle's hits come in order
+                    starts.append(start)
+        return starts if len(self.group) == 1 else sorted(set(starts))
 
     @staticmethod
     def _by_needle(data: Data, end: int, needle: bytes) -> Iterator[int]:
