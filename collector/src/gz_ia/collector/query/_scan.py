@@ -60,7 +60,7 @@ _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
 """Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
 _MATCH_BUDGET: Final = 500_000
-"""Matches the search may expect to hold (about 1 GB); a question expected to match more is streamed."""
+"""Matches the search may expect to hold (about 500 MB); a question expected to match more is streamed."""
 _GZIP_RATIO: Final = 8
 _SAMPLE_FILES: Final = 8
 _SAMPLE_BYTES: Final = 1 << 14
@@ -112,7 +112,7 @@ def narrows(filters: reader.Filters, selection: Selection, root: Path | None = N
     """Whether :func:`search` should answer this question: it can skip sessions or lines (checkpoints,
     byte needles) and what it finds fits in memory.
 
-    The search holds its matches to merge them in time order (about 2 KB each); a question that
+    The search holds its matches to merge them in time order (about 1 KB each); a question that
     selects much of a big root is read session by session instead, as a stream (``gz-ia logs`` does
     so). With ``root``, a byte needle counts only when a sample of the root's files says it matches
     at most :data:`_MATCH_BUDGET` lines of the whole root (``stage=FINISH`` over ten million events
