@@ -31,7 +31,9 @@ MAX_CHUNKS: Final = select.PIPE_BUF // _CLAIM.size
 (one page, when the user has many pipes open); more chunks than this are read in the caller."""
 
 _DONE: Final = b"\x00"
+"""The first byte of a child's payload when its marshalled results follow."""
 _FAILED: Final = b"\x01"
+"""The first byte of a child's payload when its pickled exception follows."""
 Chunk = TypeVar("Chunk")
 Result = TypeVar("Result")
 
