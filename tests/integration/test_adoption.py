@@ -170,3 +170,19 @@ def test_a_spool_of_sessions_of_every_share_is_adopted_whole_each_in_order(make_
         ]
     assert not list(spool_dir().glob("*.spool")) and not list(spool_dir().glob("*.lock"))
     assert collector.metric("gzia_spool_adopted_events_total") == 80
+
+
+def test_a_fifo_under_a_spool_segments_name_is_quarantined_not_waited_on(make_collector: Any) -> None:
+    """A dead client's "segment" that is a FIFO nobody writes to: adoption moves it aside instead of
+    waiting in open() for a writer, and adopts the spool beside it."""
+    collector = make_collector(start=False)
+    _dead_spool("00000000", [])
+    os.mkfifo(spool_dir() / "00000000.000001.spool")
+    events = [(n + 1, _event("beside", n)) for n in range(5)]
+    _dead_spool("00000001", [_segment("00000001", collector.root, events, socket=str(collector.socket))])
+    collector.start()
+    assert [line["attrs"]["n"] for line in collector.session_lines("beside")] == list(range(5))
+    quarantine = spool_dir() / "quarantine"
+    assert [path.name for path in quarantine.glob("*.spool")] == ["00000000.000001.spool"]
+    listed = json.loads(collector.gz_ia("status", "--json", check=True).stdout)["spools"]["quarantined"]
+    assert "not a regular file" in listed[0]["reason"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,9 +69,17 @@ def read_segment(path: Path) -> tuple[SpoolHeader, list[SpoolRecord]]:
 
     Raises:
         OSError: the file cannot be read.
-        msgspec.DecodeError: the header is not a spool header.
+        msgspec.DecodeError: not a spool segment: no spool header, or not a regular file.
     """
-    data = path.read_bytes()
+    # Never through a symlink, and never waiting on a FIFO put under a segment's name.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise msgspec.DecodeError(f"{path} is not a regular file")
+        with open(fd, "rb", closefd=False) as source:
+            data = source.read()
+    finally:
+        os.close(fd)
     records: list[SpoolRecord] = []
     header: SpoolHeader | None = None
     offset = 0
