@@ -31,7 +31,6 @@ reader, which says what it could not read: this module never decides alone that 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -48,7 +47,13 @@ from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
 from gz_ia.collector.storage.names import ACTIVE_SUFFIX, STATE_SUFFIX, parse_archive_name, session_archive
 from gz_ia.collector.storage.roots import RootDirs
-from gz_ia.collector.storage.segments import READ_FLAGS, Segment, SegmentUnreadable, open_archive, segment_exists
+from gz_ia.collector.storage.segments import (
+    Segment,
+    SegmentUnreadable,
+    open_archive,
+    open_regular,
+    segment_exists,
+)
 
 from . import _fanout
 from ._finder import Data, Finder
@@ -155,13 +160,13 @@ def _sample(root: Path) -> tuple[bytes, int]:
 
 
 def _sample_file(path: str, parts: list[bytes], sizes: list[int]) -> None:
-    # Never through a symlink, never blocking on something other than a file put in its place.
-    fd = os.open(path, READ_FLAGS)
     try:
-        info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode):
-            sizes.append(info.st_size)
-            parts.append(os.pread(fd, _SAMPLE_BYTES, 0))
+        fd, info = open_regular(None, path)  # as the search opens it: no symlink, no wait on a FIFO
+    except SegmentUnreadable:
+        return
+    try:
+        sizes.append(info.st_size)
+        parts.append(os.pread(fd, _SAMPLE_BYTES, 0))
     finally:
         os.close(fd)
 
@@ -258,13 +263,10 @@ def _contents(
                 segment.close()
     if session_id in listing.active:
         try:
-            fd = os.open(session_id + ACTIVE_SUFFIX, READ_FLAGS, dir_fd=dirs.sessions_fd)
-        except OSError:
+            fd, info = open_regular(dirs.sessions_fd, session_id + ACTIVE_SUFFIX)
+        except (OSError, SegmentUnreadable):
             raise _Fallback from None
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise _Fallback
             filled = buffer.fill(fd, info.st_size)
         except OSError:
             raise _Fallback from None

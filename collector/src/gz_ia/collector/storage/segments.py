@@ -26,6 +26,7 @@ __all__ = [
     "SegmentUnreadable",
     "locate_active",
     "open_archive",
+    "open_regular",
     "segment_exists",
 ]
 
@@ -78,8 +79,14 @@ class Segment:
             self.fd = None
 
 
-def _open_regular(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
-    """Open ``name`` read-only without following symlinks; refuse anything but a regular file."""
+def open_regular(dir_fd: int | None, name: str) -> tuple[int, os.stat_result]:
+    """Open ``name`` read-only (:data:`READ_FLAGS`), relative to ``dir_fd``; refuse anything but a
+    regular file.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        SegmentUnreadable: a symlink, not a regular file, or another error opening it.
+    """
     try:
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
@@ -106,7 +113,7 @@ def open_archive(dir_fd: int, name_of: Callable[[bool], str], number: int) -> Se
     """
     for compressed in (False, True, False):
         try:
-            fd, info = _open_regular(dir_fd, name_of(compressed))
+            fd, info = open_regular(dir_fd, name_of(compressed))
         except FileNotFoundError:
             continue
         if not compressed:
@@ -148,7 +155,7 @@ def locate_active(sessions_fd: int, session_id: str, hint: int) -> tuple[int, Se
         while segment_exists(sessions_fd, session_archive(session_id, number)):
             number += 1
         try:
-            fd, info = _open_regular(sessions_fd, session_id + ACTIVE_SUFFIX)
+            fd, info = open_regular(sessions_fd, session_id + ACTIVE_SUFFIX)
         except FileNotFoundError:
             if segment_exists(sessions_fd, session_archive(session_id, number)):
                 continue  # rotated in between: look again
