@@ -40,11 +40,11 @@ class Output:
     """
 
     def __init__(self, *, flush_each: bool) -> None:
-        self.stream: IO[str] = sys.stdout
-        self.flush_each = flush_each
-        stream = self.stream
+        stream = sys.stdout
         if not flush_each and isinstance(stream, io.TextIOWrapper) and stream.write_through and not stream.isatty():
             stream.reconfigure(write_through=False)
+        self.stream: IO[str] = stream
+        self.flush_each = flush_each
 
     def line(self, text: str) -> None:
         """Write one line."""

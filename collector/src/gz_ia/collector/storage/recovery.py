@@ -29,6 +29,8 @@ __all__ = ["recover_rejects", "recover_session", "repair_root"]
 log = logging.getLogger("gz_ia.collector")
 
 _SCAN_CHUNK: Final = 1 << 20
+_REPAIR_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+"""An active file opened to cut its torn tail: never through a symlink, never waiting on a FIFO."""
 
 OnTorn = Callable[[int], None] | None
 """Called with the number of bytes cut off when a torn line is repaired."""
@@ -43,9 +45,7 @@ def recover_session(state: SessionState, clock: Callable[[], float], on_torn: On
         number += 1
     state.segment = number
     try:
-        fd: int | None = os.open(
-            state.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=state.dir_fd
-        )
+        fd: int | None = os.open(state.name, _REPAIR_FLAGS, dir_fd=state.dir_fd)
     except FileNotFoundError:
         fd = None
     try:
@@ -100,7 +100,7 @@ def repair_root(store: RootStore, on_torn: OnTorn) -> int:
         if session_id is None or session_id in store.sessions:
             continue
         try:
-            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=store.dirs.sessions_fd)
+            fd = os.open(name, _REPAIR_FLAGS, dir_fd=store.dirs.sessions_fd)
         except OSError:
             continue
         try:
