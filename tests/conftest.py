@@ -207,11 +207,20 @@ class CollectorProcess:
 
         return Client(socket_path=self.socket, root=self.root, **kwargs)
 
-    def gz_ia(self, *args: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        """Run the ``gz-ia`` command line as a real subprocess against this collector."""
+    def gz_ia(
+        self,
+        *args: str,
+        check: bool = False,
+        timeout: float = 30,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the ``gz-ia`` command line as a real subprocess against this collector (``env``
+        replaces its environment, for a test that points it elsewhere)."""
         return subprocess.run(
             [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", *args],
-            env=self.env,
+            env=self.env if env is None else env,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -18,19 +18,6 @@ from gz_ia.collector.cli import main
 LOG = ("session", "log", "3f9a12c8", "--agent", "agy", "--action", "Index deps")
 
 
-def _gz_ia(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the installed entry point with an environment of the test's own."""
-    return subprocess.run(
-        [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", *args],
-        input=stdin,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
 def test_accepted_events_exit_0_and_print_their_seq(collector: Any, schema_validator: Any) -> None:
     """READ then FINISH with a duration: both accepted, seq 1 and 2, stored as given."""
     first = collector.gz_ia(*LOG, "--stage", "READ", "--role", "indexer", "--attr", "files=12")
@@ -87,7 +74,7 @@ def test_a_peer_that_does_not_speak_the_protocol_gets_the_event_spooled(
 
         thread = threading.Thread(target=answer, daemon=True)
         thread.start()
-        result = _gz_ia(*LOG, "--stage", "READ", env={**collector.env, "GZ_IA_SOCKET": str(path)})
+        result = collector.gz_ia(*LOG, "--stage", "READ", env={**collector.env, "GZ_IA_SOCKET": str(path)})
         thread.join(10)
     assert result.returncode == 75, result.stderr
     assert "spooled:" in result.stderr and "Traceback" not in result.stderr
@@ -207,9 +194,9 @@ def test_a_root_that_does_not_exist_yet_is_made_as_the_client_makes_it(
     root = tmp_path / "new-project" / ".harness"
     environment = {**collector.env, "GZ_IA_ROOT": str(root)}
     if command == "session-log":
-        result = _gz_ia(*LOG, "--stage", "READ", env=environment)
+        result = collector.gz_ia(*LOG, "--stage", "READ", env=environment)
     else:
         start = {"hook_event_name": "SessionStart", "session_id": "cc-new-root", "cwd": str(tmp_path)}
-        result = _gz_ia("hook", "claude-code", env=environment, stdin=json.dumps(start))
+        result = collector.gz_ia("hook", "claude-code", env=environment, stdin=json.dumps(start))
     assert result.returncode == 0, result.stderr
     assert list((root / "sessions").glob("*.events.jsonl")), (result.stdout, result.stderr)
