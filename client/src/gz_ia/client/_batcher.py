@@ -47,8 +47,11 @@ class Batcher(Losses):
         self._owners = Owners(1)
         """Which share owns each session, for the number of shares the last Welcome named."""
 
-    def _fill_output(self) -> None:
+    def _fill_output(self, *, hold_queue: bool = False) -> None:
         """Move events into batch frames while the window and the output buffer have room.
+
+        With ``hold_queue``, new events stay queued (the sender's linger); resent and spooled ones
+        still go.
 
         Order: what the window holds unsent (after a reconnect), then the spool (older), then loss
         notices, then the queue. Producer numbers therefore reach the collector in increasing order.
@@ -83,6 +86,8 @@ class Batcher(Losses):
                     spool_pending = bool(self._spool_buffer) or (self._spool is not None and not self._spool.empty)
                     if spool_pending:
                         source = self._spool_buffer
+                    elif hold_queue:
+                        return
                     else:
                         if self._losses:
                             self._queue.extendleft(reversed(self._loss_notices_locked()))

@@ -141,6 +141,9 @@ class Client:
         max_spool_bytes: bound on the spool; past it the oldest events are dropped and reported.
         raise_on_error: raise ``ValueError`` from :meth:`log` for an event that cannot be built,
             instead of counting it in ``stats().invalid``.
+        linger: seconds an event logged alone may wait for the next ones to share its frame
+            (``$GZ_IA_LINGER_MS``, 0.1 s by default; 0 sends each event at once). :meth:`send`,
+            :meth:`flush` and :meth:`close` never wait for it.
     """
 
     enabled: Final = True
@@ -156,6 +159,7 @@ class Client:
         spool: bool = True,
         max_spool_bytes: int = 64 << 20,
         raise_on_error: bool = False,
+        linger: float | None = None,
     ) -> None:
         # Here, not at the top: a process that imports the package but makes no client (the
         # NullClient, a hook that only builds events) never imports sockets, selectors or the spool.
@@ -169,6 +173,7 @@ class Client:
             connect_timeout=connect_timeout,
             spool_dir=env.default_spool_dir() if spool else None,
             max_spool_bytes=max_spool_bytes,
+            linger=env.linger() if linger is None else linger,
         )
         self._raise_on_error = raise_on_error
 

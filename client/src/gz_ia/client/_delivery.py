@@ -22,7 +22,13 @@ class Verdict(msgspec.Struct, frozen=True):
 
 
 class SenderStats(msgspec.Struct, frozen=True):
-    """Counters of one client, readable at any time: what happened to the events it was given."""
+    """Counters of one client, readable at any time: what happened to the events it was given.
+
+    ``spooled`` counts the events written to the disk spool and not yet delivered: this client
+    sends them once the collector answers (those on their way again are ``unacknowledged`` too),
+    and what is left at :meth:`~gz_ia.client.Client.close` a collector delivers when it adopts the
+    spool. ``invalid`` counts calls that made no event.
+    """
 
     queued: int
     unacknowledged: int
@@ -33,3 +39,4 @@ class SenderStats(msgspec.Struct, frozen=True):
     reconnects: int
     connected: bool
     last_error: str | None
+    spooled: int = 0

@@ -60,6 +60,8 @@ _INBOX_EVENTS: Final = 256
 _LAGGING_EVENTS: Final = 4096
 """Queued events past which an agent thread that moves its inbox into the queue gives the sender
 thread a turn (:func:`_give_way`): once per ``_INBOX_EVENTS`` events, while connected."""
+_LINGER_EVENTS: Final = _INBOX_EVENTS
+"""Queued events that make a frame worth sending without waiting out the linger."""
 _BACKOFF_MIN: Final = 0.05
 _QUEUE_FULL_WAIT: Final = 0.01
 """Seconds between connects while the collector's accept queue is full (see ``Sender._connect``)."""
@@ -92,6 +94,7 @@ class Sender(Batcher):
         connect_timeout: longest wait for one connection attempt.
         spool_dir: where to spill events past the memory bounds; None disables the spool.
         max_spool_bytes: bound on the spool's size.
+        linger: seconds a queued event may wait for others to share its frame (see :meth:`_holding`).
     """
 
     def __init__(
@@ -104,9 +107,12 @@ class Sender(Batcher):
         connect_timeout: float = 1.0,
         spool_dir: Path | None = None,
         max_spool_bytes: int = 64 << 20,
+        linger: float = 0.0,
     ) -> None:
         if max_events < 1 or max_bytes < 1:
             raise ValueError("buffer bounds must be positive")
+        if linger < 0:
+            raise ValueError("linger must not be negative")
         self.socket_path = socket_path
         self.root = root
         self.max_events = max_events
@@ -114,6 +120,7 @@ class Sender(Batcher):
         self.connect_timeout = connect_timeout
         self.spool_dir = spool_dir
         self.max_spool_bytes = max_spool_bytes
+        self.linger = linger
         self._init_state()
         live_senders.add(self)
 
@@ -130,6 +137,12 @@ class Sender(Batcher):
         self._retry_at = 0.0
         self._unturned = 0
         """Events agent threads moved into the queue since one of them last gave the sender a turn."""
+        self._hold_until = 0.0
+        """While events are held back (the linger), when they go out at the latest; 0 when none are."""
+        self._send_now = False
+        """A caller waits for a verdict: the queue goes out at once, linger or not."""
+        self._flushing = 0
+        """Callers in :meth:`flush`: while there are any, nothing is held back."""
 
     # --- called from agent threads ----------------------------------------------------------------
 
@@ -186,9 +199,11 @@ class Sender(Batcher):
             # wakes it even when it is due to come round anyway: it may be waiting a second for a
             # collector that has stopped answering, and past 4x the bound this call would drop.
             spill = self._spool is not None and not self._spill_wanted and self._over_bound_locked(1)
-            wake = spill or (
-                not self._wake_armed and (self._wake_wanted or waiter is not None or len(queue) > self.max_events)
-            )
+            # A waiter, or a frame's worth of events, ends a linger: the thread may be sleeping it out.
+            urgent = waiter is not None or (self._hold_until != 0.0 and len(queue) >= _LINGER_EVENTS)
+            if waiter is not None:
+                self._send_now = True
+            wake = spill or urgent or (not self._wake_armed and (self._wake_wanted or len(queue) > self.max_events))
             if wake:
                 self._wake_armed = True
             if spill:
@@ -223,14 +238,20 @@ class Sender(Batcher):
             self._absorb_locked()
             if self._queue and self._thread is None:
                 self._start_locked()
-            while self._inbox or self._queue or self._window or self._spooled or self._losses:
-                if self._permanent_error is not None:
-                    return False
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+            self._flushing += 1
+            try:
+                if self._hold_until != 0.0:
+                    self._wake()  # the thread may be sleeping out a linger
+                while self._inbox or self._queue or self._window or self._spooled or self._losses:
+                    if self._permanent_error is not None:
+                        return False
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._changed.wait(remaining)
+                return True
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout: float | None) -> None:
         """Deliver for at most ``timeout`` seconds, spool what is left, then stop the thread."""
@@ -250,10 +271,13 @@ class Sender(Batcher):
             self._window_bytes = self._queued_bytes = 0
             self._assign_pseqs_locked(leftovers)
         if leftovers and self._spool is not None:
+            with self._lock:
+                self._spooled += len(leftovers)
             try:
                 self._record_losses(self._spool.append([self._record(item) for item in leftovers]))
             except OSError:
                 with self._lock:
+                    self._spooled -= len(leftovers)
                     self._dropped += len(leftovers)
         elif leftovers:
             with self._lock:
@@ -261,6 +285,29 @@ class Sender(Batcher):
         if self._spool is not None:
             self._spool_loss_notices(self._spool)
             self._spool.close()
+            self._say_spooled(timeout)
+
+    def _say_spooled(self, timeout: float | None) -> None:
+        """Say on stderr how many events this client leaves in its spool, if any.
+
+        They are safe, but late: a collector delivers them when it next adopts the spool, which may be
+        much later than the agent's user expects (a collector that is down, or too slow to take a
+        burst within the exit timeout). A line at exit explains events that appear only then.
+        """
+        with self._lock:
+            spooled = self._spooled
+            if spooled:
+                self._last_error = f"{spooled} event(s) left in the spool at close"
+        if not spooled or self._spool is None:
+            return
+        within = "" if timeout is None else f" within {round(timeout, 1):g} s"
+        with contextlib.suppress(Exception):  # a closed or broken stderr must not fail the agent's exit
+            sys.stderr.write(
+                f"gz-ia: {spooled} event(s) not delivered{within} were spooled to {self._spool.directory}; "
+                f"the collector at {self.socket_path} delivers them when it takes the spool "
+                "(at its start, or within seconds while it runs)\n"
+            )
+            sys.stderr.flush()
 
     def stats(self) -> SenderStats:
         """Return a consistent snapshot of the counters."""
@@ -271,6 +318,7 @@ class Sender(Batcher):
                 accepted=self._accepted,
                 rejected=self._rejected,
                 dropped=self._dropped,
+                spooled=self._spooled,
                 invalid=self._invalid,
                 reconnects=self._reconnects,
                 connected=self._connected,
@@ -425,7 +473,9 @@ class Sender(Batcher):
         """One round of the connected loop: fill the output, wait for I/O, handle it."""
         assert self._sock is not None
         sock = self._sock
-        self._fill_output()
+        now = time.monotonic()
+        holding = self._holding(now)
+        self._fill_output(hold_queue=holding)
         # The socket nearly always takes a new batch at once: sending it now, not after one more
         # select round, is a good part of a lone send()'s round trip.
         if self._out and not self._send_out(sock, selector):
@@ -439,15 +489,18 @@ class Sender(Batcher):
             self._wake_armed = False
             self._absorb_locked()
             runnable = (
-                self._welcomed
+                not holding
+                and self._welcomed
                 and bool(self._queue)
                 and len(self._window) < WINDOW_EVENTS
                 and len(self._out) < BATCH_BYTES
             )
-            self._wake_armed = runnable or bool(self._queue)
+            # While holding, this thread comes round at the period's end: no event needs to wake it.
+            self._wake_armed = runnable or holding or bool(self._queue)
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
-        for key, mask in selector.select(0 if runnable else 1.0):
+        timeout = 0.0 if runnable else max(0.0, self._hold_until - now) if holding else 1.0
+        for key, mask in selector.select(timeout):
             if key.fd == self._wake_r:
                 self._drain_wake()
                 continue
@@ -474,6 +527,43 @@ class Sender(Batcher):
                     return
                 if self._sock is None:
                     return
+
+    def _holding(self, now: float) -> bool:
+        """Tell whether new events wait a little longer for others to share their frame (the linger).
+
+        An event logged alone would go out in a frame of its own: a wake-up of this thread, a
+        ``send``, a verdict to read, each paid again for the next event a few milliseconds later.
+        Held back for at most ``linger`` seconds, it goes out with those logged meanwhile (Kafka's
+        ``linger.ms``, Fluent Bit's flush interval). A linger period starts when this thread finds
+        events queued; when it ends with events queued they go out and the next period starts at
+        once, so that a steady trickle costs one wake-up of this thread per period and none of the
+        agent's threads has to wake it; a period that ends with nothing queued ends the lingering.
+        Nothing is held once a frame's worth is queued, nor while a caller waits for a verdict,
+        flushes or closes. Held events are in memory only, as every queued event is.
+        """
+        with self._lock:
+            self._absorb_locked()
+            queued = bool(self._queue)
+            if not queued:
+                self._send_now = False  # what the waiter came with is on its way
+            if (
+                self.linger <= 0
+                or self._send_now
+                or self._flushing
+                or self._closing
+                or len(self._queue) >= _LINGER_EVENTS
+                or self._queued_bytes >= BATCH_BYTES
+            ):
+                self._hold_until = 0.0
+                return False
+            if self._hold_until == 0.0:
+                if not queued:
+                    return False
+                self._hold_until = now + self.linger
+            if now < self._hold_until:
+                return True
+            self._hold_until = now + self.linger if queued else 0.0
+            return False
 
     def _send_out(self, sock: socket.socket, selector: selectors.BaseSelector) -> bool:
         """Send what the socket takes of the output now; False if the connection failed (dropped)."""

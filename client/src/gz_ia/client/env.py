@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from typing import Final
 
 __all__ = [
+    "DEFAULT_LINGER_MS",
     "GZ_IA_AGENT",
     "GZ_IA_DISABLED",
     "GZ_IA_EXIT_TIMEOUT",
+    "GZ_IA_LINGER_MS",
     "GZ_IA_PAGER",
     "GZ_IA_PARENT_PID",
     "GZ_IA_PARENT_SESSION_ID",
@@ -40,6 +42,7 @@ __all__ = [
     "exit_timeout",
     "find_root",
     "inherited_parent",
+    "linger",
     "locate_root",
     "locate_socket",
     "locate_spool",
@@ -71,6 +74,10 @@ later sessions are its siblings, not its subagents."""
 
 GZ_IA_EXIT_TIMEOUT: Final = "GZ_IA_EXIT_TIMEOUT"
 """Seconds a process's clients may spend delivering at its exit before they spool the rest (2)."""
+
+GZ_IA_LINGER_MS: Final = "GZ_IA_LINGER_MS"
+"""Milliseconds a client holds a lone event back so that the events after it share its frame
+(100; 0 sends each at once). See :func:`linger`."""
 
 GZ_IA_AGENT: Final = "GZ_IA_AGENT"
 """The ``--agent`` of ``gz-ia session log`` when the option is not given."""
@@ -279,3 +286,16 @@ def tracing_disabled() -> bool:
 def exit_timeout() -> float:
     """Return ``$GZ_IA_EXIT_TIMEOUT`` in seconds (2 when unset, empty or zero)."""
     return float(os.environ.get(GZ_IA_EXIT_TIMEOUT, "2") or 2)
+
+
+DEFAULT_LINGER_MS: Final = 100
+
+
+def linger() -> float:
+    """Return ``$GZ_IA_LINGER_MS`` in seconds (0.1 when unset or not a number; 0 when negative)."""
+    value = os.environ.get(GZ_IA_LINGER_MS, "")
+    try:
+        milliseconds = float(value) if value else DEFAULT_LINGER_MS
+    except ValueError:
+        milliseconds = DEFAULT_LINGER_MS
+    return max(0.0, milliseconds) / 1000
