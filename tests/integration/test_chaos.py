@@ -4,9 +4,9 @@ Agent processes (tests/fixtures/agents/chaos_agent.py: some on threads, some on 
 through the public scopes into private and shared sessions, with same-name actions open at once (one
 failing), oversized fields, NaN, infinities and ints past 64 bits, an event no frame can carry
 and invalid ids; one of them inherits an invalid ``GZ_IA_PARENT_SESSION_ID``. Meanwhile, at moments
-drawn from the seed: the collector is SIGKILLed and restarted, agents are SIGKILLed (and replaced), a second collector is started on the
-same root, ``gz-ia gc`` removes idle sessions, the disk (a tmpfs) fills up and frees up, and session
-files rotate every 64 KiB.
+drawn from the seed: the collector is SIGKILLed and restarted, agents are SIGKILLed (and replaced),
+a second collector is started on the same root, ``gz-ia gc`` removes idle sessions, the disk (a
+tmpfs) fills up and frees up, and session files rotate every 64 KiB.
 
 At the end every event (``attrs.eid``) each agent handed to the client is either on disk exactly
 once, or a loud loss: a ``rejects*.jsonl`` record, a refusal counted by its client and reported by a
