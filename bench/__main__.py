@@ -200,6 +200,7 @@ def section_agent(suite: Suite) -> None:
                     ("logging", "stdlib logging, JSON to a file"),
                     ("client", "gz-ia Client.log (active, incl. sender thread)"),
                     ("null", "gz-ia NullClient.log"),
+                    ("null_scope", "gz-ia action scope, null client (per scope)"),
                 ):
                     try:
                         result = _agent_cpu(variant, settings.agent_events, system, workdir)
@@ -212,7 +213,7 @@ def section_agent(suite: Suite) -> None:
                     )  # fmt: skip
                     if variant == "client":
                         sample.note("calling thread µs", result["thread_cpu_per_event_us"])
-                    say(f"  agent {variant:<8} run {run + 1}: {result['cpu_per_event_us']:.3f} µs/event")
+                    say(f"  agent {variant:<10} run {run + 1}: {result['cpu_per_event_us']:.3f} µs/event")
                 medians = import_time.measure(settings.import_runs)
                 for key, name, statement in (
                     ("import_client", "import gz_ia.client, installed alone", "gz_ia.client, as installed alone"),

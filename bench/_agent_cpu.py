@@ -7,6 +7,8 @@ process per variant so that nothing is shared between them:
   time (``time.process_time``, every thread) includes the sender thread that encodes batches and
   reads verdicts. ``thread_cpu`` is the calling thread's share alone;
 * ``null``: ``gz_ia.client.NullClient.log`` with the same arguments;
+* ``null_scope``: an action scope (``with scope.action(name):``, entry and exit) in a session of the
+  null client, as an agent runs with ``GZ_IA_DISABLED=1``: CPU per scope, reported as per event;
 * ``logging``: the standard library's ``logging`` writing an equivalent JSON record to a file, with a
   ``json.dumps`` formatter: what an agent would do without gz-ia.
 
@@ -90,6 +92,20 @@ def measure(
         handler.close()
         if profiler is not None:
             profiler.disable()
+    elif variant == "null_scope":
+        import gz_ia.client as gz
+
+        actions = [action for _, _, action, _, _ in calls]
+        with gz.session("agent-cpu-null", agent="claude", client=gz.NullClient()) as scope:
+            open_action = scope.action
+            cpu0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+            if profiler is not None:
+                profiler.enable()
+            for name in actions:
+                with open_action(name):
+                    pass
+            if profiler is not None:
+                profiler.disable()
     else:
         from gz_ia.client import Client, NullClient
 

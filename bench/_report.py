@@ -139,6 +139,12 @@ def evaluate(samples: dict[str, Sample], notes: dict[str, Any]) -> list[Target]:
         0.05,
         False,
     )
+    null_scope = med("agent.null_scope")
+    figure = "agent CPU per action scope, null client (`GZ_IA_DISABLED=1`)"
+    if null_scope is None:
+        rows.append(Target(figure, "≤ 1 µs", "not measured", None, None))
+    else:
+        rows.append(Target(figure, "≤ 1 µs", f"{null_scope:.2f} µs", null_scope, null_scope <= 1.0))
     ratio_row(
         "`import gz_ia.client`, installed alone (/ `import logging`)",
         f"≤ 2 {X}",

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
+from gz_ia.client import schema
 from gz_ia.client.schema import LogEvent, Stage, Status, StoredEvent, is_safe_session_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,3 +146,41 @@ def test_stored_event_reads_a_stored_line() -> None:
     )
     stored = msgspec.json.decode(line, type=StoredEvent)
     assert (stored.seq, stored.delivery) == (7, "ab:3")
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        (math.nan, "NaN"),
+        (math.inf, "Infinity"),
+        (-math.inf, "-Infinity"),
+        (2**64, "18446744073709551616"),
+        (2**63, "9223372036854775808"),
+        (-(2**63) - 1, "-9223372036854775809"),
+        (10**30, "1" + "0" * 30),
+    ],
+)
+def test_storable_turns_what_json_cannot_carry_into_a_string(value: Any, stored: str) -> None:
+    """NaN, the infinities and ints past the signed 64-bit range: strings a reader shows; the event
+    built from them decodes as the collector decodes it."""
+    assert schema.storable(value) == stored
+    event = schema.fit_event(
+        LogEvent(
+            timestamp=datetime.now(UTC), session_id="s", action="a", stage=Stage.READ,
+            status=Status.OK, agent="g", attrs={"v": value},
+        )
+    )  # fmt: skip
+    assert event.attrs == {"v": stored}
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(event), type=LogEvent).attrs == {"v": stored}
+
+
+@pytest.mark.parametrize("value", [True, False, 0, 2**63 - 1, -(2**63), 1.5, -0.0, "NaN", "x", None, [1]])
+def test_storable_leaves_every_other_value_as_it_is(value: Any) -> None:
+    """What the schema takes as it is stays the very object (no copy on the hot path)."""
+    assert schema.storable(value) is value
+
+
+def test_storable_writes_an_int_too_long_for_decimal_in_hexadecimal() -> None:
+    """Past Python's bound on int-to-decimal conversion, hexadecimal: exact, and never an exception."""
+    value = 1 << 20_000
+    assert schema.storable(value) == hex(value)

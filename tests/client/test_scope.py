@@ -130,6 +130,25 @@ def test_the_null_client_does_nothing_and_never_raises() -> None:
     assert null.stats().accepted == 0
 
 
+def test_the_null_action_scope_makes_no_system_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With tracing off an action scope draws no cycle id: ``os.urandom`` (a getrandom system call)
+    is never called, whatever the scope is asked to do, failing included."""
+    null = gz.NullClient()
+    with gz.session("s", agent="a", client=null) as scope:
+
+        def no_system_call(size: int) -> bytes:
+            raise AssertionError(f"os.urandom({size}) called on the null path")
+
+        monkeypatch.setattr(os, "urandom", no_system_call)
+        with scope.action("x") as act:
+            act.pending(files=1)
+            act.set(tokens=2**64)
+        with pytest.raises(KeyError), scope.action("y", start=Stage.PENDING):
+            raise KeyError("k")
+        with scope.action("z") as act:
+            act.fail("no")
+
+
 def test_disabled_by_environment_gives_the_null_client(monkeypatch: pytest.MonkeyPatch) -> None:
     """GZ_IA_DISABLED=1 makes the default client the null client."""
     monkeypatch.setenv("GZ_IA_DISABLED", "1")

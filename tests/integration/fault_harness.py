@@ -22,8 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from tests.fixtures.agents.agent_records import read_records
+
+from gz_ia.client.schema import StoredEvent
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES_DOC = REPO / "docs" / "reliability-figures.json"
@@ -225,6 +228,10 @@ def read_rejects(root: Path) -> list[dict[str, Any]]:
     ]
 
 
+_reader_decoder = msgspec.json.Decoder(StoredEvent)
+"""What every reader decodes a stored line with."""
+
+
 class Audit:
     """Everything wrong (or counted) in the session files of one root."""
 
@@ -235,6 +242,8 @@ class Audit:
         self.torn: list[str] = []
         self.corrupt: list[str] = []
         self.invalid: list[str] = []
+        self.unreadable: list[str] = []
+        """Lines the reader's own decoder (``StoredEvent``) refuses: ``gz-ia logs`` would not show them."""
         self.seq_errors: list[str] = []
         self.delivery_duplicates: list[str] = []
         self.occurrences: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
@@ -263,6 +272,10 @@ class Audit:
                 except ValueError:
                     self.corrupt.append(f"{path.name}: {raw[:120]!r}")
                     continue
+                try:
+                    _reader_decoder.decode(raw)
+                except msgspec.ValidationError as exc:
+                    self.unreadable.append(f"{path.name} seq {line.get('seq')}: {exc}")
                 if not validator.is_valid(line):  # a quarter of the cost of iter_errors()
                     errors = [error.message for error in validator.iter_errors(line)]
                     self.invalid.append(f"{path.name} seq {line.get('seq')}: {errors[:2]}")
@@ -292,6 +305,7 @@ class Audit:
         assert not self.torn, f"torn last lines: {self.torn[:5]}"
         assert not self.corrupt, f"lines that are not JSON: {self.corrupt[:5]}"
         assert not self.invalid, f"lines invalid against the schema: {self.invalid[:5]}"
+        assert not self.unreadable, f"lines the reader cannot decode: {self.unreadable[:5]}"
         assert not self.seq_errors, f"seq not gap-free/increasing: {self.seq_errors[:5]}"
         assert not self.delivery_duplicates, f"a delivery id written twice: {self.delivery_duplicates[:5]}"
         assert not self.duplicates, f"events written more than once: {list(self.duplicates.items())[:5]}"

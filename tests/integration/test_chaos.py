@@ -2,11 +2,11 @@
 
 Agent processes (tests/fixtures/agents/chaos_agent.py: some on threads, some on asyncio tasks) log
 through the public scopes into private and shared sessions, with same-name actions open at once (one
-failing), oversized fields, an event no frame can carry and invalid ids; one of them inherits an
-invalid ``GZ_IA_PARENT_SESSION_ID``. Meanwhile, at moments drawn from the seed: the collector is
-SIGKILLed and restarted, agents are SIGKILLed (and replaced), a second collector is started on the
-same root, ``gz-ia gc`` removes idle sessions, the disk (a tmpfs) fills up and frees up, and session
-files rotate every 64 KiB.
+failing), oversized fields, NaN, infinities and ints past 64 bits, an event no frame can carry
+and invalid ids; one of them inherits an invalid ``GZ_IA_PARENT_SESSION_ID``. Meanwhile, at moments
+drawn from the seed: the collector is SIGKILLed and restarted, agents are SIGKILLed (and replaced),
+a second collector is started on the same root, ``gz-ia gc`` removes idle sessions, the disk (a
+tmpfs) fills up and frees up, and session files rotate every 64 KiB.
 
 At the end every event (``attrs.eid``) each agent handed to the client is either on disk exactly
 once, or a loud loss: a ``rejects*.jsonl`` record, a refusal counted by its client and reported by a
@@ -404,6 +404,7 @@ def test_chaos_every_event_on_disk_once_or_a_loud_loss(
             check_pairs(agents, audit, rejects, account)
             figures["invalid_ids_refused"] = check_agents(agents, fleet, bad_parent, audit, account)
             figures["oversized"] = check_oversized(audit, account)
+            figures["odd_values"] = check_odd_values(audit, account)
             figures.update(
                 agents={mode: sum(1 for m in fleet.modes.values() if m == mode) for mode in ("threads", "asyncio")},
                 events=account.emitted,
@@ -545,6 +546,34 @@ def check_oversized(audit: Audit, account: Account) -> dict[str, int]:
         if count == 0:
             account.problem("no oversized field on disk", name)
     return counts
+
+
+ODD_STORED = {
+    "loss": "NaN",
+    "up": "Infinity",
+    "down": "-Infinity",
+    "tokens": str(2**64),
+    "debt": str(-(2**70)),
+    "big": str(10**30),
+}
+"""How the agents' NaN, infinities and huge ints (chaos_agent.ODD_VALUES) are stored."""
+
+
+def check_odd_values(audit: Audit, account: Account) -> int:
+    """The failing actions that set NaN, infinities and huge ints are on disk as FINISH FAILED with
+    those values as strings (every line is also decoded as the reader decodes it: Audit)."""
+    count = 0
+    for line in audit.events.values():
+        attrs = line.get("attrs") or {}
+        if "loss" not in attrs:
+            continue
+        count += 1
+        stored = {key: value for key, value in attrs.items() if key != "eid"}
+        if stored != ODD_STORED or line.get("status") != "FAILED":
+            account.problem("odd values not stored as strings on a FINISH FAILED", str(line)[:300])
+    if count == 0:
+        account.problem("no odd values on disk", "none of the agents' NaN, infinities or huge ints")
+    return count
 
 
 def check_agents(agents: list[AgentRecords], fleet: ChaosFleet, bad_parent: str, audit: Audit, account: Account) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from tests.conftest import wait_for
+from tests.conftest import spool_dir, wait_for
 
 from gz_ia.collector.cli import main
 
@@ -200,3 +200,23 @@ def test_a_root_that_does_not_exist_yet_is_made_as_the_client_makes_it(
         result = collector.gz_ia("hook", "claude-code", env=environment, stdin=json.dumps(start))
     assert result.returncode == 0, result.stderr
     assert list((root / "sessions").glob("*.events.jsonl")), (result.stdout, result.stderr)
+
+
+@pytest.mark.parametrize("entry", ["gz_ia.collector.entry", "gz_ia.collector.cli"], ids=["fast-path", "click"])
+def test_disabled_sends_nothing_says_nothing_and_exits_0(collector: Any, entry: str) -> None:
+    """GZ_IA_DISABLED=1 turns `gz-ia session log` into a no-op, as it turns every agent's client into
+    the null client: exit 0, no output, nothing written and, with no collector, nothing spooled."""
+    env = {**collector.env, "GZ_IA_DISABLED": "1"}
+    command = [sys.executable, "-c", f"from {entry} import main; main()", *LOG]
+    for stage in ("READ", "FINISH"):
+        result = subprocess.run(
+            [*command, "--stage", stage], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert collector.session_lines("3f9a12c8") == []
+    collector.stop()
+    result = subprocess.run(
+        [*command, "--stage", "READ"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert [path.name for path in spool_dir().rglob("*") if path.suffix in (".spool", ".json")] == []

@@ -17,6 +17,7 @@ import msgspec
 from . import env
 from ._delivery import SenderStats, Verdict
 from .errors import CollectorUnavailable
+from .limits import MAX_ATTR_INT, MIN_ATTR_INT
 from .schema import (
     FAILED,
     MAX_ACTION_LENGTH,
@@ -233,19 +234,30 @@ class Client:
                 attrs,
                 cycle,
             )
-            body = _encode(record)
-            # Cut what is past its limit rather than lose the event. Cheap tests first: no attribute
-            # value can be past its limit in a body shorter than that limit.
-            cut = (
-                len(action) > MAX_ACTION_LENGTH
-                or len(agent) > MAX_AGENT_LENGTH
-                or (role is not None and len(role) > MAX_AGENT_LENGTH)
-                or (error is not None and len(error) > MAX_ERROR_LENGTH)
-            )
-            if attrs is not None and not cut:
+            try:
+                body = _encode(record)
+            except OverflowError:  # an int attribute past 64 bits: made storable below
+                body = b""
+                cut = True
+            else:
+                # Cut what is past its limit rather than lose the event. Cheap tests first: no
+                # attribute value can be past its limit in a body shorter than that limit.
+                cut = (
+                    len(action) > MAX_ACTION_LENGTH
+                    or len(agent) > MAX_AGENT_LENGTH
+                    or (role is not None and len(role) > MAX_AGENT_LENGTH)
+                    or (error is not None and len(error) > MAX_ERROR_LENGTH)
+                )
+            if isinstance(attrs, dict) and not cut:  # anything else: nothing to cut, the collector judges it
                 cut = len(attrs) > MAX_ATTRS or len(body) > MAX_ATTR_STRING_LENGTH
-                for key in attrs:
-                    if len(key) > MAX_ATTR_KEY_LENGTH:
+                for key, value in attrs.items():
+                    # A long key, or a value JSON cannot carry as it is (storable() says how it is
+                    # stored): a NaN or an infinity, an int past 2^63 - 1.
+                    if (
+                        len(key) > MAX_ATTR_KEY_LENGTH
+                        or (isinstance(value, float) and value - value != 0.0)
+                        or (isinstance(value, int) and not MIN_ATTR_INT <= value <= MAX_ATTR_INT)
+                    ):
                         cut = True
                         break
             if cut and not fits(action, agent, role, error, attrs):
@@ -254,7 +266,9 @@ class Client:
                     record, action=action, agent=agent, role=role, error=error, attrs=attrs
                 )
                 body = _encode(record)
-        except (KeyError, ValueError, TypeError) as exc:
+            if not body:  # past 64 bits in another field than attrs: nothing can store it
+                raise ValueError("an int field is outside the 64-bit range")
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
             if self._raise_on_error:
                 if isinstance(exc, KeyError):
                     _stage(stage)

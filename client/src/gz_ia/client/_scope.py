@@ -16,7 +16,7 @@ import threading
 import time
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Protocol
+from typing import Final, Protocol
 
 from . import env
 from ._client import Client
@@ -317,6 +317,12 @@ def action(name: str, *, start: Stage = Stage.READ, role: str | None = None) -> 
     return scope.action(name, start=start, role=role)
 
 
+_FINISH: Final = Stage.FINISH
+"""A global: on Python 3.11 every lookup on an enum class goes through ``EnumType.__getattr__``."""
+NULL_CYCLE: Final = "0" * 10
+"""The ``cycle`` of every action scope of a disabled client (nothing is sent, so no id is drawn)."""
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -331,18 +337,21 @@ class ActionScope:
     collector and each keeps its own outcome.
     """
 
-    __slots__ = ("_attrs", "_failure", "_started", "cycle", "name", "role", "session", "start")
+    __slots__ = ("_attrs", "_enabled", "_failure", "_started", "cycle", "name", "role", "session", "start")
 
     def __init__(self, session: SessionScope, name: str, *, start: Stage, role: str | None) -> None:
-        if start is Stage.FINISH:
+        if start is _FINISH:
             raise ValueError("an action starts with READ or PENDING")
         self.session = session
         self.name = name
         self.start = start
         self.role = role
+        # With tracing off nothing is logged, so nothing is drawn, measured or built: the null path
+        # makes no system call (os.urandom is one) and costs well under a microsecond.
+        self._enabled = enabled = session.client.enabled
         # 40 random bits: two runs of one action open at once in a session never share an id in
         # practice, forked children included (os.urandom spares importing the random module).
-        self.cycle = os.urandom(5).hex()
+        self.cycle = os.urandom(5).hex() if enabled else NULL_CYCLE
         self._started = 0
         self._failure: str | None = None
         self._attrs: dict[str, AttrValue] | None = None
@@ -352,6 +361,8 @@ class ActionScope:
 
     def pending(self, **attrs: AttrValue) -> None:
         """Mark the move from reading to changing things (PENDING), with optional measurements."""
+        if not self._enabled:
+            return
         self.session.log(
             self.name,
             Stage.PENDING,
@@ -367,16 +378,21 @@ class ActionScope:
 
     def set(self, **attrs: AttrValue) -> None:
         """Attach measurements (token counts, exit codes, bytes) to the FINISH event."""
+        if not self._enabled:
+            return
         self._attrs = {**(self._attrs or {}), **attrs}
 
     def __enter__(self) -> ActionScope:
-        self._started = time.monotonic_ns()
-        self.session.log(self.name, self.start, role=self.role, cycle=self.cycle)
+        if self._enabled:
+            self._started = time.monotonic_ns()
+            self.session.log(self.name, self.start, role=self.role, cycle=self.cycle)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._enabled:
+            return
         error = _describe(exc) if exc is not None else self._failure
         self.session.log(
             self.name,

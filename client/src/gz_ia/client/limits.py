@@ -15,17 +15,20 @@ __all__ = [
     "MAX_ACTION_LENGTH",
     "MAX_AGENT_LENGTH",
     "MAX_ATTRS",
+    "MAX_ATTR_INT",
     "MAX_ATTR_KEY_LENGTH",
     "MAX_ATTR_STRING_LENGTH",
     "MAX_CYCLE_LENGTH",
     "MAX_ERROR_LENGTH",
     "MAX_FRAME",
     "MAX_SESSION_ID_LENGTH",
+    "MIN_ATTR_INT",
     "PROTOCOL_VERSION",
     "STAGES",
     "STATUSES",
     "attrs_fit",
     "fits",
+    "storable",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -40,6 +43,10 @@ MAX_ATTRS: Final = 32
 MAX_ATTR_KEY_LENGTH: Final = 64
 MAX_ATTR_STRING_LENGTH: Final = 1024
 MAX_CYCLE_LENGTH: Final = 32
+
+MIN_ATTR_INT: Final = -(2**63)
+MAX_ATTR_INT: Final = 2**63 - 1
+"""The range of an int attribute value: a signed 64-bit integer, as every reader of JSON holds it."""
 
 STAGES: Final = ("READ", "PENDING", "FINISH")
 """The values of :class:`.schema.Stage`, in cycle order."""
@@ -58,8 +65,33 @@ def fits(action: str, agent: str, role: str | None, error: str | None, attrs: di
     )
 
 
+def storable(value: Any) -> Any:
+    """Return an attribute value as it can be stored: the one place that decides it, for every path.
+
+    JSON has no NaN or infinity (a JSON encoder writes ``null``, which no reader of the schema
+    takes), and MessagePack and JSON readers hold ints in 64 bits. So a float that is not finite
+    becomes the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (as JavaScript spells them), and
+    an int outside :data:`MIN_ATTR_INT` … :data:`MAX_ATTR_INT` its decimal string (hexadecimal past
+    Python's bound on decimal conversion). Every other value is returned as it is: the collector
+    judges it.
+    """
+    if isinstance(value, float):
+        if value - value == 0.0:  # finite; inf - inf and anything involving NaN are NaN
+            return value
+        if value != value:  # noqa: PLR0124 - NaN is the one value unequal to itself
+            return "NaN"
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, int) and not isinstance(value, bool) and not MIN_ATTR_INT <= value <= MAX_ATTR_INT:
+        try:
+            return str(int(value))
+        except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+            return hex(value)
+    return value
+
+
 def attrs_fit(attrs: dict[str, Any]) -> bool:
-    """Tell whether ``attrs`` is within its limits (anything but a map: nothing to cut, the collector judges it)."""
+    """Tell whether ``attrs`` is within its limits and every value storable as it is (anything but a
+    map: nothing to cut, the collector judges it)."""
     if not isinstance(attrs, dict):
         return True
     if len(attrs) > MAX_ATTRS:
@@ -68,5 +100,7 @@ def attrs_fit(attrs: dict[str, Any]) -> bool:
         if (isinstance(key, str) and len(key) > MAX_ATTR_KEY_LENGTH) or (
             isinstance(value, str) and len(value) > MAX_ATTR_STRING_LENGTH
         ):
+            return False
+        if isinstance(value, float | int) and storable(value) is not value:
             return False
     return True

@@ -29,6 +29,7 @@ from .limits import (
     MAX_SESSION_ID_LENGTH,
     attrs_fit,
     fits,
+    storable,
 )
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "fit_fields",
     "fits",
     "is_safe_session_id",
+    "storable",
 ]
 
 
@@ -97,6 +99,9 @@ AttrValue = (
     | Annotated[str, msgspec.Meta(max_length=MAX_ATTR_STRING_LENGTH)]
 )
 Attrs = Annotated[dict[AttrKey, AttrValue], msgspec.Meta(max_length=MAX_ATTRS)]
+StoredAttrs = Annotated[dict[AttrKey, AttrValue | None], msgspec.Meta(max_length=MAX_ATTRS)]
+"""``attrs`` as readers take it from a file: earlier collectors wrote a NaN or an infinity as
+``null``, and a reader must still show that line (no collector writes a ``null`` now)."""
 Cycle = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CYCLE_LENGTH)]
 
 _SAFE_ID: Final = re.compile(SESSION_ID_PATTERN)
@@ -149,6 +154,7 @@ class StoredEvent(LogEvent, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
 
     seq: int = 0
     delivery: str | None = None
+    attrs: StoredAttrs | None = None  # type: ignore[assignment]  # LogEvent's, and the null of old lines
 
 
 # --- keeping an event within the limits -----------------------------------------------------------
@@ -171,7 +177,8 @@ def cut_text(text: str, limit: int) -> str:
 
 
 def fit_attrs(attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
-    """Return ``attrs`` within the limits: keys and string values cut (:func:`cut_text`), and past
+    """Return ``attrs`` within the limits: values made storable (:func:`storable`: NaN, infinities
+    and ints past 64 bits become strings), keys and string values cut (:func:`cut_text`), and past
     :data:`MAX_ATTRS` entries the rest left out and counted in :data:`CUT_ATTRS_KEY`.
 
     Values of other types are left as they are (the collector judges them).
@@ -183,12 +190,12 @@ def fit_attrs(attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
     if len(items) > MAX_ATTRS:
         left_out = len(items) - (MAX_ATTRS - 1)
         items = items[: MAX_ATTRS - 1]
-    fitted: dict[str, AttrValue] = {
-        cut_text(key, MAX_ATTR_KEY_LENGTH) if isinstance(key, str) else key: (
+    fitted: dict[str, AttrValue] = {}
+    for key, value in items:
+        value = storable(value)
+        fitted[cut_text(key, MAX_ATTR_KEY_LENGTH) if isinstance(key, str) else key] = (
             cut_text(value, MAX_ATTR_STRING_LENGTH) if isinstance(value, str) else value
         )
-        for key, value in items
-    }
     if left_out:
         fitted[CUT_ATTRS_KEY] = left_out
     return fitted

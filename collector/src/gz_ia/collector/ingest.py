@@ -20,7 +20,7 @@ import msgspec
 
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
-from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id
+from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id, storable
 
 from .stages import (
     DEFAULT_MAX_OPEN_ACTIONS,
@@ -238,6 +238,11 @@ class Ingest:
             # Encoded into a small reused buffer (msgspec sizes its buffer for each call), then
             # copied out as the session's next pending line.
             encode_into(event, line, 0)
+            if event.attrs is not None and b"null" in line:
+                # A NaN or an infinity from an older client, which JSON writes as null and no reader
+                # takes: stored as the client stores it now. (A "null" in a text only costs this.)
+                event = _storable_attrs(event)
+                encode_into(event, line, 0)
             del line[-1]  # the closing brace: the collector's fields go after the event's own
             line += tail % (state.seq, number)
             state.pending.append(line[:])
@@ -339,6 +344,12 @@ def _presentable(raw: bytes) -> object:
     except (msgspec.DecodeError, msgspec.EncodeError, TypeError, ValueError):
         return {"base64": base64.b64encode(raw).decode()}
     return value
+
+
+def _storable_attrs(event: LogEvent) -> LogEvent:
+    """``event`` with its attribute values as the client makes them storable (the same function)."""
+    attrs = {key: storable(value) for key, value in (event.attrs or {}).items()}
+    return msgspec.structs.replace(event, attrs=attrs)
 
 
 def _count_written(accepted: list[LogEvent], failed_stages: list[Stage]) -> dict[tuple[Stage, Status], int]:

@@ -68,7 +68,8 @@ def event_attributes(event: StoredEvent, root_session_id: str) -> dict[str, str 
     if event.error:
         attributes["exception.message"] = event.error
     for key, value in (event.attrs or {}).items():
-        attributes[f"gz_ia.attr.{key}"] = value
+        if value is not None:  # a null of an old line: OpenTelemetry has no null attribute
+            attributes[f"gz_ia.attr.{key}"] = value
     return attributes
 
 

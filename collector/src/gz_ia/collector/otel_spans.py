@@ -157,7 +157,8 @@ def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> 
             )
         else:
             cycle.dropped_events += 1
-        cycle.attrs.update(event.attrs or {})
+        if event.attrs:  # without the nulls of old lines: OpenTelemetry has no null attribute
+            cycle.attrs.update((key, value) for key, value in event.attrs.items() if value is not None)
         if event.stage is Stage.FINISH:
             del state.open[key]
             finished.append(_cycle_span(cycle, event, root_session_id))

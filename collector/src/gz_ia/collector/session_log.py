@@ -56,8 +56,11 @@ def log_event(
     ``event`` is a :func:`~gz_ia.collector.oneshot.plain_event`, or a ``LogEvent`` (the click CLI's).
     Exit codes: 0 written, 1 rejected (the reason on stderr) or the connection refused, 75
     (``EX_TEMPFAIL``) spooled because no collector answered, 69 (``EX_UNAVAILABLE``) neither
-    delivered nor spooled.
+    delivered nor spooled. With ``GZ_IA_DISABLED=1``, as every agent's client, it does nothing:
+    it sends and spools nothing, prints nothing, and returns 0.
     """
+    if env.tracing_disabled():
+        return 0
     from gz_ia.collector.oneshot import Ledger, Outcome
 
     if not isinstance(event, dict):

@@ -62,6 +62,7 @@ def session_log(
 
     Exits 0 when it is written, 1 when it is rejected, 75 when no collector answered and it is
     spooled (written when a collector starts), 69 when it could be neither delivered nor spooled.
+    With GZ_IA_DISABLED=1 it sends nothing, prints nothing and exits 0.
     """
     from gz_ia.collector.session_log import log_event
     from gz_ia.collector.typed_event import typed_event
