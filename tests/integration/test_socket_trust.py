@@ -14,9 +14,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.conftest import SYSTEM_PYTHON, spool_dir
+from tests.conftest import SYSTEM_PYTHON, spool_dir, wait_for
 
 from gz_ia.client import Client, build_event
 from gz_ia.client.errors import CollectorUnavailable
@@ -183,6 +184,21 @@ def test_a_trusted_uid_is_talked_to(squatted: tuple[Path, Hostile], base: Path) 
     )  # fmt: skip
     counts = hostile.stop()
     assert counts["bytes"] > 0, (counts, result.stderr)
+
+
+def test_the_users_collector_adopts_what_was_spooled_for_a_squatted_socket(
+    squatted: tuple[Path, Hostile], base: Path, make_collector: Any
+) -> None:
+    """Another user's listener is no collector of ours: it does not keep the user's own collector
+    (on another socket) from adopting the events spooled for that socket."""
+    socket, hostile = squatted
+    result = gz_ia(base, socket, "session", "log", "victim", "--action", "a", "--stage", "READ", "--agent", "a")
+    assert result.returncode == 75, result.stderr
+    make_collector()
+    session = base / "ws" / ".harness" / "sessions" / "victim.events.jsonl"
+    wait_for(session.exists, message="the spool to be adopted")
+    assert [json.loads(line)["action"] for line in session.read_text().splitlines()] == ["a"]
+    assert hostile.stop()["bytes"] == 0
 
 
 def test_the_collector_says_what_to_do_in_a_planted_directory(planted: tuple[Path, Hostile], base: Path) -> None:
