@@ -175,6 +175,31 @@ def test_commands_send_nothing_to_a_peer_of_another_uid(
         assert spooled_events() == 1
 
 
+def test_the_claude_code_hook_sends_nothing_to_a_peer_of_another_uid(
+    squatted: tuple[Path, Hostile], base: Path
+) -> None:
+    socket, hostile = squatted
+    (base / "ws" / "src").mkdir()
+    first = (
+        (Path(__file__).parents[1] / "fixtures" / "claude_code" / "parallel_tools.jsonl").read_text().splitlines()[0]
+    )
+    payload = json.dumps({**json.loads(first), "cwd": str(base / "ws" / "src")})
+    env = {name: value for name, value in os.environ.items() if name not in ("GZ_IA_TRUSTED_UIDS", "GZ_IA_ROOT")}
+    result = subprocess.run(
+        [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", "hook", "claude-code"],
+        input=payload,
+        env={**env, "GZ_IA_SOCKET": str(socket)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    counts = hostile.stop()
+    assert counts["connections"] >= 1 and counts["bytes"] == 0, counts
+    assert result.returncode == 0, result.stderr  # a hook never fails Claude Code
+    assert spooled_events() == 1
+
+
 def test_a_trusted_uid_is_talked_to(squatted: tuple[Path, Hostile], base: Path) -> None:
     """``GZ_IA_TRUSTED_UIDS`` names the uids of a collector the user chose to share (its ``allow_uids``)."""
     socket, hostile = squatted
