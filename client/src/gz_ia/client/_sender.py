@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from . import trust
 from ._batcher import BATCH_BYTES, WINDOW_EVENTS, Batcher
 from ._delivery import SenderStats, Verdict
 from ._lifecycle import live_senders
@@ -408,7 +409,7 @@ class Sender(Batcher):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self.connect_timeout)
             try:
-                sock.connect(str(self.socket_path))
+                trust.connect(sock, str(self.socket_path))  # refuses another user's socket, sends nothing
                 sock.setblocking(False)
                 break
             except OSError as exc:

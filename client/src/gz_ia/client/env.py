@@ -34,6 +34,7 @@ __all__ = [
     "GZ_IA_SOCKET",
     "GZ_IA_SPOOL_DIR",
     "GZ_IA_STATE_DIR",
+    "GZ_IA_TRUSTED_UIDS",
     "HARNESS_DIR",
     "absolute",
     "config_home",
@@ -51,6 +52,7 @@ __all__ = [
     "state_dir",
     "state_home",
     "tracing_disabled",
+    "trusted_uids",
 ]
 
 GZ_IA_SOCKET: Final = "GZ_IA_SOCKET"
@@ -91,6 +93,10 @@ GZ_IA_STATE_DIR: Final = "GZ_IA_STATE_DIR"
 GZ_IA_PAGER: Final = "GZ_IA_PAGER"
 """The pager of ``gz-ia``'s long human output on a terminal (before ``PAGER``; empty or ``cat``: none)."""
 
+GZ_IA_TRUSTED_UIDS: Final = "GZ_IA_TRUSTED_UIDS"
+"""Comma-separated uids, besides the user's own and root, whose collector a client may talk to: the
+user of a collector shared on purpose (its ``allow_uids`` lists this user)."""
+
 HARNESS_DIR: Final = ".harness"
 SOCKET_NAME: Final = "collector.sock"
 
@@ -114,7 +120,7 @@ def _join(directory: str, name: str) -> str:
 
 def _private_dir() -> str:
     """The per-user directory under /tmp for what has no better place (created 0700 by its user)."""
-    return f"/tmp/gz-ia-{os.getuid()}"  # noqa: S108 - private, ownership checked by the collector
+    return f"/tmp/gz-ia-{os.getuid()}"  # noqa: S108 - private: ownership checked by the collector and its clients
 
 
 def locate_socket() -> str:
@@ -132,8 +138,8 @@ def default_socket_path() -> Path:
     """Return the socket path: ``$GZ_IA_SOCKET``, else ``$XDG_RUNTIME_DIR/gz-ia/collector.sock``.
 
     Without ``XDG_RUNTIME_DIR`` (no login session, containers, cron) the socket lives in a private
-    per-user directory ``/tmp/gz-ia-<uid>/``; the collector creates it 0700 and refuses one owned by
-    someone else.
+    per-user directory ``/tmp/gz-ia-<uid>/``; the collector creates it 0700, and the collector and its
+    clients refuse one owned by someone else (:mod:`gz_ia.client.trust`).
     """
     from pathlib import Path
 
@@ -281,6 +287,12 @@ def inherited_parent(session_id: str) -> str | None:
 def tracing_disabled() -> bool:
     """Tell whether ``$GZ_IA_DISABLED`` asks for the null client."""
     return os.environ.get(GZ_IA_DISABLED, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def trusted_uids() -> frozenset[int]:
+    """Return the uids of ``$GZ_IA_TRUSTED_UIDS`` (entries that are not numbers are ignored)."""
+    entries = os.environ.get(GZ_IA_TRUSTED_UIDS, "").split(",")
+    return frozenset(int(entry) for entry in (entry.strip() for entry in entries) if entry.isdigit())
 
 
 def exit_timeout() -> float:

@@ -29,6 +29,7 @@ from typing import Final
 
 import msgspec
 
+from gz_ia.client import trust
 from gz_ia.client._spool import SpoolRecord, orphaned_spools, read_segment
 from gz_ia.client.protocol import (
     MAX_BATCH_EVENTS,
@@ -288,7 +289,7 @@ def _answers(path: str) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
-            probe.connect(path)
+            trust.connect(probe, path)  # another user's listener is no collector of ours
         except BlockingIOError:
             return True
         except OSError:

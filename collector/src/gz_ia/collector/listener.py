@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from gz_ia.client.trust import WHAT_TO_DO
+
 __all__ = ["LISTEN_BACKLOG", "AlreadyRunning", "Listener", "ListenerError", "peer_credentials", "serve_sockets"]
 
 _PEERCRED: Final = struct.Struct("3i")
@@ -80,12 +82,16 @@ def prepare_private_dir(directory: Path) -> None:
         raise ListenerError(f"{directory} must be a real directory, not a symlink or a file")
     if info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.getuid()):
         return  # like /tmp: others may add files, but only we (and the owner, root) remove ours
+    mode = stat.S_IMODE(info.st_mode)
     if info.st_uid != os.getuid():
-        raise ListenerError(f"{directory} belongs to uid {info.st_uid}; refusing to put the socket there")
+        raise ListenerError(
+            f"{directory} belongs to uid {info.st_uid} (mode {mode:o}), not to this collector's uid {os.getuid()}: "
+            f"someone else may have made it to receive your events; refusing to put the socket there: {WHAT_TO_DO}"
+        )
     if info.st_mode & 0o022:
         raise ListenerError(
-            f"{directory} is writable by others (mode {stat.S_IMODE(info.st_mode):o}), who could replace the "
-            "socket; use a private directory, or make it 0700"
+            f"{directory} is writable by others (mode {mode:o}), who could replace the socket; make it 0700, "
+            f"or {WHAT_TO_DO}"
         )
 
 

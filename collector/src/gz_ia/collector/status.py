@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 
+from gz_ia.client import trust
 from gz_ia.client.protocol import (
     Error,
     FrameReader,
@@ -58,7 +59,7 @@ def query(path: Path, *, timeout: float, what: str = "status") -> dict[str, obje
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
-            sock.connect(str(path))
+            trust.connect(sock, str(path))
             with contextlib.suppress(BrokenPipeError):
                 # A collector that refuses the connection (busy) closes it; its reason is still there to read.
                 sock.sendall(encode_frame(Query(what=what)))

@@ -54,13 +54,14 @@ def _ask_collector(path: Path, request: Any, *, timeout: float) -> Any:
         _NoCollector: nothing listens there.
         TimeoutError: it did not answer within ``timeout``.
     """
+    from gz_ia.client import trust
     from gz_ia.client.protocol import FrameReader, collector_message_decoder, encode_frame
 
     reader = FrameReader()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
-            sock.connect(str(path))
+            trust.connect(sock, str(path))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise _NoCollector(str(exc)) from exc
         sock.sendall(encode_frame(request))
@@ -116,6 +117,7 @@ def gc_command(
     removed.
     """
     from gz_ia.client.protocol import Collect, Error, RejectReason, Report
+    from gz_ia.client.trust import UntrustedSocket
     from gz_ia.collector.query import parse_span
     from gz_ia.collector.storage.retention import MIN_IDLE_AGE
 
@@ -145,6 +147,9 @@ def gc_command(
         reply = _ask_collector(path, request, timeout=timeout)
     except _NoCollector:
         report = _collect_here(ctx, root, config_path, request)
+    except UntrustedSocket as exc:
+        click.echo(f"gz-ia: {exc}; nothing was deleted", err=True)
+        ctx.exit(EXIT_UNAVAILABLE)
     except OSError as exc:
         click.echo(f"gz-ia: the collector at {path} did not answer the gc ({exc}); nothing was deleted", err=True)
         ctx.exit(EXIT_UNAVAILABLE)

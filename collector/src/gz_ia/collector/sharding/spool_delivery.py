@@ -17,6 +17,7 @@ from typing import Final
 
 import msgspec
 
+from gz_ia.client import trust
 from gz_ia.client._spool import SpoolRecord
 from gz_ia.client.protocol import (
     HEADER_SIZE,
@@ -95,7 +96,7 @@ def _send_spool(socket_path: Path, producer: str, root: str, frames: list[bytes]
     """
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
-        sock.connect(str(socket_path))
+        trust.connect(sock, str(socket_path))
         replies = _Replies(sock)
         sock.sendall(encode_frame(Hello(proto=PROTOCOL_VERSION, producer=producer, pid=0, root=root, routes=True)))
         replies.next()  # the welcome
