@@ -149,6 +149,52 @@ def test_the_null_action_scope_makes_no_system_call(monkeypatch: pytest.MonkeyPa
             act.fail("no")
 
 
+def test_action_scopes_draw_their_cycle_ids_without_a_system_call_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cycle ids are the process's random prefix and a number: every scope's id is its own, and
+    ``os.urandom`` is called at most once for all of them (for the prefix)."""
+    from gz_ia.client import _scope
+
+    calls: list[int] = []
+    real = os.urandom
+
+    def counted(size: int) -> bytes:
+        calls.append(size)
+        return real(size)
+
+    monkeypatch.setattr(os, "urandom", counted)
+    with capture_events() as events, gz.session("s", agent="a") as scope:
+        for _ in range(100):
+            with scope.action("same"):
+                pass
+    cycles = {event.cycle for event in events}
+    assert len(cycles) == 100
+    assert len(calls) <= 1
+    assert all(cycle is not None and cycle.startswith(_scope._cycle_prefix) for cycle in cycles)
+
+
+def test_a_forked_child_draws_cycle_ids_apart_from_its_parent() -> None:
+    """A forked child draws a prefix of its own: its scopes never reuse the parent's ids."""
+    with capture_events() as events, gz.session("s", agent="a") as scope:
+        with scope.action("before fork"):
+            pass
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report one cycle id and leave at once
+            with scope.action("in child"):
+                pass
+            os.write(write_end, (events[-1].cycle or "").encode())
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            child_cycle = pipe.read().decode()
+        os.waitpid(pid, 0)
+        with scope.action("after fork"):
+            pass
+    parent_prefix = (events[0].cycle or "")[:10]
+    assert child_cycle and not child_cycle.startswith(parent_prefix)
+    assert (events[-1].cycle or "").startswith(parent_prefix)
+
+
 def test_disabled_by_environment_gives_the_null_client(monkeypatch: pytest.MonkeyPatch) -> None:
     """GZ_IA_DISABLED=1 makes the default client the null client."""
     monkeypatch.setenv("GZ_IA_DISABLED", "1")

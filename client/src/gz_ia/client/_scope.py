@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import os
 import threading
 import time
@@ -323,6 +324,33 @@ NULL_CYCLE: Final = "0" * 10
 """The ``cycle`` of every action scope of a disabled client (nothing is sent, so no id is drawn)."""
 
 
+_cycle_prefix = ""
+"""40 random bits drawn once per process (again in a forked child): what tells this process's
+cycles from another's that logs into the same session."""
+_cycle_numbers = itertools.count(1)
+
+
+def _new_cycle() -> str:
+    """Return an id for one action scope: the process's random prefix and a number of its own.
+
+    Two runs of one action open at once in a session never share an id, in this process (the
+    numbers) or between processes (the prefix, in practice); and no scope pays for a system call
+    (``os.urandom``) of its own.
+    """
+    global _cycle_prefix  # noqa: PLW0603 - one prefix per process, reset after fork
+    if not _cycle_prefix:
+        _cycle_prefix = os.urandom(5).hex()
+    return f"{_cycle_prefix}{next(_cycle_numbers):x}"
+
+
+def _forget_cycle_prefix() -> None:
+    global _cycle_prefix  # noqa: PLW0603
+    _cycle_prefix = ""
+
+
+os.register_at_fork(after_in_child=_forget_cycle_prefix)
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -349,9 +377,7 @@ class ActionScope:
         # With tracing off nothing is logged, so nothing is drawn, measured or built: the null path
         # makes no system call (os.urandom is one) and costs well under a microsecond.
         self._enabled = enabled = session.client.enabled
-        # 40 random bits: two runs of one action open at once in a session never share an id in
-        # practice, forked children included (os.urandom spares importing the random module).
-        self.cycle = os.urandom(5).hex() if enabled else NULL_CYCLE
+        self.cycle = _new_cycle() if enabled else NULL_CYCLE
         self._started = 0
         self._failure: str | None = None
         self._attrs: dict[str, AttrValue] | None = None
