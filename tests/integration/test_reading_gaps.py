@@ -432,8 +432,13 @@ def test_an_intact_archive_whose_mtime_changed_is_not_damaged(make_collector: An
     events, and sessions (with --verify and without) agrees with session logs."""
     collector = make_collector(env=ROTATING)
     _send(collector, "rot", 0, 120)
-    archives = [path for path in _archives(collector, "rot") if path.name.endswith(".gz")]
-    assert len(archives) >= 2
+
+    def compressed() -> list[Path]:  # compression runs in a worker thread, behind the writes
+        archives = _archives(collector, "rot")
+        return archives if len(archives) >= 2 and all(path.name.endswith(".gz") for path in archives) else []
+
+    wait_for(lambda: bool(compressed()), message="the archives to be compressed")
+    archives = compressed()
     for archive in archives:
         if when == "now":
             os.utime(archive)
