@@ -88,10 +88,16 @@ class TreeNode(msgspec.Struct):
 
     @property
     def status(self) -> str:
-        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``."""
-        if self.summary.open_actions:
-            return "running"
-        return "failed" if self.summary.failures else "ok"
+        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``.
+
+        A session with no events of its own (known only as a parent) has nothing to say for itself:
+        it takes the status of its subagents, ``running`` if any runs, else ``failed`` if any failed.
+        """
+        summary = self.summary
+        if summary.events:
+            return "running" if summary.open_actions else "failed" if summary.failures else "ok"
+        below = {child.status for child in self.children}
+        return "running" if "running" in below else "failed" if "failed" in below else "ok"
 
     @property
     def duration_seconds(self) -> float | None:
