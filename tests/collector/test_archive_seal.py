@@ -6,7 +6,9 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import struct
 import subprocess
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,14 +82,67 @@ def _cut_keeping_mtime(path: Path) -> None:
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
+def _flip_trailer(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.seek(-6, os.SEEK_END)
+        byte = file.read(1)
+        file.seek(-6, os.SEEK_END)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+
 @pytest.mark.parametrize(
     "damage",
-    [_overwrite_middle, _cut, _append, _garble_header, _cut_keeping_mtime],
-    ids=["overwritten-in-the-middle", "cut", "appended-to", "header-garbled", "cut-mtime-set-back"],
+    [_cut, _append, _garble_header, _cut_keeping_mtime, _flip_trailer],
+    ids=["cut", "appended-to", "header-garbled", "cut-mtime-set-back", "trailer-flipped"],
 )
 def test_a_changed_archive_breaks_its_seal(tmp_path: Path, damage: Callable[[Path], None]) -> None:
     archive = _compressed(tmp_path)
     damage(archive)
+    assert _holds(archive) is False
+
+
+def _touch(path: Path) -> None:
+    os.utime(path)
+
+
+def _set_back(path: Path) -> None:
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+
+
+def _copy_without_times(path: Path) -> None:
+    copy = path.with_name("copy")
+    shutil.copyfile(path, copy)
+    os.replace(copy, path)
+
+
+@pytest.mark.parametrize(
+    "change", [_touch, _set_back, _copy_without_times], ids=["touched", "mtime-set-back", "copied-without-times"]
+)
+def test_an_archive_whose_times_changed_keeps_its_seal(tmp_path: Path, change: Callable[[Path], None]) -> None:
+    archive = _compressed(tmp_path)
+    change(archive)
+    assert archive.stat().st_mtime_ns != 1_700_000_000_123_456_789
+    assert _holds(archive) is True
+
+
+def test_bytes_overwritten_in_the_middle_keep_the_seal_and_fail_decompression(tmp_path: Path) -> None:
+    """What the seal cannot see without decompressing, decompressing does (gz-ia sessions --verify)."""
+    archive = _compressed(tmp_path)
+    _overwrite_middle(archive)
+    assert _holds(archive) is True
+    with pytest.raises((OSError, EOFError, zlib.error)):
+        gzip.decompress(archive.read_bytes())
+
+
+def test_an_earlier_gz_ias_seal_is_checked_by_its_length_not_its_mtime(tmp_path: Path) -> None:
+    body = gzip.compress(_LINES, mtime=0)
+    seal = struct.pack("<qQ", 1_700_000_000_123_456_789, len(_LINES))
+    header = b"\x1f\x8b\x08\x04" + bytes(4) + b"\x00\xff" + struct.pack("<H", 4 + len(seal)) + b"gZ"
+    archive = tmp_path / "s.events.000001.jsonl.gz"
+    archive.write_bytes(header + struct.pack("<H", len(seal)) + seal + body[10:])
+    assert gzip.decompress(archive.read_bytes()) == _LINES
+    assert _holds(archive) is True
+    _cut(archive)
     assert _holds(archive) is False
 
 

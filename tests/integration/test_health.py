@@ -4,11 +4,13 @@ makes it unhealthy, with the reason and exit 1, until writes to that root succee
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import wait_for
+from tests.conftest import spool_dir, wait_for
 from tests.integration.fault_harness import fill_disk, tmpfs
 
 from gz_ia.client import Client
@@ -58,5 +60,40 @@ def test_a_full_disk_makes_the_collector_unhealthy_until_writes_succeed(collecto
         assert client.flush(timeout=60)
     finally:
         client.close()
+    code, report = _status(collector)
+    assert (code, report["healthy"], report["reasons"]) == (0, True, [])
+
+
+_SPOOLING_AGENT = """
+import sys
+from gz_ia.client import Client
+client = Client(root=sys.argv[1])
+for n in range(20):
+    client.log(session_id="spooled", action="step", stage="READ", agent="agy", attrs={"n": n, "pad": "x" * 2000})
+client.flush(timeout=2)
+"""
+
+
+def test_health_follows_the_write_of_an_adopted_spool(collector: Any, small_disk: Path) -> None:
+    """The disk fills, the only agent gives up and spools its events; once the disk has room the
+    collector's spool adoption writes them, and that write makes it healthy again."""
+    root = small_disk / ".harness"
+    root.mkdir()
+    client = Client(socket_path=collector.socket, root=root)
+    try:
+        client.log(session_id="first", action="first", stage="READ", agent="agy")
+        assert client.flush(timeout=30)
+    finally:
+        client.close()
+    filler = small_disk / "filler"
+    fill_disk(filler)
+    environment = {**collector.env, "GZ_IA_EXIT_TIMEOUT": "0.2"}
+    subprocess.run([sys.executable, "-c", _SPOOLING_AGENT, str(root)], env=environment, check=True, timeout=60)
+    wait_for(lambda: _status(collector)[0] == EXIT_UNHEALTHY, timeout=30, message="an unhealthy status")
+    assert list(spool_dir().glob("*.spool"))
+    filler.unlink()
+    # Adoption runs every 30 s: nothing else writes to the root meanwhile.
+    wait_for(lambda: not list(spool_dir().glob("*.spool")), timeout=90, message="the spool to be adopted")
+    assert len((root / "sessions" / "spooled.events.jsonl").read_text().splitlines()) == 20
     code, report = _status(collector)
     assert (code, report["healthy"], report["reasons"]) == (0, True, [])

@@ -5,6 +5,7 @@ cycle finishes). Real collector, real files, the real CLI in a subprocess."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def _corrupt_middle(path: Path) -> None:
 
 def test_an_unreadable_archive_is_named_with_its_seqs_and_exits_3(make_collector: Any) -> None:
     """A corrupt archive: session logs (plain copy and decoded) say which seqs are missing and why;
-    sessions knows, with --verify and without."""
+    sessions --verify names the archive, and so does sessions without it once the seal shows it."""
     collector = make_collector(env=ROTATING)
     _send(collector, "rot", 0, 150)
     complete = _seqs(collector.gz_ia("session", "logs", "rot", "--json").stdout)
@@ -105,11 +106,19 @@ def test_an_unreadable_archive_is_named_with_its_seqs_and_exits_3(make_collector
         assert archives[1].name in result.stderr
         if "--json" in args:
             assert _seqs(result.stdout) == [seq for seq in complete if seq not in held]
-    for verify in ([], ["--verify"]):  # the archive's seal tells without decompressing it
+    # Bytes overwritten in place keep the archive's length and trailer: decompressing finds them.
+    listing = collector.gz_ia("sessions", "--json", "--verify")
+    assert listing.returncode == 3, listing.stderr
+    summary = json.loads(listing.stdout)
+    assert summary["incomplete"] is True and summary["unreadable"] == [archives[1].name]
+    assert f"session rot: cannot read {archives[1].name} (gz-ia session logs rot says which events)" in listing.stderr
+    # A cut archive ends with another trailer: its seal tells without decompressing it.
+    os.truncate(archives[1], archives[1].stat().st_size - 100)
+    for verify in ([], ["--verify"]):
         listing = collector.gz_ia("sessions", "--json", *verify)
         assert listing.returncode == 3, (verify, listing.stderr)
-        assert json.loads(listing.stdout)["incomplete"] is True
-        assert "session rot: some stored events cannot be read" in listing.stderr
+        assert json.loads(listing.stdout)["unreadable"] == [archives[1].name]
+        assert f"session rot: cannot read {archives[1].name}" in listing.stderr
 
 
 def _gunzip(path: Path) -> str:
@@ -415,3 +424,32 @@ def test_logs_across_sessions_are_in_time_order_even_when_a_clock_goes_back(coll
     assert reverse == sorted(reverse, reverse=True)
     one = collector.gz_ia("session", "logs", "a", "--json")
     assert [json.loads(line)["seq"] for line in one.stdout.splitlines()] == [1, 2, 3, 4]  # one session: stored order
+
+
+@pytest.mark.parametrize("when", ["now", "older"])
+def test_an_intact_archive_whose_mtime_changed_is_not_damaged(make_collector: Any, when: str) -> None:
+    """An archive touched, or restored by a copy without its times: every command reads all 120
+    events, and sessions (with --verify and without) agrees with session logs."""
+    collector = make_collector(env=ROTATING)
+    _send(collector, "rot", 0, 120)
+
+    def compressed() -> list[Path]:  # compression runs in a worker thread, behind the writes
+        archives = _archives(collector, "rot")
+        return archives if len(archives) >= 2 and all(path.name.endswith(".gz") for path in archives) else []
+
+    wait_for(lambda: bool(compressed()), message="the archives to be compressed")
+    archives = compressed()
+    for archive in archives:
+        if when == "now":
+            os.utime(archive)
+        else:
+            os.utime(archive, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    logs = collector.gz_ia("session", "logs", "rot", "--json")
+    assert logs.returncode == 0, logs.stderr
+    assert _seqs(logs.stdout) == list(range(1, 121))
+    for verify in ([], ["--verify"]):
+        listing = collector.gz_ia("sessions", "--json", *verify)
+        assert listing.returncode == 0, (verify, listing.stderr)
+        summary = json.loads(listing.stdout)
+        assert summary["incomplete"] is False and summary["events"] == 120
+        assert listing.stderr == ""

@@ -39,6 +39,7 @@ from gz_ia.client.protocol import (
 
 from .ingest import BatchOutcome, Ingest
 from .metrics import Metrics
+from .storage.open_files import AppendFile
 from .storage.root_lock import RootLocked
 from .storage.roots import LayoutError, transient_cause
 from .storage.sessions import RootStore
@@ -99,19 +100,21 @@ def adopt_spools(
     open_root: Callable[[Path], RootStore],
     durable: bool,
     on_outcome: Callable[[BatchOutcome], None],
+    on_flushed: Callable[[list[AppendFile], list[tuple[AppendFile, OSError]]], None],
 ) -> Adoption:
     """Ingest every orphaned spool under ``directory`` this collector is entitled to (see the module).
 
-    Only spool files owned by ``uid`` are read; ``sockets`` are this collector's; ``open_root``
-    returns a root's store once this collector holds its lock (raising
-    :class:`~.storage.root_lock.RootLocked` otherwise); ``durable`` syncs what is written before the
-    spool is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics).
+        Only spool files owned by ``uid`` are read; ``sockets`` are this collector's; ``open_root``
+        returns a root's store once this collector holds its lock (raising
+        :class:`~.storage.root_lock.RootLocked` otherwise); ``durable`` syncs what is written before the
+        spool is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics);
+    ``on_flushed`` the files each write wrote and those it failed (for health, as after a write pass).
 
-    A producer's events are written in the order of their numbers, not of its segments: at exit a
-    client spools its unanswered window, older numbers, after what it spilled while waiting, and
-    applied segment by segment those would follow higher numbers of the same session and be taken
-    for duplicates. So each root's part of a spool is read whole first (it is bounded by the
-    client's ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
+        A producer's events are written in the order of their numbers, not of its segments: at exit a
+        client spools its unanswered window, older numbers, after what it spilled while waiting, and
+        applied segment by segment those would follow higher numbers of the same session and be taken
+        for duplicates. So each root's part of a spool is read whole first (it is bounded by the
+        client's ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
     """
 
     def deliver(producer: str, root_path: str, records: list[SpoolRecord]) -> int:
@@ -127,7 +130,8 @@ def adopt_spools(
         except OSError as exc:
             raise NotNow(f"cannot open root {root_path!r}: {exc}") from exc
         outcomes = [ingest.apply(root, producer, decode_batch(body)) for body in bodies]
-        _, failed, _ = writer.flush(durable=durable)
+        written, failed, _ = writer.flush(durable=durable)
+        on_flushed(written, failed)
         if failed or not all(outcome.intact() for outcome in outcomes):
             raise NotNow("its events could not be written")
         for outcome in outcomes:

@@ -9,6 +9,7 @@ Every key of the file can also be given as ``GZ_IA_<SECTION>_<KEY>`` (``GZ_IA_DU
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -26,7 +27,9 @@ __all__ = [
     "default_config_path",
     "default_metrics_port",
     "env_var",
+    "known_variables",
     "load_config",
+    "unknown_variables",
 ]
 
 ENV_PREFIX: Final = "GZ_IA_"
@@ -187,6 +190,28 @@ def config_keys() -> list[tuple[str, object]]:
         else:
             keys.append((field.name, getattr(defaults, field.name)))
     return keys
+
+
+def known_variables() -> set[str]:
+    """Every ``GZ_IA_*`` variable gz-ia reads: the clients' (:mod:`gz_ia.client.env`), ``GZ_IA_CONFIG``
+    and one per configuration key."""
+    from gz_ia.client import env
+
+    names = {getattr(env, name) for name in env.__all__ if name.startswith(ENV_PREFIX)}
+    return names | {"GZ_IA_CONFIG"} | {env_var(key) for key, _default in config_keys()}
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The ``GZ_IA_*`` variables of ``environ`` that gz-ia does not read, each with the known name it
+    most resembles (None when none is close): a misspelled key in the file is an error, and the same
+    typo in the environment must not pass unnoticed either."""
+    known = sorted(known_variables())
+    unknown = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            unknown.append((name, close[0] if close else None))
+    return unknown
 
 
 def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 from gz_ia.client import env
 
-from .config import CollectorConfig
+from .config import CollectorConfig, unknown_variables
 from .journal import configure_logging
 from .listener import Listener, ListenerError
 from .systemd import listen_fds
@@ -93,6 +93,10 @@ def run(
             "its connections are seen as uid 65534 and refused",
             uid,
         )
+    if share is None:  # a share has its front's environment: the front has said it
+        for variable, close in unknown_variables(os.environ):
+            hint = f" (did you mean {close}?)" if close else ""
+            log.warning("ignoring %s: gz-ia reads no such variable%s", variable, hint)
     listener: Listener | None = None
     sockets = _usable(listen_fds())
     if sockets:

@@ -355,6 +355,7 @@ class Collector(WritePasses, Answers):
             open_root=lambda path: self.open_root(path, self.uid),
             durable=self.config.durability == "fsync",
             on_outcome=self._count,
+            on_flushed=self._note_flushed,
         )
         count_adoption(self.metrics, done)
         if done.events:

@@ -14,7 +14,7 @@ from typing import Any, Final
 from gz_ia.client.schema import Status
 
 from .timeline import ActionSpan, SessionNode, summarize
-from .view import format_duration
+from .view import format_duration, plural
 
 __all__ = ["COLOURS", "render_html"]
 
@@ -237,7 +237,7 @@ def render_html(node: SessionNode, *, title: str | None = None) -> str:
             f"session {current.session_id}\nagent {current.agent}"
             + (f"/{current.role}" if current.role else "")
             + (f"\nparent {current.parent_session_id}" if current.parent_session_id else "")
-            + f"\n{current.events} events, {len(current.actions)} actions, {failed} failed"
+            + f"\n{plural(current.events, 'event')}, {plural(len(current.actions), 'action')}, {failed} failed"
             + f"\n{_ts(current.first)} → {_ts(current.last)}"
         )
         add(

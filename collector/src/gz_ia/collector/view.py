@@ -14,6 +14,7 @@ and are not rendered here.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
@@ -25,11 +26,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EventStyle",
+    "display_width",
     "format_duration",
     "format_event",
     "format_sessions",
     "format_time",
     "format_tree",
+    "plural",
     "printable",
 ]
 
@@ -166,11 +169,11 @@ def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False
                 item.session_id,
             )
         )
-    widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
+    widths = [max(display_width(row[index]) for row in rows) for index in range(len(rows[0]))]
     lines = []
     for number, row in enumerate(rows):
         cells = [
-            cell.rjust(width) if 2 <= index <= 4 else cell.ljust(width)
+            _pad(cell, width, right=2 <= index <= 4)
             for index, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         line = "  ".join(cells).rstrip()
@@ -186,12 +189,49 @@ _NAME_WIDTH: Final = 24
 """Widest agent or parent shown by ``gz-ia sessions`` before it is shortened in the middle."""
 
 
+def _char_width(char: str) -> int:
+    if unicodedata.combining(char) or unicodedata.category(char) in {"Mn", "Me", "Cf"}:
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in {"W", "F"} else 1
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and full-width characters two, combining
+    marks and format characters none, every other character one."""
+    if text.isascii():
+        return len(text)
+    return sum(map(_char_width, text))
+
+
+def _pad(text: str, width: int, *, right: bool) -> str:
+    fill = " " * max(0, width - display_width(text))
+    return fill + text if right else text + fill
+
+
+def _fit(chars: Iterable[str], width: int) -> str:
+    """The leading characters of ``chars`` that fit in ``width`` columns (marks stay with their base)."""
+    taken: list[str] = []
+    used = 0
+    for char in chars:
+        used += _char_width(char)
+        if used > width:
+            break
+        taken.append(char)
+    return "".join(taken)
+
+
 def _middle(text: str, width: int) -> str:
-    """``text`` shortened to ``width`` characters with an ellipsis in the middle (both ends kept)."""
-    if len(text) <= width:
+    """``text`` shortened to ``width`` columns with an ellipsis in the middle (both ends kept)."""
+    if display_width(text) <= width:
         return text
-    head = (width - 1) // 2
-    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
+    head = _fit(text, (width - 1) // 2)
+    tail = _fit(reversed(text), width - 1 - display_width(head))[::-1]
+    return head + "\u2026" + tail
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 event``, ``2 events``: a count with its noun (nouns made plural with an ``s``)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
@@ -203,7 +243,7 @@ def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
     def describe(item: TreeNode) -> str:
         summary = item.summary
         status = _paint(item.status, _STATUS_COLOURS[item.status], colour)
-        details = f"{summary.events} events"
+        details = plural(summary.events, "event") if summary.events else "no events of its own"
         if summary.failures:
             details += f", {summary.failures} failed"
         if summary.open_actions:
@@ -221,7 +261,9 @@ def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
         for index, child in enumerate(item.children):
             walk(child, child_prefix, index == len(item.children) - 1 and not item.hidden, False)
         if item.hidden:
-            lines.append(f"{child_prefix}└── … {item.hidden} deeper sessions not shown (depth limit {MAX_TREE_DEPTH})")
+            lines.append(
+                f"{child_prefix}└── … {plural(item.hidden, 'deeper session')} not shown (depth limit {MAX_TREE_DEPTH})"
+            )
 
     walk(node, "", True, True)
     return lines

@@ -218,6 +218,13 @@ class WritePasses:
                 lost,
             )
 
+    def _note_flushed(self, written: list[AppendFile], failed: list[tuple[AppendFile, OSError]]) -> None:
+        """What a write outside a write pass (spool adoption) did, for health and the error counts."""
+        if self.health.failing and written:
+            self._note_healed(written)
+        for target, exc in failed:
+            self._report_write_error(target, exc)
+
     def _note_healed(self, written: list[AppendFile]) -> None:
         """Writes succeeded: the roots they went to are healthy again (only looked at while one is not)."""
         roots = {root for root in map(self.writer.root_path_of, written) if root is not None}

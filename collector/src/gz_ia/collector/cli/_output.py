@@ -103,4 +103,5 @@ def summary_json(summary: Any) -> dict[str, Any]:
         "failures": summary.failures,
         "segments": summary.segments,
         "incomplete": summary.incomplete,
+        "unreadable": list(summary.unreadable),
     }

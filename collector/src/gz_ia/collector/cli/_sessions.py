@@ -111,11 +111,16 @@ def sessions_command(
     elif not quiet:
         click.echo("-- No sessions --", err=True)
     out.flush()
-    damaged = [summary.session_id for summary in summaries if summary.incomplete]
-    for session_id in damaged:
+    damaged = [summary for summary in summaries if summary.incomplete]
+    for summary in damaged:
+        session_id = summary.session_id
+        what = (
+            f"cannot read {', '.join(summary.unreadable)}"
+            if summary.unreadable
+            else "some stored events cannot be read"
+        )
         click.echo(
-            f"gz-ia: warning: session {session_id}: some stored events cannot be read "
-            f"(gz-ia session logs {session_id} says which)",
+            f"gz-ia: warning: session {session_id}: {what} (gz-ia session logs {session_id} says which events)",
             err=True,
         )
     if damaged:

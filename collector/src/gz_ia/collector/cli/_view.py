@@ -33,6 +33,7 @@ def session_view(ctx: click.Context, session_id: str, tree: bool, output: str | 
     from gz_ia.collector.reading import SessionNotFound
     from gz_ia.collector.timeline import load_tree
     from gz_ia.collector.timeline_html import render_html
+    from gz_ia.collector.view import plural
 
     try:
         node = load_tree(root_of(ctx), session_id, tree=tree)
@@ -46,4 +47,4 @@ def session_view(ctx: click.Context, session_id: str, tree: bool, output: str | 
     path = Path(output) if output else Path(f"{session_id}.timeline.html")
     path.write_text(page, encoding="utf-8")
     sessions = sum(1 for _ in node.walk())
-    click.echo(f"wrote {path} ({sessions} session{'s' if sessions != 1 else ''}, {node.events} events in {session_id})")
+    click.echo(f"wrote {path} ({plural(sessions, 'session')}, {plural(node.events, 'event')} in {session_id})")

@@ -24,7 +24,9 @@ from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
 from gz_ia.collector.storage.names import (
     ACTIVE_SUFFIX,
     STATE_SUFFIX,
+    active_name,
     parse_archive_name,
+    session_archive,
     session_id_of,
     session_id_of_state,
 )
@@ -62,6 +64,9 @@ class SessionSummary(msgspec.Struct, frozen=True):
     """Segment number of the active file: how many segments the session has had."""
     incomplete: bool = False
     """Some retained data could not be read: the counts may be low."""
+    unreadable: tuple[str, ...] = ()
+    """The files found unreadable or changed, when the listing can name them (an archive whose seal
+    broke; with ``verify``, every segment that failed to read)."""
 
 
 MAX_TREE_DEPTH: Final = 64
@@ -83,10 +88,16 @@ class TreeNode(msgspec.Struct):
 
     @property
     def status(self) -> str:
-        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``."""
-        if self.summary.open_actions:
-            return "running"
-        return "failed" if self.summary.failures else "ok"
+        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``.
+
+        A session with no events of its own (known only as a parent) has nothing to say for itself:
+        it takes the status of its subagents, ``running`` if any runs, else ``failed`` if any failed.
+        """
+        summary = self.summary
+        if summary.events:
+            return "running" if summary.open_actions else "failed" if summary.failures else "ok"
+        below = {child.status for child in self.children}
+        return "running" if "running" in below else "failed" if "failed" in below else "ok"
 
     @property
     def duration_seconds(self) -> float | None:
@@ -203,13 +214,24 @@ class Listing:
         numbers = self.archives.get(session_id)
         return session_id in self.damaged or (numbers is not None and len(numbers) != max(numbers) - min(numbers) + 1)
 
-    def archive_changed(self, dirs: RootDirs, session_id: str) -> bool:
-        """Whether a compressed archive of the session was changed since the collector wrote it, as
-        its seal tells without decompressing it (:mod:`~gz_ia.collector.storage.archive_seal`)."""
-        return any(seal_holds(dirs.sessions_fd, name) is False for name in self.compressed.get(session_id, ()))
+    def changed_archives(self, dirs: RootDirs, session_id: str) -> list[str]:
+        """The compressed archives of the session changed since the collector wrote them, as their
+        seals tell without decompressing them (:mod:`~gz_ia.collector.storage.archive_seal`)."""
+        return sorted(
+            name for name in self.compressed.get(session_id, ()) if seal_holds(dirs.sessions_fd, name) is False
+        )
+
+    def segment_name(self, session_id: str, number: int, active_number: int) -> str:
+        """The file name of one of the session's segments, as listed."""
+        if number == active_number:
+            return active_name(session_id)
+        name_of = session_archive(session_id, number)
+        return name_of(True) if name_of(True) in self.compressed.get(session_id, ()) else name_of(False)
 
 
-def _summary(dirs: RootDirs, session_id: str, *, verify: bool = False) -> SessionSummary | None:
+def _summary(
+    dirs: RootDirs, session_id: str, *, verify: bool = False, listing: Listing | None = None
+) -> SessionSummary | None:
     try:
         view = SessionView(dirs, session_id)
     except SegmentUnreadable:
@@ -219,12 +241,24 @@ def _summary(dirs: RootDirs, session_id: str, *, verify: bool = False) -> Sessio
             return None
         # Verifying replays every retained segment (decompressing each archive) instead of
         # trusting the checkpoint, so that damage anywhere shows as `incomplete`.
+        numbers: list[int] = []
         fold, _segment_seq, complete = replay_session(
-            dirs.sessions_fd, session_id, None if verify else view.checkpoint, view.active_number, view.active
+            dirs.sessions_fd,
+            session_id,
+            None if verify else view.checkpoint,
+            view.active_number,
+            view.active,
+            unreadable=numbers,
         )
     finally:
         view.close()
-    return _summary_of(session_id, fold, segments=view.active_number, incomplete=not complete or view.active_unreadable)
+    if view.active_unreadable:
+        numbers.append(view.active_number)
+    summary = _summary_of(session_id, fold, segments=view.active_number, incomplete=not complete or bool(numbers))
+    if listing is not None and numbers:
+        names = tuple(listing.segment_name(session_id, number, view.active_number) for number in sorted(set(numbers)))
+        summary = msgspec.structs.replace(summary, unreadable=names)
+    return summary
 
 
 def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
@@ -233,10 +267,10 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
     Each summary costs the session's checkpoint plus a scan of what was written after it (the
     collector refreshes checkpoints every few seconds), so this stays fast with many sessions.
     ``incomplete`` then says what the listing shows (a missing archive number, something other
-    than a file under an archive's name) and what each compressed archive's seal tells (written
-    since the collector compressed it, cut, unreadable); with ``verify`` every retained segment is
-    read, so that any damage shows, at the cost of reading the whole root. A missing root has no
-    sessions.
+    than a file under an archive's name) and what each compressed archive's seal tells (cut,
+    extended, another trailer: never its times); with ``verify`` every retained segment is read
+    instead of the seals, so that any damage shows and only damage shows, at the cost of reading
+    the whole root. ``unreadable`` names the files found so. A missing root has no sessions.
 
     Raises:
         LayoutTooNew: the root was written by a newer gz-ia.
@@ -250,17 +284,19 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
         summaries = []
         for session_id in listing.session_ids:
             if verify:
-                summary = _summary(dirs, session_id, verify=True)
+                summary = _summary(dirs, session_id, verify=True, listing=listing)
             else:
-                summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id)
-            if (
-                summary is not None
-                and not summary.incomplete
-                and (listing.holed(session_id) or listing.archive_changed(dirs, session_id))
-            ):
+                summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id, listing=listing)
+            if summary is None:
+                continue
+            # Verifying decompressed every archive: what it read is the verdict, not their seals.
+            changed = [] if verify else listing.changed_archives(dirs, session_id)
+            if changed:
+                named = sorted({*summary.unreadable, *changed})
+                summary = msgspec.structs.replace(summary, incomplete=True, unreadable=tuple(named))
+            elif listing.holed(session_id) and not summary.incomplete:
                 summary = msgspec.structs.replace(summary, incomplete=True)
-            if summary is not None:
-                summaries.append(summary)
+            summaries.append(summary)
     finally:
         dirs.close()
     summaries.sort(key=lambda item: (item.first_time is None, item.first_time or datetime.min, item.session_id))

@@ -114,6 +114,8 @@ def replay_session(
     checkpoint: Checkpoint | None,
     number: int,
     active: Segment | None,
+    *,
+    unreadable: list[int] | None = None,
 ) -> tuple[SessionFold, int, bool]:
     """Rebuild a session's tally: the checkpoint plus every line after its position.
 
@@ -123,6 +125,7 @@ def replay_session(
         checkpoint: its checkpoint, or None.
         number: the active segment's number.
         active: the open active segment (None when there is none).
+        unreadable: given, it gets the number of each segment that could not be read.
 
     Returns:
         ``(fold, segment_seq, complete)``: the tally, the ``seq`` before the active segment, and
@@ -148,12 +151,16 @@ def replay_session(
             segment = open_archive(sessions_fd, session_archive(session_id, segment_number), segment_number)
         except (FileNotFoundError, SegmentUnreadable):
             complete = False
+            if unreadable is not None:
+                unreadable.append(segment_number)
             continue
         try:
             for trace in _scan_traces(segment, offset if segment_number == first else 0):
                 fold.apply(trace)
         except SegmentUnreadable:
             complete = False
+            if unreadable is not None:
+                unreadable.append(segment_number)
         finally:
             segment.close()
     segment_seq = fold.seq
@@ -163,4 +170,6 @@ def replay_session(
                 fold.apply(trace)
         except SegmentUnreadable:
             complete = False
+            if unreadable is not None:
+                unreadable.append(number)
     return fold, segment_seq, complete

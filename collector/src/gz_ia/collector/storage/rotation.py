@@ -124,8 +124,8 @@ def rotate_rejects(store: RootStore, now: float, files: OpenFiles) -> bool:
 def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
     """Replace a plain archive with its sealed gzip form; return the bytes saved (0 if nothing was done).
 
-    The plain file's mtime is kept on the compressed one: retention measures an archive's age by it,
-    and the seal (:mod:`.archive_seal`) tells by it that the archive was not written since.
+    The plain file's mtime is kept on the compressed one: retention measures an archive's age by it.
+    The seal (:mod:`.archive_seal`) does not look at it.
     """
     plain = name_of(False)
     packed = name_of(True)
@@ -145,7 +145,7 @@ def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
         try:
             write_sealed(source, target, info)
             os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
-            os.fsync(target)  # after utime: the mtime is part of the seal
+            os.fsync(target)  # after utime: retention goes by the mtime
             packed_size = os.fstat(target).st_size
         finally:
             os.close(target)
