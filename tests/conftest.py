@@ -425,7 +425,7 @@ def send_events(
 ) -> list[Any]:
     """Send ``events`` through one client ``per_batch`` at a time (queued together, so batched on the
     wire) and return every verdict in order; fails on a rejection or a verdict missing after ``timeout``
-    seconds. The collector rotates at most once per batch: a small ``per_batch`` makes many segments."""
+    seconds."""
     listed = list(events)
     verdicts: list[Any] = []
     client = collector.client()

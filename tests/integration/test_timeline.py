@@ -209,3 +209,87 @@ def test_view_to_stdout_and_unknown_session(collector: Any) -> None:
     missing = collector.gz_ia("session", "view", "nobody", "-o", "-")
     assert missing.returncode == 1
     assert "nobody" in missing.stderr
+
+
+def steps(session_id: str, cycles: int, *, start: datetime = T0, failing_every: int = 0) -> list[Any]:
+    """``cycles`` action cycles ``step-<n>`` (READ, PENDING, FINISH), one event a second; every
+    ``failing_every``-th cycle FAILED."""
+    events = []
+    for number in range(cycles):
+        failed = bool(failing_every) and number % failing_every == 0
+        for offset, stage in enumerate(("READ", "PENDING", "FINISH")):
+            fields: dict[str, Any] = {}
+            if stage == "FINISH":
+                fields = {"duration_ms": 2000}
+                if failed:
+                    fields.update(status="FAILED", error=f"step {number} broke")
+            events.append(
+                build_event(
+                    session_id=session_id,
+                    action=f"step-{number}",
+                    stage=stage,
+                    agent="claude",
+                    timestamp=start + timedelta(seconds=3 * number + offset),
+                    **fields,
+                )
+            )
+    return events
+
+
+def drawn_actions(page: str) -> list[str]:
+    """The actions that have a bar on the page, top to bottom."""
+    return re.findall(r'<div class="bar[^"]*" data-action="([^"]*)"', page)
+
+
+def test_view_takes_the_window_of_session_logs(collector: Any) -> None:
+    """--since/--until and -n choose the same events as for `gz-ia session logs`, and the page says so."""
+    send_events(collector, steps("win", 4))  # events at 0 s .. 11 s
+    since, until = (T0 + timedelta(seconds=3)).isoformat(), (T0 + timedelta(seconds=9)).isoformat()
+    logged = collector.gz_ia("session", "logs", "win", "--since", since, "--until", until, "--json")
+    assert [json.loads(line)["seq"] for line in logged.stdout.splitlines()] == [4, 5, 6, 7, 8, 9]
+    shown = collector.gz_ia("session", "view", "win", "--since", since, "--until", until, "-o", "-")
+    assert shown.returncode == 0, shown.stderr
+    assert drawn_actions(shown.stdout) == ["step-1", "step-2"]
+    assert "<b>6</b> events" in shown.stdout
+    assert f"since <b>{html.escape(since)}</b>" in shown.stdout
+    last = collector.gz_ia("session", "view", "win", "-n", "4", "-o", "-")
+    assert last.returncode == 0, last.stderr
+    # Events 9..12: the FINISH of step-2, then the whole of step-3.
+    assert drawn_actions(last.stdout) == ["step-2", "step-3"]
+    assert "the last <b>4</b> events" in last.stdout
+    assert "not drawn" not in last.stdout
+    refused = collector.gz_ia("session", "view", "win", "--since", "someday", "-o", "-")
+    assert refused.returncode == 2
+    assert "--since" in refused.stderr
+
+
+def test_a_session_far_past_the_bound_gives_a_page_of_the_bound(collector: Any) -> None:
+    """Past --max-cycles (2,000 by default) the newest cycles are drawn and the others summed up, with
+    their count on the page; the page is no bigger for a session five times the bound than at it."""
+    send_events(collector, steps("edge", 2_000), per_batch=5_000)
+    send_events(collector, steps("huge", 10_000, failing_every=1_000), per_batch=5_000)
+    edge_path, huge_path = collector.base / "edge.html", collector.base / "huge.html"
+    edge = collector.gz_ia("session", "view", "edge", "-o", str(edge_path), timeout=120)
+    huge = collector.gz_ia("session", "view", "huge", "-o", str(huge_path), timeout=120)
+    assert edge.returncode == 0, edge.stderr
+    assert huge.returncode == 0, huge.stderr
+    assert "8000 older cycles summed up" in huge.stdout
+    edge_page, huge_page = edge_path.read_text(), huge_path.read_text()
+    assert "not drawn" not in edge_page
+    assert len(drawn_actions(edge_page)) == 2_000
+    bars = drawn_actions(huge_page)
+    assert bars == [f"step-{number}" for number in range(8_000, 10_000)]  # the newest, in order
+    assert 'data-left-out-cycles="8000" data-left-out-events="24000"' in huge_page
+    assert "8000 older cycles (24000 events, 8 failed) are not drawn" in huge_page
+    # Summed up per action, and the FAILED ones left out listed with their error.
+    assert "8000 cycles not drawn (24000 events), by action" in huge_page
+    assert "… the other actions" in huge_page  # one row: the names are unique
+    assert "FAILED cycles not drawn (8)" in huge_page
+    assert "step 7000 broke" in huge_page
+    assert "<b>10000</b> actions" in huge_page
+    assert '<b class="bad">10</b> failed' in huge_page
+    # What a page weighs is set by the bound, not by the session: the summary adds a few kilobytes.
+    assert huge_path.stat().st_size < edge_path.stat().st_size + 64_000
+    assert huge_path.stat().st_size < 4_000_000
+    everything = collector.gz_ia("session", "view", "huge", "--max-cycles", "all", "-o", "-", timeout=120)
+    assert len(drawn_actions(everything.stdout)) == 10_000

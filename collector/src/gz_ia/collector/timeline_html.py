@@ -3,20 +3,41 @@
 The page carries its CSS and script inline, so it opens offline and can be attached to a bug report
 as it is. It draws the model of :mod:`gz_ia.collector.timeline`: a row per session and per action,
 each action a bar with a segment per stage, failures in red.
+
+What the events read hold beyond the cycles drawn (see :class:`Window`) is said at the top of the
+page, with its count, and summed up per action below the drawing.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from gz_ia.client.schema import Status
 
-from .timeline import ActionSpan, SessionNode, summarize
+from .timeline import ActionSpan, ActionTotals, LeftOut, SessionNode
 from .view import format_duration, plural
 
-__all__ = ["COLOURS", "render_html"]
+__all__ = ["COLOURS", "Window", "render_html"]
+
+_ACTIONS_LISTED: Final = 50
+"""Rows of the table of cycles left out (the actions with the most cycles)."""
+_ERROR_SHOWN: Final = 2_000
+"""Characters of an error shown in a tooltip; the stored event has all of it."""
+
+
+@dataclass(slots=True)
+class Window:
+    """Which events the page shows: the window asked for, and what the drawing left out of it."""
+
+    since: str | None = None
+    until: str | None = None
+    lines: int | None = None
+    max_cycles: int | None = None
+    left_out: LeftOut = field(default_factory=LeftOut)
+
 
 COLOURS: Final = {
     "READ": "#4c8bf5",
@@ -71,6 +92,14 @@ main { padding: 4px 18px 24px; }
 .seg.open { background: repeating-linear-gradient(45deg, var(--open) 0 4px, #c9ced6 4px 8px); }
 .span { position: absolute; top: 10px; height: 4px; background: #c3cad5; border-radius: 2px; min-width: 2px; }
 .row.failed-row .label { color: var(--failed); }
+.window { margin-top: 6px; color: var(--ink); }
+.window b { font-weight: 600; }
+section.left-out { padding: 0 18px 18px; }
+section.left-out h2 { font-size: 14px; margin: 14px 0 6px; }
+section.left-out table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+section.left-out td, section.left-out th { padding: 2px 10px 2px 0; text-align: left; white-space: nowrap; }
+section.left-out td.n, section.left-out th.n { text-align: right; }
+section.left-out .bad { color: var(--failed); }
 .hidden { display: none; }
 #tip { position: fixed; pointer-events: none; background: #1f2430; color: #fff; padding: 6px 9px;
        border-radius: 4px; font-size: 12px; white-space: pre; max-width: 520px; z-index: 10; display: none;
@@ -136,7 +165,8 @@ def _tip(session: SessionNode, span: ActionSpan) -> str:
         lines.append("still open (no FINISH yet)")
     lines.append(f"duration {format_duration(span.elapsed_ms)}")
     if span.error:
-        lines.append(f"error: {span.error}")
+        error = span.error if len(span.error) <= _ERROR_SHOWN else span.error[:_ERROR_SHOWN] + "…"
+        lines.append(f"error: {error}")
     return "\n".join(lines)
 
 
@@ -180,12 +210,17 @@ def _tick_label(ms: float) -> str:
     return "0" if ms == 0 else "+" + format_duration(int(ms))
 
 
-def render_html(node: SessionNode, *, title: str | None = None) -> str:
+def render_html(node: SessionNode, *, title: str | None = None, window: Window | None = None) -> str:
     """Return one self-contained HTML page showing the session tree as a timeline."""
+    window = window or Window()
+    left = window.left_out
     everything = [current for _, current in node.walk()]
     stamps = [span.start for current in everything for span in current.actions]
     stamps += [span.end for current in everything for span in current.actions]
-    stamps += [stamp for current in everything for stamp in (current.first, current.last) if stamp is not None]
+    # Past the cycles drawn, the axis spans those: the older events are summed up, not drawn.
+    stamps += [current.last for current in everything if current.last is not None]
+    if not left.cycles:
+        stamps += [current.first for current in everything if current.first is not None]
     start = min(stamps) if stamps else None
     end = max(stamps) if stamps else None
     total_ms = max(1.0, (end - start).total_seconds() * 1000) if start and end else 1.0
@@ -194,8 +229,11 @@ def render_html(node: SessionNode, *, title: str | None = None) -> str:
         assert start is not None
         return max(0.0, min(100.0, (value - start).total_seconds() * 1000 / total_ms * 100))
 
-    summary = summarize(node)
-    totals = summary["totals"]
+    events = sum(current.events for current in everything)
+    cycles = sum(current.cycles for current in everything)
+    ok = sum(current.finished_ok for current in everything)
+    failed_total = sum(current.failed for current in everything)
+    still_open = cycles - ok - failed_total
     out: list[str] = []
     add = out.append
     heading = title or f"gz-ia session {node.session_id}"
@@ -205,14 +243,16 @@ def render_html(node: SessionNode, *, title: str | None = None) -> str:
     add(f"<style>{_CSS}</style></head><body>")
     add(f'<header><h1>{html.escape(heading)}</h1><div class="meta">')
     add(
-        f"<b>{len(everything)}</b> session{'s' if len(everything) != 1 else ''} · <b>{totals['events']}</b> events · "
-        f"<b>{totals['actions']}</b> actions · <b>{totals['finished_ok']}</b> OK · "
-        f'<b class="{"bad" if totals["failed"] else ""}">{totals["failed"]}</b> failed · '
-        f"<b>{totals['open']}</b> open"
+        f"<b>{len(everything)}</b> session{'s' if len(everything) != 1 else ''} · <b>{events}</b> events · "
+        f"<b>{cycles}</b> actions · <b>{ok}</b> OK · "
+        f'<b class="{"bad" if failed_total else ""}">{failed_total}</b> failed · '
+        f"<b>{still_open}</b> open"
     )
     if start and end:
         add(f" · {html.escape(_ts(start))} → {html.escape(_ts(end))} ({format_duration(int(total_ms))})")
-    add('</div><div class="legend">')
+    add("</div>")
+    add(_window_line(window, cycles))
+    add('<div class="legend">')
     for name, colour in (("READ", "READ"), ("PENDING", "PENDING"), ("FINISH OK", "OK"), ("FINISH FAILED", "FAILED")):
         add(f'<span><i style="background:{COLOURS[colour]}"></i>{name}</span>')
     add(
@@ -232,12 +272,13 @@ def render_html(node: SessionNode, *, title: str | None = None) -> str:
         under_attr = " ".join(under)
         indent = "&nbsp;&nbsp;&nbsp;" * max(0, depth - 1) + ("└─ " if depth else "")
         who = html.escape(current.agent + (f"/{current.role}" if current.role else ""))
-        failed = sum(1 for span in current.actions if span.status is Status.FAILED)
+        failed = current.failed
+        drawn_note = f" ({len(current.actions)} drawn)" if len(current.actions) != current.cycles else ""
         session_tip = (
             f"session {current.session_id}\nagent {current.agent}"
             + (f"/{current.role}" if current.role else "")
             + (f"\nparent {current.parent_session_id}" if current.parent_session_id else "")
-            + f"\n{plural(current.events, 'event')}, {plural(len(current.actions), 'action')}, {failed} failed"
+            + f"\n{plural(current.events, 'event')}, {plural(current.cycles, 'action')}{drawn_note}, {failed} failed"
             + f"\n{_ts(current.first)} → {_ts(current.last)}"
         )
         add(
@@ -271,8 +312,85 @@ def render_html(node: SessionNode, *, title: str | None = None) -> str:
             )
             add(_bar(span, pct, tip, until=end))
             add("</div></div>")
-    add("</main><footer>Generated by gz-ia " + html.escape(_ts(end)) + " · self-contained, no network needed</footer>")
+    add("</main>")
+    if left.cycles:
+        add(_left_out_section(left))
+    add("<footer>Generated by gz-ia " + html.escape(_ts(end)) + " · self-contained, no network needed</footer>")
     add(f'<div id="tip"></div><script>{_JS}</script></body></html>\n')
+    return "".join(out)
+
+
+def _window_line(window: Window, cycles: int) -> str:
+    """The line under the counts: the window asked for, and how many cycles are drawn of how many."""
+    left = window.left_out
+    parts = []
+    if window.since:
+        parts.append(f"since <b>{html.escape(window.since)}</b>")
+    if window.until:
+        parts.append(f"until <b>{html.escape(window.until)}</b>")
+    if window.lines is not None:
+        parts.append(f"the last <b>{window.lines}</b> events")
+    text = "Events: " + ", ".join(parts) + "." if parts else ""
+    if left.cycles:
+        text += (
+            f" Drawn: the newest <b>{cycles - left.cycles}</b> of <b>{cycles}</b> action cycles. "
+            f'<b class="left-out" data-left-out-cycles="{left.cycles}" data-left-out-events="{left.events}">'
+            f"{left.cycles} older cycles ({left.events} events"
+            + (f", {left.failed} failed" if left.failed else "")
+            + ") are not drawn</b>: summed up per action below; --since, --until, -n or --max-cycles "
+            "choose what is drawn."
+        )
+    return f'<div class="window">{text.strip()}</div>' if text else ""
+
+
+def _left_out_section(left: LeftOut) -> str:
+    """The cycles not drawn, summed up per action (most cycles first), and the newest FAILED ones."""
+    out = [
+        f'<section class="left-out"><h2>{left.cycles} cycles not drawn ({left.events} events), by action</h2>',
+        '<table><tr><th>action</th><th class="n">cycles</th><th class="n">OK</th><th class="n">FAILED</th>'
+        '<th class="n">open</th><th class="n">time in finished</th><th>from</th><th>to</th></tr>',
+    ]
+    ranked = sorted(left.actions.items(), key=lambda item: item[1].cycles, reverse=True)
+    rows: list[tuple[str, ActionTotals]] = ranked[:_ACTIONS_LISTED]
+    rest = ActionTotals()
+    for _name, totals in [*ranked[_ACTIONS_LISTED:], ("", left.other)]:
+        rest.cycles += totals.cycles
+        rest.ok += totals.ok
+        rest.failed += totals.failed
+        rest.finished_ms += totals.finished_ms
+        for stamp in (totals.first, totals.last):
+            if stamp is not None:
+                rest.first = stamp if rest.first is None else min(rest.first, stamp)
+                rest.last = stamp if rest.last is None else max(rest.last, stamp)
+    names = len(ranked) - len(rows)
+    if rest.cycles:
+        rows.append((f"… {names} more actions" if names and not left.other.cycles else "… the other actions", rest))
+    for name, totals in rows:
+        failed = f'<td class="n bad">{totals.failed}</td>' if totals.failed else '<td class="n">0</td>'
+        out.append(
+            f'<tr><td>{html.escape(name[:120])}</td><td class="n">{totals.cycles}</td><td class="n">{totals.ok}</td>'
+            f'{failed}<td class="n">{totals.still_open}</td><td class="n">{format_duration(totals.finished_ms)}</td>'
+            f"<td>{html.escape(_ts(totals.first))}</td><td>{html.escape(_ts(totals.last))}</td></tr>"
+        )
+    out.append("</table>")
+    if left.failures:
+        shown = len(left.failures)
+        out.append(
+            f"<h2>FAILED cycles not drawn: the newest {shown} of {left.failed}</h2>"
+            if left.failed > shown
+            else f"<h2>FAILED cycles not drawn ({shown})</h2>"
+        )
+        out.append(
+            '<table><tr><th>finished</th><th>session</th><th class="n">seq</th><th>action</th><th>error</th></tr>'
+        )
+        for current, span in left.failures:
+            out.append(
+                f"<tr><td>{html.escape(_ts(span.finished_at))}</td><td>{html.escape(current.session_id)}</td>"
+                f'<td class="n">{span.last_seq}</td><td>{html.escape(span.action[:120])}</td>'
+                f'<td class="bad">{html.escape((span.error or "")[:200])}</td></tr>'
+            )
+        out.append("</table>")
+    out.append("</section>")
     return "".join(out)
 
 

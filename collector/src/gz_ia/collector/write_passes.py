@@ -50,8 +50,9 @@ _UNRECORDED_LOG_INTERVAL: Final = 60.0
 
 def _plain(job: FlushJob) -> bool:
     """Tell whether a (non-durable) write pass only appends to open files, give or take a couple to
-    open, and can run on the loop (see _INLINE_ITEMS)."""
-    return not job.retired and sum(target.fd is None for target, _ in job.items) <= _INLINE_OPENS
+    open (a rotation in the pass opens one), and can run on the loop (see _INLINE_ITEMS)."""
+    opens = sum(target.fd is None for target, _ in job.items) + sum(map(len, job.cuts.values()))
+    return not job.retired and opens <= _INLINE_OPENS
 
 
 class WritePasses:
@@ -131,7 +132,7 @@ class WritePasses:
         for start in range(0, len(job.items), _INLINE_ITEMS):
             if start:
                 await asyncio.sleep(0)  # one loop round: ready connections are read and staged
-            part = FlushJob(job.items[start : start + _INLINE_ITEMS], [], job.now, [], {})
+            part = FlushJob(job.items[start : start + _INLINE_ITEMS], [], job.now, [], {}, job.cuts, job.cut_done)
             done, lost = self.writer.write(part, durable=False)
             written += done
             failed += lost

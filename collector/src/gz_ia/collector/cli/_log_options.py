@@ -29,6 +29,8 @@ __all__ = [
     "parse_time",
     "renderer",
     "selection_of",
+    "time_window",
+    "window_options",
 ]
 
 _TIMES: Final = "now, today, yesterday, -1h, -15min, '2026-12-01 10:00', an epoch or RFC 3339"
@@ -49,19 +51,31 @@ def parse_time(value: str, *, now: datetime, utc: bool = False) -> datetime:
     return parse_expression(value, now=now, tz=UTC if utc else None)
 
 
+def _window(lines_help: str) -> list[Any]:
+    """``-n``, ``--since`` and ``--until``: which events a command reads, the same for every command."""
+    return [
+        click.option("-n", "--lines", default=None, metavar="N|all", help=lines_help),
+        click.option("-S", "--since", default=None, help=f"Only events at or after T ({_TIMES})."),
+        click.option("-U", "--until", default=None, help=f"Only events before T ({_TIMES})."),
+    ]
+
+
+def window_options(lines_help: str) -> Callable[[Any], Any]:
+    """Add ``-n``, ``--since`` and ``--until`` alone, as the log commands take them (``gz-ia session view``)."""
+
+    def decorate(function: Any) -> Any:
+        for option in reversed(_window(lines_help)):
+            function = option(function)
+        return function
+
+    return decorate
+
+
 def log_options(function: Any) -> Any:
     """Add the options both log commands take."""
     options = [
         click.option("-f", "--follow", is_flag=True, help="Keep printing new events as they land (like tail -F)."),
-        click.option(
-            "-n",
-            "--lines",
-            default=None,
-            metavar="N|all",
-            help="Show the last N events [default: all; 10 with --follow and no --since].",
-        ),
-        click.option("-S", "--since", default=None, help=f"Only events at or after T ({_TIMES})."),
-        click.option("-U", "--until", default=None, help=f"Only events before T ({_TIMES})."),
+        *_window("Show the last N events [default: all; 10 with --follow and no --since]."),
         click.option("-r", "--reverse", is_flag=True, help="Newest first (not with --follow)."),
         click.option(
             "-o",
@@ -140,11 +154,7 @@ def filters_of(options: dict[str, Any], now: datetime) -> Any:
     """The reader's :class:`~gz_ia.collector.reading.Filters` of the field flags, ``--since`` and ``--until``."""
     from gz_ia.collector.reading import Filters
 
-    try:
-        since = parse_time(options["since"], now=now, utc=options["utc"]) if options["since"] else None
-        until = parse_time(options["until"], now=now, utc=options["utc"]) if options["until"] else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since/--until") from exc
+    since, until = time_window(options["since"], options["until"], now, utc=options["utc"])
     statuses = {Status(value.upper()) for value in options["status"]}
     if options["failed"]:
         statuses.add(Status.FAILED)
@@ -157,6 +167,19 @@ def filters_of(options: dict[str, Any], now: datetime) -> Any:
         since=since,
         until=until,
     )
+
+
+def time_window(
+    since: str | None, until: str | None, now: datetime, *, utc: bool = False
+) -> tuple[datetime | None, datetime | None]:
+    """The instants of ``--since`` and ``--until`` (None where not given)."""
+    try:
+        return (
+            parse_time(since, now=now, utc=utc) if since else None,
+            parse_time(until, now=now, utc=utc) if until else None,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since/--until") from exc
 
 
 def line_count(value: str | None, *, follow: bool, since: str | None) -> int | None:

@@ -29,7 +29,15 @@ from .open_files import OpenFiles
 from .roots import write_file_atomically
 from .sessions import RootStore, SessionState
 
-__all__ = ["RotationPolicy", "compress_archive", "fsync_names", "rotate_rejects", "rotate_session", "utc_day"]
+__all__ = [
+    "RotationPolicy",
+    "compress_archive",
+    "cut_segment",
+    "fsync_names",
+    "rotate_rejects",
+    "rotate_session",
+    "utc_day",
+]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -92,6 +100,30 @@ def rotate_session(state: SessionState, written: Checkpoint, now: float, files: 
     state.save_checkpoint(
         now, msgspec.structs.replace(written, segment=number + 1, offset=0, segment_seq=written.seq, started=now)
     )
+    return True
+
+
+def cut_segment(state: SessionState, files: OpenFiles) -> bool:
+    """Make the active file archive ``state.segment`` in the middle of a write pass; return whether it did.
+
+    The write pass goes on writing the session's buffer into a new active file. No checkpoint is
+    written here: the state at this line is not kept (staging is past it), and the one of the
+    previous position stays valid, the pass writing the next once the buffer is written.
+    """
+    number = state.segment
+    try:
+        os.rename(
+            state.name,
+            archive_name(state.session_id, number),
+            src_dir_fd=state.root.dirs.sessions_fd,
+            dst_dir_fd=state.root.dirs.sessions_fd,
+        )
+    except OSError as exc:
+        log.error("cannot rotate %s: %s (it keeps growing)", state.name, exc)
+        return False
+    files.retire(state)
+    state.segment = number + 1
+    state.size = 0
     return True
 
 

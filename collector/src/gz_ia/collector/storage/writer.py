@@ -11,8 +11,13 @@ state is dropped, to be rebuilt from the files (:mod:`.recovery`), which stay th
 Rotation (:mod:`.rotation`): when a session's buffer is detached for a write, an O(1) check against
 the limits decides whether, once written, the active file becomes archive ``n``: it is renamed (never
 copied), and a checkpoint of the state at that exact point (``state/<id>.session.json``), taken as
-the buffer was detached, is written atomically. The old descriptor is kept until the next write pass
-has synced it (:mod:`.open_files`), so durability=fsync still acknowledges only synced data (:mod:`.durable`).
+the buffer was detached, is written atomically. A buffer that would take the segment past a limit
+is cut between lines where the limit is reached (:meth:`Writer._cuts`): the write pass writes each
+part with one ``write(2)`` and renames the file between them, so a segment exceeds ``max_bytes`` by
+at most its last line, however large the burst. The state at such a cut is not kept (staging has
+moved past it); the checkpoint after the pass covers the whole buffer. The old descriptor is kept
+until the next write pass has synced it (:mod:`.open_files`), so durability=fsync still
+acknowledges only synced data (:mod:`.durable`).
 Compression, fsyncs of checkpoints and retention run in the storage worker thread (:mod:`.worker`).
 Checkpoints are also written every ``snapshot_interval`` seconds while a session is written to, and at
 close, which keeps ``gz-ia sessions`` cheap.
@@ -31,6 +36,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+import msgspec
+
 from gz_ia.collector.config import CollectorConfig
 
 from .checkpoints import Checkpoint
@@ -40,7 +47,7 @@ from .open_files import AppendFile, OpenFiles
 from .recovery import recover_rejects, recover_session, repair_root
 from .retention import IDLE_RECHECK, RetentionPolicy, RetentionReport
 from .roots import RootDirs, open_root
-from .rotation import RotationPolicy, rotate_rejects, rotate_session, utc_day
+from .rotation import RotationPolicy, cut_segment, rotate_rejects, rotate_session, utc_day
 from .sessions import RootStore, SessionState
 from .worker import StorageWorker
 
@@ -51,10 +58,22 @@ log = logging.getLogger("gz_ia.collector")
 _RELEASE_CHECKPOINT_BYTES: Final = 1 << 20
 
 
+def _write_all(fd: int, view: memoryview) -> None:
+    """Write all of ``view`` (``write(2)`` may write less than asked)."""
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
+
+
+Cut = tuple[int, int]
+"""Where a buffer is cut for a rotation: the offset in it after which the file is renamed, and the
+``seq`` of the line before that offset."""
+
+
 class FlushJob:
     """Pending buffers detached for one write pass, with the descriptors retired by rotations."""
 
-    __slots__ = ("checkpoints", "failed", "items", "now", "retired")
+    __slots__ = ("checkpoints", "cut_done", "cuts", "failed", "items", "now", "retired")
 
     def __init__(
         self,
@@ -63,8 +82,14 @@ class FlushJob:
         now: float,
         failed: list[tuple[AppendFile, OSError]],
         checkpoints: dict[SessionState, tuple[Checkpoint, bool]],
+        cuts: dict[SessionState, list[Cut]] | None = None,
+        cut_done: dict[SessionState, list[Cut]] | None = None,
     ) -> None:
         self.items = items
+        self.cuts = cuts if cuts is not None else {}
+        """Sessions whose buffer crosses a rotation limit: where it is cut (see :meth:`Writer._cuts`)."""
+        self.cut_done = cut_done if cut_done is not None else {}
+        """The cuts the pass made, each a rename done (a failed rename leaves the rest in one file)."""
         self.retired = retired
         self.now = now
         self.failed = failed
@@ -284,32 +309,76 @@ class Writer:
         items: list[tuple[AppendFile, bytes]] = []
         gone: list[tuple[AppendFile, OSError]] = []
         checkpoints: dict[SessionState, tuple[Checkpoint, bool]] = {}
+        cuts: dict[SessionState, list[Cut]] = {}
         removed = self._removed_directories() if dirty else set()
         now = self.clock()
         today = utc_day(now) if self.rotation.daily else 0
         for target in dirty:
             if not target.pending:
                 continue
-            data = b"".join(target.pending)
+            lines = target.pending
+            data = b"".join(lines)
             target.pending = []
             if target.dir_fd in removed:
                 gone.append((target, FileNotFoundError(errno.ENOENT, "the session root was removed", target.name)))
                 continue
             items.append((target, data))
             if isinstance(target, SessionState):
-                due = self._checkpoint_due(target, len(data), now, today)
+                cut = self._cuts(target, lines, len(data)) if self._crosses(target, len(data), len(lines)) else None
+                if cut:
+                    cuts[target] = cut
+                due = self._checkpoint_due(target, len(data), now, today, cut)
                 if due is not None:
                     checkpoints[target] = due
-        return FlushJob(items, retired, now, gone, checkpoints)
+        return FlushJob(items, retired, now, gone, checkpoints, cuts)
+
+    def _crosses(self, state: SessionState, added: int, lines: int) -> bool:
+        """Whether a buffer of ``added`` bytes and ``lines`` events takes the segment past a limit
+        before its last line (past it at the last line is the rotation at the end of the pass)."""
+        rotation = self.rotation
+        if state.size + added > rotation.max_bytes:
+            return True
+        return bool(rotation.max_events) and state.seq - state.segment_seq > rotation.max_events
+
+    def _cuts(self, state: SessionState, lines: list[bytes | bytearray], added: int) -> list[Cut]:
+        """Where to cut a buffer crossing a limit: after each line that brings its segment to the limit.
+
+        Run only for such a buffer, one ``len`` per line; each line of a session buffer is one event,
+        so the ``seq`` at a cut is counted from the state's, which is that of the buffer's end.
+        """
+        limit = self.rotation.max_bytes
+        max_events = self.rotation.max_events or 1 << 62  # 0: no event limit
+        seq = state.seq - len(lines)
+        size = state.size
+        events = seq - state.segment_seq
+        offset = 0
+        found: list[Cut] = []
+        for line in lines[:-1]:
+            length = len(line)
+            offset += length
+            size += length
+            seq += 1
+            events += 1
+            if size >= limit or events >= max_events:
+                found.append((offset, seq))
+                size = events = 0
+        return found
 
     def _checkpoint_due(
-        self, state: SessionState, added: int, now: float, today: int
+        self, state: SessionState, added: int, now: float, today: int, cuts: list[Cut] | None = None
     ) -> tuple[Checkpoint, bool] | None:
         """Decide whether ``state`` rotates or is checkpointed once ``added`` bytes are written.
 
         Called as its buffer is detached, when the state in memory is exactly the state at the end
-        of that buffer; returns that state as a checkpoint and whether the segment rotates.
+        of that buffer; returns that state as a checkpoint and whether the segment rotates. With
+        ``cuts`` the last part of the buffer starts a segment of its own, and a checkpoint is always
+        due (its segment, offset and start are set when the pass has made the cuts).
         """
+        if cuts:
+            offset, seq = cuts[-1]
+            size = added - offset
+            rotate = self.rotation.due(size, state.seq - seq, utc_day(now), today)
+            return state.checkpoint(offset=size, started=now), rotate
         size = state.size + added
         started = state.started if state.size else now
         rotate = self.rotation.due(size, state.seq - state.segment_seq, utc_day(started), today)
@@ -362,9 +431,10 @@ class Writer:
                 fd = self._files.ensure_open(target)
                 # Released even when write() fails, before anything else touches the buffer.
                 with memoryview(data) as view:
-                    done = 0
-                    while done < len(data):
-                        done += os.write(fd, view[done:])
+                    if job.cuts and isinstance(target, SessionState) and target in job.cuts:
+                        self._write_cut(target, view, job.cuts[target], job, durable=durable)
+                    else:
+                        _write_all(fd, view)
             except OSError as exc:
                 if target.fd is not None:
                     with contextlib.suppress(OSError):
@@ -384,6 +454,32 @@ class Writer:
             failed += unsynced
         return written, failed
 
+    def _write_cut(
+        self, state: SessionState, view: memoryview, cuts: list[Cut], job: FlushJob, *, durable: bool
+    ) -> None:
+        """Write a buffer in its parts, renaming the active file into the next archive between them.
+
+        A part is synced before its rename when the pass is durable: the descriptor leaves the pass
+        with the rename, and the pass acknowledges only what it synced. ``state.size`` follows the
+        file being written, so that a failed write is cut back to where that file was.
+        """
+        done: list[Cut] = []
+        start = 0
+        try:
+            for offset, seq in cuts:
+                fd = self._files.ensure_open(state)
+                _write_all(fd, view[start:offset])
+                if durable:
+                    os.fdatasync(fd)
+                start = offset
+                if not cut_segment(state, self._files):
+                    break  # the rest of the buffer goes on in the same file, as a failed rotation does
+                done.append((offset, seq))
+            _write_all(self._files.ensure_open(state), view[start:])
+        finally:
+            if done:
+                job.cut_done[state] = done
+
     def finish(
         self,
         job: FlushJob,
@@ -399,6 +495,9 @@ class Writer:
         for target, _exc in failed:
             self.forget(target)
         now = job.now
+        for state, made in job.cut_done.items():
+            for number in range(state.segment - len(made), state.segment):
+                self._rotated(state.root.dirs, state.session_id, number, REJECTS_STEM)
         rotation = self.rotation
         today = utc_day(now) if rotation.daily else 0
         checkpoints = job.checkpoints
@@ -407,15 +506,32 @@ class Writer:
         for target, data in written:
             if target.size == 0:
                 target.started = now
-            target.size += len(data)
+            cut = job.cut_done.get(target) if job.cut_done and isinstance(target, SessionState) else None
+            # After cuts the active file holds the buffer's last part only.
+            target.size += len(data) - (cut[-1][0] if cut else 0)
             target.last_write = now
             total += len(data)
             done.append(target)
             if isinstance(target, SessionState):
                 due = checkpoints.get(target)
+                if cut:
+                    target.segment_seq = cut[-1][1]
                 if due is None:
                     continue
                 checkpoint, rotate = due
+                if target in job.cuts:
+                    # The segment, offset and start of the checkpoint are those the cuts left.
+                    checkpoint = msgspec.structs.replace(
+                        checkpoint,
+                        segment=target.segment,
+                        offset=target.size,
+                        segment_seq=target.segment_seq,
+                        started=target.started,
+                    )
+                    # A failed rename leaves more in the active file than the cuts planned.
+                    rotate = rotation.due(
+                        target.size, checkpoint.seq - target.segment_seq, utc_day(target.started), today
+                    )
                 if rotate:
                     self._rotate_session(target, checkpoint, now)
                 else:
