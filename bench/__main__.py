@@ -7,6 +7,8 @@ each system and configuration interleaved run by run so that drift on the machin
   fsync, ours through the real thin client in 8 agent processes;
 * ``agent``: agent CPU per event for the client, the null client and stdlib ``logging``; the time
   ``import gz_ia.client`` takes against ``import logging`` (``bench/import_time.py``);
+* ``pace``: the same agent loop with and without gz-ia at an agent's pace (``bench/pace.py``): CPU
+  work or a sleep between action scopes, as a ratio;
 * ``latency``: acknowledged round trip at a moderate rate, follow latency, and the wall time of
   ``gz-ia session log`` and ``gz-ia hook claude-code`` as a ratio to ``python -I -c pass``;
 * ``reader``: ``--json`` dump of a big session against ``cat``; ``bench/reader_tail.py``;
@@ -40,7 +42,7 @@ from ._peers import Peers, ensure_peers
 from ._report import chart, evaluate, machine, markdown
 from ._systems import Ours, Rsyslog, SyslogNg, System
 
-SECTIONS: Final = ("ingest", "agent", "latency", "reader", "scale", "flood", "profile")
+SECTIONS: Final = ("ingest", "agent", "pace", "latency", "reader", "scale", "flood", "profile")
 _MB: Final = 1 << 20
 _SLOW_CREATION: Final = 200e-6
 """Seconds per file creation above which the results say that the file system slowed the run."""
@@ -52,6 +54,7 @@ class Settings(msgspec.Struct, kw_only=True):
     runs: int
     events: int
     agent_events: int
+    pace_steps: int
     import_runs: int
     rtt_events: int
     rtt_rate: float
@@ -67,6 +70,7 @@ FULL: Final = Settings(
     runs=3,
     events=1_000_000,
     agent_events=200_000,
+    pace_steps=2_000,
     import_runs=20,
     rtt_events=5_000,
     rtt_rate=1_000,
@@ -81,6 +85,7 @@ QUICK: Final = Settings(
     runs=1,
     events=100_000,
     agent_events=50_000,
+    pace_steps=500,
     import_runs=5,
     rtt_events=2_000,
     rtt_rate=1_000,
@@ -229,6 +234,29 @@ def section_agent(suite: Suite) -> None:
                 say(f"  import gz_ia.client / import logging, run {run + 1}: {ratio:.2f}x")
         finally:
             system.stop()
+
+
+def section_pace(suite: Suite) -> None:
+    """The agent loop of bench/pace.py at each pace, with and without gz-ia, rounds in turn."""
+    from . import pace
+
+    try:
+        results = pace.measure(suite.settings.pace_steps, max(3, suite.settings.runs), list(pace.PACES))
+    except Exception as exc:
+        suite.failed("pace", exc)
+        return
+    for name, figures in results.items():
+        sample = suite.add(
+            f"pace.{name}", f"agent loop at pace {name}: CPU with gz-ia / without", "x", figures["cpu_ratio"],
+            higher=False,
+        )  # fmt: skip
+        sample.note("added µs/event", figures["added_cpu_per_event_us"])
+        sample.note("disabled: ratio", figures["null_cpu_ratio"])
+        suite.add(
+            f"pace.{name}.added", f"agent CPU gz-ia adds per event at pace {name}", "µs/event",
+            figures["added_cpu_per_event_us"], higher=False,
+        )  # fmt: skip
+        say(f"  pace {name:<12} {figures['cpu_ratio']:.3f}x, +{figures['added_cpu_per_event_us']:.1f} µs/event")
 
 
 def _agent_cpu(variant: str, events: int, system: Ours, workdir: Path, profile: Path | None = None) -> dict[str, float]:
@@ -482,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     functions = {
         "ingest": section_ingest,
         "agent": section_agent,
+        "pace": section_pace,
         "latency": section_latency,
         "reader": section_reader,
         "scale": section_scale,

@@ -145,6 +145,21 @@ def evaluate(samples: dict[str, Sample], notes: dict[str, Any]) -> list[Target]:
         rows.append(Target(figure, "≤ 1 µs", "not measured", None, None))
     else:
         rows.append(Target(figure, "≤ 1 µs", f"{null_scope:.2f} µs", null_scope, null_scope <= 1.0))
+    for key, figure, bound in (
+        ("pace.work-1ms", "agent loop, 1 ms of CPU work per step, 2 events (with gz-ia / without)", 1.05),
+        ("pace.work-100us", "agent loop, 100 µs of CPU work per step, 2 events (with gz-ia / without)", 1.25),
+    ):
+        value = med(key)
+        if value is None:
+            rows.append(Target(figure, f"≤ {bound:g} {X}", "not measured", None, None))
+        else:
+            rows.append(Target(figure, f"≤ {bound:g} {X}", f"{value:.3f}{X}", value / bound, value <= bound))
+    added = med("pace.log-every-5ms.added")
+    figure = "agent CPU gz-ia adds per event, one event every 5 ms"
+    if added is None:
+        rows.append(Target(figure, "≤ 20 µs", "not measured", None, None))
+    else:
+        rows.append(Target(figure, "≤ 20 µs", f"{added:.1f} µs", added / 20, added <= 20))
     ratio_row(
         "`import gz_ia.client`, installed alone (/ `import logging`)",
         f"≤ 2 {X}",

@@ -3,18 +3,20 @@
 Agents do not log in a tight loop: they do some work, log, and wait. A cost measured back to back
 (events that share one wake-up of the sender thread and one frame) says little about what one event
 costs when it goes out alone. This benchmark runs one loop of steps, each doing a fixed amount of CPU
-work (or a short sleep) inside one action scope (READ on entry, FINISH on exit: two events), in a
-fresh process per variant, and reports, for each pace:
+work or a sleep (see ``PACES``), inside one action scope (READ on entry, FINISH on exit) or followed
+by one ``log()``, in a fresh process per variant: without gz-ia, with it disabled
+(``GZ_IA_DISABLED=1``) and with it. For each pace it reports:
 
 * the process CPU per step (``time.process_time``: every thread, the sender's included) with gz-ia
-  against the same loop without it (the scope replaced by nothing), as a ratio;
-* the agent CPU per event that gz-ia adds ((with - without) / events);
-* for the sleeping pace, where the work itself takes almost no CPU, only the second figure matters.
+  against the same loop without it, as a ratio, and the same for the disabled client;
+* the agent CPU per event that gz-ia adds ((with - without) / events), and the calling thread's share;
+* for the sleeping paces, where the work itself takes almost no CPU, only the second figure matters.
 
 Run ``python -m bench.pace`` (``--steps``, ``--rounds``, ``--json FILE``) from the workspace
 (``uv run python -m bench.pace``); ``bench/run --only pace`` runs it in the suite. Each round runs every
 variant once, in turn, against one collector on a private socket, so that drift hits all alike;
-the figures are the medians over rounds.
+the figures are the medians over rounds. The busy loop is calibrated once, in this process, and the
+same number of iterations is given to every variant.
 """
 
 from __future__ import annotations
@@ -32,18 +34,21 @@ from typing import Final
 from ._common import scratch_dir, socket_accepts, stop_process, wait_until
 
 PACES: Final = {
-    "work-100us": ("work", 100e-6),
-    "work-1ms": ("work", 1e-3),
-    "sleep-0.5ms": ("sleep", 0.5e-3),
-    "sleep-5ms": ("sleep", 5e-3),
+    "work-100us": ("work", 100e-6, "scope"),
+    "work-1ms": ("work", 1e-3, "scope"),
+    "sleep-0.5ms": ("sleep", 0.5e-3, "scope"),
+    "log-every-5ms": ("sleep", 5e-3, "log"),
 }
-"""Each pace: what a step does between its two events, and for how long."""
+"""Each pace: what a step does (CPU work or a sleep), for how long, and how it logs: ``scope``, one
+action scope around the work (READ and FINISH, two events); ``log``, one ``log()`` after it."""
+_EVENTS_PER_STEP: Final = {"scope": 2, "log": 1}
 MODES: Final = ("none", "null", "gz-ia")
 """Without gz-ia; with it disabled (``GZ_IA_DISABLED=1``: the null client's scopes); with it."""
 
 _CHILD: Final = r"""
 import json, os, sys, time
-mode, kind, amount, steps, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+mode, kind, amount, steps, out, shape = sys.argv[1:7]
+amount, steps = float(amount), int(steps)
 # For "work", amount is the busy loop's iterations (calibrated once by the parent, the same for
 # every variant); for "sleep", seconds.
 
@@ -63,9 +68,14 @@ if mode in ("gz-ia", "null"):
     from gz_ia import client as gz
     scope = gz.session(agent="bench", role="pace")
     session = scope.__enter__()
-    def step(n):
-        with session.action("step"):
+    if shape == "scope":
+        def step(n):
+            with session.action("step"):
+                work()
+    else:
+        def step(n):
             work()
+            session.log("step", "READ")
 else:
     def step(n):
         work()
@@ -102,10 +112,12 @@ def _calibrate(seconds: float) -> int:
         n *= 2
 
 
-def _run_child(mode: str, kind: str, amount: float, steps: int, env: dict[str, str], out: Path) -> dict[str, float]:
-    subprocess.run(
-        [sys.executable, "-c", _CHILD, mode, kind, str(amount), str(steps), str(out)], env=env, check=True, timeout=600
-    )
+def _run_child(
+    mode: str, pace: tuple[str, float, str], amount: float, steps: int, env: dict[str, str], out: Path
+) -> dict[str, float]:
+    kind, _, shape = pace
+    argv = [sys.executable, "-c", _CHILD, mode, kind, str(amount), str(steps), str(out), shape]
+    subprocess.run(argv, env=env, check=True, timeout=600)
     result: dict[str, float] = json.loads(out.read_text())
     return result
 
@@ -132,13 +144,13 @@ def measure(steps: int, rounds: int, paces: list[str]) -> dict[str, dict[str, fl
             runs: dict[str, dict[str, list[dict[str, float]]]] = {p: {m: [] for m in MODES} for p in paces}
             amounts = {
                 pace: float(_calibrate(seconds)) if kind == "work" else seconds
-                for pace, (kind, seconds) in PACES.items()
+                for pace, (kind, seconds, _) in PACES.items()
                 if pace in paces
             }
             for _ in range(rounds):
                 for pace in paces:
                     for mode in MODES:
-                        result = _run_child(mode, PACES[pace][0], amounts[pace], steps, env, work / "out.json")
+                        result = _run_child(mode, PACES[pace], amounts[pace], steps, env, work / "out.json")
                         runs[pace][mode].append(result)
         finally:
             stop_process(collector)
@@ -148,14 +160,15 @@ def measure(steps: int, rounds: int, paces: list[str]) -> dict[str, dict[str, fl
         thread = {mode: statistics.median(r["thread"] for r in modes[mode]) / steps for mode in MODES}
         wall = {mode: statistics.median(r["wall"] for r in modes[mode]) / steps for mode in MODES}
         without = per_step["none"]
+        events = _EVENTS_PER_STEP[PACES[pace][2]]
         results[pace] = {
             "cpu_per_step_without_us": without * 1e6,
             "cpu_per_step_with_us": per_step["gz-ia"] * 1e6,
             "cpu_ratio": per_step["gz-ia"] / without if without else float("nan"),
-            "added_cpu_per_event_us": (per_step["gz-ia"] - without) / 2 * 1e6,
-            "added_thread_cpu_per_event_us": (thread["gz-ia"] - thread["none"]) / 2 * 1e6,
+            "added_cpu_per_event_us": (per_step["gz-ia"] - without) / events * 1e6,
+            "added_thread_cpu_per_event_us": (thread["gz-ia"] - thread["none"]) / events * 1e6,
             "null_cpu_ratio": per_step["null"] / without if without else float("nan"),
-            "null_added_cpu_per_event_us": (per_step["null"] - without) / 2 * 1e6,
+            "null_added_cpu_per_event_us": (per_step["null"] - without) / events * 1e6,
             "wall_ratio": wall["gz-ia"] / wall["none"] if wall["none"] else float("nan"),
             "dropped": sum(r.get("dropped", 0) for r in modes["gz-ia"]),
         }

@@ -1,14 +1,15 @@
 """The client agents hold: :class:`Client`, for threads and scripts (``AsyncClient`` wraps it for asyncio).
 
-It owns one background :class:`~gz_ia.client._sender.Sender`. ``log()`` builds and encodes the
-event on the caller's thread (a few microseconds) and hands it over; ``send()`` additionally waits
-for the collector's verdict.
+It owns one background :class:`~gz_ia.client._sender.Sender`. ``log()`` judges what must be judged at
+once, stamps the time and hands the call over (the event is built and encoded when the queue is next
+moved, in a batch); ``send()`` builds the event at once and waits for the collector's verdict.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -73,6 +74,77 @@ def _positional_record() -> Callable[..., msgspec.Struct]:
 
 
 _LogRecord: Final = _positional_record()
+
+
+LogCall = tuple[Any, ...]
+"""The arguments of one ``log()`` call, its time in nanoseconds first, as :func:`_encode_call` takes them."""
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamp(nanoseconds: int) -> datetime:
+    """The UTC time of ``time.time_ns()``, to the microsecond as ``datetime.now(UTC)`` gives it."""
+    return _EPOCH + timedelta(microseconds=nanoseconds // 1000)
+
+
+def _encode_call(call: LogCall) -> bytes:
+    """Build, cut to its limits and encode the event of one ``log()`` call.
+
+    Raises:
+        ValueError, TypeError, OverflowError: the event cannot be built (a value of the wrong type,
+            an int past 64 bits outside ``attrs``).
+    """
+    nanoseconds, session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs, cycle = (
+        call
+    )
+    record = _LogRecord(
+        _timestamp(nanoseconds),
+        session_id,
+        action,
+        stage,
+        status,
+        agent,
+        parent_session_id,
+        role,
+        duration_ms,
+        error,
+        attrs,
+        cycle,
+    )
+    try:
+        body = _encode(record)
+    except OverflowError:  # an int attribute past 64 bits: made storable below
+        body = b""
+        cut = True
+    else:
+        # Cut what is past its limit rather than lose the event. Cheap tests first: no attribute
+        # value can be past its limit in a body shorter than that limit.
+        cut = (
+            len(action) > MAX_ACTION_LENGTH
+            or len(agent) > MAX_AGENT_LENGTH
+            or (role is not None and len(role) > MAX_AGENT_LENGTH)
+            or (error is not None and len(error) > MAX_ERROR_LENGTH)
+        )
+    if isinstance(attrs, dict) and not cut:  # anything else: nothing to cut, the collector judges it
+        cut = len(attrs) > MAX_ATTRS or len(body) > MAX_ATTR_STRING_LENGTH
+        for key, value in attrs.items():
+            # A long key, or a value JSON cannot carry as it is (storable() says how it is stored):
+            # a NaN or an infinity, an int past 2^63 - 1.
+            if (
+                len(key) > MAX_ATTR_KEY_LENGTH
+                or (isinstance(value, float) and value - value != 0.0)
+                or (isinstance(value, int) and not MIN_ATTR_INT <= value <= MAX_ATTR_INT)
+            ):
+                cut = True
+                break
+    if cut and not fits(action, agent, role, error, attrs):
+        action, agent, role, error, attrs = fit_fields(action, agent, role, error, attrs)
+        record = msgspec.structs.replace(record, action=action, agent=agent, role=role, error=error, attrs=attrs)
+        body = _encode(record)
+    if not body:  # past 64 bits in another field than attrs: nothing can store it
+        raise ValueError("an int field is outside the 64-bit range")
+    return body
 
 
 def _stage(value: Stage | str) -> Stage:
@@ -175,6 +247,7 @@ class Client:
             spool_dir=env.default_spool_dir() if spool else None,
             max_spool_bytes=max_spool_bytes,
             linger=env.linger() if linger is None else linger,
+            encode_call=_encode_call,
         )
         self._raise_on_error = raise_on_error
 
@@ -213,61 +286,25 @@ class Client:
         ``cycle`` names one run of ``action`` (action scopes set it), so that runs open at once
         keep their own outcomes.
         """
-        # The hot path of every agent: build_event() inlined, enum lookups through dicts, and the
-        # event built positionally as a _LogRecord (same encoding as a LogEvent, half the cost).
+        # The hot path of every agent, cheap even when it runs with cold caches (an agent that logs
+        # every few milliseconds sleeps in between, and its CPU's caches are cold when it wakes):
+        # only what must be judged now (the stage, the status, an error for FAILED) and the time
+        # are taken here. The event is built, cut to its limits and encoded by whichever thread
+        # next moves the queue (_encode_call), in a batch, with warm caches. An event with an
+        # error, attrs or a long action is encoded here, as before: its size must count against
+        # the queue's byte bound at once, and a caller may change its attrs map afterwards.
         try:
             stage = _STAGES[stage]
             status = _STATUSES[status]
             if status is FAILED and not error:
                 raise ValueError("status FAILED requires a non-empty error")
-            record = _LogRecord(
-                datetime.now(UTC),
-                session_id,
-                action,
-                stage,
-                status,
-                agent,
-                parent_session_id,
-                role,
-                duration_ms,
-                error,
-                attrs,
-                cycle,
-            )
-            try:
-                body = _encode(record)
-            except OverflowError:  # an int attribute past 64 bits: made storable below
-                body = b""
-                cut = True
-            else:
-                # Cut what is past its limit rather than lose the event. Cheap tests first: no
-                # attribute value can be past its limit in a body shorter than that limit.
-                cut = (
-                    len(action) > MAX_ACTION_LENGTH
-                    or len(agent) > MAX_AGENT_LENGTH
-                    or (role is not None and len(role) > MAX_AGENT_LENGTH)
-                    or (error is not None and len(error) > MAX_ERROR_LENGTH)
-                )
-            if isinstance(attrs, dict) and not cut:  # anything else: nothing to cut, the collector judges it
-                cut = len(attrs) > MAX_ATTRS or len(body) > MAX_ATTR_STRING_LENGTH
-                for key, value in attrs.items():
-                    # A long key, or a value JSON cannot carry as it is (storable() says how it is
-                    # stored): a NaN or an infinity, an int past 2^63 - 1.
-                    if (
-                        len(key) > MAX_ATTR_KEY_LENGTH
-                        or (isinstance(value, float) and value - value != 0.0)
-                        or (isinstance(value, int) and not MIN_ATTR_INT <= value <= MAX_ATTR_INT)
-                    ):
-                        cut = True
-                        break
-            if cut and not fits(action, agent, role, error, attrs):
-                action, agent, role, error, attrs = fit_fields(action, agent, role, error, attrs)
-                record = msgspec.structs.replace(
-                    record, action=action, agent=agent, role=role, error=error, attrs=attrs
-                )
-                body = _encode(record)
-            if not body:  # past 64 bits in another field than attrs: nothing can store it
-                raise ValueError("an int field is outside the 64-bit range")
+            call = (
+                time.time_ns(), session_id, action, stage, status, agent, parent_session_id, role,
+                duration_ms, error, attrs, cycle,
+            )  # fmt: skip
+            if self._raise_on_error or error is not None or attrs is not None or len(action) > MAX_ACTION_LENGTH:
+                self._sender.submit(_encode_call(call), session_id)
+                return
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
             if self._raise_on_error:
                 if isinstance(exc, KeyError):
@@ -276,7 +313,7 @@ class Client:
                 raise
             self._sender.count_invalid(exc)
             return
-        self._sender.submit(body, session_id)
+        self._sender.submit_call(call, session_id)
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""

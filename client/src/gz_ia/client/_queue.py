@@ -13,7 +13,8 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -25,7 +26,10 @@ if TYPE_CHECKING:
     import concurrent.futures
     from pathlib import Path
 
-__all__ = ["EventQueue", "Item", "new_producer_id"]
+__all__ = ["CALL_BYTES", "EventQueue", "Item", "new_producer_id"]
+
+CALL_BYTES: Final = 256
+"""What an unencoded ``log()`` call is counted as in the inbox until it is encoded (a typical event)."""
 
 
 class Item(msgspec.Struct, gc=False):
@@ -41,6 +45,8 @@ class Item(msgspec.Struct, gc=False):
     waiter: concurrent.futures.Future[Verdict] | None = None
     pseq: int = 0
     segment: Path | None = None
+    call: tuple[Any, ...] | None = None
+    """The arguments of a ``log()`` call not encoded yet (``body`` is empty until it is)."""
 
 
 def new_producer_id() -> str:
@@ -61,6 +67,8 @@ class EventQueue:
     connect_timeout: float
     spool_dir: Path | None
     max_spool_bytes: int
+    encode_call: Callable[[tuple[Any, ...]], bytes] | None
+    """Builds and encodes the event of a deferred ``log()`` call (:meth:`_absorb_locked` calls it)."""
 
     def _init_state(self) -> None:
         # Everything a forked child must not share with its parent is created here (and in the
@@ -86,12 +94,32 @@ class EventQueue:
         self._permanent_error: str | None = None
 
     def _absorb_locked(self) -> int:
-        """Move what agent threads added without the lock into the queue, oldest first; return how many."""
+        """Move what agent threads added without the lock into the queue, oldest first; return how many.
+
+        Deferred ``log()`` calls are encoded here, in order, by whichever thread moves them (the
+        sender thread, mostly, with its caches warm); one that cannot be built is counted in
+        ``invalid`` and left out, as ``log()`` would have done.
+        """
         inbox = self._inbox
         self._inbox_bytes = 0
         if not inbox:
             return 0
         items = [inbox.popleft() for _ in range(len(inbox))]
+        encode = self.encode_call
+        if encode is not None:
+            failed = False
+            for item in items:
+                if item.call is None:
+                    continue
+                call, item.call = item.call, None
+                try:
+                    item.body = encode(call)
+                except (ValueError, TypeError, OverflowError) as exc:
+                    failed = True
+                    self._invalid += 1
+                    self._last_error = f"invalid event: {exc}"
+            if failed:  # an encoded event is never empty
+                items = [item for item in items if item.body]
         self._queue.extend(items)
         self._queued_bytes += sum(len(item.body) for item in items)
         return len(items)

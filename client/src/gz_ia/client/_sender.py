@@ -24,8 +24,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -33,7 +34,7 @@ from . import trust
 from ._batcher import BATCH_BYTES, WINDOW_EVENTS, Batcher
 from ._delivery import SenderStats, Verdict
 from ._lifecycle import live_senders
-from ._queue import Item
+from ._queue import CALL_BYTES, Item
 from .errors import CollectorUnavailable, ProtocolError
 from .protocol import (
     MAX_EVENT_BYTES,
@@ -96,6 +97,7 @@ class Sender(Batcher):
         spool_dir: where to spill events past the memory bounds; None disables the spool.
         max_spool_bytes: bound on the spool's size.
         linger: seconds a queued event may wait for others to share its frame (see :meth:`_holding`).
+        encode_call: builds and encodes the event of a call given to :meth:`submit_call`.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class Sender(Batcher):
         spool_dir: Path | None = None,
         max_spool_bytes: int = 64 << 20,
         linger: float = 0.0,
+        encode_call: Callable[[tuple[Any, ...]], bytes] | None = None,
     ) -> None:
         if max_events < 1 or max_bytes < 1:
             raise ValueError("buffer bounds must be positive")
@@ -122,6 +125,7 @@ class Sender(Batcher):
         self.spool_dir = spool_dir
         self.max_spool_bytes = max_spool_bytes
         self.linger = linger
+        self.encode_call = encode_call
         self._init_state()
         live_senders.add(self)
 
@@ -147,8 +151,19 @@ class Sender(Batcher):
 
     # --- called from agent threads ----------------------------------------------------------------
 
-    def submit(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
-        """Queue one encoded event; never blocks on the socket or the disk, never raises because of it.
+    def submit_call(self, call: tuple[Any, ...], session_id: str) -> None:
+        """Queue one ``log()`` call, to be encoded by ``encode_call`` when the queue is next moved."""
+        self.submit(b"", session_id, call=call)
+
+    def submit(
+        self,
+        body: bytes,
+        session_id: str,
+        waiter: concurrent.futures.Future[Verdict] | None = None,
+        call: tuple[Any, ...] | None = None,
+    ) -> None:
+        """Queue one encoded event (or a call to encode); never blocks on the socket or the disk,
+        never raises because of it.
 
         The common case takes no lock, so that agent threads and the sender thread do not contend
         for it: the event goes into the inbox, and nothing else is needed while the sender thread is
@@ -158,9 +173,9 @@ class Sender(Batcher):
             self._refuse(len(body), session_id, waiter)
             return
         inbox = self._inbox
-        inbox.append(Item(body, session_id, waiter))
+        inbox.append(Item(body, session_id, waiter, call=call))
         # Only a hint for taking the slow path in time (unlocked, so racy); the lock holder recounts.
-        self._inbox_bytes += len(body)
+        self._inbox_bytes += len(body) or CALL_BYTES
         if (
             waiter is None
             and len(inbox) < _INBOX_EVENTS
@@ -313,6 +328,7 @@ class Sender(Batcher):
     def stats(self) -> SenderStats:
         """Return a consistent snapshot of the counters."""
         with self._lock:
+            self._absorb_locked()  # so that a call that cannot be built is counted by now
             return SenderStats(
                 queued=len(self._queue) + len(self._inbox),
                 unacknowledged=len(self._window),
@@ -353,6 +369,9 @@ class Sender(Batcher):
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
         selector.register(self._wake_r, selectors.EVENT_READ)
+        # Only the wake-up pipe: what this thread waits on while it holds events back (see _pump).
+        lingering = selectors.DefaultSelector()
+        lingering.register(self._wake_r, selectors.EVENT_READ)
         try:
             while True:
                 with self._lock:
@@ -373,7 +392,7 @@ class Sender(Batcher):
                         self._fail_waiters_on_unavailable()
                         self._schedule_retry()
                         continue
-                self._pump(selector)
+                self._pump(selector, lingering)
                 if self._sock is None:
                     self._schedule_retry()
         except Exception as exc:  # pragma: no cover - last line of defence: never crash the agent
@@ -383,6 +402,7 @@ class Sender(Batcher):
         finally:
             self._drop_connection(selector)
             selector.close()
+            lingering.close()
 
     def _schedule_retry(self) -> None:
         # Jittered exponential backoff; only a Welcome from the collector resets it, so a collector
@@ -470,8 +490,13 @@ class Sender(Batcher):
                     item.waiter.set_exception(error)
             self._changed.notify_all()
 
-    def _pump(self, selector: selectors.BaseSelector) -> None:
-        """One round of the connected loop: fill the output, wait for I/O, handle it."""
+    def _pump(self, selector: selectors.BaseSelector, lingering: selectors.BaseSelector) -> None:
+        """One round of the connected loop: fill the output, wait for I/O, handle it.
+
+        While events are held back and nothing waits to be written, the thread sleeps on the wake-up
+        pipe alone (``lingering``) until the period ends: the verdict of the batch it has just sent
+        is read when it next sends, in the same wake-up, rather than waking it once more.
+        """
         assert self._sock is not None
         sock = self._sock
         now = time.monotonic()
@@ -498,10 +523,12 @@ class Sender(Batcher):
             )
             # While holding, this thread comes round at the period's end: no event needs to wake it.
             self._wake_armed = runnable or holding or bool(self._queue)
+        if holding and not self._out:
+            self._wait_for_wake(lingering, max(0.0, self._hold_until - now))
+            return
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
-        timeout = 0.0 if runnable else max(0.0, self._hold_until - now) if holding else 1.0
-        for key, mask in selector.select(timeout):
+        for key, mask in selector.select(0.0 if runnable else 1.0):
             if key.fd == self._wake_r:
                 self._drain_wake()
                 continue
