@@ -212,10 +212,11 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
     holes = Holes(view)
     mark = _no_failure_before(view, position if not reverse else None, filters)
     if reverse:
+        floor = 1 if mark is None else mark.segment
         lines = (
-            view.backward(view.active_number, None)
+            view.backward(view.active_number, None, floor=floor)
             if position is None
-            else view.backward(position.segment, position.offset)
+            else view.backward(position.segment, position.offset, floor=floor)
         )
         if mark is not None:
             lines = _after(lines, mark)
@@ -291,7 +292,9 @@ def _no_failure_before(view: SessionView, position: Position | None, filters: Fi
     ):
         return None
     mark = Position(view.session_id, checkpoint.segment, checkpoint.offset, checkpoint.seq)
-    return mark if verify(view, mark) else None
+    # Taken as the session rotated, it points at the start of an active file not written yet.
+    unwritten = mark.segment == view.active_number and mark.offset == 0 and view.get(mark.segment) is MISSING
+    return mark if unwritten or verify(view, mark) else None
 
 
 _ONLY_FAILED: Final = frozenset({Status.FAILED})

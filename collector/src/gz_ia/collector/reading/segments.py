@@ -200,9 +200,10 @@ class SessionView:
             number += 1
             offset = 0
 
-    def backward(self, number: int, offset: int | None) -> Iterator[Line]:
-        """Yield complete lines ending at or before ``offset`` of segment ``number`` (None: its end), newest first."""
-        while number >= 1:
+    def backward(self, number: int, offset: int | None, *, floor: int = 1) -> Iterator[Line]:
+        """Yield complete lines ending at or before ``offset`` of segment ``number`` (None: its end), newest
+        first, down to segment ``floor``."""
+        while number >= floor:
             found = self.get(number)
             if isinstance(found, Missing):
                 if number != self.active_number:
