@@ -12,6 +12,7 @@ each system and configuration interleaved run by run so that drift on the machin
 * ``latency``: acknowledged round trip at a moderate rate, follow latency, and the wall time of
   ``gz-ia session log`` and ``gz-ia hook claude-code`` as a ratio to ``python -I -c pass``;
 * ``reader``: ``--json`` dump of a big session against ``cat``; ``bench/reader_tail.py``;
+  ``bench/reader_seek.py``;
 * ``scale``: 100,000 sessions under ``ulimit -n 1024``;
 * ``flood``: 64 clients at once, collector peak RSS;
 * ``profile`` (only with ``--profile``): py-spy on the collector, cProfile on the client.
@@ -325,7 +326,7 @@ def section_latency(suite: Suite) -> None:
 
 def section_reader(suite: Suite) -> None:
     """``--json`` dump of one big session (rotated into segments when rotation exists) vs ``cat``."""
-    from ._reader import dump_vs_cat, reader_tail
+    from ._reader import dump_vs_cat, reader_seek, reader_tail
 
     settings = suite.settings
     with scratch_dir("gzb") as workdir:
@@ -371,6 +372,11 @@ def section_reader(suite: Suite) -> None:
         suite.notes["reader.tail"] = tail.get("result", tail)
         if "gap" in tail:
             suite.gaps.append(f"last 100 events: {tail['gap']}")
+        say("reader: bench/reader_seek.py")
+        seek = reader_seek(suite.settings.runs == 1, workdir)
+        suite.notes["reader.seek"] = seek.get("result", seek)
+        if "gap" in seek:
+            suite.gaps.append(f"--seq, --failed, follower memory: {seek['gap']}")
 
 
 def section_scale(suite: Suite) -> None:

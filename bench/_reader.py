@@ -1,6 +1,7 @@
 """Reader figures: ``gz-ia session logs <id> --json`` of a big session against ``cat`` of its files,
-and the last-100-events figure, which ``bench/reader_tail.py`` (owned by the reader's engineer)
-measures: this module only runs that script and carries its result into the report.
+and the figures of two scripts this module runs and carries into the report: the last 100 events
+(``bench/reader_tail.py``) and ``--seq``, ``--failed`` and a long follower's memory
+(``bench/reader_seek.py``).
 """
 
 from __future__ import annotations
@@ -91,3 +92,15 @@ def reader_tail(quick: bool, workdir: Path) -> dict[str, object]:
         except ValueError:
             continue
     return {"result": result.stdout[-2000:]}
+
+
+def reader_seek(quick: bool, workdir: Path) -> dict[str, object]:
+    """Run ``bench/reader_seek.py`` and return what it reported (or why it could not)."""
+    out = workdir / "reader_seek.json"
+    argv = [sys.executable, "-m", "bench.reader_seek", "--json", str(out)]
+    if quick:
+        argv.append("--quick")
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=BENCH.parent)
+    if result.returncode != 0 or not out.exists():
+        return {"gap": f"bench/reader_seek.py failed ({result.returncode}): {result.stderr[-800:]}"}
+    return {"result": json.loads(out.read_text())}

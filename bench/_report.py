@@ -196,6 +196,23 @@ def evaluate(samples: dict[str, Sample], notes: dict[str, Any]) -> list[Target]:
         rows.append(Target(figure, f"≤ 2 {X}", f"{tail_ratio:.2f}{X}", tail_ratio, tail_ratio <= 2))
     else:
         rows.append(Target(figure, f"≤ 2 {X}", "see reader_tail", None, None, str(tail)[:300]))
+    seek = notes.get("reader.seek")
+    seqs = [seek[key] for key in ("seq_early", "seq_middle", "seq_late") if isinstance(seek, dict) and key in seek]
+    if seqs:
+        worst = max(float(item["ratio_with_start"]) for item in seqs)
+        raw = ", ".join(f"{item['ratio']:.1f}{X}" for item in seqs)
+        rows.append(
+            Target(
+                "`session logs --seq N` / (`event_at` + the command's start), early, middle and late N",
+                f"≤ 2 {X}",
+                f"{worst:.2f}{X}",
+                worst,
+                worst <= 2,
+                f"without the start: {raw}",
+            )
+        )
+    else:
+        rows.append(Target("`session logs --seq N` / `event_at`", f"≤ 2 {X}", "see reader_seek", None, None))
     rss = med("scale.rss_mb")
     rows.append(
         Target(

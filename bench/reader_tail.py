@@ -50,7 +50,7 @@ def _writer(segment_bytes: int, compress: bool) -> Writer:
     return Writer(config=config, snapshot_interval=1.0)
 
 
-def _fill(root: Path, sessions: dict[str, int], segment_bytes: int, compress: bool, batch: int = 5000) -> None:
+def fill(root: Path, sessions: dict[str, int], segment_bytes: int, compress: bool, batch: int = 5000) -> None:
     """Write ``count`` events to each session through the real ingest path, then close the writer."""
     writer = _writer(segment_bytes, compress)
     ingest = Ingest(writer)
@@ -161,7 +161,7 @@ def main() -> int:
         root = base / "ws" / ".harness"
         root.mkdir(parents=True)
         started = time.perf_counter()
-        _fill(root, {"huge": args.events, "small": args.small}, args.segment_bytes, compress)
+        fill(root, {"huge": args.events, "small": args.small}, args.segment_bytes, compress)
         build_seconds = time.perf_counter() - started
         segments = len([name for name in os.listdir(root / "sessions") if name.startswith("huge.events.")])
         early = reader.read_page(root, "huge", limit=10).entries[-1].cursor
@@ -189,7 +189,7 @@ def main() -> int:
 
         many = base / "many" / ".harness"
         many.mkdir(parents=True)
-        _fill(many, {f"s{index:06d}": 10 for index in range(args.sessions)}, args.segment_bytes, compress, batch=10)
+        fill(many, {f"s{index:06d}": 10 for index in range(args.sessions)}, args.segment_bytes, compress, batch=10)
         figures["sessions"] = args.sessions
         figures["list_sessions_ms"] = round(_median_ms(lambda: reader.list_sessions(many), 3), 1)
         figures["session_tree_ms"] = round(_median_ms(lambda: reader.session_tree(many, "s000000"), 3), 1)

@@ -665,3 +665,20 @@ def test_a_cursor_is_msgpack_in_unpadded_url_safe_base64_and_reads_back(
     assert encode_position(session_id, segment, offset, seq, epoch) == spelled
     assert Position(session_id, segment, offset, seq).encode(epoch) == spelled
     assert decode_cursor_epoch(spelled) == ({session_id: Position(session_id, segment, offset, seq)}, epoch)
+
+
+def test_failed_read_right_after_a_rotation_starts_past_the_checkpoint(harness: Any) -> None:
+    """A checkpoint taken as the session rotated (no active file yet) still answers "no failure"."""
+    while harness.rotated < 3:
+        harness.emit("s1", 1)
+    harness.writer.close()
+    assert not (harness.sessions_dir() / "s1.events.jsonl").exists()
+    for name in harness.names():
+        if name.startswith("s1.events.0"):
+            path = harness.sessions_dir() / name
+            path.unlink()
+            path.mkdir()  # unreadable if anyone tried
+    only_failed = reader.Filters(statuses=frozenset({Status.FAILED}))
+    for reverse in (False, True):
+        page = reader.read_page(harness.root, "s1", filters=only_failed, reverse=reverse)
+        assert (page.entries, page.incomplete, page.end) == ([], False, True)

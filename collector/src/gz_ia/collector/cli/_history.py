@@ -75,17 +75,21 @@ def stored_history(
     reverse: bool,
     on_gap: Callable[[Any], None],
     time_order: bool,
+    last_seq: int | None = None,
 ) -> Iterator[Any]:
     """Yield what is stored up to the anchors, oldest first (newest first with ``reverse``).
 
     One session comes in stored (``seq``) order; several (``time_order``) strictly by timestamp,
     even where a session's clock went backwards: each session is read as its runs of rising time
     (see :func:`gz_ia.collector.reading.time_runs`), merged. ``grep`` selects before ``count`` does: ``-n 5 -g X`` is
-    the last five events matching X; ``-n`` takes each session's newest events by ``seq``.
+    the last five events matching X; ``-n`` takes each session's newest events by ``seq``. Nothing
+    after ``last_seq`` is read (``--seq N..M``).
     """
     from gz_ia.collector import reading
 
     limits = {key: reading.cursor_seq(value, key) for key, value in anchors.items()}
+    if last_seq is not None:
+        limits = {key: min(seq, last_seq) for key, seq in limits.items()}
 
     def kept(entries: Iterable[Any]) -> Iterator[Any]:
         return iter(entries) if grep is None else (entry for entry in entries if grep(entry.event))

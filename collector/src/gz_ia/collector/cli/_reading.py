@@ -10,9 +10,11 @@ unknown session, a root of a newer layout or no ``--grep`` match, 2 usage error,
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,11 @@ def _run_logs(
         else:
             members = members_of(root, session_ids, tree=tree)
             start = start_positions(members, options["after_cursor"])
+            # --seq N..M names one session's events by number: read from the boundary before N
+            # (found as event_at finds it) up to M, never the history before or after.
+            seek = selection.seqs is not None and not options["after_cursor"]
+            if seek:
+                start[members[0]] = reading.cursor_before(root, members[0], selection.seqs[0])
             for session_id in members:
                 try:
                     anchors[session_id] = reading.end_cursor(root, session_id)
@@ -176,9 +183,12 @@ def _run_logs(
                     if watch.feed(entry.event):
                         break
             history = stored_history(
-                root, members, start, anchors, filters, count,
-                grep=grep, reverse=options["reverse"], on_gap=gaps, time_order=multi,
+                root, members, start, anchors, filters, None if seek else count,
+                grep=grep, reverse=options["reverse"] and not seek, on_gap=_in_range(gaps, selection.seqs),
+                time_order=multi, last_seq=selection.seqs[1] if selection.seqs is not None else None,
             )  # fmt: skip
+            if seek:
+                history = _window(history, count, reverse=options["reverse"])
         for entry in history:
             show(entry)
             shown += 1
@@ -262,6 +272,24 @@ def _run_logs(
     except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
+
+
+def _in_range(report: Callable[[Any], None], seqs: tuple[int, int] | None) -> Callable[[Any], None]:
+    """``--seq N..M``: report only the gaps that may hide one of those events."""
+    if seqs is None:
+        return report
+
+    def in_range(gap: Any) -> None:
+        if gap.last is None or gap.last >= seqs[0]:
+            report(gap)
+
+    return in_range
+
+
+def _window(history: Iterable[Any], count: int | None, *, reverse: bool) -> Iterator[Any]:
+    """``--seq N..M`` read forward: its last ``count`` events (all: None), newest first with ``reverse``."""
+    kept = collections.deque(history, maxlen=count)
+    return reversed(kept) if reverse else iter(kept)
 
 
 def _finish_code(watch: Any) -> int:

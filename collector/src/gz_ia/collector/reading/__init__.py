@@ -40,7 +40,7 @@ from .cursor import (
 )
 from .follow import CursorExpired, follow
 from .gaps import Gap
-from .pages import Entry, Filters, Page, copy_lines, event_at, iter_events, read_page, time_runs
+from .pages import Entry, Filters, Page, copy_lines, cursor_before, event_at, iter_events, read_page, time_runs
 from .segments import RootNotFound, SessionNotFound, require_root
 from .sessions import MAX_TREE_DEPTH, SessionSummary, TreeNode, list_sessions, session_tree
 
@@ -61,6 +61,7 @@ __all__ = [
     "check_cursor",
     "combine_cursors",
     "copy_lines",
+    "cursor_before",
     "cursor_segment",
     "cursor_seq",
     "cursor_sessions",

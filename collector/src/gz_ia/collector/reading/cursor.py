@@ -254,6 +254,7 @@ def relocate(view: SessionView, seq: int) -> Position | None:
                     if line_seq is not None:
                         boundary = Position(view.session_id, number, end, line_seq)
                 return boundary if boundary.seq == seq else None
+        view.release(number)
         number -= 1
     return None
 

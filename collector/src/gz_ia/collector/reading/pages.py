@@ -2,7 +2,8 @@
 
 * :func:`read_page` reads up to ``limit`` matching events after (or, with ``reverse``, before) a
   cursor and returns a :class:`Page` of :class:`Entry` (``line``, ``event``, ``cursor``).
-* :func:`iter_events` iterates page by page; :func:`event_at` finds one event by its ``seq``.
+* :func:`iter_events` iterates page by page; :func:`event_at` finds one event by its ``seq``, and
+  :func:`cursor_before` the cursor to read a range of them from.
 * :func:`copy_lines` copies a whole session out as raw bytes; :func:`time_runs` says where its
   stored order restarts in time, so that sessions can be merged strictly by time.
 
@@ -26,6 +27,7 @@ from .cursor import Position, cursor_seq, decode_cursor, relocate, single_positi
 from .gaps import Gap, Holes, after_gap, expired_gap
 from .segments import (
     MISSING,
+    Line,
     SessionView,
     complete_end,
     first_seq,
@@ -41,6 +43,7 @@ __all__ = [
     "Filters",
     "Page",
     "copy_lines",
+    "cursor_before",
     "event_at",
     "iter_events",
     "page_of",
@@ -207,12 +210,16 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
     check = None if filters is None or filters.empty else filters.match
     entries: list[Entry] = []
     holes = Holes(view)
+    mark = _no_failure_before(view, position if not reverse else None, filters)
     if reverse:
+        floor = 1 if mark is None else mark.segment
         lines = (
-            view.backward(view.active_number, None)
+            view.backward(view.active_number, None, floor=floor)
             if position is None
-            else view.backward(position.segment, position.offset)
+            else view.backward(position.segment, position.offset, floor=floor)
         )
+        if mark is not None:
+            lines = _after(lines, mark)
         last = position
         seq = position.seq + 1 if position is not None else None
         for number, start, end, raw in lines:
@@ -236,6 +243,8 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
             next_cursor = last.encode(epoch) if last else None
             return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
         return Page(entries, last.encode(epoch) if last else None, view.incomplete, end=False, gaps=tuple(holes.gaps))
+    if mark is not None:
+        position = mark
     if position is None:
         oldest = view.oldest()
         lines = view.forward(oldest, 0)
@@ -263,6 +272,40 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
         next_cursor = last.encode(epoch) if last else None
         return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
     return Page(entries, last.encode(epoch), view.incomplete, end=False, gaps=tuple(holes.gaps))
+
+
+def _no_failure_before(view: SessionView, position: Position | None, filters: Filters | None) -> Position | None:
+    """Where a read of FAILED events only may start (forward) or end (backward): the checkpoint's
+    position, when it counts no failure up to there and lies after ``position`` (None: read as asked).
+
+    The checkpoint only counts a session's failures, not where they are, so only its zero saves a
+    read; the lines after it (written since, or by a collector that died before its next
+    checkpoint) are read as usual, so the answer stays exact.
+    """
+    checkpoint = view.checkpoint
+    if (
+        filters is None
+        or filters.statuses != _ONLY_FAILED
+        or checkpoint is None
+        or checkpoint.failures
+        or checkpoint.seq <= (position.seq if position is not None else 0)
+    ):
+        return None
+    mark = Position(view.session_id, checkpoint.segment, checkpoint.offset, checkpoint.seq)
+    # Taken as the session rotated, it points at the start of an active file not written yet.
+    unwritten = mark.segment == view.active_number and mark.offset == 0 and view.get(mark.segment) is MISSING
+    return mark if unwritten or verify(view, mark) else None
+
+
+_ONLY_FAILED: Final = frozenset({Status.FAILED})
+
+
+def _after(lines: Iterator[Line], mark: Position) -> Iterator[Line]:
+    """The lines of a backward read up to ``mark``: what lies before it is known not to match."""
+    for line in lines:
+        if (line[0], line[2]) <= (mark.segment, mark.offset):
+            return
+        yield line
 
 
 def iter_events(
@@ -328,6 +371,21 @@ def event_at(root: Path, session_id: str, seq: int) -> Entry | None:
     return next((entry for entry in page.entries if entry.event.seq == seq), None)
 
 
+def cursor_before(root: Path, session_id: str, seq: int) -> str | None:
+    """Return the cursor of the boundary right before event ``seq``, found by its number as
+    :func:`event_at` finds it (older segments are not read); None when event ``seq - 1`` is not
+    stored (``seq`` is 1, or older than every retained event): then read from the oldest.
+
+    Raises:
+        SessionNotFound: nothing stored for the session.
+    """
+    if seq <= 1:
+        return None
+    with root_view(root, session_id) as view:
+        boundary = relocate(view, seq - 1)
+        return boundary.encode(view.dirs.epoch) if boundary is not None else None
+
+
 def copy_lines(
     root: Path, session_id: str, *, chunk_size: int = 1 << 20, on_gap: Callable[[Gap], None] | None = None
 ) -> Iterator[bytes]:
@@ -369,6 +427,8 @@ def copy_lines(
             except SegmentUnreadable as exc:
                 view.note(str(exc))
                 continue
+            finally:
+                view.release(number)
         holes.trailing(expected)
         if on_gap is not None:
             for gap in holes.gaps:

@@ -156,6 +156,14 @@ class SessionView:
             number -= 1
         return number
 
+    def release(self, number: int) -> None:
+        """Let go of archive ``number`` once the read is past it: a view that crosses many archives
+        holds one at a time (opened again, from the process's small cache, if it is needed again)."""
+        if number != self.active_number:
+            segment = self.segments.pop(number, None)
+            if isinstance(segment, Segment):
+                segment.close()
+
     def close(self) -> None:
         """Close every opened segment."""
         for segment in self.segments.values():
@@ -188,12 +196,14 @@ class SessionView:
                     self.note_deleted()  # behind the oldest retained segment now: retention went on meanwhile
             if one_segment:
                 return
+            self.release(number)
             number += 1
             offset = 0
 
-    def backward(self, number: int, offset: int | None) -> Iterator[Line]:
-        """Yield complete lines ending at or before ``offset`` of segment ``number`` (None: its end), newest first."""
-        while number >= 1:
+    def backward(self, number: int, offset: int | None, *, floor: int = 1) -> Iterator[Line]:
+        """Yield complete lines ending at or before ``offset`` of segment ``number`` (None: its end), newest
+        first, down to segment ``floor``."""
+        while number >= floor:
             found = self.get(number)
             if isinstance(found, Missing):
                 if number != self.active_number:
@@ -205,6 +215,7 @@ class SessionView:
                     yield from lines_backward(found, offset)
                 except SegmentUnreadable as exc:
                     self.note(str(exc))
+            self.release(number)
             number -= 1
             offset = None
 

@@ -1,8 +1,11 @@
 """Decompressed gzip archives, kept in a small cache shared by every reader in the process.
 
-A follower or a paging reader opens the same archive again and again; decompressing it each time
-would cost far more than keeping its bytes. The cache is keyed by the file's identity (device,
-inode, size, mtime), so a replaced file is never served stale, and bounded in total bytes.
+A follower or a paging reader opens the same archive again and again (a page per view, a poll per
+rotation); decompressing it each time would cost far more than keeping its bytes. A reader works on
+one archive at a time, and crosses from one to the next: the cache keeps the two archives used last,
+so a long-lived reader (the MCP server, an exporter, a follower across a day of rotations) holds at
+most two segments' worth, however many it has read. The cache is keyed by the file's identity
+(device, inode, size, mtime), so a replaced file is never served stale.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import threading
 from collections import OrderedDict
 from typing import Final
 
-__all__ = ["decompressed"]
+__all__ = ["cached", "decompressed"]
 
-_CACHE_BYTES: Final = 256 << 20
+_KEEP: Final = 2
+"""Archives kept: the one being read and the one before it (a page or a poll that spans both)."""
 
 _cache: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()
 _lock = threading.Lock()
@@ -37,8 +41,12 @@ def decompressed(fd: int, info: os.stat_result) -> bytes:
         data = file.read()
     with _lock:
         _cache[key] = data
-        total = sum(len(value) for value in _cache.values())
-        while total > _CACHE_BYTES and len(_cache) > 1:
-            _, dropped = _cache.popitem(last=False)
-            total -= len(dropped)
+        while len(_cache) > _KEEP:
+            _cache.popitem(last=False)
     return data
+
+
+def cached() -> int:
+    """Return how many decompressed archives the process keeps now."""
+    with _lock:
+        return len(_cache)
