@@ -57,6 +57,10 @@ def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.02, mess
     pytest.fail(f"timed out after {timeout} s waiting for {message}")
 
 
+TEST_ONLY_VARIABLES = ("GZ_IA_SOAK_SECONDS", "GZ_IA_CHAOS_SEED")
+"""Variables of the test suite that share gz-ia's prefix and are kept from the programs it starts."""
+
+
 class CollectorProcess:
     """A real ``gz-ia-collector`` process on a private socket and session root."""
 
@@ -84,6 +88,9 @@ class CollectorProcess:
         environment.update({"GZ_IA_SOCKET": str(self.socket), "GZ_IA_ROOT": str(self.root)})
         environment.pop("GZ_IA_PARENT_SESSION_ID", None)
         environment.pop("GZ_IA_PARENT_PID", None)
+        # The suite's own settings, which no gz-ia program reads (it would warn of each, rightly).
+        for name in TEST_ONLY_VARIABLES:
+            environment.pop(name, None)
         return environment
 
     def command(self) -> list[str]:
