@@ -107,6 +107,10 @@ def test_the_root_of_a_tree_whose_middle_never_logged_holds_the_whole_tree(colle
     assert logs.returncode == 0, logs.stderr
     assert [json.loads(item)["session_id"] for item in logs.stdout.splitlines()] == ["g", "g"]
 
+    view = collector.gz_ia("session", "view", "r", "--tree", "-o", "-")
+    assert view.returncode == 0, view.stderr
+    assert "grandchild" in view.stdout
+
     listed = collector.gz_ia("sessions", "--json")
     assert listed.returncode == 0, listed.stderr
     (summary,) = [json.loads(item) for item in listed.stdout.splitlines()]
