@@ -74,6 +74,30 @@ def test_subagent_sessions_name_their_parent() -> None:
     ]
 
 
+def test_subagents_of_subagents_name_the_root_of_their_tree() -> None:
+    """Below the first level, events carry root_session_id (the top of the chain); a root's own
+    events and its direct subagents' carry none. A scope exports the root for child processes while
+    it is open, and what the process inherited comes back after."""
+    inherited = os.environ.get("GZ_IA_ROOT_SESSION_ID")
+    with capture_events() as events, gz.session("root", agent="a") as root:
+        root.log("x", "READ")
+        assert os.environ["GZ_IA_ROOT_SESSION_ID"] == "root"
+        with root.subagent(session_id="middle") as middle:
+            middle.log("x", "READ")
+            with gz.session("grandchild", agent="a") as grandchild:
+                assert os.environ["GZ_IA_ROOT_SESSION_ID"] == "root"
+                grandchild.log("x", "READ")
+                grandchild.subagent(session_id="deeper").log("x", "READ")
+            assert middle.child_env({})["GZ_IA_ROOT_SESSION_ID"] == "root"
+    assert [(e.session_id, e.parent_session_id, e.root_session_id) for e in events] == [
+        ("root", None, None),
+        ("middle", "root", None),
+        ("grandchild", "middle", "root"),
+        ("deeper", "grandchild", "root"),
+    ]
+    assert os.environ.get("GZ_IA_ROOT_SESSION_ID") == inherited
+
+
 def test_a_child_process_inherits_its_parent_session_from_the_environment() -> None:
     """A process started inside a session scope opens subagent sessions without code changes."""
     code = (

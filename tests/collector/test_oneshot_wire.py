@@ -84,6 +84,7 @@ _ATTRS = st.dictionaries(
     error=st.none() | _TEXT | st.integers(16_380, 16_400).map(lambda size: "é" * size),
     attrs=st.none() | _ATTRS,
     cycle=st.none() | _IDS,
+    root=st.none() | _IDS,
     microseconds=st.integers(min_value=0, max_value=2**50),
 )
 def test_a_plain_event_packs_as_the_log_event_build_event_makes(
@@ -98,13 +99,14 @@ def test_a_plain_event_packs_as_the_log_event_build_event_makes(
     error: str | None,
     attrs: dict[str, Any] | None,
     cycle: str | None,
+    root: str | None,
     microseconds: int,
 ) -> None:
     """Same fields, same cutting of long text, same bytes; and the FAILED rule holds the same."""
     fields: dict[str, Any] = {
         "session_id": session_id, "parent_session_id": parent, "action": action, "stage": stage,
         "status": "FAILED" if failed else "OK", "agent": agent, "role": role, "duration_ms": duration,
-        "error": error, "attrs": attrs, "cycle": cycle,
+        "error": error, "attrs": attrs, "cycle": cycle, "root_session_id": root,
     }  # fmt: skip
     moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=microseconds)
     try:

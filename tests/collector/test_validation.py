@@ -34,6 +34,7 @@ def _body(*events: object) -> bytes:
     [
         ({"session_id": "x" * 129}, RejectReason.INVALID_SESSION_ID),
         ({"session_id": "../x", "duration_ms": -1}, RejectReason.INVALID_SESSION_ID),
+        ({"root_session_id": "x" * 129}, RejectReason.INVALID_SESSION_ID),
         ({"timestamp": "yesterday"}, RejectReason.INVALID_TIMESTAMP),
         ({"timestamp": "2026-01-01T00:00:00"}, RejectReason.INVALID_TIMESTAMP),
         ({"duration_ms": -1}, RejectReason.INVALID_DURATION),
@@ -63,7 +64,14 @@ def test_each_problem_gets_its_reason_and_the_others_pass(change: dict[str, Any]
 
 
 @pytest.mark.parametrize(
-    "change", [{"session_id": "../x"}, {"session_id": ".h"}, {"session_id": "ok\n"}, {"parent_session_id": "a/b"}]
+    "change",
+    [
+        {"session_id": "../x"},
+        {"session_id": ".h"},
+        {"session_id": "ok\n"},
+        {"parent_session_id": "a/b"},
+        {"root_session_id": "a/b"},
+    ],
 )
 def test_unsafe_ids_in_an_otherwise_valid_batch_are_rejected_by_ingest(harness: Path, change: dict[str, Any]) -> None:
     """The fast decode only length-checks ids; Ingest refuses an unsafe one before it can become a path."""

@@ -122,6 +122,27 @@ def test_tree_follow_adds_subagents_that_start_later(make_collector: Any, follow
     follower.interrupt()
 
 
+def test_tree_follow_adds_subagents_of_a_middle_session_that_never_logged(make_collector: Any, follow: Any) -> None:
+    """session logs --tree -f from the root includes a subagent whose parent never logged: its events
+    name the root of their tree."""
+    collector = make_collector()
+    _send(collector, "boss", 0, 3)
+    follower = follow(collector, "session", "logs", "boss", "--tree", "-f", "--json", "-n", "0")
+    _ready(follower, collector, "boss", 3)
+    client = collector.client()
+    try:
+        for stage in ("READ", "FINISH"):
+            client.send(build_event(session_id="grandchild", parent_session_id="middle", root_session_id="boss",
+                                    action="x", stage=stage, agent="claude"), timeout=10)  # fmt: skip
+        client.send(build_event(session_id="stranger", parent_session_id="middle", root_session_id="other",
+                                action="x", stage="READ", agent="claude"), timeout=10)  # fmt: skip
+    finally:
+        client.close()
+    records = follower.take(2)
+    assert [(record["session_id"], record["seq"]) for record in records] == [("grandchild", 1), ("grandchild", 2)]
+    follower.interrupt()
+
+
 def test_follow_into_a_closed_pipe_ends_quietly(make_collector: Any) -> None:
     """gz-ia logs -f | head -n 1 ends without a traceback once head has gone and an event arrives."""
     collector = make_collector()

@@ -243,11 +243,13 @@ def test_path_traversal_session_ids_refused(collector: Any, session_id: str) -> 
     assert not Path("/etc/gz-ia-escape.events.jsonl").exists()
 
 
+@pytest.mark.parametrize("field", ["parent_session_id", "root_session_id"])
 @pytest.mark.parametrize("parent", ["../x", "a/b", ".hidden", "x" * 129])
-def test_path_traversal_parent_session_id_refused(collector: Any, parent: str) -> None:
-    """An unsafe parent_session_id is refused with invalid_session_id too."""
+def test_path_traversal_parent_session_id_refused(collector: Any, parent: str, field: str) -> None:
+    """An unsafe parent_session_id (or root_session_id) is refused with invalid_session_id too."""
+    ids: dict[str, Any] = {field: parent} if field == "parent_session_id" else {"parent_session_id": "p", field: parent}
     with pytest.raises(EventRejected) as caught:
-        send(collector, session_id="child-1", parent_session_id=parent, action="a", stage="READ")
+        send(collector, session_id="child-1", action="a", stage="READ", **ids)
     assert caught.value.reason == "invalid_session_id"
     assert not collector.session_file("child-1").exists()
 

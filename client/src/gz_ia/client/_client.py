@@ -55,7 +55,7 @@ _STATUSES: Final[dict[object, Status]] = {
 
 _RECORD_FIELDS: Final = (
     "timestamp", "session_id", "action", "stage", "status", "agent",
-    "parent_session_id", "role", "duration_ms", "error", "attrs", "cycle",
+    "parent_session_id", "role", "duration_ms", "error", "attrs", "cycle", "root_session_id",
 )  # fmt: skip
 
 
@@ -95,9 +95,10 @@ def _encode_call(call: LogCall) -> bytes:
         ValueError, TypeError, OverflowError: the event cannot be built (a value of the wrong type,
             an int past 64 bits outside ``attrs``).
     """
-    nanoseconds, session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs, cycle = (
-        call
-    )
+    (
+        nanoseconds, session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
+        cycle, root_session_id,
+    ) = call  # fmt: skip
     record = _LogRecord(
         _timestamp(nanoseconds),
         session_id,
@@ -111,6 +112,7 @@ def _encode_call(call: LogCall) -> bytes:
         error,
         attrs,
         cycle,
+        root_session_id,
     )
     try:
         body = _encode(record)
@@ -175,6 +177,7 @@ def build_event(
     attrs: dict[str, AttrValue] | None = None,
     timestamp: datetime | None = None,
     cycle: str | None = None,
+    root_session_id: str | None = None,
 ) -> LogEvent:
     """Build a :class:`LogEvent`, stamping it now (UTC) unless ``timestamp`` is given.
 
@@ -197,6 +200,7 @@ def build_event(
             error=error,
             attrs=attrs,
             cycle=cycle,
+            root_session_id=root_session_id,
         )
     )
 
@@ -279,12 +283,15 @@ class Client:
         error: str | None = None,
         attrs: dict[str, AttrValue] | None = None,
         cycle: str | None = None,
+        root_session_id: str | None = None,
     ) -> None:
         """Queue one event for delivery; returns at once and never raises because of delivery.
 
         Free-text fields past their limits are cut and marked (:func:`~gz_ia.client.schema.fit_fields`).
         ``cycle`` names one run of ``action`` (action scopes set it), so that runs open at once
-        keep their own outcomes.
+        keep their own outcomes. ``root_session_id`` names the top of the session's tree when that
+        is not its parent (session scopes set it), so that readers find the tree from its root even
+        when the sessions between never log.
         """
         # The hot path of every agent, cheap even when it runs with cold caches (an agent that logs
         # every few milliseconds sleeps in between, and its CPU's caches are cold when it wakes):
@@ -300,7 +307,7 @@ class Client:
                 raise ValueError("status FAILED requires a non-empty error")
             call = (
                 time.time_ns(), session_id, action, stage, status, agent, parent_session_id, role,
-                duration_ms, error, attrs, cycle,
+                duration_ms, error, attrs, cycle, root_session_id,
             )  # fmt: skip
             if self._raise_on_error or error is not None or attrs is not None or len(action) > MAX_ACTION_LENGTH:
                 self._sender.submit(_encode_call(call), session_id)

@@ -3,8 +3,9 @@
 A :class:`SessionScope` names a session and its agent; an :class:`ActionScope` inside it emits READ
 on entry, PENDING when the code says so, and FINISH on exit (OK with the measured ``duration_ms``, or
 FAILED with the exception as ``error``, which is re-raised). ``subagent()`` opens a child session that
-names its parent. The current session travels through :mod:`contextvars` in-process, and through
-``GZ_IA_PARENT_SESSION_ID`` to child processes, which pick it up without code changes.
+names its parent, and the root of the tree when that is another session. The current session
+travels through :mod:`contextvars` in-process, and through ``GZ_IA_PARENT_SESSION_ID`` (with
+``GZ_IA_ROOT_SESSION_ID``) to child processes, which pick it up without code changes.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class EventSink(Protocol):
         error: str | None = ...,
         attrs: dict[str, AttrValue] | None = ...,
         cycle: str | None = ...,
+        root_session_id: str | None = ...,
     ) -> None: ...
 
 
@@ -73,7 +75,8 @@ _current: ContextVar[SessionScope | None] = ContextVar("gz_ia_session", default=
 
 
 class _EnvironmentExport:
-    """What ``GZ_IA_PARENT_SESSION_ID`` tells child processes: the newest session scope still open.
+    """What ``GZ_IA_PARENT_SESSION_ID`` (and ``GZ_IA_ROOT_SESSION_ID``) tell child processes: the
+    newest session scope still open (and the root of its tree).
 
     The environment is process-wide while scopes nest per thread and task, so the open sessions are
     kept in entry order; when the last one closes, whatever this process inherited is restored.
@@ -82,33 +85,36 @@ class _EnvironmentExport:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: list[SessionScope] = []
-        self._inherited: tuple[str | None, str | None] = (None, None)
+        self._inherited: tuple[str | None, str | None, str | None] = (None, None, None)
 
     def enter(self, scope: SessionScope) -> None:
         with self._lock:
             if not self._open:
-                self._inherited = (os.environ.get(env.GZ_IA_PARENT_SESSION_ID), os.environ.get(env.GZ_IA_PARENT_PID))
+                parent, pid, root = (os.environ.get(name) for name in _EXPORTED)
+                self._inherited = (parent, pid, root)
             self._open.append(scope)
-            self._export(scope.session_id, str(os.getpid()))
+            self._export(scope.session_id, str(os.getpid()), scope.tree_root)
 
     def exit(self, scope: SessionScope) -> None:
         with self._lock:
             with contextlib.suppress(ValueError):
                 self._open.remove(scope)
             if self._open:
-                self._export(self._open[-1].session_id, str(os.getpid()))
+                newest = self._open[-1]
+                self._export(newest.session_id, str(os.getpid()), newest.tree_root)
             else:
                 self._export(*self._inherited)
 
     @staticmethod
-    def _export(session_id: str | None, pid: str | None) -> None:
-        for name, value in ((env.GZ_IA_PARENT_SESSION_ID, session_id), (env.GZ_IA_PARENT_PID, pid)):
+    def _export(session_id: str | None, pid: str | None, root: str | None) -> None:
+        for name, value in zip(_EXPORTED, (session_id, pid, root), strict=True):
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
 
 
+_EXPORTED: Final = (env.GZ_IA_PARENT_SESSION_ID, env.GZ_IA_PARENT_PID, env.GZ_IA_ROOT_SESSION_ID)
 _exports = _EnvironmentExport()
 _default_client: EventSink | None = None
 _default_lock = threading.Lock()
@@ -173,13 +179,16 @@ def _check_name(value: object, what: str, *, required: bool) -> None:
 class SessionScope:
     """A session of one agent: every event logged through it carries its id, agent and role.
 
+    ``root_session_id`` is the top of the session's tree when that is not its parent (a subagent of a
+    subagent); it is dropped when it names the parent or the session itself, or when there is no parent.
+
     Raises:
-        ValueError: the session id or parent id is not a valid session id, the agent is empty or
+        ValueError: the session, parent or root id is not a valid session id, the agent is empty or
             either the agent or the role is longer than 128 characters.
         TypeError: one of them is not a string.
     """
 
-    __slots__ = ("_token", "agent", "client", "parent_session_id", "role", "session_id")
+    __slots__ = ("_token", "agent", "client", "parent_session_id", "role", "root_session_id", "session_id")
 
     def __init__(
         self,
@@ -189,17 +198,23 @@ class SessionScope:
         role: str | None,
         parent_session_id: str | None,
         client: EventSink,
+        root_session_id: str | None = None,
     ) -> None:
         # Checked here, where the caller sees it: the collector would refuse every event of the scope.
         _check_session_id(session_id, "session id")
         if parent_session_id is not None:
             _check_session_id(parent_session_id, "parent session id")
+        if root_session_id is not None:
+            _check_session_id(root_session_id, "root session id")
+            if parent_session_id is None or root_session_id in (parent_session_id, session_id):
+                root_session_id = None  # the parent is the root, or there is no tree above
         _check_name(agent, "agent", required=True)
         _check_name(role, "role", required=False)
         self.session_id = session_id
         self.agent = agent
         self.role = role
         self.parent_session_id = parent_session_id
+        self.root_session_id = root_session_id
         self.client = client
         self._token: contextvars.Token[SessionScope | None] | None = None
 
@@ -230,7 +245,13 @@ class SessionScope:
             error=error,
             attrs=attrs,
             cycle=cycle,
+            root_session_id=self.root_session_id,
         )
+
+    @property
+    def tree_root(self) -> str:
+        """The top of this session's tree: its root, else its parent, else itself."""
+        return self.root_session_id or self.parent_session_id or self.session_id
 
     def action(self, name: str, *, start: Stage = Stage.READ, role: str | None = None) -> ActionScope:
         """Return a scope for one task: ``start`` (READ or PENDING) on entry, FINISH on exit."""
@@ -239,19 +260,23 @@ class SessionScope:
     def subagent(
         self, agent: str | None = None, *, role: str | None = None, session_id: str | None = None
     ) -> SessionScope:
-        """Return a child session whose events name this one as ``parent_session_id``."""
+        """Return a child session whose events name this one as ``parent_session_id`` (and the top
+        of this one's tree as ``root_session_id``)."""
         return SessionScope(
             new_session_id() if session_id is None else session_id,
             agent=self.agent if agent is None else agent,
             role=role,
             parent_session_id=self.session_id,
             client=self.client,
+            root_session_id=self.tree_root,
         )
 
     def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
-        """Return an environment for a child process whose sessions become this one's subagents."""
+        """Return an environment for a child process whose sessions become this one's subagents
+        (``GZ_IA_PARENT_SESSION_ID``), in this one's tree (``GZ_IA_ROOT_SESSION_ID``)."""
         child = dict(os.environ if base is None else base)
         child[env.GZ_IA_PARENT_SESSION_ID] = self.session_id
+        child[env.GZ_IA_ROOT_SESSION_ID] = self.tree_root
         child.pop(env.GZ_IA_PARENT_PID, None)
         return child
 
@@ -284,25 +309,35 @@ def session(
     role: str | None = None,
     parent_session_id: str | None = None,
     client: EventSink | None = None,
+    root_session_id: str | None = None,
 ) -> SessionScope:
     """Open a session scope (use it with ``with`` or ``async with``).
 
     Without ``parent_session_id`` the parent is the enclosing session scope, else the session that
     spawned this process (``GZ_IA_PARENT_SESSION_ID``; an invalid value is reported once and
-    ignored), else none.
+    ignored), else none. Without ``root_session_id`` the root is that parent's: the enclosing
+    scope's tree root, or ``GZ_IA_ROOT_SESSION_ID`` for the parent the environment names.
 
     Raises:
-        ValueError, TypeError: an invalid session id, parent id, agent or role (see :class:`SessionScope`).
+        ValueError, TypeError: an invalid session, parent or root id, agent or role (see :class:`SessionScope`).
     """
     enclosing = _current.get()
     if parent_session_id is None:
         parent_session_id = enclosing.session_id if enclosing is not None else _inherited_parent()
+    if session_id is None:
+        session_id = new_session_id()
+    if root_session_id is None and parent_session_id is not None:
+        if enclosing is not None and parent_session_id == enclosing.session_id:
+            root_session_id = enclosing.tree_root
+        elif isinstance(session_id, str):
+            root_session_id = env.inherited_root(session_id, parent_session_id)
     return SessionScope(
-        new_session_id() if session_id is None else session_id,
+        session_id,
         agent=agent,
         role=role,
         parent_session_id=parent_session_id,
         client=client if client is not None else (enclosing.client if enclosing else get_client()),
+        root_session_id=root_session_id,
     )
 
 

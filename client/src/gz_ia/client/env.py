@@ -31,6 +31,7 @@ __all__ = [
     "GZ_IA_PARENT_SESSION_ID",
     "GZ_IA_ROLE",
     "GZ_IA_ROOT",
+    "GZ_IA_ROOT_SESSION_ID",
     "GZ_IA_SOCKET",
     "GZ_IA_SPOOL_DIR",
     "GZ_IA_STATE_DIR",
@@ -43,12 +44,14 @@ __all__ = [
     "exit_timeout",
     "find_root",
     "inherited_parent",
+    "inherited_root",
     "linger",
     "locate_root",
     "locate_socket",
     "locate_spool",
     "normal",
     "parent_session",
+    "root_session",
     "state_dir",
     "state_home",
     "tracing_disabled",
@@ -63,6 +66,11 @@ GZ_IA_ROOT: Final = "GZ_IA_ROOT"
 
 GZ_IA_PARENT_SESSION_ID: Final = "GZ_IA_PARENT_SESSION_ID"
 """Set by a session scope for child processes: the session that spawned them."""
+
+GZ_IA_ROOT_SESSION_ID: Final = "GZ_IA_ROOT_SESSION_ID"
+"""Set beside ``GZ_IA_PARENT_SESSION_ID`` by a session scope: the root of that session's tree (the
+session itself when it has no parent), which child processes' subagent sessions name as their
+``root_session_id`` so that the tree is found from its root even if sessions between never log."""
 
 GZ_IA_SPOOL_DIR: Final = "GZ_IA_SPOOL_DIR"
 """Where clients spill events while the collector is unreachable, and where the collector adopts them."""
@@ -272,6 +280,26 @@ def parent_session() -> str | None:
             value,
         )
     return None
+
+
+def root_session() -> str | None:
+    """Return ``$GZ_IA_ROOT_SESSION_ID`` when it is set and a valid session id (else None: an event
+    without a root is still placed under its parent)."""
+    value = os.environ.get(GZ_IA_ROOT_SESSION_ID)
+    return value if value and _is_session_id(value) else None
+
+
+def inherited_root(session_id: str, parent_session_id: str | None) -> str | None:
+    """Return the ``root_session_id`` of ``session_id`` whose parent is ``parent_session_id``, as the
+    environment tells it: ``$GZ_IA_ROOT_SESSION_ID``, when that parent is the one the environment
+    names (``$GZ_IA_PARENT_SESSION_ID``) and the root is neither that parent nor the session itself.
+
+    Anything else leaves the root unknown (None): an explicit other parent may belong to another tree.
+    """
+    if parent_session_id is None or parent_session_id != os.environ.get(GZ_IA_PARENT_SESSION_ID):
+        return None
+    root = root_session()
+    return root if root is not None and root not in (parent_session_id, session_id) else None
 
 
 def inherited_parent(session_id: str) -> str | None:

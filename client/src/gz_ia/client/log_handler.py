@@ -112,6 +112,7 @@ class GzIaHandler(logging.Handler):
             agent=str(fields.get("gz_agent") or (owner.agent if owner else self.agent)),
             role=fields.get("gz_role") or self.role or (owner.role if owner else None),
             parent_session_id=owner.parent_session_id if owner else None,
+            root_session_id=owner.root_session_id if owner else None,
             duration_ms=fields.get("gz_duration_ms"),
             error=str(error) if error else None,  # the client cuts it to its limit, marked
             attrs=fields.get("gz_attrs"),

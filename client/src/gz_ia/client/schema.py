@@ -123,6 +123,11 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     the published schema allows such extra properties, as it allows ``cycle``: the id of one run of
     ``action`` (one action scope), so that two runs of the same action open at once are two cycles
     of the stage protocol, each keeping its own outcome. Without it, an action has one cycle at a time.
+
+    ``root_session_id`` names the top of a subagent's tree when it is not the parent itself (a
+    subagent of a subagent): so that a reader places the session under that root even when the
+    sessions between them never logged an event. Declared last: the encoders that lay the fields out
+    by hand (the client's positional record, the one-shot commands') append it.
     """
 
     timestamp: Timestamp
@@ -137,6 +142,7 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     error: ErrorText | None = None
     attrs: Attrs | None = None
     cycle: Cycle | None = None
+    root_session_id: SessionId | None = None
 
     def __post_init__(self) -> None:
         # Raised during decoding, msgspec turns this into a ValidationError for the event.

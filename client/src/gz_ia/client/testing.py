@@ -55,6 +55,7 @@ class CapturingClient:
         attrs: dict[str, AttrValue] | None = None,
         timestamp: datetime | None = None,
         cycle: str | None = None,
+        root_session_id: str | None = None,
     ) -> None:
         """Build the event and keep it."""
         self.emit(
@@ -71,6 +72,7 @@ class CapturingClient:
                 attrs=attrs,
                 timestamp=timestamp,
                 cycle=cycle,
+                root_session_id=root_session_id,
             )
         )
 

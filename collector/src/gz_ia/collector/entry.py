@@ -32,6 +32,7 @@ _LOG_VALUE_OPTIONS: Final = {
     "--agent": "agent",
     "--role": "role",
     "--parent": "parent",
+    "--root-session": "root_session",
     "--duration": "duration",
     "--error": "error",
     "--attr": "attr",
@@ -175,6 +176,9 @@ def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:
         return None
     session_id = positional[0]
     parent = values.get("parent")
+    if parent is None:
+        parent = env.inherited_parent(session_id)
+    top = values.get("root_session")
     event = plain_event(
         session_id=session_id,
         action=values["action"],
@@ -182,10 +186,11 @@ def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:
         status=status,
         agent=values["agent"],
         role=values.get("role"),
-        parent_session_id=env.inherited_parent(session_id) if parent is None else parent,
+        parent_session_id=parent,
         duration_ms=duration,
         error=values.get("error"),
         attrs=parsed_attrs or None,
+        root_session_id=env.inherited_root(session_id, parent) if top is None else top,
     )
     return log_event(
         event,

@@ -195,6 +195,14 @@ class Ingest:
                 if len(safe_parents) >= _SAFE_PARENTS_KEPT:
                     safe_parents.clear()
                 safe_parents.add(parent)
+            top = event.root_session_id
+            if top is not None and top not in safe_parents:
+                if not is_safe_session_id(top):
+                    self._reject(root, outcome, producer, number, index, unsafe_id("root_session_id", top), event, None)
+                    continue
+                if len(safe_parents) >= _SAFE_PARENTS_KEPT:
+                    safe_parents.clear()
+                safe_parents.add(top)
             if state is None:
                 state = self._open_session(root, outcome, producer, number, index, event)
                 if state is None:

@@ -109,6 +109,7 @@ def plain_event(
     attrs: dict[str, Any] | None = None,
     cycle: str | None = None,
     timestamp_ns: int | None = None,
+    root_session_id: str | None = None,
 ) -> dict[str, object]:
     """A LogEvent as a dict in its fields' order, unset fields left out: packed, it is the same bytes
     as msgspec packs the ``LogEvent`` built by ``gz_ia.client.build_event`` from the same arguments.
@@ -135,6 +136,8 @@ def plain_event(
         event["attrs"] = attrs
     if cycle is not None:
         event["cycle"] = cycle
+    if root_session_id is not None:
+        event["root_session_id"] = root_session_id
     return event
 
 

@@ -1,7 +1,8 @@
 """An event from what a person or a tool typed: `gz-ia session log` and the MCP ``log_event`` tool.
 
 Both accept stage and status in any case and, without an explicit parent, take the one a parent
-process exported (``GZ_IA_PARENT_SESSION_ID``), exactly as the thin client's scopes do.
+process exported (``GZ_IA_PARENT_SESSION_ID``, with the root of its tree ``GZ_IA_ROOT_SESSION_ID``),
+exactly as the thin client's scopes do.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def typed_event(
     duration_ms: int | None,
     error: str | None,
     attrs: dict[str, AttrValue] | None,
+    root_session_id: str | None = None,
 ) -> LogEvent:
     """Build the event, stamped now.
 
@@ -43,6 +45,8 @@ def typed_event(
     """
     if parent_session_id is None:
         parent_session_id = env.inherited_parent(session_id)
+    if root_session_id is None:
+        root_session_id = env.inherited_root(session_id, parent_session_id)
     try:
         return build_event(
             session_id=session_id,
@@ -55,6 +59,7 @@ def typed_event(
             duration_ms=duration_ms,
             error=error,
             attrs=attrs,
+            root_session_id=root_session_id,
         )
     except (ValueError, TypeError) as exc:
         # The schema's one rule across fields gets the collector's own reason; the rest is a bad field.

@@ -42,7 +42,7 @@ def _with_loose_ids() -> type[LogEvent]:
     """
     hints = typing.get_type_hints(LogEvent, include_extras=True)
     loose = Annotated[str, msgspec.Meta(max_length=MAX_SESSION_ID_LENGTH)]
-    replaced: dict[str, Any] = {"session_id": loose, "parent_session_id": loose | None}
+    replaced: dict[str, Any] = {"session_id": loose, "parent_session_id": loose | None, "root_session_id": loose | None}
     fields: list[Any] = []
     for field in msgspec.structs.fields(LogEvent):
         kind = replaced.get(field.name, hints[field.name])
@@ -129,7 +129,7 @@ def reject_unserved(batch: DecodedBatch, role: Role) -> None:
 
 
 def unsafe_id(name: str, value: object) -> Rejection:
-    """The rejection of an event whose ``session_id`` or ``parent_session_id`` is not a safe id."""
+    """The rejection of an event whose ``session_id``, ``parent_session_id`` or ``root_session_id`` is not a safe id."""
     return Rejection(
         RejectReason.INVALID_SESSION_ID,
         f"{name} {value!r:.80} is not a safe id: 1-128 of letters, digits, '_', '-', '.', not starting with '.'",
@@ -152,7 +152,7 @@ def _classify_fields(fields: dict[Any, Any]) -> Rejection | None:
     for name in _REQUIRED:
         if name not in fields:
             return Rejection(RejectReason.MISSING_FIELD, f"required field {name!r} is missing")
-    for name in ("session_id", "parent_session_id"):
+    for name in ("session_id", "parent_session_id", "root_session_id"):
         value = fields.get(name)
         if (value is not None or name == "session_id") and not (isinstance(value, str) and _SESSION_ID.match(value)):
             return unsafe_id(name, value)

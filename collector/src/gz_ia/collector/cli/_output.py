@@ -95,6 +95,7 @@ def summary_json(summary: Any) -> dict[str, Any]:
     return {
         "session_id": summary.session_id,
         "parent_session_id": summary.parent_session_id,
+        "root_session_id": summary.root_session_id,
         "agent": summary.agent,
         "first_time": summary.first_time.isoformat().replace("+00:00", "Z") if summary.first_time else None,
         "last_time": summary.last_time.isoformat().replace("+00:00", "Z") if summary.last_time else None,

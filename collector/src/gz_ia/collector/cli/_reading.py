@@ -244,8 +244,9 @@ def _run_logs(
             root, watched, cursor=follow_cursor, filters=None if watch else filters, stop=stop, on_gap=family_gap
         ):
             if tree:
-                parent = entry.event.parent_session_id
-                if entry.session_id not in family and (parent is None or parent not in family):
+                # A subagent joins through its parent, or through its root when the parent never logged.
+                parent, top = entry.event.parent_session_id, entry.event.root_session_id
+                if entry.session_id not in family and parent not in family and top not in family:
                     continue
                 family.add(entry.session_id)
             finished = watch is not None and watch.feed(entry.event)

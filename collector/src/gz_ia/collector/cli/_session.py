@@ -37,6 +37,13 @@ def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str]
     default=None,
     help="Parent session id [default: $GZ_IA_PARENT_SESSION_ID unless it is this session].",
 )
+@click.option(
+    "--root-session",
+    "root_session",
+    default=None,
+    help="Root of the session's tree, when not the parent [default: $GZ_IA_ROOT_SESSION_ID, for the parent "
+    "the environment names].",
+)
 @click.option("--duration", "duration_ms", type=click.IntRange(min=0), default=None, help="Duration in ms.")
 @click.option("--error", default=None, help="Error message (required with --status FAILED).")
 @click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="A measurement; repeatable.")
@@ -52,6 +59,7 @@ def session_log(
     agent: str,
     role: str | None,
     parent: str | None,
+    root_session: str | None,
     duration_ms: int | None,
     error: str | None,
     attrs: tuple[str, ...],
@@ -79,6 +87,7 @@ def session_log(
             duration_ms=duration_ms,
             error=error,
             attrs=_parse_attrs(attrs),
+            root_session_id=root_session,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

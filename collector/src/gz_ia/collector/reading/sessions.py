@@ -67,6 +67,8 @@ class SessionSummary(msgspec.Struct, frozen=True):
     unreadable: tuple[str, ...] = ()
     """The files found unreadable or changed, when the listing can name them (an archive whose seal
     broke; with ``verify``, every segment that failed to read)."""
+    root_session_id: str | None = None
+    """The top of the session's tree, when its first event names one other than its parent."""
 
 
 MAX_TREE_DEPTH: Final = 64
@@ -164,6 +166,7 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         failures=state.failures,
         segments=segments,
         incomplete=incomplete,
+        root_session_id=state.tree_root or None,
     )
 
 
@@ -307,7 +310,9 @@ def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode
     """Return the tree of ``session_id`` and its descendants (through ``parent_session_id``).
 
     A session that logged nothing itself but is named as a parent is part of the tree: its node has
-    an empty summary (no events, no times) and the sessions that named it as children.
+    an empty summary (no events, no times) and the sessions that named it as children. When those
+    name the root of their tree too (``root_session_id``), the node sits under that root: the
+    sessions between, if more than one level never logged, are not known and not shown.
 
     Raises:
         SessionNotFound: ``session_id`` is neither among the summaries nor anyone's parent.
@@ -318,9 +323,23 @@ def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode
         by_id[summary.session_id] = summary
         if summary.parent_session_id:
             children.setdefault(summary.parent_session_id, []).append(summary)
+    # Sessions known only as parents, each placed under the root its subagents name (which may
+    # itself be known only so).
+    unknown = [parent for parent in children if parent not in by_id]
+    while unknown:
+        parent = unknown.pop()
+        roots = (
+            item.root_session_id
+            for item in children[parent]
+            if item.root_session_id not in (None, parent, item.session_id)
+        )
+        by_id[parent] = _no_events(parent, next(roots, None))
+        above = by_id[parent].parent_session_id
+        if above is not None:
+            if above not in by_id and above not in children:
+                unknown.append(above)
+            children.setdefault(above, []).append(by_id[parent])
     top = by_id.get(session_id)
-    if top is None and session_id in children:
-        top = SessionSummary(session_id, None, "", None, None, 0, 0, 0, 0)
     if top is None:
         raise SessionNotFound(f"no session {session_id!r}")
     visited = {session_id}
@@ -345,6 +364,11 @@ def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode
             node.hidden += len(below)
             below = [grandchild for child in below for grandchild in unseen_children(child.session_id)]
     return top_node
+
+
+def _no_events(session_id: str, parent: str | None) -> SessionSummary:
+    """The summary of a session known only as a parent (``parent``: where its subagents place it)."""
+    return SessionSummary(session_id, parent, "", None, None, 0, 0, 0, 0)
 
 
 def session_tree(root: Path, session_id: str) -> TreeNode:

@@ -51,6 +51,9 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     first_time: str = ""
     last_time: str = ""
     parent: str = ""
+    tree_root: str = ""
+    """The first event's ``root_session_id``: where a reader places the session when its parent
+    never logged. Empty when none (or a checkpoint of an earlier gz-ia, whose events had none)."""
     agent: str = ""
     newest_time: str = ""
     """The greatest event timestamp covered: timestamps are the agents' and may go backwards, so

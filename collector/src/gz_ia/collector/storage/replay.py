@@ -36,6 +36,7 @@ class Trace(msgspec.Struct, gc=False):
     timestamp: str = ""
     parent_session_id: str | None = None
     agent: str = ""
+    root_session_id: str | None = None
 
 
 _trace_decoder: Final = msgspec.json.Decoder(Trace)
@@ -69,6 +70,7 @@ class SessionFold(SessionTally):
         if not self.first_time:
             self.first_time = trace.timestamp
             self.parent = trace.parent_session_id or ""
+            self.tree_root = trace.root_session_id or ""
             self.agent = trace.agent
         self.last_time = trace.timestamp or self.last_time
         if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):

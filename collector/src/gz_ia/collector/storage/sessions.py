@@ -100,6 +100,7 @@ class SessionState(AppendFile, SessionTally):
         """Take the session's summary fields from its first event."""
         self.first_time = _format_timestamp(event.timestamp)
         self.parent = event.parent_session_id or ""
+        self.tree_root = event.root_session_id or ""
         self.agent = event.agent
 
     def restore(self, fold: SessionTally) -> None:

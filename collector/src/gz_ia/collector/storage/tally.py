@@ -1,7 +1,7 @@
 """A session's running tally: the one definition of what its lines amount to so far.
 
 ``seq``, the open cycles, the delivery watermarks, the FAILED count, the first and last timestamps,
-the parent and agent of its first event, and the greatest timestamp. The writer's session state
+the parent, tree root and agent of its first event, and the greatest timestamp. The writer's session state
 keeps it up to date as events are staged; recovery and the readers rebuild it by folding lines
 (:class:`.replay.SessionFold`); both convert it to and from its persisted form, the
 :class:`.checkpoints.Checkpoint`, only here.
@@ -32,6 +32,7 @@ TALLY_FIELDS: Final = (
     "open_actions",
     "parent",
     "seq",
+    "tree_root",
 )
 """The tally's fields: the slots that each class mixing in :class:`SessionTally` declares."""
 
@@ -56,6 +57,8 @@ class SessionTally:
     first_time: str
     last_time: str
     parent: str
+    tree_root: str
+    """The first event's ``root_session_id`` ("" when it names none)."""
     agent: str
     newest_time: str | None
     """The greatest timestamp; "" before the first event, None when unknown for good (restored from a
@@ -70,6 +73,7 @@ class SessionTally:
         self.first_time = ""
         self.last_time = ""
         self.parent = ""
+        self.tree_root = ""
         self.agent = ""
         self.newest_time = ""
 
@@ -86,6 +90,7 @@ class SessionTally:
         self.first_time = checkpoint.first_time
         self.last_time = checkpoint.last_time
         self.parent = checkpoint.parent
+        self.tree_root = checkpoint.tree_root
         self.agent = checkpoint.agent
         self.newest_time = checkpoint.newest_time if checkpoint.newest_time or not checkpoint.seq else None
 
@@ -117,6 +122,7 @@ class SessionTally:
             first_time=self.first_time,
             last_time=self.last_time,
             parent=self.parent,
+            tree_root=self.tree_root,
             agent=self.agent,
             newest_time=self.newest_time or "",
         )
