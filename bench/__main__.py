@@ -55,7 +55,7 @@ class Settings(msgspec.Struct, kw_only=True):
     runs: int
     events: int
     agent_events: int
-    pace_steps: int
+    pace_blocks: int
     import_runs: int
     rtt_events: int
     rtt_rate: float
@@ -71,7 +71,7 @@ FULL: Final = Settings(
     runs=3,
     events=1_000_000,
     agent_events=200_000,
-    pace_steps=2_000,
+    pace_blocks=30,
     import_runs=20,
     rtt_events=5_000,
     rtt_rate=1_000,
@@ -86,7 +86,7 @@ QUICK: Final = Settings(
     runs=1,
     events=100_000,
     agent_events=50_000,
-    pace_steps=500,
+    pace_blocks=8,
     import_runs=5,
     rtt_events=2_000,
     rtt_rate=1_000,
@@ -242,7 +242,7 @@ def section_pace(suite: Suite) -> None:
     from . import pace
 
     try:
-        results = pace.measure(suite.settings.pace_steps, max(3, suite.settings.runs), list(pace.PACES))
+        results = pace.measure(suite.settings.pace_blocks, list(pace.PACES))
     except Exception as exc:
         suite.failed("pace", exc)
         return

@@ -2,21 +2,22 @@
 
 Agents do not log in a tight loop: they do some work, log, and wait. A cost measured back to back
 (events that share one wake-up of the sender thread and one frame) says little about what one event
-costs when it goes out alone. This benchmark runs one loop of steps, each doing a fixed amount of CPU
-work or a sleep (see ``PACES``), inside one action scope (READ on entry, FINISH on exit) or followed
-by one ``log()``, in a fresh process per variant: without gz-ia, with it disabled
-(``GZ_IA_DISABLED=1``) and with it. For each pace it reports:
+costs when it goes out alone, after a sleep, with the CPU's caches cold. This benchmark runs a loop
+of steps, each doing a fixed amount of CPU work or a sleep (see ``PACES``), inside one action scope
+(READ on entry, FINISH on exit) or followed by one ``log()``, in three variants: without gz-ia, with
+the null client (what ``GZ_IA_DISABLED=1`` gives) and with gz-ia delivering to a collector on a
+private socket. For each pace it reports:
 
 * the process CPU per step (``time.process_time``: every thread, the sender's included) with gz-ia
-  against the same loop without it, as a ratio, and the same for the disabled client;
+  against the same loop without it, as a ratio, and the same for the null client;
 * the agent CPU per event that gz-ia adds ((with - without) / events), and the calling thread's share;
 * for the sleeping paces, where the work itself takes almost no CPU, only the second figure matters.
 
-Run ``python -m bench.pace`` (``--steps``, ``--rounds``, ``--json FILE``) from the workspace
-(``uv run python -m bench.pace``); ``bench/run --only pace`` runs it in the suite. Each round runs every
-variant once, in turn, against one collector on a private socket, so that drift hits all alike;
-the figures are the medians over rounds. The busy loop is calibrated once, in this process, and the
-same number of iterations is given to every variant.
+The three variants run in one process, in blocks of about 0.5 s taken in turn (``--blocks`` of
+each), so that what drifts (the CPU's frequency, the machine's other work) hits them alike; the
+figures are medians over blocks of the calling thread's CPU, and the sender thread's CPU (the
+process's beyond the calling thread's) is added to gz-ia's. Run ``uv run python -m bench.pace``
+(``--pace NAME``, ``--json FILE``); ``bench/run --only pace`` runs it in the suite.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ._common import scratch_dir, socket_accepts, stop_process, wait_until
 
@@ -43,16 +44,31 @@ PACES: Final = {
 action scope around the work (READ and FINISH, two events); ``log``, one ``log()`` after it."""
 _EVENTS_PER_STEP: Final = {"scope": 2, "log": 1}
 MODES: Final = ("none", "null", "gz-ia")
-"""Without gz-ia; with it disabled (``GZ_IA_DISABLED=1``: the null client's scopes); with it."""
+"""Without gz-ia; with it disabled (the null client's scopes, what ``GZ_IA_DISABLED=1`` gives); with it."""
+
+_BLOCK_SECONDS: Final = 0.5
+"""About how long a block of one variant lasts: several times the client's default linger, so that
+a block of gz-ia sends about the batches the same pace would send without the other variants."""
 
 _CHILD: Final = r"""
-import json, os, sys, time
-mode, kind, amount, steps, out, shape = sys.argv[1:7]
-amount, steps = float(amount), int(steps)
-# For "work", amount is the busy loop's iterations (calibrated once by the parent, the same for
-# every variant); for "sleep", seconds.
+import json, sys, time
+kind, amount, steps, blocks, out, shape = sys.argv[1:7]
+amount, steps, blocks = float(amount), int(steps), int(blocks)
 
-iterations = int(amount) if kind == "work" else 0
+def calibrate(seconds):
+    # Iterations of the busy loop below that take about `seconds` of CPU in this process.
+    n = 1000
+    while True:
+        began = time.thread_time()
+        x = 0
+        for i in range(n):
+            x += i * i
+        took = time.thread_time() - began
+        if took > 0.2:
+            return max(1, int(n * seconds / took))
+        n *= 2
+
+iterations = calibrate(amount) if kind == "work" else 0
 
 def work():
     if kind == "work":
@@ -62,68 +78,53 @@ def work():
     else:
         time.sleep(amount)
 
-if mode == "null":
-    os.environ["GZ_IA_DISABLED"] = "1"
-if mode in ("gz-ia", "null"):
-    from gz_ia import client as gz
-    scope = gz.session(agent="bench", role="pace")
-    session = scope.__enter__()
+from gz_ia import client as gz
+
+def stepper(mode):
+    if mode == "none":
+        return work
+    client = gz.NullClient() if mode == "null" else gz.get_client()
+    session = gz.session(agent="bench", role="pace", client=client)
     if shape == "scope":
-        def step(n):
+        def step():
             with session.action("step"):
                 work()
     else:
-        def step(n):
+        def step():
             work()
             session.log("step", "READ")
-else:
-    def step(n):
-        work()
+    return step
 
-for n in range(min(steps // 10, 200)):  # warm-up: imports, the first connection, caches
-    step(n)
-if mode == "gz-ia":
-    session.client.flush(10.0)
-cpu0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
-for n in range(steps):
-    step(n)
-cpu, thread, wall = time.process_time() - cpu0, time.thread_time() - thread0, time.perf_counter() - wall0
-result = {"cpu": cpu, "thread": thread, "wall": wall, "steps": steps}
-if mode == "gz-ia":
-    stats = session.client.stats()
-    result.update(accepted=stats.accepted, dropped=stats.dropped, spooled=getattr(stats, "spooled", 0))
-    scope.__exit__(None, None, None)
+steppers = {mode: stepper(mode) for mode in ("none", "null", "gz-ia")}
+for mode, step in steppers.items():  # warm-up: imports, the first connection, caches
+    for _ in range(steps):
+        step()
+gz.get_client().flush(10.0)
+# Short blocks of each variant in turn, in one process: what drifts (the CPU's frequency, the
+# machine's other work) hits all three alike. Each block counts the calling thread's CPU; the
+# sender thread's, the process's CPU beyond the calling thread's, all goes to gz-ia's events.
+per_step = {mode: [] for mode in steppers}
+process0, main0 = time.process_time(), time.thread_time()
+for block in range(blocks):
+    for mode, step in steppers.items():
+        began = time.thread_time()
+        for _ in range(steps):
+            step()
+        per_step[mode].append((time.thread_time() - began) / steps)
+client = gz.get_client()
+client.flush(30.0)
+other_threads = (time.process_time() - process0) - (time.thread_time() - main0)
+stats = client.stats()
 with open(out, "w") as f:
-    json.dump(result, f)
+    json.dump({"per_step": per_step, "sender": other_threads, "gz_ia_steps": steps * blocks,
+               "accepted": stats.accepted, "dropped": stats.dropped}, f)
 """
 
 
-def _calibrate(seconds: float) -> int:
-    """Iterations of the children's busy loop that take about ``seconds`` of CPU here."""
-    n = 1000
-    while True:
-        began = time.process_time()
-        x = 0
-        for i in range(n):
-            x += i * i
-        took = time.process_time() - began
-        if took > 0.2:
-            return max(1, int(n * seconds / took))
-        n *= 2
-
-
-def _run_child(
-    mode: str, pace: tuple[str, float, str], amount: float, steps: int, env: dict[str, str], out: Path
-) -> dict[str, float]:
-    kind, _, shape = pace
-    argv = [sys.executable, "-c", _CHILD, mode, kind, str(amount), str(steps), str(out), shape]
-    subprocess.run(argv, env=env, check=True, timeout=600)
-    result: dict[str, float] = json.loads(out.read_text())
-    return result
-
-
-def measure(steps: int, rounds: int, paces: list[str]) -> dict[str, dict[str, float]]:
-    """Run every pace with and without gz-ia, ``rounds`` times in turn; return the medians per pace."""
+def measure(blocks: int, paces: list[str]) -> dict[str, dict[str, float]]:
+    """Run each pace in one process, ``blocks`` short blocks of each variant in turn; return the
+    medians over blocks, per step and per event."""
+    results: dict[str, dict[str, float]] = {}
     with scratch_dir("gzpace") as work:
         sock, root = work / "collector.sock", work / "ws" / ".harness"
         root.mkdir(parents=True)
@@ -141,50 +142,42 @@ def measure(steps: int, rounds: int, paces: list[str]) -> dict[str, dict[str, fl
         collector = subprocess.Popen(argv, env=env)
         try:
             wait_until(lambda: socket_accepts(sock), 60, "the collector")
-            runs: dict[str, dict[str, list[dict[str, float]]]] = {p: {m: [] for m in MODES} for p in paces}
-            amounts = {
-                pace: float(_calibrate(seconds)) if kind == "work" else seconds
-                for pace, (kind, seconds, _) in PACES.items()
-                if pace in paces
-            }
-            for _ in range(rounds):
-                for pace in paces:
-                    for mode in MODES:
-                        result = _run_child(mode, PACES[pace], amounts[pace], steps, env, work / "out.json")
-                        runs[pace][mode].append(result)
+            for pace in paces:
+                kind, seconds, shape = PACES[pace]
+                steps = max(1, round(_BLOCK_SECONDS / seconds))
+                out = work / f"{pace}.json"
+                child = [sys.executable, "-c", _CHILD, kind, str(seconds), str(steps), str(blocks), str(out), shape]
+                subprocess.run(child, env=env, check=True, timeout=3600)
+                results[pace] = _figures(json.loads(out.read_text()), _EVENTS_PER_STEP[shape])
         finally:
             stop_process(collector)
-    results: dict[str, dict[str, float]] = {}
-    for pace, modes in runs.items():
-        per_step = {mode: statistics.median(r["cpu"] for r in modes[mode]) / steps for mode in MODES}
-        thread = {mode: statistics.median(r["thread"] for r in modes[mode]) / steps for mode in MODES}
-        wall = {mode: statistics.median(r["wall"] for r in modes[mode]) / steps for mode in MODES}
-        without = per_step["none"]
-        events = _EVENTS_PER_STEP[PACES[pace][2]]
-        results[pace] = {
-            "cpu_per_step_without_us": without * 1e6,
-            "cpu_per_step_with_us": per_step["gz-ia"] * 1e6,
-            "cpu_ratio": per_step["gz-ia"] / without if without else float("nan"),
-            "added_cpu_per_event_us": (per_step["gz-ia"] - without) / events * 1e6,
-            "added_thread_cpu_per_event_us": (thread["gz-ia"] - thread["none"]) / events * 1e6,
-            "null_cpu_ratio": per_step["null"] / without if without else float("nan"),
-            "null_added_cpu_per_event_us": (per_step["null"] - without) / events * 1e6,
-            "wall_ratio": wall["gz-ia"] / wall["none"] if wall["none"] else float("nan"),
-            "dropped": sum(r.get("dropped", 0) for r in modes["gz-ia"]),
-        }
     return results
+
+
+def _figures(run: dict[str, Any], events: int) -> dict[str, float]:
+    without, null, thread = (float(statistics.median(run["per_step"][mode])) for mode in MODES)
+    with_ = thread + run["sender"] / run["gz_ia_steps"]
+    return {
+        "cpu_per_step_without_us": without * 1e6,
+        "cpu_per_step_with_us": with_ * 1e6,
+        "cpu_ratio": with_ / without if without else float("nan"),
+        "added_cpu_per_event_us": (with_ - without) / events * 1e6,
+        "added_thread_cpu_per_event_us": (thread - without) / events * 1e6,
+        "null_cpu_ratio": null / without if without else float("nan"),
+        "null_added_cpu_per_event_us": (null - without) / events * 1e6,
+        "dropped": float(run["dropped"]),
+    }
 
 
 def main() -> None:
     """Measure and print a table (and write JSON with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--blocks", type=int, default=30, help="blocks of each variant, in turn")
     parser.add_argument("--pace", action="append", choices=list(PACES), help="one pace (repeatable); default all")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     started = time.perf_counter()
-    results = measure(args.steps, args.rounds, args.pace or list(PACES))
+    results = measure(args.blocks, args.pace or list(PACES))
     print(
         f"{'pace':<12} {'CPU/step without':>17} {'with gz-ia':>11} {'ratio':>7} {'added/event':>12}"
         f" {'(agent thread)':>14} {'disabled: ratio':>16} {'added/event':>12}"
@@ -196,7 +189,7 @@ def main() -> None:
             f" {r['added_thread_cpu_per_event_us']:>11.1f} µs"
             f" {r['null_cpu_ratio']:>16.3f} {r['null_added_cpu_per_event_us']:>9.1f} µs"
         )
-    print(f"({args.rounds} rounds of {args.steps} steps, {time.perf_counter() - started:.0f} s)")
+    print(f"({args.blocks} blocks of about {_BLOCK_SECONDS:g} s per variant, {time.perf_counter() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -152,3 +152,23 @@ def test_close_says_nothing_when_everything_was_delivered(collector: Any, capsys
     assert client.stats().spooled == 0
     assert client.stats().accepted == 5
     assert "spooled" not in capsys.readouterr().err
+
+
+def test_the_clients_inbox_bound_is_the_senders() -> None:
+    """Client.log inlines the sender's fast path, with the sender's bound on the inbox."""
+    from gz_ia.client import _client
+
+    assert _client.INBOX_EVENTS == sender_module.INBOX_EVENTS
+
+
+def test_a_call_that_cannot_be_built_is_counted_when_it_is_encoded(short_tmp: Path) -> None:
+    """A deferred log() call whose event cannot be encoded is counted invalid, and the others go on."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", spool=False)
+    client.log(session_id="s", action="fine", stage="READ", agent="agy")
+    client.log(session_id="s", action="bad", stage="READ", agent="agy", cycle=object())  # type: ignore[arg-type]
+    client.log(session_id="s", action="fine too", stage="READ", agent="agy")
+    stats = client.stats()
+    assert stats.invalid == 1
+    assert stats.queued + stats.unacknowledged == 2
+    assert "invalid event" in (stats.last_error or "")
+    client.close(timeout=0)

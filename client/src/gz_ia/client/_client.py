@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
     from ._sender import Sender
 
+INBOX_EVENTS: Final = 256
+"""The sender's (``gz_ia.client._sender.INBOX_EVENTS``): held here, where the sockets and threads the
+sender imports are not loaded until a client is made; a test checks that the two agree."""
+
 __all__ = ["Client", "build_event"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -320,7 +324,12 @@ class Client:
                 raise
             self._sender.count_invalid(exc)
             return
-        self._sender.submit_call(call, session_id)
+        # Sender.submit_call, inlined: the common case is an append and two tests.
+        sender = self._sender
+        inbox = sender.inbox
+        inbox.append(call)
+        if not (sender.ready and len(inbox) < INBOX_EVENTS):
+            sender.take_inbox()
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""

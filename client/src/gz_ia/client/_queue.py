@@ -45,8 +45,6 @@ class Item(msgspec.Struct, gc=False):
     waiter: concurrent.futures.Future[Verdict] | None = None
     pseq: int = 0
     segment: Path | None = None
-    call: tuple[Any, ...] | None = None
-    """The arguments of a ``log()`` call not encoded yet (``body`` is empty until it is)."""
 
 
 def new_producer_id() -> str:
@@ -67,7 +65,7 @@ class EventQueue:
     connect_timeout: float
     spool_dir: Path | None
     max_spool_bytes: int
-    encode_call: Callable[[tuple[Any, ...]], bytes] | None
+    encode_call: Callable[[tuple[Any, ...]], bytes]
     """Builds and encodes the event of a deferred ``log()`` call (:meth:`_absorb_locked` calls it)."""
 
     def _init_state(self) -> None:
@@ -79,8 +77,14 @@ class EventQueue:
         self._queue: collections.deque[Item] = collections.deque()
         self._queued_bytes = 0
         # Agent threads append here without the lock; _absorb_locked moves these into the queue.
-        self._inbox: collections.deque[Item] = collections.deque()
+        self.inbox: collections.deque[Item | tuple[Any, ...]] = collections.deque()
+        """Encoded events (Items) and ``log()`` calls not encoded yet (tuples, see ``encode_call``),
+        appended by agent threads without the lock."""
         self._inbox_bytes = 0
+        self.ready = False
+        """Whether an agent thread may leave a call in the inbox and return, taking no lock: the
+        sender thread is sure to come round, nothing is closing, and the queue has room for a whole
+        inbox (see :meth:`_update_ready_locked`)."""
         self._next_pseq = 1
         self._closing = False
         self._closed = False
@@ -96,33 +100,39 @@ class EventQueue:
     def _absorb_locked(self) -> int:
         """Move what agent threads added without the lock into the queue, oldest first; return how many.
 
-        Deferred ``log()`` calls are encoded here, in order, by whichever thread moves them (the
-        sender thread, mostly, with its caches warm); one that cannot be built is counted in
-        ``invalid`` and left out, as ``log()`` would have done.
+        Deferred ``log()`` calls (tuples whose second item is the session id) are encoded here, in
+        order, by whichever thread moves them (the sender thread, mostly, with its caches warm); one
+        that cannot be built is counted in ``invalid`` and left out, as ``log()`` would have done.
         """
-        inbox = self._inbox
+        inbox = self.inbox
         self._inbox_bytes = 0
         if not inbox:
             return 0
-        items = [inbox.popleft() for _ in range(len(inbox))]
+        entries = [inbox.popleft() for _ in range(len(inbox))]
+        items: list[Item] = []
         encode = self.encode_call
-        if encode is not None:
-            failed = False
-            for item in items:
-                if item.call is None:
-                    continue
-                call, item.call = item.call, None
-                try:
-                    item.body = encode(call)
-                except (ValueError, TypeError, OverflowError) as exc:
-                    failed = True
-                    self._invalid += 1
-                    self._last_error = f"invalid event: {exc}"
-            if failed:  # an encoded event is never empty
-                items = [item for item in items if item.body]
+        for entry in entries:
+            if type(entry) is not tuple:
+                items.append(entry)  # type: ignore[arg-type]  # an Item: not a tuple
+                continue
+            try:
+                body = encode(entry)
+            except (ValueError, TypeError, OverflowError) as exc:
+                self._invalid += 1
+                self._last_error = f"invalid event: {exc}"
+                continue
+            items.append(Item(body, entry[1]))
         self._queue.extend(items)
         self._queued_bytes += sum(len(item.body) for item in items)
+        self._update_ready_locked()
         return len(items)
+
+    def _update_ready_locked(self) -> None:
+        """Say again whether a call may be left in the inbox without the lock (``ready``).
+
+        Called wherever what it depends on changes, under the lock. An agent thread reads it after
+        appending its call: if the flag went down meanwhile, it takes the lock itself.
+        """
 
     def _over_bound_locked(self, factor: int) -> bool:
         return len(self._queue) > factor * self.max_events or self._queued_bytes > factor * self.max_bytes

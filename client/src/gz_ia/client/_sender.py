@@ -57,12 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Sender"]
 
-_INBOX_EVENTS: Final = 256
+INBOX_EVENTS: Final = 256
 """Events an agent thread may add without taking the lock before it moves them into the queue itself."""
 _LAGGING_EVENTS: Final = 4096
 """Queued events past which an agent thread that moves its inbox into the queue gives the sender
-thread a turn (:func:`_give_way`): once per ``_INBOX_EVENTS`` events, while connected."""
-_LINGER_EVENTS: Final = _INBOX_EVENTS
+thread a turn (:func:`_give_way`): once per ``INBOX_EVENTS`` events, while connected."""
+_LINGER_EVENTS: Final = INBOX_EVENTS
 """Queued events that make a frame worth sending without waiting out the linger."""
 _BACKOFF_MIN: Final = 0.05
 _QUEUE_FULL_WAIT: Final = 0.01
@@ -78,7 +78,7 @@ def _give_way() -> None:
     """Release the GIL for a moment, so that the other side's thread, waiting for it, runs now.
 
     A busy thread holds the GIL for a whole switch interval (``sys.getswitchinterval()``). An agent
-    thread logging in a busy loop gives the sender thread a turn every ``_INBOX_EVENTS`` events while
+    thread logging in a busy loop gives the sender thread a turn every ``INBOX_EVENTS`` events while
     the queue lags (else several such agents would finish logging before delivery began); the sender
     thread gives a ``send()`` it has just woken its turn at once.
     """
@@ -111,7 +111,7 @@ class Sender(Batcher):
         spool_dir: Path | None = None,
         max_spool_bytes: int = 64 << 20,
         linger: float = 0.0,
-        encode_call: Callable[[tuple[Any, ...]], bytes] | None = None,
+        encode_call: Callable[[tuple[Any, ...]], bytes],
     ) -> None:
         if max_events < 1 or max_bytes < 1:
             raise ValueError("buffer bounds must be positive")
@@ -151,19 +151,17 @@ class Sender(Batcher):
 
     # --- called from agent threads ----------------------------------------------------------------
 
-    def submit_call(self, call: tuple[Any, ...], session_id: str) -> None:
-        """Queue one ``log()`` call, to be encoded by ``encode_call`` when the queue is next moved."""
-        self.submit(b"", session_id, call=call)
+    def submit_call(self, call: tuple[Any, ...]) -> None:
+        """Queue one ``log()`` call (its session id second), for ``encode_call`` to encode when the
+        queue is next moved. :class:`~gz_ia.client.Client` inlines the common case: append to
+        ``inbox``, return if ``ready`` and the inbox is short, else :meth:`take_inbox`."""
+        inbox = self.inbox
+        inbox.append(call)
+        if not (self.ready and len(inbox) < INBOX_EVENTS):
+            self.take_inbox()
 
-    def submit(
-        self,
-        body: bytes,
-        session_id: str,
-        waiter: concurrent.futures.Future[Verdict] | None = None,
-        call: tuple[Any, ...] | None = None,
-    ) -> None:
-        """Queue one encoded event (or a call to encode); never blocks on the socket or the disk,
-        never raises because of it.
+    def submit(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
+        """Queue one encoded event; never blocks on the socket or the disk, never raises because of it.
 
         The common case takes no lock, so that agent threads and the sender thread do not contend
         for it: the event goes into the inbox, and nothing else is needed while the sender thread is
@@ -172,27 +170,30 @@ class Sender(Batcher):
         if len(body) > MAX_EVENT_BYTES or not isinstance(session_id, str):
             self._refuse(len(body), session_id, waiter)
             return
-        inbox = self._inbox
-        inbox.append(Item(body, session_id, waiter, call=call))
+        inbox = self.inbox
+        inbox.append(Item(body, session_id, waiter))
         # Only a hint for taking the slow path in time (unlocked, so racy); the lock holder recounts.
-        self._inbox_bytes += len(body) or CALL_BYTES
+        self._inbox_bytes += len(body)
         if (
             waiter is None
-            and len(inbox) < _INBOX_EVENTS
-            and (self._wake_armed or not self._wake_wanted)
-            and not self._closing
-            and self._thread is not None
-            and len(self._queue) + len(inbox) <= self.max_events
-            and self._queued_bytes + self._inbox_bytes <= self.max_bytes
+            and len(inbox) < INBOX_EVENTS
+            and self.ready
+            and self._queued_bytes + self._inbox_bytes + INBOX_EVENTS * CALL_BYTES <= self.max_bytes
         ):
             return
+        self.take_inbox(waiter)
+
+    def take_inbox(self, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
+        """Move the inbox into the queue under the lock, and see that the sender thread comes round:
+        start it, wake it, let it spill or give it a turn, as the queue's state asks."""
+        inbox = self.inbox
         with self._lock:
             if self._closed:
                 # close() has taken its leftovers: what arrives now can only be counted as lost.
                 while inbox:
                     item = inbox.popleft()
                     self._dropped += 1
-                    if item.waiter is not None and not item.waiter.done():
+                    if isinstance(item, Item) and item.waiter is not None and not item.waiter.done():
                         item.waiter.set_exception(
                             CollectorUnavailable("the client is closed", socket_path=str(self.socket_path))
                         )
@@ -207,7 +208,7 @@ class Sender(Batcher):
                 self._drop_oldest_locked(self._hard_factor)
             if self._thread is None:
                 self._start_locked()
-            lagging = self._unturned >= _INBOX_EVENTS and len(queue) >= _LAGGING_EVENTS and self._connected
+            lagging = self._unturned >= INBOX_EVENTS and len(queue) >= _LAGGING_EVENTS and self._connected
             if lagging:
                 self._unturned = 0
             # While the thread waits out a reconnect backoff, new events need not wake it (each
@@ -224,10 +225,20 @@ class Sender(Batcher):
                 self._wake_armed = True
             if spill:
                 self._spill_wanted = True
+            self._update_ready_locked()
         if wake:
             self._wake()
         if lagging:
             _give_way()
+
+    def _update_ready_locked(self) -> None:
+        self.ready = (
+            (self._wake_armed or not self._wake_wanted)
+            and not self._closing
+            and self._thread is not None
+            and len(self._queue) + INBOX_EVENTS <= self.max_events
+            and self._queued_bytes + self._inbox_bytes + INBOX_EVENTS * CALL_BYTES <= self.max_bytes
+        )
 
     def _refuse(self, size: int, session_id: str, waiter: concurrent.futures.Future[Verdict] | None) -> None:
         """Refuse one event no frame can carry, alone: counted, reported in its session, the rest goes on.
@@ -258,7 +269,7 @@ class Sender(Batcher):
             try:
                 if self._hold_until != 0.0:
                     self._wake()  # the thread may be sleeping out a linger
-                while self._inbox or self._queue or self._window or self._spooled or self._losses:
+                while self.inbox or self._queue or self._window or self._spooled or self._losses:
                     if self._permanent_error is not None:
                         return False
                     remaining = None if deadline is None else deadline - time.monotonic()
@@ -274,6 +285,7 @@ class Sender(Batcher):
         self.flush(timeout)
         with self._lock:
             self._closing = True
+            self.ready = False
             thread = self._thread
         self._wake()
         if thread is not None and thread is not threading.current_thread():
@@ -330,7 +342,7 @@ class Sender(Batcher):
         with self._lock:
             self._absorb_locked()  # so that a call that cannot be built is counted by now
             return SenderStats(
-                queued=len(self._queue) + len(self._inbox),
+                queued=len(self._queue) + len(self.inbox),
                 unacknowledged=len(self._window),
                 accepted=self._accepted,
                 rejected=self._rejected,
@@ -384,9 +396,11 @@ class Sender(Batcher):
                         with self._lock:
                             self._wake_wanted = False
                             self._wake_armed = False
+                            self._update_ready_locked()
                         self._wait_for_wake(selector, delay)
                         with self._lock:
                             self._wake_wanted = True
+                            self._update_ready_locked()
                         continue
                     if not self._connect(selector):
                         self._fail_waiters_on_unavailable()
@@ -399,6 +413,7 @@ class Sender(Batcher):
             with self._lock:
                 self._last_error = f"sender thread failed: {exc!r}"
                 self._thread = None
+                self.ready = False
         finally:
             self._drop_connection(selector)
             selector.close()
@@ -493,9 +508,10 @@ class Sender(Batcher):
     def _pump(self, selector: selectors.BaseSelector, lingering: selectors.BaseSelector) -> None:
         """One round of the connected loop: fill the output, wait for I/O, handle it.
 
-        While events are held back and nothing waits to be written, the thread sleeps on the wake-up
+        While a linger period runs and nothing waits to be written, the thread sleeps on the wake-up
         pipe alone (``lingering``) until the period ends: the verdict of the batch it has just sent
-        is read when it next sends, in the same wake-up, rather than waking it once more.
+        is read at the period's end, in the same wake-up as the next batch, rather than waking it
+        once more.
         """
         assert self._sock is not None
         sock = self._sock
@@ -513,6 +529,7 @@ class Sender(Batcher):
             # Disarmed before the inbox is looked at: a submit() racing with this sees either its
             # event taken here or the flag down (and then wakes the thread), never neither.
             self._wake_armed = False
+            self.ready = False
             self._absorb_locked()
             runnable = (
                 not holding
@@ -521,10 +538,13 @@ class Sender(Batcher):
                 and len(self._window) < WINDOW_EVENTS
                 and len(self._out) < BATCH_BYTES
             )
-            # While holding, this thread comes round at the period's end: no event needs to wake it.
-            self._wake_armed = runnable or holding or bool(self._queue)
-        if holding and not self._out:
-            self._wait_for_wake(lingering, max(0.0, self._hold_until - now))
+            # While a linger period runs (held events, or a new period started by the batch just
+            # sent), this thread comes round at its end: no event needs to wake it.
+            lingers = not runnable and self._hold_until > now
+            self._wake_armed = runnable or lingers or bool(self._queue)
+            self._update_ready_locked()
+        if lingers and not self._out:
+            self._wait_for_wake(lingering, self._hold_until - now)
             return
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
