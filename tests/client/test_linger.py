@@ -172,3 +172,18 @@ def test_a_call_that_cannot_be_built_is_counted_when_it_is_encoded(short_tmp: Pa
     assert stats.queued + stats.unacknowledged == 2
     assert "invalid event" in (stats.last_error or "")
     client.close(timeout=0)
+
+
+def test_verdicts_are_read_while_a_steady_trickle_keeps_the_linger_going(collector: Any) -> None:
+    """Events logged a few milliseconds apart, for longer than many linger periods: the verdicts
+    of each period's batch are read while the trickle goes on, not only once it stops."""
+    client = collector.client(linger=0.05)
+    deadline = time.monotonic() + 20
+    logged = 0
+    while client.stats().accepted < 10:
+        assert time.monotonic() < deadline, f"no verdict read while trickling ({logged} events logged)"
+        client.log(session_id="trickle", action=f"a{logged}", stage="READ", agent="agy")
+        logged += 1
+        time.sleep(0.01)
+    client.close(timeout=30)
+    assert client.stats().accepted == logged

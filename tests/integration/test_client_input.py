@@ -127,7 +127,7 @@ def test_the_sender_thread_refuses_an_oversized_event_that_reached_its_queue(col
 
     client = collector.client()
     client.log(session_id="inside", action="before", stage="READ", agent="agy")
-    client._sender._inbox.append(Item(b"\x80" * (MAX_EVENT_BYTES + 1_000), "inside"))
+    client._sender.inbox.append(Item(b"\x80" * (MAX_EVENT_BYTES + 1_000), "inside"))
     assert client.send(build_event(session_id="inside", action="after", stage="READ", agent="agy")).seq > 0
     assert client.flush(timeout=20)
     stats = client.stats()

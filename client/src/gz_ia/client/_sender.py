@@ -544,7 +544,10 @@ class Sender(Batcher):
             self._wake_armed = runnable or lingers or bool(self._queue)
             self._update_ready_locked()
         if lingers and not self._out:
-            self._wait_for_wake(lingering, self._hold_until - now)
+            # What the collector has answered meanwhile (the last batch's verdicts) is read now,
+            # without waiting: the wait below does not watch the socket.
+            if self._receive(sock, selector):
+                self._wait_for_wake(lingering, self._hold_until - now)
             return
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
         selector.modify(sock, wanted)
@@ -554,27 +557,31 @@ class Sender(Batcher):
                 continue
             if mask & selectors.EVENT_WRITE and self._out and not self._send_out(sock, selector):
                 return
-            if mask & selectors.EVENT_READ:
-                try:
-                    data = sock.recv(1 << 16)
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    data = b""
-                    self._note_error(f"receive failed: {exc}")
-                if not data:
-                    self._note_error("the collector closed the connection")
-                    self._drop_connection(selector)
-                    return
-                try:
-                    for body in self._reader.feed(data):
-                        self._handle_reply(body, selector)
-                except (FrameTooLarge, msgspec.DecodeError, ProtocolError) as exc:
-                    self._note_error(f"bad reply from the collector: {exc}")
-                    self._drop_connection(selector)
-                    return
-                if self._sock is None:
-                    return
+            if mask & selectors.EVENT_READ and not self._receive(sock, selector):
+                return
+
+    def _receive(self, sock: socket.socket, selector: selectors.BaseSelector) -> bool:
+        """Read and handle what the collector has sent, without waiting; False if the connection
+        ended (dropped)."""
+        try:
+            data = sock.recv(1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            data = b""
+            self._note_error(f"receive failed: {exc}")
+        if not data:
+            self._note_error("the collector closed the connection")
+            self._drop_connection(selector)
+            return False
+        try:
+            for body in self._reader.feed(data):
+                self._handle_reply(body, selector)
+        except (FrameTooLarge, msgspec.DecodeError, ProtocolError) as exc:
+            self._note_error(f"bad reply from the collector: {exc}")
+            self._drop_connection(selector)
+            return False
+        return self._sock is not None
 
     def _holding(self, now: float) -> bool:
         """Tell whether new events wait a little longer for others to share their frame (the linger).
