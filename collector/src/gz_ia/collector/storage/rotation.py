@@ -80,21 +80,9 @@ def rotate_session(state: SessionState, written: Checkpoint, now: float, files: 
 
     Returns whether it rotated (a failed rename is logged, and the file keeps growing).
     """
-    dirs = state.root.dirs
     number = state.segment
-    try:
-        os.rename(
-            state.name,
-            archive_name(state.session_id, number),
-            src_dir_fd=dirs.sessions_fd,
-            dst_dir_fd=dirs.sessions_fd,
-        )
-    except OSError as exc:
-        log.error("cannot rotate %s: %s (it keeps growing)", state.name, exc)
+    if not cut_segment(state, files):
         return False
-    files.retire(state)
-    state.segment = number + 1
-    state.size = 0
     state.segment_seq = written.seq
     state.started = now
     state.save_checkpoint(
@@ -104,11 +92,13 @@ def rotate_session(state: SessionState, written: Checkpoint, now: float, files: 
 
 
 def cut_segment(state: SessionState, files: OpenFiles) -> bool:
-    """Make the active file archive ``state.segment`` in the middle of a write pass; return whether it did.
+    """Make the active file archive ``state.segment``, and the next one active; return whether it did.
 
-    The write pass goes on writing the session's buffer into a new active file. No checkpoint is
-    written here: the state at this line is not kept (staging is past it), and the one of the
-    previous position stays valid, the pass writing the next once the buffer is written.
+    In the middle of a write pass (a burst cut between lines) nothing more is done: the write pass
+    goes on writing the session's buffer into the new active file, and no checkpoint is written (the
+    state at this line is not kept, staging is past it; the one of the previous position stays valid,
+    and the pass writes the next once the buffer is written). :func:`rotate_session` adds the
+    checkpoint of a rotation between passes.
     """
     number = state.segment
     try:
