@@ -85,7 +85,7 @@ def test_without_a_linger_each_event_logged_alone_goes_at_once(short_tmp: Path) 
     client = Client(socket_path=short_tmp / "c.sock", root=short_tmp / ".harness", linger=0, spool=False)
     for n in range(3):
         _log(client, n)
-        _wait(lambda n=n: stand_in.events == n + 1, f"event {n}")  # type: ignore[misc]
+        _wait(lambda n=n: stand_in.events == n + 1, f"event {n}")
     assert len(stand_in.batches) == 3
     client.close(timeout=1)
 
