@@ -48,6 +48,16 @@ def test_one_event_is_one_event(collector: Any, tmp_path: Path) -> None:
     assert "(1 session, 1 event in one)" in view.stdout, view.stdout
 
 
+def test_status_counts_one_session_as_one_session(collector: Any) -> None:
+    """`gz-ia status` says "1 session loaded" of a root with one session, "2 sessions" of two."""
+    send_events(collector, [_event("only", "a", "READ")])
+    status = collector.gz_ia("status")
+    assert status.returncode == 0, status.stderr
+    assert "): 1 session loaded, 1 with open actions" in status.stdout, status.stdout
+    send_events(collector, [_event("second", "a", "READ")])
+    assert "): 2 sessions loaded, 2 with open actions" in collector.gz_ia("status").stdout
+
+
 def test_wide_characters_keep_the_session_columns_in_line(collector: Any) -> None:
     """Agents in CJK (two columns a character), with a combining accent, and one too long to show
     whole: the PARENT and SESSION columns start at the same terminal column on every line."""

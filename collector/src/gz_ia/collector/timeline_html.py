@@ -335,7 +335,7 @@ def _window_line(window: Window, cycles: int) -> str:
         text += (
             f" Drawn: the newest <b>{cycles - left.cycles}</b> of <b>{cycles}</b> action cycles. "
             f'<b class="left-out" data-left-out-cycles="{left.cycles}" data-left-out-events="{left.events}">'
-            f"{left.cycles} older cycles ({left.events} events"
+            f"{plural(left.cycles, 'older cycle')} ({plural(left.events, 'event')}"
             + (f", {left.failed} failed" if left.failed else "")
             + ") are not drawn</b>: summed up per action below; --since, --until, -n or --max-cycles "
             "choose what is drawn."
@@ -346,7 +346,8 @@ def _window_line(window: Window, cycles: int) -> str:
 def _left_out_section(left: LeftOut) -> str:
     """The cycles not drawn, summed up per action (most cycles first), and the newest FAILED ones."""
     out = [
-        f'<section class="left-out"><h2>{left.cycles} cycles not drawn ({left.events} events), by action</h2>',
+        f'<section class="left-out"><h2>{plural(left.cycles, "cycle")} not drawn ({plural(left.events, "event")}), '
+        "by action</h2>",
         '<table><tr><th>action</th><th class="n">cycles</th><th class="n">OK</th><th class="n">FAILED</th>'
         '<th class="n">open</th><th class="n">time in finished</th><th>from</th><th>to</th></tr>',
     ]

@@ -44,6 +44,8 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
 
 
 def _print_report(report: dict[str, Any]) -> None:
+    from gz_ia.collector.view import plural
+
     health = "healthy" if report.get("healthy", True) else "UNHEALTHY"
     click.echo(
         f"gz-ia collector {report['version']}: {health}, pid {report['pid']}, "
@@ -64,7 +66,7 @@ def _print_report(report: dict[str, Any]) -> None:
         click.echo("limits: " + ", ".join(f"{key} {value}" for key, value in limits.items()))
     for root in report["roots"]:
         click.echo(
-            f"root {root['path']} (id {root.get('id', '-')}): {root['sessions_loaded']} sessions loaded, "
+            f"root {root['path']} (id {root.get('id', '-')}): {plural(root['sessions_loaded'], 'session')} loaded, "
             f"{root['open_sessions']} with open actions"
         )
     counters = report["counters"]

@@ -115,7 +115,7 @@ def session_view(
         path = Path(output) if output else Path(f"{session_id}.timeline.html")
         path.write_text(page, encoding="utf-8")
         sessions = sum(1 for _ in node.walk())
-        drawn = "" if not builder.left_out.cycles else f", {builder.left_out.cycles} older cycles summed up"
+        drawn = "" if not builder.left_out.cycles else f", {plural(builder.left_out.cycles, 'older cycle')} summed up"
         click.echo(
             f"wrote {path} ({plural(sessions, 'session')}, {plural(node.events, 'event')} in {session_id}{drawn})"
         )
