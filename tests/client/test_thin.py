@@ -52,7 +52,7 @@ def test_public_names_are_exported_and_sorted() -> None:
 def test_importing_the_client_loads_no_sender_until_a_client_is_made() -> None:
     """Sockets, selectors and the spool are imported with the first Client, not with the package: a
     process that only builds events or logs to a NullClient never pays for them."""
-    delivery = {"gz_ia.client._sender", "gz_ia.client._spool", "socket", "selectors"}
+    delivery = {"gz_ia.client._sender", "gz_ia.client.spool", "socket", "selectors"}
     modules = _modules_after(
         "import gz_ia.client as gz\nwith gz.session(agent='a', client=gz.NullClient()) as s:\n"
         "    with s.action('x'): pass\ngz.build_event(session_id='s', action='x', stage='READ', agent='a')"
@@ -64,7 +64,7 @@ def test_importing_the_client_loads_no_sender_until_a_client_is_made() -> None:
 def test_the_hooks_modules_load_none_of_the_client() -> None:
     """A hook that imports the schema, env and the spool reader pays for those alone: the package
     loads each public name on first use, not all of them with itself."""
-    modules = _modules_after("import gz_ia.client.schema, gz_ia.client.env, gz_ia.client._spool")
+    modules = _modules_after("import gz_ia.client.schema, gz_ia.client.env, gz_ia.client.spool")
     client = {"gz_ia.client._client", "gz_ia.client._scope", "gz_ia.client._sender", "gz_ia.client.protocol"}
     assert not client & modules
 

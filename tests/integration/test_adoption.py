@@ -16,8 +16,8 @@ import msgspec
 import pytest
 from tests.conftest import spool_dir
 
-from gz_ia.client._spool import SpoolRecord
 from gz_ia.client.schema import LogEvent, Stage, Status
+from gz_ia.client.spool import SpoolRecord
 
 # Adoption in a sharded collector goes through the front's socket: run against both.
 pytestmark = pytest.mark.shards(1, 2)

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from gz_ia.client import Client
-from gz_ia.client._spool import read_segment
+from gz_ia.client.spool import read_segment
 
 # A sharded collector takes roots at its front and writes them in its shares: run against both.
 pytestmark = pytest.mark.shards(1, 2)

@@ -1,7 +1,7 @@
 """What becomes of events the sender cannot deliver now, or ever: spilled, read back, dropped, refused.
 
 Past the queue's bound (``max_events`` events or ``max_bytes`` encoded bytes) the sender thread spills
-the oldest queued events to a disk spool (:mod:`._spool`), delivered first once the collector is back
+the oldest queued events to a disk spool (:mod:`.spool`), delivered first once the collector is back
 (:meth:`Losses._load_spool`). Past the spool's own bound, or four times the queue's bound before the
 thread gets to it, the oldest events are dropped, counted in ``stats().dropped``, and reported into
 each affected session as a READ + FINISH FAILED pair of the action ``gz-ia.dropped #<n>`` (agent
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ._queue import EventQueue, Item
-from ._spool import Spool, SpoolRecord
 from .errors import CollectorUnavailable, EventRejected
 from .protocol import MAX_EVENT_BYTES, RejectReason
 from .schema import AttrValue, LogEvent, Stage, Status, is_safe_session_id
+from .spool import Spool, SpoolRecord
 
 if TYPE_CHECKING:
     import concurrent.futures

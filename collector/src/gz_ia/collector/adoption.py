@@ -30,12 +30,12 @@ from typing import Final
 import msgspec
 
 from gz_ia.client import trust
-from gz_ia.client._spool import SpoolRecord, orphaned_spools, read_segment
 from gz_ia.client.protocol import (
     MAX_BATCH_EVENTS,
     MAX_FRAME,
     Batch,
 )
+from gz_ia.client.spool import SpoolRecord, orphaned_spools, read_segment
 
 from .ingest import BatchOutcome, Ingest
 from .metrics import Metrics

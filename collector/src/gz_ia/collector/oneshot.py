@@ -303,7 +303,7 @@ class Ledger:
         """Write the events as a new segment of this producer's spool, under its lock."""
         import msgspec
 
-        from gz_ia.client._spool import SPOOL_VERSION, SpoolHeader, SpoolRecord, frame_record
+        from gz_ia.client.spool import SPOOL_VERSION, SpoolHeader, SpoolRecord, frame_record
 
         directory = self.spool_dir
         try:

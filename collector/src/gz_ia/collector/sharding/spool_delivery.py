@@ -18,7 +18,6 @@ from typing import Final
 import msgspec
 
 from gz_ia.client import trust
-from gz_ia.client._spool import SpoolRecord
 from gz_ia.client.protocol import (
     HEADER_SIZE,
     PROTOCOL_VERSION,
@@ -34,6 +33,7 @@ from gz_ia.client.protocol import (
     collector_message_decoder,
     encode_frame,
 )
+from gz_ia.client.spool import SpoolRecord
 from gz_ia.collector.adoption import Adoption, NotNow, Unadoptable, adopt_each, batch_bodies, entitled
 
 from .wire import route_frame

@@ -1,4 +1,7 @@
-"""The client's disk spool: events kept on disk while the collector stays away too long.
+"""The disk spool's format: events kept on disk while the collector stays away too long.
+
+Public because two distributions share it: the client's sender writes spools, and the collector
+(adoption, one-shot delivery) reads and writes the same files. docs/protocol.md describes it.
 
 When the in-memory queue is full the sender spills its oldest events here instead of dropping them.
 A spool belongs to one producer and holds numbered segments::
@@ -28,7 +31,15 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["SPOOL_VERSION", "Spool", "SpoolHeader", "SpoolRecord", "frame_record", "read_segment"]
+__all__ = [
+    "SPOOL_VERSION",
+    "Spool",
+    "SpoolHeader",
+    "SpoolRecord",
+    "frame_record",
+    "orphaned_spools",
+    "read_segment",
+]
 
 SPOOL_VERSION: Final = 2
 SEGMENT_BYTES: Final = 1 << 20
