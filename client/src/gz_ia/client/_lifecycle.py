@@ -16,11 +16,21 @@ from . import env
 
 TYPE_CHECKING = False  # not typing's: the one-shot commands import this package without typing
 if TYPE_CHECKING:
-    from ._sender import Sender
+    from typing import Protocol
+
+    class LiveSender(Protocol):
+        """The two calls this module makes of a sender; it imports none (the sender imports this)."""
+
+        def close(self, timeout: float | None) -> None:
+            """Deliver for at most ``timeout`` seconds, spool the rest, stop."""
+
+        def after_fork_in_child(self) -> None:
+            """Start afresh in a forked child: the parent's queue, socket and thread are the parent's."""
+
 
 __all__ = ["live_senders"]
 
-live_senders: weakref.WeakSet[Sender] = weakref.WeakSet()
+live_senders: weakref.WeakSet[LiveSender] = weakref.WeakSet()
 
 
 def _drain_all_at_exit() -> None:
@@ -32,7 +42,7 @@ def _drain_all_at_exit() -> None:
 
 def _reset_all_after_fork() -> None:
     for sender in list(live_senders):
-        sender._after_fork_in_child()
+        sender.after_fork_in_child()
 
 
 atexit.register(_drain_all_at_exit)

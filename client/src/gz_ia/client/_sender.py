@@ -364,7 +364,8 @@ class Sender(Batcher):
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"\0")
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """Start afresh in a forked child (called by :mod:`._lifecycle`)."""
         # The parent's queue, window, socket and thread belong to the parent: start afresh.
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
