@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.protocol import FrameReader, route_decoder
-from gz_ia.collector.ingest import Ingest
-from gz_ia.collector.role import WHOLE
+from gz_ia.collector.ingest.staging import Ingest
+from gz_ia.collector.ingest.validation import DecodedBatch, decode_batch
+from gz_ia.collector.service.duties import WHOLE, reject_unserved
 from gz_ia.collector.sharding.share_process import share_role
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import DecodedBatch, decode_batch, reject_unserved
 
 from ._load import build_load, routed, session_id
 

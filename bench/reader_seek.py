@@ -37,9 +37,9 @@ from typing import Final
 from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector import reading
 from gz_ia.collector.config import CollectorConfig, RetentionConfig, RotationConfig
-from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.ingest.staging import Ingest
+from gz_ia.collector.ingest.validation import DecodedBatch
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import DecodedBatch
 
 from .reader_tail import fill
 

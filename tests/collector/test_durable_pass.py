@@ -14,12 +14,12 @@ import pytest
 
 from gz_ia.client.protocol import Batch, encode_frame
 from gz_ia.client.schema import LogEvent, Stage, Status
-from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.ingest.staging import Ingest
+from gz_ia.collector.ingest.validation import decode_batch
 from gz_ia.collector.storage import _syncfs
 from gz_ia.collector.storage.checkpoints import read_checkpoint
 from gz_ia.collector.storage.names import state_name
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import decode_batch
 
 _encoder = msgspec.msgpack.Encoder()
 _BASE = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gz_ia.collector.known_roots import KnownRoots
+from gz_ia.collector.service.known_roots import KnownRoots
 
 
 def test_roots_are_remembered_across_instances_and_forgotten_when_gone(tmp_path: Path) -> None:

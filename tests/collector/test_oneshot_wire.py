@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gz_ia.client import build_event, env, limits, protocol, schema
-from gz_ia.collector import _plain_json, oneshot
-from gz_ia.collector._msgpack import Raw, Timestamp, pack, unpack
-from gz_ia.collector.session_log import _plain
+from gz_ia.collector.oneshot import _plain_json, ledger
+from gz_ia.collector.oneshot._msgpack import Raw, Timestamp, pack, unpack
+from gz_ia.collector.oneshot.session_log import _plain
 
 _INT64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 _FLOATS = st.floats(allow_nan=False, allow_infinity=False)
@@ -113,9 +113,9 @@ def test_a_plain_event_packs_as_the_log_event_build_event_makes(
         expected = build_event(**fields, timestamp=moment)
     except ValueError:
         with pytest.raises(ValueError, match="FAILED requires"):
-            oneshot.plain_event(**fields, timestamp_ns=microseconds * 1000)
+            ledger.plain_event(**fields, timestamp_ns=microseconds * 1000)
         return
-    event = oneshot.plain_event(**fields, timestamp_ns=microseconds * 1000 + 999)  # nanoseconds are dropped
+    event = ledger.plain_event(**fields, timestamp_ns=microseconds * 1000 + 999)  # nanoseconds are dropped
     assert pack(event) == msgspec.msgpack.encode(expected)
     assert pack(_plain(expected)) == msgspec.msgpack.encode(expected)  # the click CLI's LogEvent, converted
 
@@ -123,7 +123,7 @@ def test_a_plain_event_packs_as_the_log_event_build_event_makes(
 @given(producer=st.text(max_size=40), root=st.text(max_size=300))
 def test_the_hello_frame_is_msgspecs(producer: str, root: str) -> None:
     hello = protocol.Hello(proto=protocol.PROTOCOL_VERSION, producer=producer, pid=os.getpid(), root=root)
-    assert oneshot.hello_frame(producer, root) == protocol.encode_frame(hello)
+    assert ledger.hello_frame(producer, root) == protocol.encode_frame(hello)
 
 
 # The events are bodies already packed (their packing is tested above): a few say as much as many.
@@ -131,7 +131,7 @@ def test_the_hello_frame_is_msgspecs(producer: str, root: str) -> None:
 def test_the_batch_frame_is_msgspecs(first: int, events: list[Any]) -> None:
     bodies = [msgspec.msgpack.encode(event) for event in events]
     batch = protocol.Batch(first=first, events=[msgspec.Raw(body) for body in bodies], verdicts=True)
-    assert oneshot.batch_frame(first, bodies) == protocol.encode_frame(batch)
+    assert ledger.batch_frame(first, bodies) == protocol.encode_frame(batch)
     assert pack(Raw(b"\xc0")) == b"\xc0"
 
 
@@ -152,18 +152,18 @@ _REPLIES = (
 @given(_REPLIES)
 def test_a_reply_reads_as_msgspec_reads_it(message: Any) -> None:
     body = protocol.encode_frame(message)[protocol.HEADER_SIZE :]
-    assert oneshot.reply(body) == msgspec.to_builtins(protocol.collector_message_decoder.decode(body))
+    assert ledger.reply(body) == msgspec.to_builtins(protocol.collector_message_decoder.decode(body))
 
 
 @pytest.mark.parametrize("body", [msgspec.msgpack.encode([1]), msgspec.msgpack.encode({"type": "report", "data": {}})])
 def test_anything_but_a_reply_is_refused(body: bytes) -> None:
     with pytest.raises(ValueError, match="unexpected reply"):
-        oneshot.reply(body)
+        ledger.reply(body)
 
 
 def test_the_stage_and_status_names_are_the_schemas() -> None:
     assert tuple(schema.Stage) == limits.STAGES and tuple(schema.Status) == limits.STATUSES
-    permanent = {protocol.RejectReason(reason) for reason in oneshot._PERMANENT}
+    permanent = {protocol.RejectReason(reason) for reason in ledger._PERMANENT}
     assert permanent <= set(protocol.RejectReason)
 
 

@@ -67,7 +67,10 @@ def test_reader_imports_only_the_standard_library_msgspec_and_the_client() -> No
     code = "import sys, json, gz_ia.collector.reading\nprint(json.dumps(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = set(json.loads(result.stdout))
-    assert not {"uvloop", "click", "prometheus_client", "gz_ia.collector.server", "gz_ia.collector.config"} & modules
+    assert (
+        not {"uvloop", "click", "prometheus_client", "gz_ia.collector.service.server", "gz_ia.collector.config"}
+        & modules
+    )
 
 
 def test_storage_imports_nothing_of_the_reading_package() -> None:

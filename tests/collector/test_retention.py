@@ -233,7 +233,7 @@ def test_rejects_archives_are_retained_like_sessions(tmp_path: Path, compress: b
     from datetime import UTC, datetime
 
     from gz_ia.client.schema import LogEvent, Stage, Status
-    from gz_ia.collector.validation import DecodedBatch
+    from gz_ia.collector.ingest.validation import DecodedBatch
 
     harness = Harness(tmp_path, max_archives=2, compress=compress, share=share)
     stem = "rejects" if share == 0 else f"rejects-{share}"

@@ -16,10 +16,10 @@ import pytest
 from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector import reading as reader
 from gz_ia.collector.config import CollectorConfig, RetentionConfig, RotationConfig
-from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.ingest.staging import Ingest
+from gz_ia.collector.ingest.validation import DecodedBatch
 from gz_ia.collector.sharding.wire import rejects_stem
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import DecodedBatch
 
 _CYCLE = (Stage.READ, Stage.PENDING, Stage.FINISH)
 

@@ -10,9 +10,9 @@ import msgspec
 import pytest
 
 from gz_ia.client.protocol import Batch, RejectReason, encode_frame
-from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.ingest.staging import Ingest
+from gz_ia.collector.ingest.validation import decode_batch
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import decode_batch
 
 GOOD: dict[str, Any] = {
     "timestamp": "2026-01-01T00:00:00Z",

@@ -9,9 +9,9 @@ descriptors go to the thread, where their waits overlap the loop.
 
 from __future__ import annotations
 
+from gz_ia.collector.service.write_passes import _INLINE_OPENS, _plain
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.writer import FlushJob
-from gz_ia.collector.write_passes import _INLINE_OPENS, _plain
 
 
 def _job(opened: int, unopened: int, *, retired: int = 0) -> FlushJob:

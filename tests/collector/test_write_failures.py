@@ -44,10 +44,10 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
-from gz_ia.collector import write_passes
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.metrics import Metrics
-from gz_ia.collector.server import Collector
+from gz_ia.collector.service import write_passes
+from gz_ia.collector.service.server import Collector
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.writer import FlushJob
 

@@ -11,9 +11,9 @@ import msgspec
 
 from gz_ia.client.protocol import Batch, encode_frame
 from gz_ia.client.schema import LogEvent, Stage, Status
-from gz_ia.collector.ingest import Ingest
+from gz_ia.collector.ingest.staging import Ingest
+from gz_ia.collector.ingest.validation import decode_batch
 from gz_ia.collector.storage.writer import Writer
-from gz_ia.collector.validation import decode_batch
 
 _encoder = msgspec.msgpack.Encoder()
 _CYCLE = (Stage.READ, Stage.PENDING, Stage.FINISH)

@@ -13,7 +13,7 @@ from tests.conftest import CollectorProcess, first_reply
 
 from gz_ia.client import build_event
 from gz_ia.client.protocol import PROTOCOL_VERSION, Error, Hello, RejectReason, Welcome, encode_frame
-from gz_ia.collector.connection_limits import MIN_CONNECTIONS
+from gz_ia.collector.service.admission import MIN_CONNECTIONS
 
 
 def _connect(collector: CollectorProcess) -> socket.socket:

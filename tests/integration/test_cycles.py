@@ -12,7 +12,7 @@ import pytest
 
 from gz_ia.client import AsyncClient, Client, EventRejected, RejectReason, Status, build_event, session
 from gz_ia.client.schema import StoredEvent
-from gz_ia.collector.timeline import build_session
+from gz_ia.collector.views.timeline import build_session
 
 # The stage protocol's key and its checkpoints are the write path's: one process and shards alike.
 pytestmark = pytest.mark.shards(1, 2)

@@ -112,7 +112,7 @@ def _scraped_names(exposition: str) -> set[str]:
 
 
 def _exporter_names() -> set[str]:
-    from gz_ia.collector.otel_export import _Metrics
+    from gz_ia.collector.otel.export import _Metrics
 
     registry = CollectorRegistry()
     _Metrics(registry)

@@ -281,7 +281,7 @@ def test_guide_documents_every_exporter_metric_and_tool() -> None:
     """The guide names every gzia_otel_* metric the exporter exposes and every MCP tool the server offers."""
     from prometheus_client import CollectorRegistry
 
-    from gz_ia.collector.otel_export import _Metrics
+    from gz_ia.collector.otel.export import _Metrics
 
     registry = CollectorRegistry()
     _Metrics(registry)
@@ -295,7 +295,7 @@ def test_guide_documents_every_exporter_metric_and_tool() -> None:
     assert exposed, "no exporter metrics"
     for name in exposed:
         assert f"`{name}`" in text, name
-    from gz_ia.collector.mcp_server import TOOLS
+    from gz_ia.collector.mcp.server import TOOLS
 
     for tool in TOOLS:
         assert f"`{tool}`" in text, tool

@@ -11,7 +11,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from gz_ia.collector.mcp_server import TOOLS
+from gz_ia.collector.mcp.server import TOOLS
 
 CLI = "from gz_ia.collector.cli import main; main()"
 

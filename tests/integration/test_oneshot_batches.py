@@ -15,7 +15,7 @@ import msgspec
 
 from gz_ia.client import protocol
 from gz_ia.client.schema import LogEvent
-from gz_ia.collector.oneshot import Ledger, Outcome, plain_event
+from gz_ia.collector.oneshot.ledger import Ledger, Outcome, plain_event
 
 
 def _stand_in(path: Path, batches: list[protocol.Batch], reject: tuple[int, int]) -> threading.Thread:

@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from tests.conftest import free_port, wait_for
 
-from gz_ia.collector.otel_spans import cycle_span_id, session_span_id
+from gz_ia.collector.otel.spans import cycle_span_id, session_span_id
 
 CLI = "from gz_ia.collector.cli import main; main()"
 

@@ -33,7 +33,7 @@ def test_scripts_collector_keeps_the_mcp_and_otel_extras() -> None:
             sys.executable,
             "-c",
             "import mcp.server, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http; "
-            "import gz_ia.collector.mcp_server, gz_ia.collector.otel_export",
+            "import gz_ia.collector.mcp.server, gz_ia.collector.otel.export",
         ],
         capture_output=True,
         text=True,

@@ -407,7 +407,7 @@ def test_clients_wait_for_a_share_whose_accept_queue_is_full(make_collector: Any
 def test_while_a_share_is_down_status_says_so_and_restarts_back_off(make_collector: Any) -> None:
     """The front answers ``gz-ia status`` alone while a share restarts: unhealthy, exit 1, which
     share; a share that exits soon after its start again waits twice as long before the next."""
-    from gz_ia.collector.status import query_status
+    from gz_ia.collector.service.status import query_status
 
     collector = make_collector()
     for kill, delay in enumerate((1, 2), start=1):
@@ -500,7 +500,7 @@ def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collecto
         lambda: collector.log_lines("configuration reloaded", process="gz-ia-collector[share 1]"),
         message="share 1 to apply the reload once it runs",
     )
-    from gz_ia.collector.status import query_status
+    from gz_ia.collector.service.status import query_status
 
     report = query_status(_share_socket(collector, 1), timeout=5)
     assert report["config"]["max_open_actions"] == 2  # type: ignore[index]
@@ -508,7 +508,7 @@ def test_a_reload_names_a_share_that_does_not_apply_it_within_10_s(make_collecto
 
 def _received_by_share(collector: CollectorProcess) -> list[float]:
     """``gzia_events_received_total`` of each share: the events of the batches it was handed."""
-    from gz_ia.collector.status import query
+    from gz_ia.collector.service.status import query
 
     counts = []
     for share in (0, 1):

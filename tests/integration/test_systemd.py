@@ -32,7 +32,7 @@ from gz_ia.collector.cli._install import (
     render_units,
 )
 from gz_ia.collector.cli._install import SANDBOX_DROP_IN as INSTALLED_DROP_IN
-from gz_ia.collector.systemd import Notifier, listen_fds, watchdog_interval
+from gz_ia.collector.service.systemd import Notifier, listen_fds, watchdog_interval
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"

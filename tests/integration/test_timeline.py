@@ -16,7 +16,7 @@ from PIL import Image
 from tests.conftest import send_events
 
 from gz_ia.client import build_event
-from gz_ia.collector.timeline_html import COLOURS
+from gz_ia.collector.views.html import COLOURS
 
 T0 = datetime(2026, 9, 24, 18, 15, 0, tzinfo=UTC)
 WIDTH, HEIGHT = 1200, 800

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Final
 from gz_ia.client import env
 
 from .config import CollectorConfig, unknown_variables
-from .journal import configure_logging
-from .listener import Listener, ListenerError
-from .systemd import listen_fds
+from .service.listener import Listener, ListenerError
+from .service.log_format import configure_logging
+from .service.systemd import listen_fds
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from .metrics import Metrics
-    from .server import Collector
+    from .service.server import Collector
 
 __all__ = ["main", "run", "serve_metrics", "unmapped_uids"]
 
@@ -78,7 +78,7 @@ def run(
     from prometheus_client import CollectorRegistry
 
     from .metrics import Metrics
-    from .server import Collector
+    from .service.server import Collector
     from .sharding.front import Front
 
     # Everything the collector creates (state, share configuration, session files) is its user's
@@ -152,7 +152,7 @@ def _share_collector(
     """The collector of one share process (see :mod:`.sharding.share_process`)."""
     import functools
 
-    from .server import Collector
+    from .service.server import Collector
     from .sharding.share_connection import ShareConnection
     from .sharding.share_process import share_role
 

@@ -6,7 +6,7 @@ point handles a well-formed ``gz-ia [--socket S] [--root R] session log ...`` or
 ``gz-ia hook claude-code`` itself, and hands everything else to the click CLI: other commands,
 ``--help``, and any command line it does not fully understand (the click CLI then answers it, with
 the same behaviour and its usage errors). Even msgspec, pathlib and typing would be a large part of a
-call's cost: the fast paths import only what :mod:`.oneshot` needs to reach a collector.
+call's cost: the fast paths import only what :mod:`.oneshot.ledger` needs to reach a collector.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 
 from gz_ia.client import env
-from gz_ia.collector.session_log import attr_scalar, log_event
+from gz_ia.collector.oneshot.session_log import attr_scalar, log_event
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def _root(options: dict[str, str]) -> str:
 def _session_log(argv: list[str], global_options: dict[str, str]) -> int | None:
     """``gz-ia session log``, exactly as ``cli._session`` defines it; None for anything unusual."""
     from gz_ia.client.limits import STAGES, STATUSES
-    from gz_ia.collector.oneshot import plain_event
+    from gz_ia.collector.oneshot.ledger import plain_event
 
     values: dict[str, str] = {}
     attrs: list[str] = []

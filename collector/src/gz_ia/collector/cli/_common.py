@@ -9,7 +9,7 @@ from typing import Any, Final, TypeVar
 import click
 
 from gz_ia.client import env
-from gz_ia.collector import session_log
+from gz_ia.collector.oneshot import session_log
 
 __all__ = [
     "EXIT_FAILED",

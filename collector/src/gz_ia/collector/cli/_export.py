@@ -104,7 +104,7 @@ def export_otel(
 
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from gz_ia.collector.otel_export import (
+    from gz_ia.collector.otel.export import (
         OTEL_EXTRA_HINT,
         SIGNALS,
         ExportSettings,

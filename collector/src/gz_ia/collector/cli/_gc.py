@@ -180,8 +180,8 @@ def _option(parse: Any, value: str, hint: str) -> Any:
 def _collect_here(ctx: click.Context, root: Path, config_path: Path | None, request: Any) -> dict[str, object]:
     """No collector answers: delete from this process, going by the files' mtimes, holding the
     root's writer lock so that no collector writes it meanwhile (and none that does is overruled)."""
-    from gz_ia.collector.collection import collect_locally
     from gz_ia.collector.config import ConfigError, load_config
+    from gz_ia.collector.service.gc_report import collect_locally
     from gz_ia.collector.storage.retention import RetentionPolicy
     from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
     from gz_ia.collector.storage.roots import LayoutError, open_root

@@ -17,7 +17,7 @@ import click
 from gz_ia.client.schema import Stage, Status
 
 if TYPE_CHECKING:
-    from gz_ia.collector.view import EventStyle
+    from gz_ia.collector.views.terminal import EventStyle
 
 __all__ = [
     "MACHINE_OUTPUTS",
@@ -40,7 +40,7 @@ _OUTPUTS: Final = ["short", "short-iso", "json", "json-pretty", "cat"]
 MACHINE_OUTPUTS: Final = frozenset({"json", "json-pretty"})
 """Formats for programs: no banner on stdout or stderr, the cursor on stderr."""
 _STYLES: Final[dict[str, EventStyle]] = {"short": "short", "short-iso": "short-iso", "cat": "cat"}
-"""The human formats, rendered by :func:`gz_ia.collector.view.format_event`."""
+"""The human formats, rendered by :func:`gz_ia.collector.views.terminal.format_event`."""
 
 
 def parse_time(value: str, *, now: datetime, utc: bool = False) -> datetime:
@@ -230,7 +230,7 @@ def selection_of(options: dict[str, Any]) -> Any:
 
 def renderer(output: str, *, colour: bool, show_session: bool, utc: bool) -> Callable[[Any], str]:
     """How one entry is printed in the ``-o`` format."""
-    from gz_ia.collector.view import format_event
+    from gz_ia.collector.views.terminal import format_event
 
     if output == "json":
         return lambda entry: str(entry.line)

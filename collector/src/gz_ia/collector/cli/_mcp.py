@@ -27,6 +27,6 @@ def mcp_command(ctx: click.Context) -> None:
             err=True,
         )
         ctx.exit(EXIT_MISSING_EXTRA)
-    from gz_ia.collector.mcp_server import serve
+    from gz_ia.collector.mcp.server import serve
 
     serve(socket_path=socket_path_of(ctx), root=root_of(ctx), version=version())

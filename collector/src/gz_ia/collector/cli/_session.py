@@ -6,7 +6,7 @@ import click
 
 from gz_ia.client import env
 from gz_ia.client.schema import Stage, Status
-from gz_ia.collector.typed_event import attr_scalar
+from gz_ia.collector.oneshot.typed_event import attr_scalar
 
 from . import session
 from ._common import root_of, socket_path_of
@@ -72,8 +72,8 @@ def session_log(
     spooled (written when a collector starts), 69 when it could be neither delivered nor spooled.
     With GZ_IA_DISABLED=1 it sends nothing, prints nothing and exits 0.
     """
-    from gz_ia.collector.session_log import log_event
-    from gz_ia.collector.typed_event import typed_event
+    from gz_ia.collector.oneshot.session_log import log_event
+    from gz_ia.collector.oneshot.typed_event import typed_event
 
     try:
         event = typed_event(

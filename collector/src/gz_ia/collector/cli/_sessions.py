@@ -64,7 +64,7 @@ def sessions_command(
     """
     from gz_ia.collector import reading
     from gz_ia.collector.query import SessionQuery, select_sessions
-    from gz_ia.collector.view import format_sessions
+    from gz_ia.collector.views.terminal import format_sessions
 
     now = datetime.now(UTC)
     try:

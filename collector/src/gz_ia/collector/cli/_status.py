@@ -23,7 +23,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     none answers or it refuses the query (``busy`` at its connection limit).
     """
     from gz_ia.client.protocol import RejectReason
-    from gz_ia.collector.status import StatusRefused, StatusUnavailable, query_status
+    from gz_ia.collector.service.status import StatusRefused, StatusUnavailable, query_status
 
     path = socket_path_of(ctx)
     try:
@@ -44,7 +44,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    from gz_ia.collector.view import plural
+    from gz_ia.collector.views.terminal import plural
 
     health = "healthy" if report.get("healthy", True) else "UNHEALTHY"
     click.echo(

@@ -24,7 +24,7 @@ __all__ = ["session_tree_command"]
 def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, color: str) -> None:
     """Draw SESSION_ID and its subagent sessions with each node's status and duration."""
     from gz_ia.collector import reading
-    from gz_ia.collector.view import format_tree
+    from gz_ia.collector.views.terminal import format_tree
 
     try:
         node = reading.session_tree(root_of(ctx), session_id)

@@ -73,9 +73,9 @@ def session_view(
     a bug report as it is. -n, --since and --until choose the events as for gz-ia session logs.
     """
     from gz_ia.collector import reading
-    from gz_ia.collector.timeline import TimelineBuilder
-    from gz_ia.collector.timeline_html import Window, render_html
-    from gz_ia.collector.view import plural
+    from gz_ia.collector.views.html import Window, render_html
+    from gz_ia.collector.views.terminal import plural
+    from gz_ia.collector.views.timeline import TimelineBuilder
 
     from ._gaps import GapReport
     from ._history import stored_history
@@ -126,7 +126,7 @@ def session_view(
 def _skeleton(root: Path, session_id: str, *, tree: bool) -> Any:
     """The session's node, with ``tree`` its subagents' below it (the reader's tree), no events yet."""
     from gz_ia.collector import reading
-    from gz_ia.collector.timeline import SessionNode
+    from gz_ia.collector.views.timeline import SessionNode
 
     if not tree:
         reading.end_cursor(root, session_id)  # SessionNotFound before anything is written

@@ -18,7 +18,7 @@ file path, a pattern or a URL, each cut to :data:`SUMMARY_CHARS`.
 The hook must never get in Claude Code's way: :func:`run_hook` always returns 0 and prints nothing
 on stdout. With ``GZ_IA_DISABLED=1`` it logs nothing. A payload it cannot use is counted
 (``<spool dir>/ledgers/claude-code.invalid``: the count and the last error) and named in one line on
-stderr; events no collector answered are spooled (:mod:`..oneshot`). The start times of open tool
+stderr; events no collector answered are spooled (:mod:`..oneshot.ledger`). The start times of open tool
 calls live in the Claude Code session's ledger.
 """
 
@@ -31,8 +31,8 @@ import time
 
 from gz_ia.client import env
 from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
-from gz_ia.collector import _plain_json
-from gz_ia.collector.oneshot import (
+from gz_ia.collector.oneshot import _plain_json
+from gz_ia.collector.oneshot.ledger import (
     Ledger,
     Outcome,
     ledger_directory,

@@ -27,16 +27,16 @@ from prometheus_client import CollectorRegistry
 
 from gz_ia.client import env
 from gz_ia.client.protocol import Owners
-from gz_ia.collector.adoption import count_adoption, quarantined_spools
 from gz_ia.collector.config import CollectorConfig
-from gz_ia.collector.connection_limits import ConnectionLimits
-from gz_ia.collector.known_roots import KnownRoots, default_state_dir
-from gz_ia.collector.listener import serve_sockets
 from gz_ia.collector.metrics import Metrics
-from gz_ia.collector.reload import begin_reload, changed_settings, finish_reload
+from gz_ia.collector.service.admission import ConnectionLimits
+from gz_ia.collector.service.adoption import count_adoption, quarantined_spools
+from gz_ia.collector.service.known_roots import KnownRoots, default_state_dir
+from gz_ia.collector.service.listener import serve_sockets
+from gz_ia.collector.service.reload import begin_reload, changed_settings, finish_reload
+from gz_ia.collector.service.systemd import Notifier, watchdog_interval
 from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 from gz_ia.collector.storage.roots import LayoutError
-from gz_ia.collector.systemd import Notifier, watchdog_interval
 
 from .front_client import FrontClient
 from .metrics import MergedMetrics, merge_reports

@@ -53,7 +53,7 @@ from gz_ia.client.protocol import (
     encode_frame,
     route_decoder,
 )
-from gz_ia.collector.listener import peer_credentials
+from gz_ia.collector.service.listener import peer_credentials
 
 from .metrics import merge_replies
 from .share_link import CollectorMessage, ShareLink

@@ -23,8 +23,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from gz_ia.client.protocol import Error, Report
-from gz_ia.collector.collection import merge_gc_reports
-from gz_ia.collector.status import StatusUnavailable, query
+from gz_ia.collector.service.gc_report import merge_gc_reports
+from gz_ia.collector.service.status import StatusUnavailable, query
 
 if TYPE_CHECKING:
     from .front import Front

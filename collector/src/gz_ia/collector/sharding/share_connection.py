@@ -4,7 +4,7 @@ The front opens one connection to each share per client and says first who that 
 :class:`.wire.Peer` frame: the share's own peer credentials name the front). After the hello, which
 every share answers, each batch comes after a Route frame naming this share: the batch is decoded
 whole, as in a collector of one process, and an event of a session of another share is rejected
-``misrouted`` (the process's :class:`~..role.Role` says which sessions it serves).
+``misrouted`` (the process's :class:`~..service.duties.Role` says which sessions it serves).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import contextlib
 import msgspec
 
 from gz_ia.client.protocol import PROTOCOL_VERSION, RejectReason, Route, Welcome
-from gz_ia.collector.connection import Connection
-from gz_ia.collector.server import Collector
-from gz_ia.collector.validation import decode_batch
+from gz_ia.collector.ingest.validation import decode_batch
+from gz_ia.collector.service.connection import Connection
+from gz_ia.collector.service.server import Collector
 
 from .wire import peer_decoder
 

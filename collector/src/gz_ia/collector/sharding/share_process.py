@@ -1,7 +1,7 @@
 """What makes a collector process one share of a sharded collector: its role and its configuration.
 
 The daemon runs a share (``python -m gz_ia.collector.daemon --share <directory> <share> <shares>
-<front pid> <version>``, started by the front only) as a :class:`~..server.Collector` given the
+<front pid> <version>``, started by the front only) as a :class:`~..service.server.Collector` given the
 :func:`share_role` and the :class:`.share_connection.ShareConnection`: it serves the sessions whose
 id hashes to it (:func:`gz_ia.client.protocol.owner_of`), writes its own rejects file, and leaves
 to the front what concerns the collector as a whole (spool adoption, the known-roots file, the
@@ -24,7 +24,7 @@ import msgspec
 
 from gz_ia.client.protocol import Owners, owner_of
 from gz_ia.collector.config import CollectorConfig, ConfigError
-from gz_ia.collector.role import Role
+from gz_ia.collector.service.duties import Role
 
 from .wire import CONFIG_FILE, rejects_stem, share_config
 
@@ -37,7 +37,7 @@ _SERVED_KEPT: Final = 65_536
 
 
 def share_role(share: int, shares: int, *, front: int) -> Role:
-    """The :class:`~..role.Role` of share ``share`` of ``shares``, started by the front (pid ``front``)."""
+    """The :class:`~..service.duties.Role` of share ``share`` of ``shares``, started by the front (pid ``front``)."""
     owners = Owners(shares)
 
     def unserved(session_id: str) -> str:

@@ -24,7 +24,7 @@ from typing import Final
 import msgspec
 
 from gz_ia.collector.config import CollectorConfig
-from gz_ia.collector.status import StatusUnavailable, query
+from gz_ia.collector.service.status import StatusUnavailable, query
 
 from .wire import CONFIG_FILE, share_config, share_socket
 

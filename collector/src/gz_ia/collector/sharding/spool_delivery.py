@@ -1,6 +1,6 @@
 """Spool adoption at the front of a sharded collector: a dead client's events sent through the front.
 
-The front holds no sessions, so it adopts a spool (see :mod:`..adoption`, which decides what it is
+The front holds no sessions, so it adopts a spool (see :mod:`..service.adoption`, which decides what it is
 entitled to and what to quarantine) as a client of its own socket: it sends each dead producer's
 events, under that producer's id and numbers, one connection per root, in the order of their
 numbers, and deletes the spool only once every batch has its verdicts. It routes, as the thin
@@ -34,7 +34,7 @@ from gz_ia.client.protocol import (
     encode_frame,
 )
 from gz_ia.client.spool import SpoolRecord
-from gz_ia.collector.adoption import Adoption, NotNow, Unadoptable, adopt_each, batch_bodies, entitled
+from gz_ia.collector.service.adoption import Adoption, NotNow, Unadoptable, adopt_each, batch_bodies, entitled
 
 from .wire import route_frame
 

@@ -20,7 +20,7 @@ non-regular file with a generated name is not deleted either.
   active file and archives) is older than the threshold is removed entirely, open actions or not: a
   session silent for that long has no live writer, and keeping abandoned cycles forever would defeat
   the budget. The checkpoint goes last, so a concurrent reader sees the files vanish oldest first.
-  Run by a collector (:mod:`gz_ia.collector.collection`), its ``keep`` veto spares every session the
+  Run by a collector (:mod:`gz_ia.collector.service.gc_report`), its ``keep`` veto spares every session the
   writer holds live, whatever the mtimes say.
 * :func:`disk_usage` (``gz-ia disk-usage``, ``gzia_root_size_bytes``): the same inventory, measured.
 """

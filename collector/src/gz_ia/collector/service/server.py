@@ -1,10 +1,10 @@
 """The collector process: many connections on one event loop, one writer, verdicts after the write.
 
-Each connection (:mod:`.connection`) decodes and stages what it receives at once (:mod:`.ingest`),
+Each connection (:mod:`.connection`) decodes and stages what it receives at once (:mod:`..ingest.staging`),
 which only stages lines in memory; the write passes (:mod:`.write_passes`) write it and then answer
 it. This module holds the process around them: start-up (repairing the roots it served, adopting
 dead clients' spools), signals, systemd, configuration reloads and shutdown. What it answers for is
-its :class:`~.role.Role`: by default, everything.
+its :class:`~.duties.Role`: by default, everything.
 """
 
 from __future__ import annotations
@@ -23,23 +23,23 @@ from typing import Final
 from gz_ia.client.protocol import (
     RejectReason,
 )
+from gz_ia.collector.config import CollectorConfig
+from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+from gz_ia.collector.metrics import Metrics, root_id
+from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
+from gz_ia.collector.storage.roots import LayoutError
+from gz_ia.collector.storage.sessions import RootStore
+from gz_ia.collector.storage.writer import Writer
 
+from .admission import ConnectionLimits, descriptor_limit, socket_reserve
 from .adoption import adopt_spools, count_adoption
-from .answers import Answers
-from .config import CollectorConfig
 from .connection import Connection
-from .connection_limits import ConnectionLimits, descriptor_limit, socket_reserve
+from .duties import WHOLE, Role
 from .health import Health
-from .ingest import BatchOutcome, Ingest
 from .known_roots import KnownRoots, default_state_dir
 from .listener import serve_sockets
-from .metrics import Metrics, root_id
 from .reload import begin_reload, changed_settings, finish_reload
-from .role import WHOLE, Role
-from .storage.root_lock import RootLocked, RootLocks
-from .storage.roots import LayoutError
-from .storage.sessions import RootStore
-from .storage.writer import Writer
+from .requests import Answers
 from .systemd import Notifier, watchdog_interval
 from .write_passes import _UNRECORDED_LOG_INTERVAL, WritePasses
 
@@ -78,7 +78,7 @@ class Collector(WritePasses, Answers):
         version: reported to clients and in ``gz-ia status``.
         load_config: re-reads the configuration on SIGHUP (same file, environment and start-up
             flags); None: SIGHUP only logs that there is nothing to reload.
-        role: what this process answers for (see :mod:`.role`); by default, everything.
+        role: what this process answers for (see :mod:`.duties`); by default, everything.
         connection: makes the handler of each accepted connection.
     """
 

@@ -14,8 +14,9 @@ from typing import Final
 
 import msgspec
 
-from .config import CollectorConfig, ConfigError
-from .metrics import Metrics
+from gz_ia.collector.config import CollectorConfig, ConfigError
+from gz_ia.collector.metrics import Metrics
+
 from .systemd import Notifier
 
 __all__ = ["begin_reload", "changed_settings", "finish_reload", "keep_restart_settings"]

@@ -2,7 +2,7 @@
 
 ``$XDG_STATE_HOME/gz-ia/otel/<root key>/<session>.json`` holds the log records' position (the last
 ``seq`` the backend accepted and the reader's cursor after it); ``.../<root key>/traces/<session>.json``
-holds the traces' (:class:`~gz_ia.collector.otel_spans.TraceState`, with the cycles still open).
+holds the traces' (:class:`~gz_ia.collector.otel.spans.TraceState`, with the cycles still open).
 A missing or unreadable file means "from the start": that can only re-send, never lose.
 """
 
@@ -18,7 +18,7 @@ import msgspec
 
 from gz_ia.client import env
 
-from .otel_spans import TraceState
+from .spans import TraceState
 
 __all__ = ["TRACES_DIR", "CursorStore", "Position", "default_state_dir", "root_key"]
 

@@ -3,7 +3,7 @@
 :func:`load_tree` rebuilds a session and, optionally, its subagents (the reader's session tree) from
 the stored files. Each action cycle becomes an :class:`ActionSpan` with its stages as segments:
 READ until PENDING, PENDING until FINISH, and the FINISH status. The same model feeds
-``gz-ia session view`` (:func:`gz_ia.collector.timeline_html.render_html`) and the MCP summary tool
+``gz-ia session view`` (:func:`gz_ia.collector.views.html.render_html`) and the MCP summary tool
 (:func:`summarize`).
 
 A :class:`TimelineBuilder` with ``max_cycles`` keeps only the newest cycles as spans and folds the
@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-
-from . import reading
+from gz_ia.collector import reading
 
 __all__ = [
     "ActionSpan",

@@ -21,6 +21,10 @@ import msgspec
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id, storable
+from gz_ia.collector.storage.open_files import AppendFile
+from gz_ia.collector.storage.sessions import RootStore, SessionState
+from gz_ia.collector.storage.tally import note_delivery
+from gz_ia.collector.storage.writer import Writer
 
 from .stages import (
     DEFAULT_MAX_OPEN_ACTIONS,
@@ -31,10 +35,6 @@ from .stages import (
     Rejection,
 )
 from .stages import apply as apply_stage
-from .storage.open_files import AppendFile
-from .storage.sessions import RootStore, SessionState
-from .storage.tally import note_delivery
-from .storage.writer import Writer
 from .validation import DecodedBatch, unsafe_id
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_EVENT_NUMBER", "BatchOutcome", "Ingest", "RejectRecord"]

@@ -3,7 +3,7 @@
 Clients name their root in each handshake, so without a memory a restarted collector would only look
 at a root again when its next client connects. ``<state dir>/roots.json`` lists every root served,
 with the uid that owns it and the socket of the collector that served it last; at start a collector
-takes the roots it served (their lock, :mod:`.storage.root_lock`) and repairs the torn last lines of
+takes the roots it served (their lock, :mod:`..storage.root_lock`) and repairs the torn last lines of
 their session files before it says READY. Two collectors of one user share the file: each takes only
 the roots served through its own socket. The state directory is ``$GZ_IA_STATE_DIR``, else
 ``$XDG_STATE_HOME/gz-ia`` (``~/.local/state/gz-ia``).

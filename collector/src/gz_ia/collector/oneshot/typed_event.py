@@ -10,7 +10,7 @@ from __future__ import annotations
 from gz_ia.client import LogEvent, build_event, env
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import AttrValue, Stage, Status
-from gz_ia.collector.session_log import attr_scalar
+from gz_ia.collector.oneshot.session_log import attr_scalar
 
 __all__ = ["TypedEventError", "attr_scalar", "typed_event"]
 

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from gz_ia.client.schema import Status, StoredEvent
 
-from .otel_spans import SpanData, session_span_id, trace_id_of
+from .spans import SpanData, session_span_id, trace_id_of
 
 __all__ = [
     "EVENT_NAME",

@@ -11,9 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .storage.names import REJECTS_STEM
+import msgspec
 
-__all__ = ["WHOLE", "Role"]
+from gz_ia.client.protocol import RejectReason
+from gz_ia.collector.ingest.stages import Rejection
+from gz_ia.collector.ingest.validation import DecodedBatch
+from gz_ia.collector.storage.names import REJECTS_STEM
+
+__all__ = ["WHOLE", "Role", "reject_unserved"]
 
 
 def _not_served(session_id: str) -> str:
@@ -42,7 +47,7 @@ class Role:
     repairs_known_roots: bool = True
     """At start, it takes the known roots and repairs their torn last lines before serving."""
     limits_connections: bool = True
-    """It applies the connection limits (see :mod:`.connection_limits`)."""
+    """It applies the connection limits (see :mod:`.admission`)."""
     lock_holder: int | None = None
     """The pid of the process that holds the roots' locks for this one (see .storage.root_lock)."""
     open_actions_divisor: int = 1
@@ -58,3 +63,16 @@ class Role:
 
 WHOLE = Role()
 """A collector that is one process."""
+
+
+def reject_unserved(batch: DecodedBatch, role: Role) -> None:
+    """Reject every event of ``batch`` whose session this process does not serve (``misrouted``): a
+    client's routing bug must cost those events loudly, never write them in the wrong process."""
+    serves = role.serves
+    if serves is None:
+        return
+    for index, event in enumerate(batch.events):
+        if event is not None and not serves[event.session_id]:
+            batch.events[index] = None
+            batch.raw[index] = msgspec.msgpack.encode(event)  # for the rejects file
+            batch.rejections[index] = Rejection(RejectReason.MISROUTED, role.unserved(event.session_id))

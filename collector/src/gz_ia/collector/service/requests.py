@@ -14,19 +14,20 @@ import msgspec
 
 from gz_ia.client import env
 from gz_ia.client.protocol import Collect
+from gz_ia.collector.metrics import Metrics, root_id
+from gz_ia.collector.storage.retention import RetentionReport, apply_retention, collect_idle
+from gz_ia.collector.storage.writer import Writer
 
 from .adoption import quarantined_spools
-from .collection import gc_report, keeper
+from .duties import Role
+from .gc_report import gc_report, keeper
 from .health import Health
-from .metrics import Metrics, root_id
-from .role import Role
-from .storage.retention import RetentionReport, apply_retention, collect_idle
-from .storage.writer import Writer
 
 if TYPE_CHECKING:
-    from .config import CollectorConfig
+    from gz_ia.collector.config import CollectorConfig
+
+    from .admission import ConnectionLimits
     from .connection import Connection
-    from .connection_limits import ConnectionLimits
 
 __all__ = ["Answers"]
 
@@ -51,13 +52,13 @@ class Answers:
         return Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
 
     async def collect(self, request: Collect, uid: int) -> dict[str, object]:
-        """Apply retention to a root now, as its writer (see :mod:`.collection`).
+        """Apply retention to a root now, as its writer (see :mod:`.gc_report`).
 
         Idle sessions are removed on the loop under the flush lock, so no write pass is in flight
         and nothing is staged meanwhile; archives are trimmed in the storage worker with the
         running retention settings, tightened by the request's vacuum limits. A process that serves
         part of the sessions removes and trims those; the rejects files and the root's budget are
-        the root-wide process's (see :class:`.role.Role`).
+        the root-wide process's (see :class:`.duties.Role`).
 
         Raises:
             LayoutError: the root cannot be used (missing, someone else's, ...).

@@ -5,7 +5,7 @@ and holds ``<producer>.lock`` while it lives. A spool whose lock is free belongs
 Each segment's header names the root its events go to and the collector socket they were sent to
 (older clients name none). A collector adopts a segment only when it is entitled to it: meant for
 one of its own sockets, for a socket where no collector answers any more (the collector moved), or
-for none; and only once it holds the root's lock (:mod:`.storage.root_lock`), so a root another
+for none; and only once it holds the root's lock (:mod:`..storage.root_lock`), so a root another
 collector serves is left to that one. It ingests the events under the dead producer's id (so
 anything already written is recognised as a duplicate), in the order of their producer numbers, in
 batches within the protocol's limits, writes them, and only then deletes the segments. A crash in
@@ -36,15 +36,14 @@ from gz_ia.client.protocol import (
     Batch,
 )
 from gz_ia.client.spool import SpoolRecord, orphaned_spools, read_segment
-
-from .ingest import BatchOutcome, Ingest
-from .metrics import Metrics
-from .storage.open_files import AppendFile
-from .storage.root_lock import RootLocked
-from .storage.roots import LayoutError, transient_cause
-from .storage.sessions import RootStore
-from .storage.writer import Writer
-from .validation import decode_batch
+from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+from gz_ia.collector.ingest.validation import decode_batch
+from gz_ia.collector.metrics import Metrics
+from gz_ia.collector.storage.open_files import AppendFile
+from gz_ia.collector.storage.root_lock import RootLocked
+from gz_ia.collector.storage.roots import LayoutError, transient_cause
+from gz_ia.collector.storage.sessions import RootStore
+from gz_ia.collector.storage.writer import Writer
 
 __all__ = [
     "QUARANTINE_DIR",
@@ -106,7 +105,7 @@ def adopt_spools(
 
         Only spool files owned by ``uid`` are read; ``sockets`` are this collector's; ``open_root``
         returns a root's store once this collector holds its lock (raising
-        :class:`~.storage.root_lock.RootLocked` otherwise); ``durable`` syncs what is written before the
+        :class:`~..storage.root_lock.RootLocked` otherwise); ``durable`` syncs what is written before the
         spool is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics);
     ``on_flushed`` the files each write wrote and those it failed (for health, as after a write pass).
 

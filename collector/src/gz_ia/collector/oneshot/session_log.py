@@ -1,7 +1,7 @@
 """Deliver one event as ``gz-ia session log`` does: the verdict printed, the exit code returned.
 
-Shared by the ``gz-ia`` entry point's fast path (:mod:`.entry`) and the click command
-(:mod:`.cli._session`). Like the fast path, it imports only what :mod:`.oneshot` needs to reach a
+Shared by the ``gz-ia`` entry point's fast path (:mod:`..entry`) and the click command
+(:mod:`..cli._session`). Like the fast path, it imports only what :mod:`.ledger` needs to reach a
 collector; a ``LogEvent`` from the click command is turned into the plain event that packs to the
 same bytes.
 """
@@ -53,7 +53,7 @@ def log_event(
 ) -> int:
     """Deliver one event as ``gz-ia session log`` does; print the verdict and return the exit code.
 
-    ``event`` is a :func:`~gz_ia.collector.oneshot.plain_event`, or a ``LogEvent`` (the click CLI's).
+    ``event`` is a :func:`~gz_ia.collector.oneshot.ledger.plain_event`, or a ``LogEvent`` (the click CLI's).
     Exit codes: 0 written, 1 rejected (the reason on stderr) or the connection refused, 75
     (``EX_TEMPFAIL``) spooled because no collector answered, 69 (``EX_UNAVAILABLE``) neither
     delivered nor spooled. With ``GZ_IA_DISABLED=1``, as every agent's client, it does nothing:
@@ -61,7 +61,7 @@ def log_event(
     """
     if env.tracing_disabled():
         return 0
-    from gz_ia.collector.oneshot import Ledger, Outcome
+    from gz_ia.collector.oneshot.ledger import Ledger, Outcome
 
     if not isinstance(event, dict):
         event = _plain(event)
@@ -105,7 +105,7 @@ def _plain(event: LogEvent) -> dict[str, object]:
 
     import msgspec
 
-    from gz_ia.collector._msgpack import Timestamp
+    from gz_ia.collector.oneshot._msgpack import Timestamp
 
     fields = msgspec.structs.asdict(event)
     since = fields["timestamp"] - datetime(1970, 1, 1, tzinfo=UTC)

@@ -28,10 +28,9 @@ from gz_ia.client.schema import (
     Status,
 )
 
-from .role import Role
 from .stages import Rejection
 
-__all__ = ["DecodedBatch", "decode_batch", "reject_unserved", "unsafe_id"]
+__all__ = ["DecodedBatch", "decode_batch", "unsafe_id"]
 
 
 def _with_loose_ids() -> type[LogEvent]:
@@ -113,19 +112,6 @@ def decode_batch(body: bytes) -> DecodedBatch:
             bodies[index] = bytes(item)
             rejections[index] = classify(bodies[index], exc)
     return DecodedBatch(raw.first, raw.verdicts, events, rejections, bodies)
-
-
-def reject_unserved(batch: DecodedBatch, role: Role) -> None:
-    """Reject every event of ``batch`` whose session this process does not serve (``misrouted``): a
-    client's routing bug must cost those events loudly, never write them in the wrong process."""
-    serves = role.serves
-    if serves is None:
-        return
-    for index, event in enumerate(batch.events):
-        if event is not None and not serves[event.session_id]:
-            batch.events[index] = None
-            batch.raw[index] = msgspec.msgpack.encode(event)  # for the rejects file
-            batch.rejections[index] = Rejection(RejectReason.MISROUTED, role.unserved(event.session_id))
 
 
 def unsafe_id(name: str, value: object) -> Rejection:

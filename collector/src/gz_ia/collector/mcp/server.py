@@ -49,10 +49,9 @@ from typing_extensions import TypedDict
 from gz_ia.client import Client
 from gz_ia.client.errors import CollectorUnavailable, EventRejected
 from gz_ia.client.schema import Status
-
-from . import reading
-from .timeline import load_tree, summarize
-from .typed_event import TypedEventError, typed_event
+from gz_ia.collector import reading
+from gz_ia.collector.oneshot.typed_event import TypedEventError, typed_event
+from gz_ia.collector.views.timeline import load_tree, summarize
 
 __all__ = ["TOOLS", "build_server", "serve"]
 

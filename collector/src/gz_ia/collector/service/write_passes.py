@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Final
 
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason, Verdicts
+from gz_ia.collector.ingest.staging import BatchOutcome
+from gz_ia.collector.metrics import Metrics, write_error_kind
+from gz_ia.collector.storage.open_files import AppendFile
+from gz_ia.collector.storage.writer import FlushJob, Writer
 
 from .health import Health
-from .ingest import BatchOutcome
-from .metrics import Metrics, write_error_kind
-from .storage.open_files import AppendFile
-from .storage.writer import FlushJob, Writer
 
 if TYPE_CHECKING:
-    from .config import CollectorConfig
+    from gz_ia.collector.config import CollectorConfig
+
     from .connection import Connection
 
 __all__ = ["WritePasses"]

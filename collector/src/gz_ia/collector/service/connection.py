@@ -1,7 +1,7 @@
 """One client connection: the handshake, then each frame decoded and applied as it arrives.
 
 Each connection is an :class:`asyncio.Protocol` of the :class:`~.server.Collector`'s loop. A batch is
-decoded (:mod:`.validation`) and staged (:mod:`.ingest`) at once; its verdicts are sent after the
+decoded (:mod:`..ingest.validation`) and staged (:mod:`..ingest.staging`) at once; its verdicts are sent after the
 collector's next write pass. A connection with too many batches awaiting verdicts, or whose peer
 does not read its replies, is no longer read (backpressure).
 """
@@ -36,14 +36,15 @@ from gz_ia.client.protocol import (
     client_message_decoder,
     encode_frame,
 )
+from gz_ia.collector.ingest.stages import Rejection
+from gz_ia.collector.ingest.validation import DecodedBatch, decode_batch
+from gz_ia.collector.metrics import write_error_kind
+from gz_ia.collector.storage.root_lock import RootLocked
+from gz_ia.collector.storage.roots import LayoutError, transient_cause
+from gz_ia.collector.storage.sessions import RootStore
 
+from .duties import reject_unserved
 from .listener import peer_credentials
-from .metrics import write_error_kind
-from .stages import Rejection
-from .storage.root_lock import RootLocked
-from .storage.roots import LayoutError, transient_cause
-from .storage.sessions import RootStore
-from .validation import DecodedBatch, decode_batch, reject_unserved
 
 if TYPE_CHECKING:
     from .server import Collector

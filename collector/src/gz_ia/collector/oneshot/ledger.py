@@ -32,8 +32,8 @@ import time
 
 from gz_ia.client import trust
 from gz_ia.client.limits import MAX_FRAME, PROTOCOL_VERSION, fits
-from gz_ia.collector import _plain_json
-from gz_ia.collector._msgpack import Raw, Timestamp, pack, unpack
+from gz_ia.collector.oneshot import _plain_json
+from gz_ia.collector.oneshot._msgpack import Raw, Timestamp, pack, unpack
 
 try:  # the C digest itself: hashlib would load OpenSSL first
     from _sha256 import sha256  # type: ignore[import-not-found]

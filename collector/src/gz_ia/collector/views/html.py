@@ -1,7 +1,7 @@
 """The HTML timeline of a session tree (``gz-ia session view``): one self-contained page.
 
 The page carries its CSS and script inline, so it opens offline and can be attached to a bug report
-as it is. It draws the model of :mod:`gz_ia.collector.timeline`: a row per session and per action,
+as it is. It draws the model of :mod:`gz_ia.collector.views.timeline`: a row per session and per action,
 each action a bar with a segment per stage, failures in red.
 
 What the events read hold beyond the cycles drawn (see :class:`Window`) is said at the top of the
@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from gz_ia.client.schema import Status
 
+from .terminal import format_duration, plural
 from .timeline import ActionSpan, ActionTotals, LeftOut, SessionNode
-from .view import format_duration, plural
 
 __all__ = ["COLOURS", "Window", "render_html"]
 

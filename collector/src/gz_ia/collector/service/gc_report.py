@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from .storage.retention import RetentionPolicy, RetentionReport, apply_retention, collect_idle
-from .storage.roots import RootDirs
+from gz_ia.collector.storage.retention import RetentionPolicy, RetentionReport, apply_retention, collect_idle
+from gz_ia.collector.storage.roots import RootDirs
 
 __all__ = ["MAX_LISTED", "collect_locally", "gc_report", "keeper", "merge_gc_reports"]
 

@@ -3,11 +3,11 @@
 The exporter is a separate consumer, off the ingest path: it reads what the collector has already
 written, page by page, and keeps its own position per session and signal. A position advances only
 after the backend answered 2xx, so a backend that is down or refusing loses nothing and never slows
-the collector; the exporter retries with a growing pause. Positions: :mod:`.otel_positions`; the
-OTLP side: :mod:`.otel_senders`. After each pass the exporter tells retention which segments it
-still needs (:mod:`.storage.export_holds`).
+the collector; the exporter retries with a growing pause. Positions: :mod:`.positions`; the
+OTLP side: :mod:`.senders`. After each pass the exporter tells retention which segments it
+still needs (:mod:`..storage.export_holds`).
 
-Traces (:mod:`.otel_spans`): each action cycle is a span, sent once its FINISH is read; each
+Traces (:mod:`.spans`): each action cycle is a span, sent once its FINISH is read; each
 session is a span, sent once the session has been quiet for ``session_idle`` seconds and sent again,
 with the same ids, whenever it grew since. Ids are derived from the root session, the session and
 the cycle, so every re-send (after a timeout, a crash, a growing session) is the same span.
@@ -23,7 +23,7 @@ without gaps): a jump over missing numbers (retention deleted them before export
 ``gzia_otel_dropped_events_total`` and logged, never silent.
 
 The OTLP endpoint, headers, compression and timeout come from the standard ``OTEL_EXPORTER_OTLP_*``
-variables. Every OpenTelemetry import is in :mod:`.otel_senders` and happens only when a sender is
+variables. Every OpenTelemetry import is in :mod:`.senders` and happens only when a sender is
 built, so the collector itself never needs the ``[otel]`` extra.
 """
 
@@ -42,13 +42,13 @@ from typing import Final, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gz_ia.client.schema import is_safe_session_id
+from gz_ia.collector import reading
+from gz_ia.collector.storage.export_holds import write_hold
+from gz_ia.collector.storage.roots import LayoutError, open_root
 
-from . import reading
-from .otel_positions import CursorStore, Position, default_state_dir, root_key
-from .otel_senders import OTEL_EXTRA_HINT, SIGNALS, BatchSender, MissingExtraError, Outcome, make_sender
-from .otel_spans import SessionInfo, TraceState, fold, session_span
-from .storage.export_holds import write_hold
-from .storage.roots import LayoutError, open_root
+from .positions import CursorStore, Position, default_state_dir, root_key
+from .senders import OTEL_EXTRA_HINT, SIGNALS, BatchSender, MissingExtraError, Outcome, make_sender
+from .spans import SessionInfo, TraceState, fold, session_span
 
 __all__ = [
     "OTEL_EXTRA_HINT",

@@ -16,7 +16,7 @@ from typing import Final
 
 from prometheus_client import Counter
 
-from .config import CollectorConfig
+from gz_ia.collector.config import CollectorConfig
 
 __all__ = ["MIN_CONNECTIONS", "ConnectionLimits", "auto_max_connections"]
 
