@@ -1,6 +1,7 @@
 """One client connection: the handshake, then each frame decoded and applied as it arrives.
 
-Each connection is an :class:`asyncio.Protocol` of the :class:`~.server.Collector`'s loop. A batch is
+Each connection is an :class:`asyncio.Protocol` of the :class:`~.server.Collector`'s loop, which it
+knows only as a :class:`ConnectionHost` (the calls it makes of it; this module imports no server). A batch is
 decoded (:mod:`..ingest.validation`) and staged (:mod:`..ingest.staging`) at once; its verdicts are sent after the
 collector's next write pass. A connection with too many batches awaiting verdicts, or whose peer
 does not read its replies, is no longer read (backpressure).
@@ -13,7 +14,7 @@ import logging
 import re
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
@@ -47,19 +48,78 @@ from .duties import reject_unserved
 from .listener import peer_credentials
 
 if TYPE_CHECKING:
-    from .server import Collector
+    from gz_ia.collector.config import CollectorConfig
+    from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+    from gz_ia.collector.metrics import Metrics
+    from gz_ia.collector.storage.root_lock import RootLocks
 
-__all__ = ["Connection"]
+    from .admission import ConnectionLimits
+    from .duties import Role
+    from .health import Health
+
+__all__ = ["Connection", "ConnectionHost"]
 
 log = logging.getLogger("gz_ia.collector")
 
 _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
 
 
-class Connection(asyncio.Protocol):
-    """One client connection: handshake, then batches answered in order."""
+class ConnectionHost(Protocol):
+    """What a connection uses of the process that accepted it (:class:`.server.Collector` is one).
 
-    def __init__(self, collector: Collector) -> None:
+    The process's settings and counters, the sets it keeps its connections in, and the calls a
+    connection makes of it: admission, opening a root, staging a batch's verdicts for the next write
+    pass, a status or gc answer. A connection sets none of these attributes.
+    """
+
+    uid: int
+    """The process's own uid, always allowed (beside ``config.allow_uids``)."""
+    version: str
+    config: CollectorConfig
+    metrics: Metrics
+    role: Role
+    ingest: Ingest
+    health: Health
+    root_locks: RootLocks
+    connection_limits: ConnectionLimits | None
+    connections: set[Connection]
+    """The connections admitted and not lost yet."""
+    paused: set[Connection]
+    """The connections not read for backpressure."""
+    tasks: set[asyncio.Future[dict[str, object]]]
+    """Requests in progress (``gz-ia gc``), referenced until they answer."""
+    overloaded: bool
+    """Set while the next write pass holds too much: no connection is read."""
+
+    def admit(self, connection: Connection) -> bool:
+        """Count ``connection`` against the connection limits, or refuse it (False)."""
+        ...
+
+    def open_root(self, path: Path, uid: int) -> RootStore:
+        """The store of root ``path`` (owned by ``uid``), once the process holds its lock."""
+        ...
+
+    def enqueue(self, connection: Connection, outcome: BatchOutcome, size: int) -> None:
+        """Send the batch's verdicts after the next write pass."""
+        ...
+
+    async def collect(self, request: Collect, uid: int) -> dict[str, object]:
+        """Run ``gz-ia gc`` on a root; its report."""
+        ...
+
+    def status(self) -> dict[str, object]:
+        """The answer to ``gz-ia status``."""
+        ...
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: handshake, then batches answered in order.
+
+    Subclasses (:class:`~..sharding.share_connection.ShareConnection`) extend :meth:`handle_frame`,
+    :meth:`handle_route` and :meth:`welcome`, and hand batches to :meth:`handle_batch`.
+    """
+
+    def __init__(self, collector: ConnectionHost) -> None:
         self.collector = collector
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader(MAX_FRAME)
@@ -103,11 +163,11 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         # The peer is not reading its verdicts: stop reading its frames until it does.
         self._peer_not_reading = True
-        self._update_reading()
+        self.update_reading()
 
     def resume_writing(self) -> None:
         self._peer_not_reading = False
-        self._update_reading()
+        self.update_reading()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -120,24 +180,25 @@ class Connection(asyncio.Protocol):
             return
         for body in bodies:
             try:
-                self._handle(body)
+                self.handle_frame(body)
             except Exception:  # a bug must cost this connection, never the collector or its clients
                 log.exception("internal error while handling a frame from pid %d", self.pid)
                 self.refuse(RejectReason.INTERNAL_ERROR, "the collector failed on this frame; see its log")
             if self.closing:
                 return
-        self._update_reading()
+        self.update_reading()
 
     # --- frames --------------------------------------------------------------------------------------
 
-    def _handle(self, body: bytes) -> None:
+    def handle_frame(self, body: bytes) -> None:
+        """Decode and apply one frame of the client's (a batch once the hello is accepted)."""
         if self.root is not None:
             try:
                 decoded = decode_batch(body)
             except msgspec.DecodeError:
                 pass
             else:
-                self._handle_batch(decoded, len(body))
+                self.handle_batch(decoded, len(body))
                 return
         try:
             message = client_message_decoder.decode(body)
@@ -149,7 +210,7 @@ class Connection(asyncio.Protocol):
             case Hello():
                 self._handle_hello(message)
             case Route():
-                self._handle_route(message)
+                self.handle_route(message)
             case Query(what="metrics"):
                 self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
             case Query():
@@ -198,12 +259,12 @@ class Connection(asyncio.Protocol):
         """The answer to an accepted hello."""
         return Welcome(proto=PROTOCOL_VERSION, version=self.collector.version)
 
-    def _handle_route(self, route: Route) -> None:
+    def handle_route(self, route: Route) -> None:
         """A Route frame: for a collector that asked its clients to route (its welcome said so),
         which this one did not."""
         self.refuse(RejectReason.MALFORMED, "unexpected route frame: this collector's welcome did not ask for routing")
 
-    def _handle_batch(self, decoded: DecodedBatch, size: int) -> None:
+    def handle_batch(self, decoded: DecodedBatch, size: int) -> None:
         """Apply and stage a batch; its verdicts follow the write (see :meth:`Collector.enqueue`)."""
         collector = self.collector
         assert self.root is not None
@@ -269,9 +330,11 @@ class Connection(asyncio.Protocol):
     def answered(self) -> None:
         """One batch got its verdicts: maybe resume reading."""
         self.awaiting -= 1
-        self._update_reading()
+        self.update_reading()
 
-    def _update_reading(self) -> None:
+    def update_reading(self) -> None:
+        """Pause or resume reading this connection: paused while its peer does not read, while too
+        many of its batches await verdicts (``max_backlog_batches``), or while its host is overloaded."""
         if self.transport is None or self.closing:
             return
         should_pause = (

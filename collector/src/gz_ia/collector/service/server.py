@@ -41,7 +41,7 @@ from .listener import serve_sockets
 from .reload import begin_reload, changed_settings, finish_reload
 from .requests import Answers
 from .systemd import Notifier, watchdog_interval
-from .write_passes import _UNRECORDED_LOG_INTERVAL, WritePasses
+from .write_passes import WritePasses
 
 __all__ = ["Collector"]
 
@@ -131,7 +131,6 @@ class Collector(WritePasses, Answers):
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping = asyncio.Event()
         self._error_logged: set[str] = set()
-        self._unrecorded_logged_at = -_UNRECORDED_LOG_INTERVAL
         self.health = Health()
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
@@ -189,7 +188,7 @@ class Collector(WritePasses, Answers):
                 self.adopt_spools()
             except Exception:  # pragma: no cover - a bad spool must not stop the start
                 log.exception("spool adoption failed; will retry")
-        flusher = asyncio.create_task(self._flush_loop(), name="gz-ia-flush")
+        flusher = asyncio.create_task(self.flush_loop(), name="gz-ia-flush")
         watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
         adopter = asyncio.create_task(
             self._adoption_loop() if self.role.adopts_spools else asyncio.sleep(0), name="gz-ia-adoption"
@@ -218,7 +217,7 @@ class Collector(WritePasses, Answers):
             for task in (adopter, watchdog):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await self._flush_once()
+            await self.flush_once()
             await self._close_connections()
             self.writer.close()
             self.root_locks.release()
@@ -298,7 +297,7 @@ class Collector(WritePasses, Answers):
             self.connection_limits.configure(new)
         logging.getLogger().setLevel(new.log_level.upper())
         for connection in list(self.connections):
-            connection._update_reading()  # a raised max_backlog_batches resumes paused connections
+            connection.update_reading()  # a raised max_backlog_batches resumes paused connections
         log.info("configuration reloaded (%s)", changed_settings(old, new))
 
     def open_root(self, path: Path, uid: int) -> RootStore:
@@ -354,8 +353,8 @@ class Collector(WritePasses, Answers):
             sockets=self.sockets,
             open_root=lambda path: self.open_root(path, self.uid),
             durable=self.config.durability == "fsync",
-            on_outcome=self._count,
-            on_flushed=self._note_flushed,
+            on_outcome=self.count_outcome,
+            on_flushed=self.note_flushed,
         )
         count_adoption(self.metrics, done)
         if done.events:
@@ -370,4 +369,4 @@ class Collector(WritePasses, Answers):
                     self.adopt_spools()
                 except Exception:  # pragma: no cover - never let a bad spool take the daemon down
                     log.exception("spool adoption failed; will retry")
-                self._fail_lost_batches()  # its write pass also wrote (or lost) what clients staged
+                self.fail_lost_batches()  # its write pass also wrote (or lost) what clients staged

@@ -72,7 +72,8 @@ class WritePasses:
     _stopping: asyncio.Event
     _staged: int
     _error_logged: set[str]
-    _unrecorded_logged_at: float
+    _unrecorded_logged_at: float = -_UNRECORDED_LOG_INTERVAL
+    """When reject records lost were last logged (long enough ago at first)."""
 
     def enqueue(self, connection: Connection, outcome: BatchOutcome, size: int) -> None:
         """Queue a batch's verdicts for after the next flush; past the staging bound, stop reading."""
@@ -84,9 +85,10 @@ class WritePasses:
             # and stage without bound from many busy clients. Every connection waits for the pass.
             self.overloaded = True
             for other in list(self.connections):
-                other._update_reading()
+                other.update_reading()
 
-    async def _flush_loop(self) -> None:
+    async def flush_loop(self) -> None:
+        """Run a write pass whenever something is staged, until the process stops (its flush task)."""
         while not self._stopping.is_set():
             await self._work.wait()
             if len(self._replies) > 1 or len(self.connections) > 1:
@@ -94,9 +96,9 @@ class WritePasses:
                 # write per session covers all of them (a batch costs at most one extra iteration).
                 await asyncio.sleep(0)
             self._work.clear()
-            await self._flush_once()
+            await self.flush_once()
 
-    async def _flush_once(self) -> None:
+    async def flush_once(self) -> None:
         """Write what is staged, then answer the batches it holds.
 
         Decoding and staging the next batches goes on while a pass is written, between its parts on
@@ -122,7 +124,7 @@ class WritePasses:
                 self._note_healed(written)
             self._answer(replies, failed, nbytes)
             if failed:
-                self._fail_lost_batches()
+                self.fail_lost_batches()
 
     async def _write_on_loop(
         self, job: FlushJob
@@ -144,7 +146,7 @@ class WritePasses:
         if self.overloaded:
             self.overloaded = False
             for connection in list(self.connections):
-                connection._update_reading()
+                connection.update_reading()
 
     def _answer(
         self, replies: list[tuple[Connection, BatchOutcome]], failed: list[tuple[AppendFile, OSError]], nbytes: int
@@ -161,7 +163,7 @@ class WritePasses:
                 connection.awaiting -= 1
                 connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
                 continue
-            self._count(outcome)
+            self.count_outcome(outcome)
             any_written = any_written or bool(outcome.written)
             metrics.write_latency.observe(now - outcome.received_at)
             connection.send(
@@ -176,7 +178,7 @@ class WritePasses:
         if any_written:
             metrics.mark_written()
 
-    def _fail_lost_batches(self) -> None:
+    def fail_lost_batches(self) -> None:
         """Close at once every connection with a staged batch that a failed write just dropped.
 
         A producer's events must reach each session in order: a session's watermark takes every
@@ -188,7 +190,7 @@ class WritePasses:
             if not connection.closing and not outcome.intact():
                 connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
 
-    def _count(self, outcome: BatchOutcome) -> None:
+    def count_outcome(self, outcome: BatchOutcome) -> None:
         """Count a batch whose lines are written: by stage/status, rejections, duplicates, drops."""
         metrics = self.metrics
         metrics.count_written(outcome.written)
@@ -220,7 +222,7 @@ class WritePasses:
                 lost,
             )
 
-    def _note_flushed(self, written: list[AppendFile], failed: list[tuple[AppendFile, OSError]]) -> None:
+    def note_flushed(self, written: list[AppendFile], failed: list[tuple[AppendFile, OSError]]) -> None:
         """What a write outside a write pass (spool adoption) did, for health and the error counts."""
         if self.health.failing and written:
             self._note_healed(written)

@@ -16,8 +16,7 @@ import msgspec
 
 from gz_ia.client.protocol import PROTOCOL_VERSION, RejectReason, Route, Welcome
 from gz_ia.collector.ingest.validation import decode_batch
-from gz_ia.collector.service.connection import Connection
-from gz_ia.collector.service.server import Collector
+from gz_ia.collector.service.connection import Connection, ConnectionHost
 
 from .wire import peer_decoder
 
@@ -27,7 +26,7 @@ __all__ = ["ShareConnection"]
 class ShareConnection(Connection):
     """One client's connection to share ``share`` of ``shares``, through the front."""
 
-    def __init__(self, collector: Collector, *, share: int, shares: int) -> None:
+    def __init__(self, collector: ConnectionHost, *, share: int, shares: int) -> None:
         super().__init__(collector)
         self.share = share
         self.shares = shares
@@ -40,7 +39,7 @@ class ShareConnection(Connection):
         super().connection_made(transport)
         self._peer_first = self.uid == self.collector.uid
 
-    def _handle(self, body: bytes) -> None:
+    def handle_frame(self, body: bytes) -> None:
         if self._peer_first:
             self._peer_first = False
             with contextlib.suppress(msgspec.DecodeError):  # else the front's own query
@@ -55,11 +54,11 @@ class ShareConnection(Connection):
                 # Fatal: the front passes this frame's reply on as the batch's verdicts.
                 self.refuse(RejectReason.MALFORMED, f"a route frame must be followed by a batch: {exc}")
                 return
-            self._handle_batch(decoded, len(body))
+            self.handle_batch(decoded, len(body))
             return
-        super()._handle(body)
+        super().handle_frame(body)
 
-    def _handle_route(self, route: Route) -> None:
+    def handle_route(self, route: Route) -> None:
         if self.root is None:
             self.refuse(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
         elif route.share != self.share:
