@@ -122,7 +122,7 @@ class _Wire:
 
 def _front_client() -> tuple[Any, list[Any], _Wire]:
     front = SimpleNamespace(shares=SimpleNamespace(count=2), stopping=False)
-    client = FrontClient(front)  # type: ignore[arg-type]
+    client = FrontClient(front)
     wire = _Wire()
     client.transport = wire  # type: ignore[assignment]
     client.links = [ShareLink(client, 0), ShareLink(client, 1)]

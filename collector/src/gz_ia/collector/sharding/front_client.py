@@ -32,7 +32,7 @@ import itertools
 import logging
 import socket
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
@@ -60,9 +60,14 @@ from .share_link import CollectorMessage, ShareLink
 from .wire import peer_frame
 
 if TYPE_CHECKING:
-    from .front import Front
+    from gz_ia.client.protocol import Owners
+    from gz_ia.collector.config import CollectorConfig
+    from gz_ia.collector.metrics import Metrics
+    from gz_ia.collector.service.admission import ConnectionLimits
 
-__all__ = ["EVERY", "MIXED_BATCH", "FrontClient"]
+    from .shares import Shares
+
+__all__ = ["EVERY", "MIXED_BATCH", "FrontClient", "FrontServices"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -98,10 +103,56 @@ _batch_decoder: Final = msgspec.msgpack.Decoder(Batch)
 _session_of_decoder: Final = msgspec.msgpack.Decoder(_SessionOf)
 
 
+class FrontServices(Protocol):
+    """What a client connection uses of the front that accepted it (:class:`.front.Front` is one).
+
+    The front's settings and counters, its shares, the sets it keeps its clients in, and the calls a
+    client makes of it: taking a root's lock, forgetting a finished connection attempt, a status
+    answer. A client sets none of these attributes. It is also what :func:`.metrics.merge_replies`
+    needs of the front (a :class:`.metrics.MergingFront`).
+    """
+
+    uid: int
+    """The front's own uid, always allowed (beside ``config.allow_uids``)."""
+    config: CollectorConfig
+    metrics: Metrics
+    shares: Shares
+    owners: Owners
+    """The share of each session, for the batches of clients that do not route."""
+    route_frames: list[bytes]
+    """The Route frame naming each share."""
+    connection_limits: ConnectionLimits
+    clients: set[FrontClient]
+    """The clients admitted and not lost yet."""
+    paused: set[FrontClient]
+    """The clients not read for backpressure."""
+    connecting: set[asyncio.Future[None]]
+    """Connection attempts to the shares in progress, referenced until they end."""
+    root_refusal: str
+    """Why the last root was refused (after :meth:`take_root` said False)."""
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the front is draining."""
+        ...
+
+    def take_root(self, root: str, uid: int) -> bool:
+        """Take the lock of the root a hello names; False when another collector holds it."""
+        ...
+
+    def connected(self, connecting: asyncio.Future[None]) -> None:
+        """Forget a finished connection attempt (one of :attr:`connecting`)."""
+        ...
+
+    def status(self, reports: list[dict[str, object]]) -> dict[str, object]:
+        """``gz-ia status`` of the whole collector, from the shares' ``reports``."""
+        ...
+
+
 class FrontClient(asyncio.Protocol):
     """One client connection at the front: its frames go to the shares, their replies come back in order."""
 
-    def __init__(self, front: Front) -> None:
+    def __init__(self, front: FrontServices) -> None:
         self.front = front
         self.transport: asyncio.Transport | None = None
         self.links: list[ShareLink] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -27,10 +27,11 @@ from gz_ia.collector.service.gc_report import merge_gc_reports
 from gz_ia.collector.service.status import StatusUnavailable, query
 
 if TYPE_CHECKING:
-    from .front import Front
+    from gz_ia.collector.metrics import Metrics
+
     from .share_link import CollectorMessage
 
-__all__ = ["MergedMetrics", "merge_families", "merge_replies", "merge_reports", "merged_exposition"]
+__all__ = ["MergedMetrics", "MergingFront", "merge_families", "merge_replies", "merge_reports", "merged_exposition"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -184,7 +185,21 @@ def _add(into: dict[str, object], part: dict[str, object]) -> None:
             into[key] = (current if isinstance(current, int | float) else 0) + value
 
 
-def merge_replies(replies: list[CollectorMessage], front: Front) -> CollectorMessage:
+class MergingFront(Protocol):
+    """What :func:`merge_replies` uses of the front (:class:`.front.Front` is one): its own metrics,
+    whose families the shares' expositions merge into, and its status over the shares' reports."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The front's own metrics."""
+        ...
+
+    def status(self, reports: list[dict[str, object]]) -> dict[str, object]:
+        """``gz-ia status`` of the whole collector, from the shares' ``reports``."""
+        ...
+
+
+def merge_replies(replies: list[CollectorMessage], front: MergingFront) -> CollectorMessage:
     """The one reply a client gets for a frame that went to every share (a hello or a query).
 
     Raises:

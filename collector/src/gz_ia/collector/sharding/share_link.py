@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import msgspec
 
@@ -20,10 +20,7 @@ from gz_ia.client.protocol import (
     collector_message_decoder,
 )
 
-if TYPE_CHECKING:
-    from .front_client import FrontClient
-
-__all__ = ["CollectorMessage", "ShareLink"]
+__all__ = ["CollectorMessage", "LinkOwner", "ShareLink"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -34,10 +31,22 @@ backpressure shows here first)."""
 CollectorMessage = Welcome | Verdicts | Error | Report
 
 
+class LinkOwner(Protocol):
+    """What a link tells the client connection it works for (:class:`.front_client.FrontClient` is one)."""
+
+    def merge(self) -> None:
+        """A reply came, or the link was lost: pass on what can be passed on."""
+        ...
+
+    def update_reading(self) -> None:
+        """The link's write buffer filled or drained: pause or resume reading the client."""
+        ...
+
+
 class ShareLink(asyncio.Protocol):
     """The front's connection to one share on behalf of one client: bytes out, replies queued."""
 
-    def __init__(self, client: FrontClient, share: int) -> None:
+    def __init__(self, client: LinkOwner, share: int) -> None:
         self.client = client
         self.share = share
         self.transport: asyncio.Transport | None = None
