@@ -4,10 +4,11 @@ Exit codes of ``gz-ia``: 0 success (an empty result included), 1 the collector r
 the session is unknown, 2 usage error, 69 (``EX_UNAVAILABLE``) no collector reachable, 75
 (``EX_TEMPFAIL``) ``session log``: no collector answered and the event is spooled.
 
-Each command (or group) lives in its own module, imported only when that command is run, completed
-or listed by ``--help`` (:class:`._lazy.LazyGroup`), where it registers itself. The ``gz-ia``
-entry point is :func:`gz_ia.collector.entry.main`, which runs ``session log`` and ``hook`` without
-importing this package.
+Each command (or group) lives in its own module as a plain click command that the module exports;
+the groups here name it as ``"module:attr"``, and :class:`._lazy.LazyGroup` imports the module and adds
+the command only when it is run, completed or listed by ``--help``. No command module imports this
+package back. The ``gz-ia`` entry point is :func:`gz_ia.collector.entry.main`, which runs
+``session log`` and ``hook`` without importing this package.
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ __all__ = ["collector_main", "main"]
 
 @click.group(
     cls=LazyGroup,
-    modules={
-        "disk-usage": "._gc",
-        "export": "._export",
-        "gc": "._gc",
-        "hook": "._integrations",
-        "install": "._integrations",
-        "logs": "._reading",
-        "mcp": "._mcp",
-        "sessions": "._sessions",
-        "status": "._status",
+    lazy_commands={
+        "disk-usage": "._gc:disk_usage_command",
+        "export": "._export:export",
+        "gc": "._gc:gc_command",
+        "hook": "._integrations:hook",
+        "install": "._integrations:install",
+        "logs": "._reading:all_logs",
+        "mcp": "._mcp:mcp_command",
+        "sessions": "._sessions:sessions_command",
+        "status": "._status:status",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -51,7 +52,15 @@ def main(socket: str | None, root: str | None) -> None:
     """Log and read gz-ia agent sessions."""
 
 
-@main.group(cls=LazyGroup, modules={"log": "._session", "logs": "._reading", "tree": "._tree", "view": "._view"})
+@main.group(
+    cls=LazyGroup,
+    lazy_commands={
+        "log": "._session:session_log",
+        "logs": "._reading:session_logs",
+        "tree": "._tree:session_tree_command",
+        "view": "._view:session_view",
+    },
+)
 def session() -> None:
     """Work with one session."""
 

@@ -40,7 +40,7 @@ def _serve_options(function: Any) -> Any:
 
 @click.group(
     cls=LazyGroup,
-    modules={"install": "._install"},
+    lazy_commands={"install": "._install:install_command"},
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

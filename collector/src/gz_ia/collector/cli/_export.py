@@ -13,11 +13,12 @@ from pathlib import Path
 
 import click
 
-from . import main
 from ._common import EXIT_MISSING_EXTRA, root_of, version
 
+__all__ = ["export"]
 
-@main.group("export")
+
+@click.group("export")
 def export() -> None:
     """Export stored events to other systems."""
 

@@ -19,8 +19,9 @@ from typing import Any, Final
 
 import click
 
-from . import main
 from ._common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, root_of, socket_path_of
+
+__all__ = ["disk_usage_command", "gc_command"]
 
 _SIZE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?$")
 _SIZE_UNITS: Final = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -74,7 +75,7 @@ def _ask_collector(path: Path, request: Any, *, timeout: float) -> Any:
                 return collector_message_decoder.decode(bodies[0])
 
 
-@main.command("gc")
+@click.command("gc")
 @click.option(
     "--older-than",
     default="30d",
@@ -237,7 +238,7 @@ def _print_gc(report: dict[str, Any]) -> None:
     )
 
 
-@main.command("disk-usage")
+@click.command("disk-usage")
 @click.option("--json", "as_json", is_flag=True, help="Print the usage as JSON (sizes in bytes).")
 @click.option("-n", "--lines", type=int, default=None, help="Show only the N largest sessions.")
 @click.pass_context

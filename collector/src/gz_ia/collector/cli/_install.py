@@ -21,8 +21,6 @@ import click
 
 from gz_ia.client import env
 
-from ._collector import collector_main
-
 __all__ = [
     "DEFAULT_EXEC_START",
     "SANDBOX_DROP_IN",
@@ -34,6 +32,7 @@ __all__ = [
     "choose_sandbox",
     "command_line",
     "exec_start",
+    "install_command",
     "probe_user_namespaces",
     "render_units",
     "user_unit_dir",
@@ -252,7 +251,7 @@ def _remove_if_empty(directory: Path) -> None:
         pass  # other drop-ins of the user's own live there
 
 
-@collector_main.command("install")
+@click.command("install")
 @click.option("--user", "user", is_flag=True, help="Install systemd user units (the only mode supported).")
 @click.option("--dry-run", is_flag=True, help="Print the units and where they would go; write nothing.")
 @click.option(

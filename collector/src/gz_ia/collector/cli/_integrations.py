@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from . import main
 from ._common import root_of, socket_path_of
 
+__all__ = ["hook", "install"]
 
-@main.group()
+
+@click.group("hook")
 def hook() -> None:
     """Hook commands that agents run (they always exit 0 and print nothing)."""
 
@@ -36,7 +37,7 @@ def hook_claude_code(ctx: click.Context) -> None:
     )
 
 
-@main.group()
+@click.group("install")
 def install() -> None:
     """Connect an agent to gz-ia."""
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
-from . import main
 from ._common import EXIT_MISSING_EXTRA, root_of, socket_path_of, version
+
+__all__ = ["mcp_command"]
 
 MCP_EXTRA_HINT = "pip install 'gz-ia-collector[mcp]'"
 
 
-@main.command("mcp")
+@click.command("mcp")
 @click.pass_context
 def mcp_command(ctx: click.Context) -> None:
     """Run the gz-ia MCP server on stdin/stdout (register this command with your agent).

@@ -23,7 +23,6 @@ import click
 
 from gz_ia.client.schema import Status
 
-from . import main, session
 from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of
 from ._complete import complete_session_id
 from ._history import all_ids, members_of, start_positions, stored_history
@@ -43,7 +42,7 @@ from ._pager import paged
 __all__ = ["all_logs", "session_logs"]
 
 
-@session.command("logs")
+@click.command("logs")
 @click.argument("session_id", shell_complete=complete_session_id)
 @click.argument("matches", nargs=-1, metavar="[FIELD=VALUE]...")
 @click.option("--tree", is_flag=True, help="Also show subagent sessions (through parent_session_id).")
@@ -69,7 +68,7 @@ def session_logs(ctx: click.Context, session_id: str, tree: bool, until_finished
     _run_logs(ctx, [session_id], tree=tree, until_finished=until_finished, **options)
 
 
-@main.command("logs")
+@click.command("logs")
 @click.argument("matches", nargs=-1, metavar="[FIELD=VALUE]...")
 @log_options
 @click.pass_context

@@ -8,8 +8,9 @@ from gz_ia.client import env
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.oneshot.typed_event import attr_scalar
 
-from . import session
 from ._common import root_of, socket_path_of
+
+__all__ = ["session_log"]
 
 
 def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str] | None:
@@ -22,7 +23,7 @@ def _parse_attrs(values: tuple[str, ...]) -> dict[str, bool | int | float | str]
     return attrs or None
 
 
-@session.command("log")
+@click.command("log")
 @click.argument("session_id")
 @click.option("--action", required=True, help="Short description of the task.")
 @click.option("--stage", required=True, type=click.Choice([s.value for s in Stage], case_sensitive=False))

@@ -7,14 +7,15 @@ from datetime import UTC, datetime
 
 import click
 
-from . import main
 from ._common import EXIT_GAP, EXIT_NOT_FOUND, root_of
 from ._log_options import parse_time
 from ._output import Output, not_found, quietly, summary_json, use_colour
 from ._pager import paged
 
+__all__ = ["sessions_command"]
 
-@main.command("sessions")
+
+@click.command("sessions")
 @click.option("--agent", multiple=True, help="Only sessions of this agent (repeat: any of them).")
 @click.option("--role", multiple=True, help="Only sessions whose first event has this role (repeat: any of them).")
 @click.option("-S", "--since", default=None, help="Only sessions active at or after T (as in gz-ia logs).")

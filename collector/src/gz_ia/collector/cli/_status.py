@@ -7,11 +7,12 @@ from typing import Any
 
 import click
 
-from . import main
 from ._common import EXIT_UNAVAILABLE, EXIT_UNHEALTHY, socket_path_of
 
+__all__ = ["status"]
 
-@main.command("status")
+
+@click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--timeout", type=float, default=3.0, show_default=True)
 @click.pass_context

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from . import session
 from ._common import EXIT_NOT_FOUND, root_of
 from ._complete import complete_session_id
 from ._output import Output, not_found, quietly, summary_json, use_colour
@@ -15,7 +14,7 @@ from ._output import Output, not_found, quietly, summary_json, use_colour
 __all__ = ["session_tree_command"]
 
 
-@session.command("tree")
+@click.command("tree")
 @click.argument("session_id", shell_complete=complete_session_id)
 @click.option("--json", "as_json", is_flag=True, help="The tree as nested JSON.")
 @click.option("--color", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)

@@ -15,10 +15,11 @@ from typing import Any, Final
 
 import click
 
-from . import session
 from ._common import EXIT_GAP, EXIT_NOT_FOUND, root_of
 from ._complete import complete_session_id
 from ._log_options import line_count, time_window, window_options
+
+__all__ = ["session_view"]
 
 MAX_CYCLES: Final = 2_000
 """Action cycles a page draws by default; the older ones are summed up per action."""
@@ -36,7 +37,7 @@ def _max_cycles(value: str) -> int | None:
     return count
 
 
-@session.command("view")
+@click.command("view")
 @click.argument("session_id", shell_complete=complete_session_id)
 @click.option("--tree", is_flag=True, help="Include every subagent session below SESSION_ID.")
 @click.option(
