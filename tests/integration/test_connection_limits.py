@@ -74,6 +74,7 @@ def test_connections_past_max_connections_are_refused_busy_and_the_others_served
         assert [line["action"] for line in collector.session_lines("after-a-slot-freed")] == ["a"]
 
 
+@pytest.mark.shards(1, 2)
 def test_a_uid_past_max_connections_per_uid_is_refused_busy(make_collector: Any) -> None:
     collector = make_collector(env={"GZ_IA_MAX_CONNECTIONS": "10", "GZ_IA_MAX_CONNECTIONS_PER_UID": "3"})
     with _held(collector, 3):

@@ -1,5 +1,11 @@
-"""How many client connections the collector holds, in total and per uid: idle connections cannot
-take the descriptors every other client and every session file needs.
+"""Who may connect to the collector, and how many client connections it holds, in total and per uid:
+idle connections cannot take the descriptors every other client and every session file needs.
+
+:func:`admit` is the one admission of a new client connection, the single process's
+(:class:`.connection.Connection`) and the sharded front's (``sharding.front_client.FrontClient``)
+alike: the peer's credentials, then its uid (the process's own, or one of ``allow_uids``; any other
+is refused ``permission_denied``, counted in ``gzia_connections_refused_total`` and logged), then the
+limits below.
 
 Past a limit a new connection is refused at once with ``busy`` (the client keeps its events and
 comes back with backoff), counted in ``gzia_connections_over_limit_total``, and the connections
@@ -12,13 +18,20 @@ from __future__ import annotations
 
 import logging
 import resource
-from typing import Final
+import socket
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from prometheus_client import Counter
 
+from gz_ia.client.protocol import RejectReason
 from gz_ia.collector.config import CollectorConfig
 
-__all__ = ["MIN_CONNECTIONS", "ConnectionLimits", "auto_max_connections"]
+from .listener import peer_credentials
+
+if TYPE_CHECKING:
+    from gz_ia.collector.metrics import Metrics
+
+__all__ = ["MIN_CONNECTIONS", "Admission", "ConnectionLimits", "admit", "auto_max_connections"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -120,3 +133,46 @@ class ConnectionLimits:
         else:
             self._by_uid[uid] = held - 1
         self.open -= 1
+
+
+class Admission(NamedTuple):
+    """The peer of a new connection and whether it was admitted."""
+
+    pid: int
+    uid: int
+    """The peer's uid; -1 when its credentials could not be read (then it is refused)."""
+    refusal: tuple[RejectReason, str] | None
+    """The fatal error to answer (reason, detail) before closing; None when admitted."""
+
+
+def admit(
+    sock: socket.socket,
+    *,
+    own_uid: int,
+    config: CollectorConfig,
+    metrics: Metrics,
+    limits: ConnectionLimits | None,
+) -> Admission:
+    """Admit the client connected on ``sock``, or say why not.
+
+    Its uid must be ``own_uid`` (the process's) or one of ``config.allow_uids``: any other is refused
+    ``permission_denied``, counted in ``gzia_connections_refused_total`` and logged. Then ``limits``
+    (None: not limited here, as a share behind a front) count it, or refuse it ``busy``. An admitted
+    connection is counted in ``gzia_connections_total``; the caller releases it from ``limits`` when
+    it closes.
+    """
+    pid = 0
+    try:
+        pid, uid, _ = peer_credentials(sock)
+    except OSError:
+        uid = -1
+    if uid != own_uid and uid not in config.allow_uids:
+        metrics.connections_refused.inc()
+        log.warning("refused a connection from uid %d (pid %d): not allowed", uid, pid)
+        return Admission(pid, uid, (RejectReason.PERMISSION_DENIED, f"uid {uid} may not use this collector"))
+    if limits is not None:
+        busy = limits.admit(uid)
+        if busy is not None:
+            return Admission(pid, uid, (RejectReason.BUSY, busy))
+    metrics.connections_total.inc()
+    return Admission(pid, uid, None)

@@ -44,8 +44,8 @@ from gz_ia.collector.storage.root_lock import RootLocked
 from gz_ia.collector.storage.roots import LayoutError, transient_cause
 from gz_ia.collector.storage.sessions import RootStore
 
+from .admission import admit
 from .duties import reject_unserved
-from .listener import peer_credentials
 
 if TYPE_CHECKING:
     from gz_ia.collector.config import CollectorConfig
@@ -68,7 +68,7 @@ class ConnectionHost(Protocol):
     """What a connection uses of the process that accepted it (:class:`.server.Collector` is one).
 
     The process's settings and counters, the sets it keeps its connections in, and the calls a
-    connection makes of it: admission, opening a root, staging a batch's verdicts for the next write
+    connection makes of it: opening a root, staging a batch's verdicts for the next write
     pass, a status or gc answer. A connection sets none of these attributes.
     """
 
@@ -82,6 +82,7 @@ class ConnectionHost(Protocol):
     health: Health
     root_locks: RootLocks
     connection_limits: ConnectionLimits | None
+    """The limits a new connection is counted against (see :func:`.admission.admit`); None: not limited."""
     connections: set[Connection]
     """The connections admitted and not lost yet."""
     paused: set[Connection]
@@ -90,10 +91,6 @@ class ConnectionHost(Protocol):
     """Requests in progress (``gz-ia gc``), referenced until they answer."""
     overloaded: bool
     """Set while the next write pass holds too much: no connection is read."""
-
-    def admit(self, connection: Connection) -> bool:
-        """Count ``connection`` against the connection limits, or refuse it (False)."""
-        ...
 
     def open_root(self, path: Path, uid: int) -> RootStore:
         """The store of root ``path`` (owned by ``uid``), once the process holds its lock."""
@@ -138,19 +135,17 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         collector = self.collector
         sock: socket.socket = transport.get_extra_info("socket")
-        try:
-            self.pid, self.uid, _ = peer_credentials(sock)
-        except OSError:
-            self.uid = -1
-        if self.uid != collector.uid and self.uid not in collector.config.allow_uids:
-            collector.metrics.connections_refused.inc()
-            log.warning("refused a connection from uid %d (pid %d): not allowed", self.uid, self.pid)
-            self.fail(RejectReason.PERMISSION_DENIED, f"uid {self.uid} may not use this collector")
-            return
-        if not collector.admit(self):
+        self.pid, self.uid, refusal = admit(
+            sock,
+            own_uid=collector.uid,
+            config=collector.config,
+            metrics=collector.metrics,
+            limits=collector.connection_limits,
+        )
+        if refusal is not None:
+            self.fail(*refusal)
             return
         collector.connections.add(self)
-        collector.metrics.connections_total.inc()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

@@ -20,9 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from gz_ia.client.protocol import (
-    RejectReason,
-)
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
 from gz_ia.collector.metrics import Metrics, root_id
@@ -138,16 +135,6 @@ class Collector(WritePasses, Answers):
             ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None
         )
         self._bind_gauges()
-
-    def admit(self, connection: Connection) -> bool:
-        """Count ``connection`` against the connection limits, or refuse it ``busy`` (see .connection_limits)."""
-        if self.connection_limits is None:
-            return True
-        refused = self.connection_limits.admit(connection.uid)
-        if refused is None:
-            return True
-        connection.fail(RejectReason.BUSY, refused)
-        return False
 
     def _measured_root(self, path: Path, size: int) -> None:
         # Called from the writer's worker thread; prometheus_client gauges are thread-safe.

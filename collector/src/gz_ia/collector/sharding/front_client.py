@@ -53,7 +53,7 @@ from gz_ia.client.protocol import (
     encode_frame,
     route_decoder,
 )
-from gz_ia.collector.service.listener import peer_credentials
+from gz_ia.collector.service.admission import admit
 
 from .metrics import merge_replies
 from .share_link import CollectorMessage, ShareLink
@@ -182,22 +182,17 @@ class FrontClient(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         front = self.front
         sock: socket.socket = transport.get_extra_info("socket")
-        try:
-            self.pid, uid, _ = peer_credentials(sock)
-        except OSError:
-            uid = -1
-        self.uid = uid
-        if uid != front.uid and uid not in front.config.allow_uids:
-            front.metrics.connections_refused.inc()
-            log.warning("refused a connection from uid %d (pid %d): not allowed", uid, self.pid)
-            self.fail(RejectReason.PERMISSION_DENIED, f"uid {uid} may not use this collector")
-            return
-        refused = front.connection_limits.admit(uid)
-        if refused is not None:
-            self.fail(RejectReason.BUSY, refused)
+        self.pid, self.uid, refusal = admit(
+            sock,
+            own_uid=front.uid,
+            config=front.config,
+            metrics=front.metrics,
+            limits=front.connection_limits,
+        )
+        if refusal is not None:
+            self.fail(*refusal)
             return
         front.clients.add(self)
-        front.metrics.connections_total.inc()
         transport.pause_reading()  # type: ignore[attr-defined]  # until every share is connected
         self._paused = True
         connecting = asyncio.ensure_future(self._connect())
