@@ -3,9 +3,15 @@
 Hierarchy::
 
     GzIaError(Exception)
-    ├── CollectorUnavailable   no collector answered on the socket; __cause__ is the OSError
-    ├── ProtocolError          the peer broke the wire protocol (bad frame, oversize, version)
-    └── EventRejected          the collector refused an event: .reason, .detail
+    ├── CollectorUnavailable                    no collector answered on the socket; __cause__ is the OSError
+    ├── ProtocolError                           the peer broke the wire protocol (bad frame, oversize, version)
+    ├── EventRejected                           the collector refused an event: .reason, .detail
+    ├── FrameTooLarge(ValueError)               protocol: a frame body over MAX_FRAME (the sender's): .size
+    └── UntrustedSocket(PermissionError)        trust: the socket's directory or peer is not the user's
+
+``FrameTooLarge`` and ``UntrustedSocket`` live beside the code that raises them
+(:mod:`gz_ia.client.protocol`, :mod:`gz_ia.client.trust`) and keep their builtin base: callers'
+``except ValueError`` / ``except OSError`` keep catching them.
 
 Wrong arguments are programming errors and get the builtin ``ValueError`` / ``TypeError``: an
 invalid session id, agent or role raises in the scope constructor (``session()``, ``subagent()``).
@@ -14,8 +20,7 @@ invalid session id, agent or role raises in the scope constructor (``session()``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # not typing's: the one-shot path imports this module (through trust) without typing
 if TYPE_CHECKING:
     from .protocol import RejectReason
 

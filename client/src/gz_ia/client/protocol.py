@@ -23,6 +23,7 @@ from typing import Final
 
 import msgspec
 
+from .errors import GzIaError
 from .limits import MAX_FRAME, PROTOCOL_VERSION
 
 __all__ = [
@@ -257,8 +258,8 @@ def encode_frame(message: ClientMessage | CollectorMessage) -> bytes:
     return bytes(buffer)
 
 
-class FrameTooLarge(ValueError):
-    """A frame announced or produced a body larger than :data:`MAX_FRAME`."""
+class FrameTooLarge(GzIaError, ValueError):
+    """A frame announced or produced a body larger than :data:`MAX_FRAME`: the sender's; ``.size``."""
 
     def __init__(self, size: int) -> None:
         super().__init__(f"frame body of {size} bytes exceeds the {MAX_FRAME}-byte limit")

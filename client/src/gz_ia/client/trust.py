@@ -26,6 +26,7 @@ import os
 import sys
 
 from .env import GZ_IA_SOCKET, GZ_IA_TRUSTED_UIDS, trusted_uids
+from .errors import GzIaError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ _DIRECTORY: Final = 0o040000
 _FORMAT: Final = 0o170000
 
 
-class UntrustedSocket(PermissionError):
+class UntrustedSocket(GzIaError, PermissionError):
     """The socket's directory or its peer is not the user's: nothing was sent to it."""
 
 

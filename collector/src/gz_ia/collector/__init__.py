@@ -16,7 +16,9 @@ that share a floor do not import each other (the import-linter contract in the r
   :mod:`.query` (questions over a root) and :mod:`.oneshot` (start-up-cheap delivery);
 * :mod:`.reading`: reading sessions back, paged, rotation-safe, followable;
 * :mod:`.storage`: the on-disk layout and the single writer;
-* :mod:`.config` and :mod:`.metrics`: the ground floor.
+* :mod:`.config` and :mod:`.metrics`: the ground floor;
+* :mod:`.errors`: under it, :class:`~.errors.CollectorError`, the base of every collector exception
+  (their tree is drawn in its docstring).
 
 This package's ``__init__`` stays free of heavy imports: ``gz_ia.collector.reading`` must be
 importable with only the standard library, msgspec and ``gz_ia.client``.

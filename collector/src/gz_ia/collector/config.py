@@ -18,6 +18,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from gz_ia.collector.errors import CollectorError
+
 __all__ = [
     "CollectorConfig",
     "ConfigError",
@@ -45,7 +47,7 @@ def default_metrics_port(uid: int | None = None) -> int:
     return METRICS_PORT_BASE + (os.getuid() if uid is None else uid) % _METRICS_PORT_SPAN
 
 
-class ConfigError(Exception):
+class ConfigError(CollectorError):
     """The configuration is unusable; the message names the key and the source."""
 
 

@@ -19,6 +19,8 @@ from typing import Any, Final
 
 import click
 
+from gz_ia.collector.errors import CollectorError
+
 from ._common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, root_of, socket_path_of
 
 __all__ = ["disk_usage_command", "gc_command"]
@@ -44,7 +46,7 @@ def human_size(size: float) -> str:
     return f"{size:.1f}T"
 
 
-class _NoCollector(Exception):
+class _NoCollector(CollectorError):
     """Nothing listens on the socket: gc runs in this process."""
 
 

@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from gz_ia.collector.errors import CollectorError
+
 __all__ = ["HOOK_ARGS", "HOOK_EVENTS", "TOOL_EVENTS", "hook_command", "install", "uninstall"]
 
 HOOK_ARGS: Final = "hook claude-code"
@@ -39,7 +41,7 @@ HOOK_TIMEOUT: Final = 5
 """Seconds Claude Code gives the hook; it returns long before (a spooled event costs no waiting)."""
 
 
-class SettingsError(Exception):
+class SettingsError(CollectorError):
     """The settings file exists but is not a JSON object with a ``hooks`` object: left untouched."""
 
 

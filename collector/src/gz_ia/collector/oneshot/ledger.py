@@ -32,6 +32,7 @@ import time
 
 from gz_ia.client import trust
 from gz_ia.client.limits import MAX_FRAME, PROTOCOL_VERSION, fits
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.oneshot import _plain_json
 from gz_ia.collector.oneshot._msgpack import Raw, Timestamp, pack, unpack
 
@@ -335,7 +336,7 @@ class Ledger:
         return Delivery(Outcome.SPOOLED, detail=why, spool=directory)
 
 
-class _NoAnswer(Exception):
+class _NoAnswer(CollectorError):
     """The collector was reached but gave no verdict."""
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 from gz_ia.client import LogEvent, build_event, env
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import AttrValue, Stage, Status
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.oneshot.session_log import attr_scalar
 
 __all__ = ["TypedEventError", "attr_scalar", "typed_event"]
 
 
-class TypedEventError(ValueError):
+class TypedEventError(CollectorError, ValueError):
     """Typed input that makes no event, with the reason the collector would reject it for."""
 
     def __init__(self, detail: str, *, reason: RejectReason) -> None:

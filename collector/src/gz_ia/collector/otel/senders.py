@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 from gz_ia.client.schema import Status, StoredEvent
+from gz_ia.collector.errors import CollectorError
 
 from .spans import SpanData, session_span_id, trace_id_of
 
@@ -43,7 +44,7 @@ SIGNALS: Final = ("traces", "logs")
 _DEFAULT_TIMEOUT: Final = 10.0
 
 
-class MissingExtraError(RuntimeError):
+class MissingExtraError(CollectorError, RuntimeError):
     """The ``[otel]`` extra is not installed, so export cannot be configured."""
 
 

@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
+from gz_ia.collector.errors import CollectorError
+
 __all__ = ["MAX_CHUNKS", "MAX_PROCESSES", "WorkerFailed", "run"]
 
 MAX_PROCESSES: Final = 4
@@ -38,7 +40,7 @@ Chunk = TypeVar("Chunk")
 Result = TypeVar("Result")
 
 
-class WorkerFailed(RuntimeError):
+class WorkerFailed(CollectorError, RuntimeError):
     """A forked process ended without sending its results (killed, or its error would not pickle)."""
 
 

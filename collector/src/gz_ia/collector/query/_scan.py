@@ -41,6 +41,7 @@ import msgspec
 
 from gz_ia.client.schema import Status, StoredEvent
 from gz_ia.collector import reading as reader
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.reading.cursor import encode_position
 from gz_ia.collector.reading.segments import open_dirs
 from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
@@ -83,7 +84,7 @@ class _Seq(msgspec.Struct):
 _seq_decoder: Final = msgspec.json.Decoder(_Seq)
 
 
-class _Fallback(Exception):
+class _Fallback(CollectorError):
     """The fast read of a session met something the careful reader must report."""
 
 

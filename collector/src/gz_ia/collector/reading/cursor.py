@@ -22,6 +22,7 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import Segment
 
@@ -63,7 +64,7 @@ _EPOCH_MULTI_TAG: Final = "m2"
 _encode: Final = msgspec.msgpack.Encoder().encode
 
 
-class InvalidCursor(ValueError):
+class InvalidCursor(CollectorError, ValueError):
     """The cursor was not made by this reader, belongs to another session, or to another root.
 
     A root rebuilt at the same path has a new epoch, so a cursor of the old one is refused here

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.schema import is_safe_session_id
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.storage.names import active_name, parse_archive_name, session_id_of, state_name
 from gz_ia.collector.storage.roots import RootDirs
 
@@ -31,7 +32,7 @@ _RESCAN_EVERY: Final = 1.0
 """Seconds between full listings of a root while following it (directory mtimes are coarse)."""
 
 
-class CursorExpired(LookupError):
+class CursorExpired(CollectorError, LookupError):
     """The events after a follower's position were deleted by retention before it read them.
 
     Attributes:

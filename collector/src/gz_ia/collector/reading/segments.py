@@ -22,6 +22,7 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.storage.checkpoints import read_checkpoint
 from gz_ia.collector.storage.names import STATE_SUFFIX, active_name, session_archive
 from gz_ia.collector.storage.roots import LayoutError, LayoutTooNew, RootDirs, open_root
@@ -58,7 +59,7 @@ class _Seq(msgspec.Struct, gc=False):
 _seq_decoder: Final = msgspec.json.Decoder(_Seq)
 
 
-class SessionNotFound(LookupError):
+class SessionNotFound(CollectorError, LookupError):
     """No file exists for the session id under the root (or the id is not a valid one)."""
 
 

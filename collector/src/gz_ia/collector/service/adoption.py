@@ -36,6 +36,7 @@ from gz_ia.client.protocol import (
     Batch,
 )
 from gz_ia.client.spool import SpoolRecord, orphaned_spools, read_segment
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
 from gz_ia.collector.ingest.validation import decode_batch
 from gz_ia.collector.metrics import Metrics
@@ -67,11 +68,11 @@ _BATCH_BYTES: Final = MAX_FRAME - 1024
 """Encoded events per adoption batch: the batch's envelope around them fits in what is left of a frame."""
 
 
-class NotNow(Exception):
+class NotNow(CollectorError):
     """A spool cannot be delivered now (a failed write, a root another collector serves): retried later."""
 
 
-class Unadoptable(Exception):
+class Unadoptable(CollectorError):
     """A spool can never be delivered as it is: it is quarantined."""
 
 

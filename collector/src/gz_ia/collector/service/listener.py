@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.trust import WHAT_TO_DO
+from gz_ia.collector.errors import CollectorError
 
 __all__ = ["LISTEN_BACKLOG", "AlreadyRunning", "Listener", "ListenerError", "peer_credentials", "serve_sockets"]
 
@@ -47,7 +48,7 @@ async def serve_sockets(
     return servers
 
 
-class ListenerError(Exception):
+class ListenerError(CollectorError):
     """The socket cannot be set up; the message says why and what to do."""
 
 

@@ -19,11 +19,12 @@ from gz_ia.client.protocol import (
     collector_message_decoder,
     encode_frame,
 )
+from gz_ia.collector.errors import CollectorError
 
 __all__ = ["StatusRefused", "StatusUnavailable", "query", "query_status"]
 
 
-class StatusUnavailable(Exception):
+class StatusUnavailable(CollectorError):
     """No collector answered the status query."""
 
 

@@ -24,6 +24,7 @@ from typing import Final
 import msgspec
 
 from gz_ia.collector.config import CollectorConfig
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.service.status import StatusUnavailable, query
 
 from .wire import CONFIG_FILE, share_config, share_socket
@@ -51,7 +52,7 @@ _UNSET: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS",
 """Environment of the front's service manager that is the front's alone."""
 
 
-class ShareFailed(Exception):
+class ShareFailed(CollectorError):
     """A share process did not start or answer."""
 
 

@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Final
 
+from gz_ia.collector.errors import CollectorError
+
 from .names import STATE_DIR
 from .roots import open_root
 
@@ -37,7 +39,7 @@ WRITERS_LOCK: Final = "writers.lock"
 _FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class RootLocked(Exception):
+class RootLocked(CollectorError):
     """Another collector serves the root: this one must not write it while that one runs.
 
     Attributes:

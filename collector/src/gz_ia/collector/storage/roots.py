@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Final
 
+from gz_ia.collector.errors import CollectorError
+
 from .names import LAYOUT_FILE, LAYOUT_VERSION, SESSIONS_DIR, STATE_DIR
 
 __all__ = [
@@ -31,7 +33,7 @@ _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TRANSIENT_ERRNOS: Final = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
 
 
-class LayoutError(Exception):
+class LayoutError(CollectorError):
     """A root cannot be used: missing, not a directory, a symlink, someone else's, or too new."""
 
 

@@ -16,6 +16,8 @@ import zlib
 from collections.abc import Callable
 from typing import Final
 
+from gz_ia.collector.errors import CollectorError
+
 from .gzip_cache import decompressed
 from .names import ACTIVE_SUFFIX, session_archive
 
@@ -37,7 +39,7 @@ READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 or a device put under a file's name (a regular file reads the same with or without O_NONBLOCK)."""
 
 
-class SegmentUnreadable(Exception):
+class SegmentUnreadable(CollectorError):
     """A segment exists but cannot be read (not a regular file, a symlink, corrupt compression...)."""
 
 
