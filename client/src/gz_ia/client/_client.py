@@ -324,7 +324,7 @@ class Client:
                 raise
             self._sender.count_invalid(exc)
             return
-        # Sender.submit_call, inlined: the common case is an append and two tests.
+        # The sender's fast path for a call (see Sender): an append and two tests.
         sender = self._sender
         inbox = sender.inbox
         inbox.append(call)

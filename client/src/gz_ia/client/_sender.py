@@ -97,7 +97,11 @@ class Sender(Batcher):
         spool_dir: where to spill events past the memory bounds; None disables the spool.
         max_spool_bytes: bound on the spool's size.
         linger: seconds a queued event may wait for others to share its frame (see :meth:`_holding`).
-        encode_call: builds and encodes the event of a call given to :meth:`submit_call`.
+        encode_call: builds and encodes the event of a ``log()`` call left in the inbox as a tuple.
+
+    A ``log()`` call reaches the sender without a method call: :class:`~gz_ia.client.Client` appends
+    the call's tuple (its session id second) to ``inbox``, returns if ``ready`` is up and the inbox
+    is short, and otherwise calls :meth:`take_inbox`.
     """
 
     def __init__(
@@ -150,15 +154,6 @@ class Sender(Batcher):
         """Callers in :meth:`flush`: while there are any, nothing is held back."""
 
     # --- called from agent threads ----------------------------------------------------------------
-
-    def submit_call(self, call: tuple[Any, ...]) -> None:
-        """Queue one ``log()`` call (its session id second), for ``encode_call`` to encode when the
-        queue is next moved. :class:`~gz_ia.client.Client` inlines the common case: append to
-        ``inbox``, return if ``ready`` and the inbox is short, else :meth:`take_inbox`."""
-        inbox = self.inbox
-        inbox.append(call)
-        if not (self.ready and len(inbox) < INBOX_EVENTS):
-            self.take_inbox()
 
     def submit(self, body: bytes, session_id: str, waiter: concurrent.futures.Future[Verdict] | None = None) -> None:
         """Queue one encoded event; never blocks on the socket or the disk, never raises because of it.
