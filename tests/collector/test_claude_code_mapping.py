@@ -136,3 +136,21 @@ def test_a_session_counts_as_failed_by_its_last_finish_or_by_any_failure_when_th
     assert summary(1, ended_failed=True).failed
     assert summary(2, ended_failed=None).failed
     assert not summary(0, ended_failed=None).failed
+
+
+def test_a_stop_failure_handled_after_session_end_keeps_its_error() -> None:
+    """SessionEnd does not wait for StopFailure: handled first, it closes the turn FAILED; the late
+    StopFailure then logs its error as the instant cycle ``turn failure``."""
+    state = HookState()
+    prompt = {**_captured("B-UserPromptSubmit"), "session_id": "s"}
+    failure = {**_captured("E-StopFailure"), "session_id": "s"}
+    end = {**_captured("B-SessionEnd"), "session_id": "s"}
+    events = [event for payload in (prompt, end, failure) for event in hook_events(payload, state, 9 * MS)]
+    assert _brief(events) == [
+        ("prompt", "READ", "OK"),
+        ("prompt", "FINISH", "FAILED"),
+        ("turn failure", "READ", "OK"),
+        ("turn failure", "FINISH", "FAILED"),
+    ]
+    assert "had not finished" in events[1]["error"]
+    assert events[3]["error"] == "API Error: 400 scripted failure for the test"
