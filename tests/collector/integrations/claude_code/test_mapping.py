@@ -11,7 +11,7 @@ from typing import Any
 from gz_ia.collector.integrations.claude_code.mapping import hook_events
 from gz_ia.collector.integrations.claude_code.state import HookState, SessionStates
 
-CAPTURED = Path(__file__).parents[1] / "fixtures" / "claude_code" / "captured"
+CAPTURED = Path(__file__).parents[3] / "fixtures" / "claude_code" / "captured"
 MS = 1_000_000
 
 
