@@ -154,3 +154,21 @@ def test_a_stop_failure_handled_after_session_end_keeps_its_error() -> None:
     ]
     assert "had not finished" in events[1]["error"]
     assert events[3]["error"] == "API Error: 400 scripted failure for the test"
+
+
+def test_both_transports_make_the_same_events() -> None:
+    """log_event (a receiver in the collector) packs to the bytes plain_event (the command hook) packs."""
+    import msgspec
+
+    from gz_ia.collector.integrations.claude_code.log_events import log_event
+    from gz_ia.collector.oneshot._msgpack import pack
+    from gz_ia.collector.oneshot.ledger import plain_event
+
+    state = HookState()
+    names = ("B-SessionStart", "B-UserPromptSubmit", "B-PreToolUse-Agent", "B-PostToolUse-Agent",
+             "B-PreToolUse-Bash-subagent", "B-PostToolUse-Bash-subagent", "B-PostToolUseFailure-Bash", "B-Stop",
+             "B-SessionEnd")  # fmt: skip
+    events = _feed(state, *((name, 1_700_000_000_000 + index * 7) for index, name in enumerate(names)))
+    assert len(events) > 8
+    for fields in events:
+        assert msgspec.msgpack.encode(log_event(fields)) == pack(plain_event(**fields))
