@@ -1,0 +1,183 @@
+"""``gz-ia hook gemini``: Gemini CLI's hook payloads as gz-ia stage events.
+
+Gemini CLI runs the hook command once per hook event with one JSON object on stdin (the table is in
+docs/user-guide.md, "Gemini CLI"):
+
+- a tool call is one cycle, from ``BeforeTool`` to ``AfterTool``. Gemini's payloads carry no call
+  id, so calls are paired first in, first out among open calls of the same tool with the same input
+  (two identical parallel calls are two cycles, finished in the order they started), else with the
+  oldest open call of that tool (a BeforeTool hook may have rewritten the input). Each call gets the
+  cycle id ``call<n>``, numbered per session. FINISH FAILED when the tool reports an error, or a
+  shell command exits with a code other than 0; the duration is taken between the two payloads'
+  own ``timestamp``, so the hooks' cost is not in it;
+- a model call is the cycle ``model``, from ``BeforeModel`` to the ``AfterModel`` of the response's
+  last chunk (the one with a ``finishReason``), with the token counts of ``usageMetadata``; every
+  later event of the session carries the ``model``;
+- a prompt is the cycle ``prompt``, from ``BeforeAgent`` to ``AfterAgent``; the session is the
+  cycle ``session``, from ``SessionStart`` to ``SessionEnd``. ``AfterAgent`` closes the tool calls
+  that never got an ``AfterTool`` (refused or impossible calls), FAILED, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from gz_ia.collector.integrations.agent_hook import HookRun, cut_line, run_agent_hook, tool_summary
+from gz_ia.collector.oneshot import _plain_json
+
+try:  # the C digest itself: hashlib would load OpenSSL first
+    from _sha256 import sha256  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - Python 3.12 renamed it
+    from hashlib import sha256
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Final
+
+__all__ = ["AGENT", "READING_TOOLS", "handle", "run_hook"]
+
+AGENT: Final = "gemini-cli"
+"""The ``agent`` of every event the hook logs."""
+READING_TOOLS: Final = frozenset(
+    {"read_file", "read_many_files", "list_directory", "glob", "search_file_content", "grep_search",
+     "google_web_search", "web_fetch"}
+)  # fmt: skip
+"""Tools whose calls open their cycle with READ; every other tool opens it with PENDING."""
+_EXIT_CODE: Final = re.compile(r"^Exit Code: (-?\d+)", re.MULTILINE)
+_USAGE: Final = {"promptTokenCount": "input_tokens", "candidatesTokenCount": "output_tokens",
+                 "totalTokenCount": "total_tokens"}  # fmt: skip
+
+
+def _timestamp_ns(payload: dict[str, Any]) -> int | None:
+    """The payload's own ``timestamp`` (ISO 8601, UTC) in nanoseconds, None if absent or unreadable."""
+    stamp = payload.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp() * 1000) * 1_000_000
+    except ValueError:
+        return None
+
+
+def _call_key(payload: dict[str, Any]) -> str:
+    """What pairs an AfterTool with its BeforeTool: the tool and a digest of its input."""
+    tool_input = _plain_json.dumps(payload.get("tool_input"))  # Gemini sends one object to both hooks
+    return f"tool\0{payload.get('tool_name')}\0{sha256(tool_input.encode()).hexdigest()[:16]}\0"
+
+
+def _tool_failure(response: object, tool: object) -> str | None:
+    """The error of a finished call, None if it succeeded."""
+    if not isinstance(response, dict):
+        return None
+    error = response.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        return cut_line(error["message"])
+    if error:
+        return cut_line(error)
+    content = response.get("llmContent")
+    if tool == "run_shell_command" and isinstance(content, str):
+        found = _EXIT_CODE.search(content)
+        if found and found.group(1) != "0":
+            return f"exit code {found.group(1)}"
+    return None
+
+
+def _model_of(payload: dict[str, Any]) -> str | None:
+    request = payload.get("llm_request")
+    if isinstance(request, dict) and isinstance(request.get("model"), str):
+        return cut_line(request["model"])
+    return None
+
+
+def _last_chunk(response: object) -> bool:
+    if not isinstance(response, dict):
+        return False
+    candidates = response.get("candidates")
+    return isinstance(candidates, list) and any(
+        isinstance(candidate, dict) and candidate.get("finishReason") for candidate in candidates
+    )
+
+
+def handle(run: HookRun) -> None:
+    """Add the events of one Gemini CLI payload to ``run``."""
+    payload = run.payload
+    data = run.data
+    model = _model_of(payload)
+    if model:
+        data["model"] = model
+    if data.get("model"):
+        run.labels["model"] = data["model"]
+    at = _timestamp_ns(payload)
+    prompt_key = f"prompt\0{run.session_id}"
+    model_key = f"model\0{run.session_id}"
+    match payload.get("hook_event_name"):
+        case "BeforeTool":
+            data["calls"] = number = int(data.get("calls", 0)) + 1
+            stage = "READ" if payload.get("tool_name") in READING_TOOLS else "PENDING"
+            key = f"{_call_key(payload)}{number}"
+            action = cut_line(payload.get("tool_name", "?"))
+            run.open(key, action, stage, started_ns=at, attrs=tool_summary(payload), cycle=f"call{number}")
+        case "AfterTool":
+            open_calls = run.open_keys(_call_key(payload)) or run.open_keys(f"tool\0{payload.get('tool_name')}\0")
+            error = _tool_failure(payload.get("tool_response"), payload.get("tool_name"))
+            status = "FAILED" if error else "OK"
+            if not open_calls:  # the BeforeTool was not seen (the hook was installed mid-call)
+                data["calls"] = number = int(data.get("calls", 0)) + 1
+                action = cut_line(payload.get("tool_name", "?"))
+                run.single(action, status, attrs=tool_summary(payload), cycle=f"call{number}", error=error)
+            else:
+                run.finish(open_calls[0], status, ended_ns=at, error=error)
+        case "BeforeModel":
+            run.finish(model_key, "FAILED", error="the model call got no last chunk")
+            run.open(model_key, "model", "READ", started_ns=at)
+        case "AfterModel":
+            response = payload.get("llm_response")
+            if _last_chunk(response):
+                assert isinstance(response, dict)
+                usage = response.get("usageMetadata")
+                tokens = {name: usage[key] for key, name in _USAGE.items() if isinstance(usage, dict)
+                          and type(usage.get(key)) is int}  # fmt: skip
+                run.finish(model_key, ended_ns=at, attrs=tokens)
+        case "SessionStart":
+            attrs = {"source": cut_line(payload.get("source", "startup"))}
+            run.open(f"session\0{run.session_id}", "session", "READ", started_ns=at, attrs=attrs)
+        case "SessionEnd":
+            _close_turn(run, at)
+            run.finish(prompt_key, ended_ns=at, attrs={"ended_by": "session end"})
+            reason = {"reason": cut_line(payload.get("reason", "other"))}
+            run.finish(f"session\0{run.session_id}", ended_ns=at, attrs=reason)
+        case "BeforeAgent":
+            run.finish(prompt_key, ended_ns=at, attrs={"ended_by": "next prompt"})
+            prompt = payload.get("prompt")
+            size = {"prompt_chars": len(prompt)} if isinstance(prompt, str) else None
+            run.open(prompt_key, "prompt", "READ", started_ns=at, attrs=size)
+        case "AfterAgent":
+            _close_turn(run, at)
+            run.finish(prompt_key, ended_ns=at)
+        case _:  # PreCompress (fired before every prompt), BeforeToolSelection, Notification: nothing to log
+            return
+
+
+def _close_turn(run: HookRun, at: int | None) -> None:
+    """FINISH FAILED what the turn left open: calls without AfterTool, a model call without its end."""
+    run.finish_all("tool\0", "FAILED", ended_ns=at, error="no AfterTool: the call was refused or never ran")
+    run.finish(f"model\0{run.session_id}", "FAILED", ended_ns=at, error="the model call got no last chunk")
+
+
+def _check(payload: dict[str, Any]) -> None:
+    if payload["hook_event_name"] in ("BeforeTool", "AfterTool") and not payload.get("tool_name"):
+        raise ValueError(f"{payload['hook_event_name']} without tool_name")
+
+
+def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.PathLike[str] | None) -> int:
+    """Log the events of one Gemini CLI hook payload; always 0, never a word on stdout.
+
+    Args:
+        raw: the payload, as read from stdin.
+        socket_path: the collector socket.
+        root: the session root; None finds it from the payload's ``cwd``.
+    """
+    return run_agent_hook(raw, agent=AGENT, handle=handle, check=_check, socket_path=socket_path, root=root)
