@@ -177,6 +177,27 @@ def test_gemini_parallel_calls_of_one_tool_paired_first_in_first_out(collector: 
     assert collector.rejects() == []
 
 
+def test_gemini_a_tool_error_and_a_call_no_hook_announced_are_failed_cycles(collector: Any, tmp_path: Path) -> None:
+    """A read of a missing file fails in AfterTool; a call to a tool Gemini does not have fires no tool
+    hook at all and is found in the transcript at AfterAgent: both FINISH FAILED with Gemini's error."""
+    calls = (ToolCall("read_file", {"file_path": "missing.txt"}), ToolCall("no_such_tool", {"path": "x"}))
+    session, _ = _gemini(collector, tmp_path, rounds(Turn(calls=calls), Turn(text="done")))
+    lines = collector.session_lines(session)
+    tools = [line for line in lines if line["action"] in ("read_file", "no_such_tool")]
+    assert _cycles(tools) == [
+        ("read_file call1", "READ", "OK"),
+        ("read_file call1", "FINISH", "FAILED"),
+        ("no_such_tool call2", "PENDING", "OK"),
+        ("no_such_tool call2", "FINISH", "FAILED"),
+    ]
+    assert tools[1]["error"].startswith("File not found: ")
+    assert tools[1]["error"].endswith("missing.txt")
+    assert tools[2]["attrs"]["path"] == "x"
+    assert tools[3]["error"].startswith('Tool "no_such_tool" not found.')
+    assert _cycles(lines)[-2:] == [("prompt", "FINISH", "OK"), ("session", "FINISH", "OK")]
+    assert collector.rejects() == []
+
+
 def test_gemini_with_the_collector_down_spools_and_delivers_once(collector: Any, tmp_path: Path) -> None:
     """Collector down for the run, up afterwards: each event written once."""
     collector.stop()

@@ -14,8 +14,12 @@ docs/user-guide.md, "Gemini CLI"):
   last chunk (the one with a ``finishReason``), with the token counts of ``usageMetadata``; every
   later event of the session carries the ``model``;
 - a prompt is the cycle ``prompt``, from ``BeforeAgent`` to ``AfterAgent``; the session is the
-  cycle ``session``, from ``SessionStart`` to ``SessionEnd``. ``AfterAgent`` closes the tool calls
-  that never got an ``AfterTool`` (refused or impossible calls), FAILED, saying so.
+  cycle ``session``, from ``SessionStart`` to ``SessionEnd``;
+- calls Gemini CLI refuses before running them (an unknown tool, invalid arguments) fire no tool
+  hook at all. ``AfterAgent`` finds them in the session's transcript (``transcript_path``, its last
+  :data:`TRANSCRIPT_TAIL` bytes): each tool call recorded there since the prompt began that no
+  ``BeforeTool`` announced becomes a cycle of its own, FINISH FAILED with the error Gemini gave the
+  model. Then it closes, FAILED and saying so, the calls that never got an ``AfterTool``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["AGENT", "READING_TOOLS", "handle", "run_hook"]
+__all__ = ["AGENT", "READING_TOOLS", "TRANSCRIPT_TAIL", "handle", "run_hook", "unannounced_calls"]
 
 AGENT: Final = "gemini-cli"
 """The ``agent`` of every event the hook logs."""
@@ -44,6 +48,8 @@ READING_TOOLS: Final = frozenset(
      "google_web_search", "web_fetch"}
 )  # fmt: skip
 """Tools whose calls open their cycle with READ; every other tool opens it with PENDING."""
+TRANSCRIPT_TAIL: Final = 1 << 20
+"""Bytes read from the end of the transcript at AfterAgent: the hook reads no more."""
 _EXIT_CODE: Final = re.compile(r"^Exit Code: (-?\d+)", re.MULTILINE)
 _USAGE: Final = {"promptTokenCount": "input_tokens", "candidatesTokenCount": "output_tokens",
                  "totalTokenCount": "total_tokens"}  # fmt: skip
@@ -62,10 +68,59 @@ def _timestamp_ns(payload: dict[str, Any]) -> int | None:
         return None
 
 
+def _digest(tool_name: object, tool_input: object) -> str:
+    """The tool and a digest of its input (Gemini sends one object to both hooks and the transcript)."""
+    return f"{tool_name}\0{sha256(_plain_json.dumps(tool_input).encode()).hexdigest()[:16]}"
+
+
 def _call_key(payload: dict[str, Any]) -> str:
     """What pairs an AfterTool with its BeforeTool: the tool and a digest of its input."""
-    tool_input = _plain_json.dumps(payload.get("tool_input"))  # Gemini sends one object to both hooks
-    return f"tool\0{payload.get('tool_name')}\0{sha256(tool_input.encode()).hexdigest()[:16]}\0"
+    return f"tool\0{_digest(payload.get('tool_name'), payload.get('tool_input'))}\0"
+
+
+def unannounced_calls(transcript_path: object, since: str, announced: list[str]) -> list[dict[str, Any]]:
+    """The tool calls of the transcript's last :data:`TRANSCRIPT_TAIL` bytes made at or after
+    ``since`` (an ISO 8601 timestamp) that none of ``announced`` (digests of the calls BeforeTool
+    announced, each matching one call) accounts for: ``{"name", "args", "error"}`` each, in order."""
+    if not isinstance(transcript_path, str) or not os.path.isabs(transcript_path):
+        return []
+    try:
+        with open(transcript_path, "rb") as transcript:
+            size = transcript.seek(0, os.SEEK_END)
+            transcript.seek(max(0, size - TRANSCRIPT_TAIL))
+            tail = transcript.read(TRANSCRIPT_TAIL)
+    except OSError:
+        return []
+    calls: dict[str, dict[str, Any]] = {}  # a message is written again as it grows: the last one counts
+    for line in tail.split(b"\n"):
+        if b'"toolCalls"' not in line:
+            continue
+        try:
+            message: Any = _plain_json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict) or str(message.get("timestamp", "")) < since:
+            continue
+        for call in message.get("toolCalls") or ():
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                calls[call["id"]] = call
+    left = list(announced)
+    missing = []
+    for call in calls.values():
+        digest = _digest(call.get("name"), call.get("args"))
+        if digest in left:
+            left.remove(digest)
+            continue
+        missing.append({"name": call.get("name"), "args": call.get("args"), "error": _recorded_error(call)})
+    return missing
+
+
+def _recorded_error(call: dict[str, Any]) -> str:
+    for result in call.get("result") or ():
+        response = result.get("functionResponse", {}).get("response") if isinstance(result, dict) else None
+        if isinstance(response, dict) and response.get("error"):
+            return cut_line(response["error"])
+    return f"the call never ran (status {cut_line(call.get('status', 'unknown'))})"
 
 
 def _tool_failure(response: object, tool: object) -> str | None:
@@ -118,6 +173,7 @@ def handle(run: HookRun) -> None:
             data["calls"] = number = int(data.get("calls", 0)) + 1
             stage = "READ" if payload.get("tool_name") in READING_TOOLS else "PENDING"
             key = f"{_call_key(payload)}{number}"
+            data.setdefault("announced", []).append(_digest(payload.get("tool_name"), payload.get("tool_input")))
             action = cut_line(payload.get("tool_name", "?"))
             run.open(key, action, stage, started_ns=at, attrs=tool_summary(payload), cycle=f"call{number}")
         case "AfterTool":
@@ -154,11 +210,26 @@ def handle(run: HookRun) -> None:
             prompt = payload.get("prompt")
             size = {"prompt_chars": len(prompt)} if isinstance(prompt, str) else None
             run.open(prompt_key, "prompt", "READ", started_ns=at, attrs=size)
+            data["announced"] = []
+            data["prompt_at"] = str(payload.get("timestamp", ""))
         case "AfterAgent":
+            _record_unannounced(run)
             _close_turn(run, at)
             run.finish(prompt_key, ended_ns=at)
         case _:  # PreCompress (fired before every prompt), BeforeToolSelection, Notification: nothing to log
             return
+
+
+def _record_unannounced(run: HookRun) -> None:
+    """A cycle, FAILED, for each call of this prompt the transcript has and no BeforeTool announced."""
+    data = run.data
+    since = str(data.pop("prompt_at", ""))
+    if not since:  # the prompt's start was not seen: nothing tells this prompt's calls from earlier ones
+        return
+    for call in unannounced_calls(run.payload.get("transcript_path"), since, data.pop("announced", [])):
+        data["calls"] = number = int(data.get("calls", 0)) + 1
+        summary = tool_summary({"tool_name": call["name"], "tool_input": call["args"]})
+        run.single(cut_line(call["name"] or "?"), "FAILED", attrs=summary, cycle=f"call{number}", error=call["error"])
 
 
 def _close_turn(run: HookRun, at: int | None) -> None:
