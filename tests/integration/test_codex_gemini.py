@@ -105,6 +105,32 @@ def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any,
     assert [json.loads(line)["cycle"] for line in logged.stdout.splitlines()] == ["call_1_1"]
 
 
+def test_codex_calls_it_refuses_before_running_them_are_failed_cycles(collector: Any, tmp_path: Path) -> None:
+    """A call to a tool Codex does not have and one with arguments it cannot parse fire no hook: Stop
+    finds them in the transcript by call id, each FINISH FAILED with what Codex told the model."""
+    calls = (
+        ToolCall("no_such_tool", {"path": "x"}),
+        ToolCall("exec_command", {"cmd": "echo hi"}),
+        ToolCall("exec_command", {"bogus": 1}),
+    )
+    session, _ = _codex(collector, tmp_path, rounds(Turn(calls=calls), Turn(text="done")))
+    lines = collector.session_lines(session)
+    assert _cycles(lines)[2:] == [
+        ("Bash call_1_1", "PENDING", "OK"),
+        ("Bash call_1_1", "FINISH", "OK"),
+        ("no_such_tool call_1_0", "PENDING", "OK"),
+        ("no_such_tool call_1_0", "FINISH", "FAILED"),
+        ("exec_command call_1_2", "PENDING", "OK"),
+        ("exec_command call_1_2", "FINISH", "FAILED"),
+        ("prompt", "FINISH", "OK"),
+        ("session", "FINISH", "OK"),
+    ]
+    assert lines[5]["error"] == "unsupported call: no_such_tool"
+    assert lines[4]["attrs"]["path"] == "x"
+    assert lines[7]["error"].startswith("failed to parse function arguments: missing field `cmd`")
+    assert collector.rejects() == []
+
+
 def test_codex_with_the_collector_down_spools_and_delivers_once(collector: Any, tmp_path: Path) -> None:
     """The collector is down for the whole run: every hook spools; the collector started later writes
     each event once, in order."""

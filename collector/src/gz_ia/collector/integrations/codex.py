@@ -9,6 +9,10 @@ shape (the table is in docs/user-guide.md, "Codex"):
   written the call's ``item_completed`` record, with its exit code and its own duration, by the time
   the hook runs: an exit code other than 0 (or a ``failed`` status) is FINISH FAILED. When the
   record is not found the call is FINISH OK, timed from its PreToolUse;
+- calls Codex refuses before running them (a tool it does not have, arguments it cannot parse)
+  fire no hook at all. ``Stop`` finds them in the transcript: each ``function_call`` of the turn
+  whose call id no tool hook announced becomes a cycle of its own, FINISH FAILED with the output
+  Codex gave the model (e.g. ``unsupported call: <tool>``);
 - a prompt is the cycle ``prompt``, from ``UserPromptSubmit`` to ``Stop``; the session is the cycle
   ``session``, from ``SessionStart`` to ``SessionEnd``, which also closes what is still open;
 - every event of a payload that names the ``model`` carries it in ``attrs``.
@@ -25,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["AGENT", "TRANSCRIPT_TAIL", "call_outcome", "handle", "run_hook"]
+__all__ = ["AGENT", "TRANSCRIPT_TAIL", "call_outcome", "handle", "run_hook", "unannounced_calls"]
 
 AGENT: Final = "codex"
 """The ``agent`` of every event the hook logs."""
@@ -34,18 +38,23 @@ TRANSCRIPT_TAIL: Final = 1 << 20
 _TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
 
 
-def call_outcome(transcript_path: object, call_id: str) -> dict[str, Any] | None:
-    """The ``item_completed`` record of ``call_id`` in the last :data:`TRANSCRIPT_TAIL` bytes of the
-    transcript (its ``item``), or None when it is not there or the transcript cannot be read."""
+def _tail(transcript_path: object) -> bytes:
+    """The last :data:`TRANSCRIPT_TAIL` bytes of the transcript; nothing if it cannot be read."""
     if not isinstance(transcript_path, str) or not os.path.isabs(transcript_path):
-        return None
+        return b""
     try:
         with open(transcript_path, "rb") as transcript:
             size = transcript.seek(0, os.SEEK_END)
             transcript.seek(max(0, size - TRANSCRIPT_TAIL))
-            tail = transcript.read(TRANSCRIPT_TAIL)
+            return transcript.read(TRANSCRIPT_TAIL)
     except OSError:
-        return None
+        return b""
+
+
+def call_outcome(transcript_path: object, call_id: str) -> dict[str, Any] | None:
+    """The ``item_completed`` record of ``call_id`` in the last :data:`TRANSCRIPT_TAIL` bytes of the
+    transcript (its ``item``), or None when it is not there or the transcript cannot be read."""
+    tail = _tail(transcript_path)
     needle = f'"id":"{call_id}"'.encode()
     for line in reversed(tail.split(b"\n")):
         if needle not in line or b'"item_completed"' not in line:
@@ -58,6 +67,33 @@ def call_outcome(transcript_path: object, call_id: str) -> dict[str, Any] | None
         if isinstance(item, dict) and item.get("id") == call_id:
             return item
     return None
+
+
+def unannounced_calls(transcript_path: object, turn_id: str, announced: list[str]) -> list[dict[str, Any]]:
+    """The ``function_call`` items of turn ``turn_id`` in the transcript's tail whose call id is not
+    in ``announced``: ``{"call_id", "name", "arguments", "output"}`` each, in the model's order."""
+    calls: dict[str, dict[str, Any]] = {}
+    outputs: dict[str, str] = {}
+    for line in _tail(transcript_path).split(b"\n"):
+        if b'"function_call' not in line:
+            continue
+        try:
+            record: Any = _plain_json.loads(line)
+            item = record["payload"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("call_id"), str):
+            continue
+        if item.get("type") == "function_call_output":
+            outputs[item["call_id"]] = str(item.get("output", ""))
+        elif item.get("type") == "function_call" and item["call_id"] not in announced:
+            metadata = item.get("internal_chat_message_metadata_passthrough")
+            if isinstance(metadata, dict) and metadata.get("turn_id") == turn_id:
+                calls[item["call_id"]] = {"call_id": item["call_id"], "name": item.get("name"),
+                                          "arguments": item.get("arguments")}  # fmt: skip
+    for call_id, call in calls.items():
+        call["output"] = outputs.get(call_id, "")
+    return list(calls.values())
 
 
 def _verdict(item: dict[str, Any]) -> tuple[str, str | None, int | None]:
@@ -85,10 +121,13 @@ def handle(run: HookRun) -> None:
     prompt_key = f"prompt\0{run.session_id}"
     match payload.get("hook_event_name"):
         case "PreToolUse":
+            run.data.setdefault("announced", []).append(str(payload["tool_use_id"]))
             action, cycle = tool_cycle(payload, str(payload["tool_use_id"]))
             run.open(f"tool\0{payload['tool_use_id']}", action, "PENDING", attrs=tool_summary(payload), cycle=cycle)
         case "PostToolUse":
             call_id = str(payload["tool_use_id"])
+            if call_id not in run.data.setdefault("announced", []):
+                run.data["announced"].append(call_id)
             item = call_outcome(payload.get("transcript_path"), call_id)
             status, error, duration_ms = _verdict(item) if item is not None else ("OK", None, None)
             fields: dict[str, Any] = {"error": error} if error else {}
@@ -113,7 +152,9 @@ def handle(run: HookRun) -> None:
             if payload.get("turn_id"):
                 attrs["turn_id"] = cut_line(payload["turn_id"])
             run.open(prompt_key, "prompt", "READ", attrs=attrs)
+            run.data["announced"] = []
         case "Stop":
+            _record_unannounced(run)
             run.finish(prompt_key)
         case "PreCompact":
             run.open(
@@ -126,6 +167,23 @@ def handle(run: HookRun) -> None:
             run.finish(f"compact\0{run.session_id}")
         case _:  # PermissionRequest, subagents and future events: nothing to log
             return
+
+
+def _record_unannounced(run: HookRun) -> None:
+    """A cycle, FAILED, for each call of the turn the transcript has and no tool hook announced."""
+    turn_id = run.payload.get("turn_id")
+    announced = run.data.pop("announced", [])
+    if not isinstance(turn_id, str):
+        return
+    for call in unannounced_calls(run.payload.get("transcript_path"), turn_id, announced):
+        try:
+            arguments = _plain_json.loads(str(call["arguments"]))
+        except ValueError:
+            arguments = None
+        tool = {"tool_name": call["name"] or "?", "tool_use_id": call["call_id"], "tool_input": arguments}
+        action, cycle = tool_cycle(tool, call["call_id"])
+        error = cut_line(call["output"]) or "the call never ran"
+        run.single(action, "FAILED", attrs=tool_summary(tool), cycle=cycle, error=error)
 
 
 def _check(payload: dict[str, Any]) -> None:
