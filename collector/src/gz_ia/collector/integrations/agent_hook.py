@@ -12,8 +12,8 @@ the same way for every agent:
   holds its lock) and spools what no collector answered;
 - the hook never gets in the agent's way: :func:`run_agent_hook` always returns 0 and prints nothing
   on stdout; with ``GZ_IA_DISABLED=1`` it logs nothing; a payload it cannot use is counted
-  (``<spool dir>/ledgers/<agent>.invalid``: the count and the last error) and named in one line on
-  stderr.
+  (``<spool dir>/ledgers/<command>.invalid``, e.g. ``gemini.invalid``: the count and the last
+  error) and named in one line on stderr.
 
 It imports only what :mod:`..oneshot.ledger` needs: the hook runs once per event, where the
 interpreter's start is most of its cost.
@@ -192,6 +192,7 @@ def run_agent_hook(
     raw: bytes,
     *,
     agent: str,
+    command: str,
     handle: Callable[[HookRun], None],
     check: Callable[[dict[str, Any]], None],
     socket_path: str | os.PathLike[str],
@@ -202,6 +203,7 @@ def run_agent_hook(
     Args:
         raw: the payload, as read from stdin.
         agent: the agent's name, the ``agent`` of its events.
+        command: the hook's name in ``gz-ia hook <command>``, which its complaints and count name.
         handle: adds the payload's events to the :class:`HookRun` it is given.
         check: raises ValueError for a payload the agent's module cannot use.
         socket_path: the collector socket.
@@ -227,12 +229,12 @@ def run_agent_hook(
                 ledger.remove()
         if delivery.outcome == Outcome.ACCEPTED:
             for reason, detail in delivery.rejected.values():
-                _complain(agent, f"event rejected ({reason}): {detail}")
+                _complain(command, f"event rejected ({reason}): {detail}")
         elif delivery.outcome != Outcome.SPOOLED:
-            _complain(agent, f"events not delivered ({delivery.outcome}): {delivery.detail}")
+            _complain(command, f"events not delivered ({delivery.outcome}): {delivery.detail}")
     except Exception as exc:
-        _count_invalid(agent, spool_dir, exc)
-        _complain(agent, f"payload ignored: {type(exc).__name__}: {exc}")
+        _count_invalid(command, spool_dir, exc)
+        _complain(command, f"payload ignored: {type(exc).__name__}: {exc}")
     return 0
 
 
@@ -243,22 +245,22 @@ def _root_of(payload: dict[str, Any]) -> str:
     return env.locate_root(cwd)
 
 
-def _complain(agent: str, message: str) -> None:
+def _complain(command: str, message: str) -> None:
     try:
-        print(f"gz-ia hook {agent}: {message}"[:1000], file=sys.stderr)
+        print(f"gz-ia hook {command}: {message}"[:1000], file=sys.stderr)
     except (OSError, ValueError):
         pass
 
 
-def _count_invalid(agent: str, spool_dir: str, exc: BaseException) -> None:
-    """Count a payload the hook could not use: ``<spool dir>/ledgers/<agent>.invalid`` holds the
+def _count_invalid(command: str, spool_dir: str, exc: BaseException) -> None:
+    """Count a payload the hook could not use: ``<spool dir>/ledgers/<command>.invalid`` holds the
     count and the last error, on one line."""
     import contextlib  # only for a payload that failed
 
     with contextlib.suppress(OSError, ValueError):
         directory = ledger_directory(spool_dir)
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(f"{directory}/{agent}.invalid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(f"{directory}/{command}.invalid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             count = int(os.pread(fd, 32, 0).split(b" ", 1)[0] or b"0")

@@ -199,4 +199,6 @@ def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.
         socket_path: the collector socket.
         root: the session root; None finds it from the payload's ``cwd``.
     """
-    return run_agent_hook(raw, agent=AGENT, handle=handle, check=_check, socket_path=socket_path, root=root)
+    return run_agent_hook(
+        raw, agent=AGENT, command="codex", handle=handle, check=_check, socket_path=socket_path, root=root
+    )
