@@ -86,6 +86,10 @@ def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any,
         ("Bash call_1_1", "FINISH", "FAILED"),
         ("Bash call_1_1", "PENDING", "OK"),
     ]
+    opened = lines[0]["attrs"]
+    assert (opened["source"], opened["permission_mode"], opened["cwd"]) == ("startup", "bypassPermissions",
+                                                                            str(workspace(collector)))  # fmt: skip
+    assert opened["transcript_path"].endswith(".jsonl")
     by_cycle = {(line.get("cycle"), line["stage"]): line for line in lines}
     assert by_cycle[("call_1_0", "PENDING")]["attrs"] == {
         "model": CODEX_MODEL,
@@ -187,6 +191,8 @@ def test_gemini_parallel_calls_of_one_tool_paired_first_in_first_out(collector: 
         ("run_shell_command call3", "FINISH", "FAILED"),
         ("run_shell_command call3", "PENDING", "OK"),
     ]
+    assert lines[0]["attrs"]["cwd"] == str(workspace(collector))
+    assert "/chats/session-" in lines[0]["attrs"]["transcript_path"]
     by_cycle = {(line.get("cycle"), line["stage"]): line for line in lines}
     assert by_cycle[("call3", "FINISH")]["error"] == "exit code 3"
     assert by_cycle[("call3", "PENDING")]["attrs"]["command"] == FAILING

@@ -36,7 +36,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Final
 
-__all__ = ["SUMMARY_CHARS", "HookRun", "cut_line", "run_agent_hook", "safe_id", "tool_cycle", "tool_summary"]
+__all__ = [
+    "SUMMARY_CHARS",
+    "HookRun",
+    "cut_line",
+    "run_agent_hook",
+    "safe_id",
+    "session_attrs",
+    "tool_cycle",
+    "tool_summary",
+]
 
 SUMMARY_CHARS: Final = 200
 """Bound on each summarised tool input (a command's first line, a path, a pattern)."""
@@ -84,6 +93,12 @@ def tool_summary(payload: dict[str, Any]) -> dict[str, str | int | float | bool]
             if isinstance(value, str | int | float) and not isinstance(value, bool) and name not in attrs:
                 attrs[name] = cut_line(value)
     return attrs
+
+
+def session_attrs(payload: dict[str, Any], *names: str) -> dict[str, str | int | float | bool]:
+    """The session's own facts a payload carries (``source``, ``cwd``, ``transcript_path``, the way
+    back to the agent's full record, ...), each cut to :data:`SUMMARY_CHARS`."""
+    return {name: cut_line(payload[name]) for name in names if isinstance(payload.get(name), str) and payload[name]}
 
 
 class HookRun:

@@ -22,7 +22,14 @@ from __future__ import annotations
 
 import os
 
-from gz_ia.collector.integrations.agent_hook import HookRun, cut_line, run_agent_hook, tool_cycle, tool_summary
+from gz_ia.collector.integrations.agent_hook import (
+    HookRun,
+    cut_line,
+    run_agent_hook,
+    session_attrs,
+    tool_cycle,
+    tool_summary,
+)
 from gz_ia.collector.oneshot import _plain_json
 
 TYPE_CHECKING = False
@@ -139,8 +146,8 @@ def handle(run: HookRun) -> None:
                 finish = {"duration_ms": duration_ms} if duration_ms is not None else {}
                 run.single(action, status, attrs=tool_summary(payload), cycle=cycle, **fields, **finish)
         case "SessionStart":
-            source = {"source": cut_line(payload.get("source", "startup"))}
-            run.open(f"session\0{run.session_id}", "session", "READ", attrs=source)
+            facts = session_attrs(payload, "source", "cwd", "permission_mode", "transcript_path")
+            run.open(f"session\0{run.session_id}", "session", "READ", attrs=facts)
         case "SessionEnd":
             run.finish_all("tool\0", "FAILED", error="the session ended before the tool call finished")
             run.finish(prompt_key, attrs={"ended_by": "session end"})

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 
-from gz_ia.collector.integrations.agent_hook import HookRun, cut_line, run_agent_hook, tool_summary
+from gz_ia.collector.integrations.agent_hook import HookRun, cut_line, run_agent_hook, session_attrs, tool_summary
 from gz_ia.collector.oneshot import _plain_json
 
 try:  # the C digest itself: hashlib would load OpenSSL first
@@ -198,7 +198,7 @@ def handle(run: HookRun) -> None:
                           and type(usage.get(key)) is int}  # fmt: skip
                 run.finish(model_key, ended_ns=at, attrs=tokens)
         case "SessionStart":
-            attrs = {"source": cut_line(payload.get("source", "startup"))}
+            attrs = session_attrs(payload, "source", "cwd", "transcript_path")
             run.open(f"session\0{run.session_id}", "session", "READ", started_ns=at, attrs=attrs)
         case "SessionEnd":
             _close_turn(run, at)
