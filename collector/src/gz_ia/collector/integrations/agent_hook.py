@@ -179,6 +179,13 @@ class HookRun:
         self.event(action, "FINISH", status=status, duration_ms=duration_ms, session_id=session_id, **fields)
         return True
 
+    def remember(self, name: str, value: str) -> None:
+        """Add ``value`` to the ledger's list ``name`` (the calls a turn announced), the newest
+        :data:`_OPEN_KEPT` kept."""
+        kept: list[str] = self.data.setdefault(name, [])
+        kept.append(value)
+        del kept[:-_OPEN_KEPT]
+
     def open_keys(self, prefix: str) -> list[str]:
         """The open cycles whose key starts with ``prefix``, oldest first."""
         return [key for key in self.data.get("open", {}) if key.startswith(prefix)]

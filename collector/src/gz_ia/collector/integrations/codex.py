@@ -128,13 +128,13 @@ def handle(run: HookRun) -> None:
     prompt_key = f"prompt\0{run.session_id}"
     match payload.get("hook_event_name"):
         case "PreToolUse":
-            run.data.setdefault("announced", []).append(str(payload["tool_use_id"]))
+            run.remember("announced", str(payload["tool_use_id"]))
             action, cycle = tool_cycle(payload, str(payload["tool_use_id"]))
             run.open(f"tool\0{payload['tool_use_id']}", action, "PENDING", attrs=tool_summary(payload), cycle=cycle)
         case "PostToolUse":
             call_id = str(payload["tool_use_id"])
-            if call_id not in run.data.setdefault("announced", []):
-                run.data["announced"].append(call_id)
+            if call_id not in run.data.get("announced", ()):
+                run.remember("announced", call_id)
             item = call_outcome(payload.get("transcript_path"), call_id)
             status, error, duration_ms = _verdict(item) if item is not None else ("OK", None, None)
             fields: dict[str, Any] = {"error": error} if error else {}

@@ -25,7 +25,6 @@ docs/user-guide.md, "Gemini CLI"):
 from __future__ import annotations
 
 import os
-import re
 
 from gz_ia.collector.integrations.agent_hook import HookRun, cut_line, run_agent_hook, session_attrs, tool_summary
 from gz_ia.collector.oneshot import _plain_json
@@ -39,7 +38,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["AGENT", "READING_TOOLS", "TRANSCRIPT_TAIL", "handle", "run_hook", "unannounced_calls"]
+__all__ = [
+    "AGENT",
+    "READING_TOOLS",
+    "TRANSCRIPT_TAIL",
+    "handle",
+    "run_hook",
+    "timestamp_ns",
+    "tool_failure",
+    "unannounced_calls",
+]
 
 AGENT: Final = "gemini-cli"
 """The ``agent`` of every event the hook logs."""
@@ -50,22 +58,33 @@ READING_TOOLS: Final = frozenset(
 """Tools whose calls open their cycle with READ; every other tool opens it with PENDING."""
 TRANSCRIPT_TAIL: Final = 1 << 20
 """Bytes read from the end of the transcript at AfterAgent: the hook reads no more."""
-_EXIT_CODE: Final = re.compile(r"^Exit Code: (-?\d+)", re.MULTILINE)
+_EXIT_CODE: Final = "Exit Code: "
+"""How a shell command's exit code starts its line in the tool's answer (re would cost the hook more
+than the rest of its imports)."""
 _USAGE: Final = {"promptTokenCount": "input_tokens", "candidatesTokenCount": "output_tokens",
                  "totalTokenCount": "total_tokens"}  # fmt: skip
 
 
-def _timestamp_ns(payload: dict[str, Any]) -> int | None:
-    """The payload's own ``timestamp`` (ISO 8601, UTC) in nanoseconds, None if absent or unreadable."""
+def timestamp_ns(payload: dict[str, Any]) -> int | None:
+    """The payload's own ``timestamp`` (``2026-12-01T23:39:13.943Z``, as Gemini CLI writes it) in
+    nanoseconds since the epoch; None if absent or in another form. Parsed by hand: ``datetime``
+    would cost the hook more than the rest of its imports."""
     stamp = payload.get("timestamp")
-    if not isinstance(stamp, str):
+    if not isinstance(stamp, str) or len(stamp) < 20 or stamp[10] != "T" or not stamp.endswith("Z"):
         return None
-    from datetime import datetime
-
     try:
-        return int(datetime.fromisoformat(stamp).timestamp() * 1000) * 1_000_000
+        year, month, day = int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10])
+        hours, minutes, seconds = int(stamp[11:13]), int(stamp[14:16]), float(stamp[17:-1])
     except ValueError:
         return None
+    # Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    days = era * 146_097 + day_of_era - 719_468
+    return (days * 86_400 + hours * 3600 + minutes * 60) * 1_000_000_000 + round(seconds * 1000) * 1_000_000
 
 
 def _digest(tool_name: object, tool_input: object) -> str:
@@ -123,7 +142,7 @@ def _recorded_error(call: dict[str, Any]) -> str:
     return f"the call never ran (status {cut_line(call.get('status', 'unknown'))})"
 
 
-def _tool_failure(response: object, tool: object) -> str | None:
+def tool_failure(response: object, tool: object) -> str | None:
     """The error of a finished call, None if it succeeded."""
     if not isinstance(response, dict):
         return None
@@ -134,9 +153,10 @@ def _tool_failure(response: object, tool: object) -> str | None:
         return cut_line(error)
     content = response.get("llmContent")
     if tool == "run_shell_command" and isinstance(content, str):
-        found = _EXIT_CODE.search(content)
-        if found and found.group(1) != "0":
-            return f"exit code {found.group(1)}"
+        for line in content.splitlines():
+            code = line[len(_EXIT_CODE) :].strip() if line.startswith(_EXIT_CODE) else ""
+            if code.lstrip("-").isdigit() and int(code) != 0:
+                return f"exit code {int(code)}"
     return None
 
 
@@ -165,7 +185,7 @@ def handle(run: HookRun) -> None:
         data["model"] = model
     if data.get("model"):
         run.labels["model"] = data["model"]
-    at = _timestamp_ns(payload)
+    at = timestamp_ns(payload)
     prompt_key = f"prompt\0{run.session_id}"
     model_key = f"model\0{run.session_id}"
     match payload.get("hook_event_name"):
@@ -173,12 +193,12 @@ def handle(run: HookRun) -> None:
             data["calls"] = number = int(data.get("calls", 0)) + 1
             stage = "READ" if payload.get("tool_name") in READING_TOOLS else "PENDING"
             key = f"{_call_key(payload)}{number}"
-            data.setdefault("announced", []).append(_digest(payload.get("tool_name"), payload.get("tool_input")))
+            run.remember("announced", _digest(payload.get("tool_name"), payload.get("tool_input")))
             action = cut_line(payload.get("tool_name", "?"))
             run.open(key, action, stage, started_ns=at, attrs=tool_summary(payload), cycle=f"call{number}")
         case "AfterTool":
             open_calls = run.open_keys(_call_key(payload)) or run.open_keys(f"tool\0{payload.get('tool_name')}\0")
-            error = _tool_failure(payload.get("tool_response"), payload.get("tool_name"))
+            error = tool_failure(payload.get("tool_response"), payload.get("tool_name"))
             status = "FAILED" if error else "OK"
             if not open_calls:  # the BeforeTool was not seen (the hook was installed mid-call)
                 data["calls"] = number = int(data.get("calls", 0)) + 1
