@@ -12,7 +12,6 @@ from tests.conftest import wait_for
 from tests.fixtures.agent_runners import (
     CODEX_MODEL,
     GEMINI_MODEL,
-    HOOK_PREFIX,
     assert_ran,
     codex_home,
     gemini_home,
@@ -61,7 +60,7 @@ def _codex(collector: Any, tmp_path: Path, script: Any) -> tuple[str, ResponsesA
         home = codex_home(tmp_path, api.base_url)
         user_hooks, mark = _user_hooks(tmp_path)
         (home / ".codex" / "hooks.json").write_text(user_hooks)
-        gz_install(collector, home, "codex", "--command", f"{HOOK_PREFIX} hook codex")
+        gz_install(collector, home, "codex")  # the default command: this gz-ia, by absolute path
         result = run_codex(collector, home, "run the commands", cwd=workspace(collector))
     assert_ran(result)
     assert mark.exists(), "the user's own hook ran beside gz-ia's"
@@ -160,7 +159,7 @@ def _gemini(collector: Any, tmp_path: Path, script: Any, *, chunks: int = 1) -> 
     with GeminiAPI(script, chunks=chunks) as api:
         home = gemini_home(tmp_path)
         before = (home / ".gemini" / "settings.json").read_bytes()
-        gz_install(collector, home, "gemini", "--command", f"{HOOK_PREFIX} hook gemini")
+        gz_install(collector, home, "gemini")
         result = run_gemini(collector, home, "run the commands", cwd=workspace(collector), api_base_url=api.base_url)
     assert_ran(result)
     gz_install(collector, home, "gemini", "--uninstall")
