@@ -143,8 +143,8 @@ def handle(run: HookRun) -> None:
             if not run.finish(f"tool\0{call_id}", status, duration_ms=duration_ms, **fields):
                 # The PreToolUse was not seen (the hook was installed mid-call): a cycle of its own.
                 action, cycle = tool_cycle(payload, call_id)
-                finish = {"duration_ms": duration_ms} if duration_ms is not None else {}
-                run.single(action, status, attrs=tool_summary(payload), cycle=cycle, **fields, **finish)
+                run.single(action, status, attrs=tool_summary(payload), cycle=cycle, duration_ms=duration_ms,
+                           error=fields.get("error"), finish_attrs=fields.get("attrs"))  # fmt: skip
         case "SessionStart":
             facts = session_attrs(payload, "source", "cwd", "permission_mode", "transcript_path")
             run.open(f"session\0{run.session_id}", "session", "READ", attrs=facts)
