@@ -21,7 +21,7 @@ from tests.fixtures.agent_runners import (
     workspace,
 )
 from tests.fixtures.model_apis.gemini import CANDIDATE_TOKENS, PROMPT_TOKENS, GeminiAPI
-from tests.fixtures.model_apis.openai_responses import ResponsesAPI
+from tests.fixtures.model_apis.openai_responses import INPUT_TOKENS, OUTPUT_TOKENS, ResponsesAPI
 from tests.fixtures.model_apis.scripted import ToolCall, Turn, rounds
 
 pytestmark = pytest.mark.agents
@@ -71,7 +71,8 @@ def _codex(collector: Any, tmp_path: Path, script: Any) -> tuple[str, ResponsesA
 
 def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any, tmp_path: Path) -> None:
     """Two parallel commands, one exiting 3: two cycles by tool_use_id, the failing one FINISH FAILED
-    with its exit code and its own duration; prompt and session around them; agent and model named."""
+    with its exit code and its own duration; prompt (with the turn's tokens) and session around them;
+    agent and model named."""
     calls = (ToolCall("exec_command", {"cmd": "echo hello"}), ToolCall("exec_command", {"cmd": FAILING}))
     session, api = _codex(collector, tmp_path, rounds(Turn(calls=calls), Turn(text="done")))
     assert [path for path, _ in api.requests] == ["/v1/responses", "/v1/responses"]
@@ -101,6 +102,9 @@ def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any,
     assert failed["attrs"]["exit_code"] == 3
     assert by_cycle[("call_1_0", "FINISH")]["attrs"]["exit_code"] == 0
     assert all(line["duration_ms"] >= 0 for line in lines if line["stage"] == "FINISH")
+    prompt_end = lines[-2]["attrs"]
+    assert (prompt_end["input_tokens"], prompt_end["output_tokens"]) == (2 * INPUT_TOKENS, 2 * OUTPUT_TOKENS)
+    assert prompt_end["total_tokens"] == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)
     assert {line["agent"] for line in lines} == {"codex"}
     assert all(line["attrs"]["model"] == CODEX_MODEL for line in lines[:-1])  # SessionEnd names no model
     assert collector.rejects() == []
