@@ -48,6 +48,7 @@ LOSS_AGENT: Final = "gz-ia"
 
 
 _stage_of: Final = operator.attrgetter("stage")
+_FINISH: Final = Stage.FINISH
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -259,6 +260,8 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+            if stage is _FINISH:
+                state.ended_failed = event.status is FAILED
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:
