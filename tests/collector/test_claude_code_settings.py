@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gz_ia.collector.integrations.claude_code_settings import (
+from gz_ia.collector.integrations.claude_code.settings import (
     COMMAND_ONLY_EVENTS,
     HOOK_EVENTS,
     SettingsError,

@@ -86,8 +86,12 @@ def test_parallel_tool_calls_are_separate_cycles_with_summaries_only(collector: 
         "tool": "Read",
         "tool_use_id": "toolu_01A",
         "file_path": "/home/dev/shop/src/cart.py",
+        "permission_mode": "default",
     }
-    assert lines[1]["attrs"] == {"prompt_chars": len("Fix the rounding bug in the cart total")}
+    assert lines[1]["attrs"] == {
+        "prompt_chars": len("Fix the rounding bug in the cart total"),
+        "permission_mode": "default",
+    }
     assert lines[-1]["attrs"] == {"reason": "prompt_input_exit"}
     stored = collector.session_file(SESSION).read_text()
     for secret in ("SECRET FILE CONTENT", "Decimal(0)", "rounding bug"):
@@ -161,6 +165,9 @@ def test_a_long_tool_error_and_agent_type_are_cut_and_marked_like_every_client_c
     failure = json.loads(payloads[3])
     assert failure["hook_event_name"] == "PostToolUseFailure"
     payloads[3] = json.dumps({**failure, "error": "e" * (MAX_ERROR_LENGTH + 100), "agent_type": "r" * 200})
+    payloads[2] = json.dumps(
+        {**json.loads(payloads[2]), "agent_type": "r" * 200}
+    )  # the FINISH keeps its opening's role
     _feed_all(collector, payloads)
     finish = collector.session_lines(SESSION)[3]
     assert (finish["stage"], finish["status"]) == ("FINISH", "FAILED")
