@@ -24,6 +24,7 @@ from gz_ia.client import Client, build_event
 from gz_ia.collector.cli import collector_main
 from gz_ia.collector.cli._install import (
     DEFAULT_EXEC_START,
+    HTTP_SOCKET_NAME,
     SANDBOX_PATH,
     SERVICE_NAME,
     SOCKET_NAME,
@@ -51,7 +52,10 @@ def _exec_start(text: str) -> str:
 
 
 def _without_exec_start(text: str) -> str:
-    return re.sub(r"^ExecStart=.*$", "ExecStart=", text, flags=re.MULTILINE)
+    """The unit without the lines that depend on the installation and the user: ``ExecStart=`` and the
+    HTTP port (``http_address = "auto"`` is one port per uid)."""
+    text = re.sub(r"^ExecStart=.*$", "ExecStart=", text, flags=re.MULTILINE)
+    return re.sub(r"^ListenStream=127\.0\.0\.1:\d+$", "ListenStream=127.0.0.1:", text, flags=re.MULTILINE)
 
 
 def _verify(directory: Path, base: Path, *, home: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -62,7 +66,7 @@ def _verify(directory: Path, base: Path, *, home: Path | None = None) -> subproc
     if home is not None:
         environment["HOME"] = str(home)
     return subprocess.run(
-        ["systemd-analyze", "verify", "--user", "--man=no", SOCKET_NAME, SERVICE_NAME],
+        ["systemd-analyze", "verify", "--user", "--man=no", SOCKET_NAME, HTTP_SOCKET_NAME, SERVICE_NAME],
         cwd=directory,
         env=environment,
         capture_output=True,
@@ -313,7 +317,7 @@ def test_install_writes_units_for_this_installation(short_tmp: Path) -> None:
     result = CliRunner().invoke(collector_main, ["install", "--user", "--sandbox", "no", "--unit-dir", str(target)])
     assert result.exit_code == 0, result.output
     written = {path.name: path.read_text() for path in target.iterdir()}
-    assert sorted(written) == sorted([SOCKET_NAME, SERVICE_NAME])
+    assert sorted(written) == sorted([SOCKET_NAME, SERVICE_NAME, HTTP_SOCKET_NAME])
     exec_start = _exec_start(written[SERVICE_NAME])
     program = Path(exec_start.split()[0])
     assert program.is_absolute()
@@ -360,7 +364,7 @@ def test_install_defaults_to_xdg_config_home(short_tmp: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert sorted(path.name for path in (config_home / "systemd" / "user").iterdir()) == sorted(
-        [SOCKET_NAME, SERVICE_NAME]
+        [SOCKET_NAME, SERVICE_NAME, HTTP_SOCKET_NAME]
     )
 
 
@@ -372,7 +376,7 @@ def test_install_dry_run_writes_nothing(short_tmp: Path) -> None:
     assert not target.exists()
     assert f"ExecStart={SCRIPT} serve" in result.output
     assert "ListenStream=%t/gz-ia/collector.sock" in result.output
-    assert "systemctl --user enable --now gz-ia-collector.socket" in result.output
+    assert "systemctl --user enable --now gz-ia-collector.socket gz-ia-collector-http.socket" in result.output
 
 
 def test_install_without_user_is_a_usage_error(short_tmp: Path) -> None:

@@ -258,6 +258,14 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.http_hook_payloads = Counter(
+            "gzia_http_hook_payloads_total",
+            "Hook payloads agents posted over HTTP, by agent and outcome: staged (events staged for the "
+            "next write pass), nothing (no event to log), disabled (GZ_IA_DISABLED), refused (the root "
+            "cannot be used) or invalid (not a payload the mapping can use).",
+            ["agent", "outcome"],
+            registry=registry,
+        )
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",
