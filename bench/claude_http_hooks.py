@@ -126,8 +126,8 @@ def run(runs: int, turns: int) -> dict[str, Any]:
         stderr=(base / "collector.log").open("wb"),
     )
     counter = base / "floor.count"
-    floor = subprocess.Popen([sys.executable, "-m", "bench.claude_http_hooks", "--floor-server", str(floor_port), str(counter)],
-                             cwd=REPO)  # fmt: skip
+    floor_command = ["-m", "bench.claude_http_hooks", "--floor-server", str(floor_port), str(counter)]
+    floor = subprocess.Popen([sys.executable, *floor_command], cwd=REPO)
     api = FakeAnthropic()
     marker = "bench: read the small file again and again"
     read = ToolUse("Read", {"file_path": str(workspace / "small.txt")})
@@ -137,7 +137,9 @@ def run(runs: int, turns: int) -> dict[str, Any]:
         _wait_port(floor_port)
         homes: dict[str, ClaudeCode] = {}
         for variant in VARIANTS:
-            claude = ClaudeCode(scratch_home(base / variant.replace(" ", "-").replace("+", "")), workspace, api, environment)
+            claude = ClaudeCode(
+                scratch_home(base / variant.replace(" ", "-").replace("+", "")), workspace, api, environment
+            )
             if variant == "floor":
                 _floor_settings(claude.settings_path, f"http://127.0.0.1:{floor_port}/hooks/claude-code")
             elif variant.startswith("gz-ia http"):

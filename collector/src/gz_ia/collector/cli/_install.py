@@ -229,7 +229,9 @@ def render_units(exec_start: str = DEFAULT_EXEC_START, http_listen: str | None =
         service = _SERVICE_UNIT.format(exec_start=exec_start, http_after="", http_also="")
         return {SOCKET_NAME: _SOCKET_UNIT, SERVICE_NAME: service}
     service = _SERVICE_UNIT.format(
-        exec_start=exec_start, http_after=f" {HTTP_SOCKET_NAME}\nWants={HTTP_SOCKET_NAME}", http_also=f" {HTTP_SOCKET_NAME}"
+        exec_start=exec_start,
+        http_after=f" {HTTP_SOCKET_NAME}\nWants={HTTP_SOCKET_NAME}",
+        http_also=f" {HTTP_SOCKET_NAME}",
     )
     http = _HTTP_SOCKET_UNIT.format(listen=http_listen)
     return {SOCKET_NAME: _SOCKET_UNIT, SERVICE_NAME: service, HTTP_SOCKET_NAME: http}

@@ -98,7 +98,9 @@ class ClaudeCodeHooks:
         connection.uid = uid
         connection.producer = self.producer
         try:
-            os.makedirs(root, mode=0o700, exist_ok=True)  # as a client does: the collector opens a root, a sender makes it
+            os.makedirs(
+                root, mode=0o700, exist_ok=True
+            )  # as a client does: the collector opens a root, a sender makes it
         except OSError:
             pass  # opening it says what is wrong
         try:
