@@ -59,9 +59,17 @@ def test_a_batch_closes_nothing_twice() -> None:
 
 def test_a_call_no_hook_saw_is_opened_and_failed_from_the_batch() -> None:
     """A missing tool fires no Pre/Post: the batch entry alone makes its whole cycle."""
-    batch = {**_captured("B-PostToolBatch"), "tool_calls": [{"tool_name": "Grep", "tool_input": {"pattern": "x"},
-             "tool_use_id": "toolu_missing", "tool_response": "<tool_use_error>Error: No such tool available: Grep"
-             "</tool_use_error>"}]}  # fmt: skip
+    batch = {
+        **_captured("B-PostToolBatch"),
+        "tool_calls": [
+            {
+                "tool_name": "Grep",
+                "tool_input": {"pattern": "x"},
+                "tool_use_id": "toolu_missing",
+                "tool_response": "<tool_use_error>Error: No such tool available: Grep</tool_use_error>",
+            }
+        ],
+    }
     events = hook_events(batch, HookState(), 5 * MS)
     assert _brief(events) == [("Grep", "READ", "OK"), ("Grep", "FINISH", "FAILED")]
     assert "No such tool available" in events[1]["error"]

@@ -52,6 +52,7 @@ LOSS_AGENT: Final = "gz-ia"
 
 
 _stage_of: Final = operator.attrgetter("stage")
+_FINISH: Final = Stage.FINISH
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -263,6 +264,8 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+            if stage is _FINISH:
+                state.ended_failed = event.status is FAILED
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:
