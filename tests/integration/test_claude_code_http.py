@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from tests.conftest import SYSTEM_PYTHON, CollectorProcess, wait_for
+from tests.fixtures.claude_run import ClaudeCode, scratch_home
+from tests.fixtures.model_apis.anthropic import FakeAnthropic, ToolUse, Turn
 from tests.fixtures.socket_holder import SocketHolder
 
 CAPTURED = Path(__file__).parent.parent / "fixtures" / "claude_code" / "captured"
@@ -29,9 +31,7 @@ _TOOL_ID = re.compile(r"toolu_[0-9A-Za-z_]+")
 
 
 @pytest.fixture(name="api")
-def _api() -> Iterator[Any]:
-    from tests.fixtures.model_apis.anthropic import FakeAnthropic
-
+def _api() -> Iterator[FakeAnthropic]:
     api = FakeAnthropic()
     yield api
     api.close()
@@ -55,11 +55,9 @@ def _captured(name: str, workspace: Path) -> dict[str, Any]:
     return payload
 
 
-def _script(api: Any, marker: str) -> None:
+def _script(api: FakeAnthropic, marker: str) -> None:
     """One run's model: a Bash call that works and one that fails at once, a call to a tool this
     build does not offer, then the answer."""
-    from tests.fixtures.model_apis.anthropic import ToolUse, Turn
-
     api.script(
         marker,
         Turn(
@@ -74,22 +72,23 @@ def _script(api: Any, marker: str) -> None:
     )
 
 
-def _normal(lines: list[dict[str, Any]], session_id: str) -> list[str]:
-    """A session's events as text that two runs of one script share: no times, numbers, ids or durations."""
+def _normal(lines: list[dict[str, Any]], session_id: str, home: Path) -> list[str]:
+    """A session's events as text that two runs of one script share: no times, numbers, ids,
+    durations or home directory (in the transcript's path)."""
     kept = []
     for line in lines:
         event = {
             key: value for key, value in line.items() if key not in ("timestamp", "seq", "delivery", "duration_ms")
         }
-        text = json.dumps(event, sort_keys=True).replace(session_id, "<session>")
+        text = json.dumps(event, sort_keys=True).replace(session_id, "<session>").replace(str(home), "<home>")
         kept.append(_TOOL_ID.sub("<tool>", _UUID.sub("<uuid>", text)))
     return kept
 
 
-def _sessions_of(collector: CollectorProcess, session_id: str) -> dict[str, list[str]]:
+def _sessions_of(collector: CollectorProcess, session_id: str, home: Path) -> dict[str, list[str]]:
     """The run's session and its child sessions (subagents), normalised, by id with the run's id replaced."""
     return {
-        name.replace(session_id, "<session>"): _normal(lines, session_id)
+        name.replace(session_id, "<session>"): _normal(lines, session_id, home)
         for name, lines in collector.all_sessions().items()
         if name.startswith(session_id)
     }
@@ -104,7 +103,7 @@ def test_http_and_command_hooks_record_the_same_events(
     collector = make_collector()
     recorded = {}
     for transport in ("command", "http"):
-        marker = f"run with {transport} hooks"
+        marker = f"scripted run number {len(recorded)}"  # one length: the prompt's is recorded
         _script(api, marker)
         claude = ClaudeCode(
             scratch_home(short_tmp / transport),
@@ -124,7 +123,7 @@ def test_http_and_command_hooks_record_the_same_events(
             ),
             message=f"the {transport} run's session to end",
         )
-        recorded[transport] = _sessions_of(collector, session_id)
+        recorded[transport] = _sessions_of(collector, session_id, claude.home)
     assert recorded["http"] == recorded["command"]
     lines = recorded["http"]["<session>"]
     assert any('"action": "session"' in line and '"READ"' in line for line in lines)  # SessionStart, forwarded

@@ -90,7 +90,7 @@ def test_the_http_socket_unit_listens_on_the_users_port_and_names_its_fd_for_the
 def test_http_address_off_writes_no_http_socket_and_removes_an_earlier_one(home: Path) -> None:
     _install_units()
     (home / ".config" / "gz-ia").mkdir()
-    (home / ".config" / "gz-ia" / "collector.toml").write_text('[collector]\nhttp_address = "off"\n')
+    (home / ".config" / "gz-ia" / "collector.toml").write_text('http_address = "off"\n')
     output = _install_units()
     assert not (_units(home) / HTTP_SOCKET_NAME).exists()
     assert "Wants=" not in (_units(home) / SERVICE_NAME).read_text()
@@ -141,7 +141,7 @@ def test_auto_sees_a_unit_on_another_address_and_forced_transports_obey(home: Pa
     _install_units()
     _enable(home)
     (home / ".config" / "gz-ia").mkdir()
-    (home / ".config" / "gz-ia" / "collector.toml").write_text('[collector]\nhttp_address = "127.0.0.1:19999"\n')
+    (home / ".config" / "gz-ia" / "collector.toml").write_text('http_address = "127.0.0.1:19999"\n')
     output, hooks = _install_hooks(home)
     assert f"listens on 127.0.0.1:{default_http_port()}, not on http_address 127.0.0.1:19999" in output
     assert _kind(hooks, "Stop") == "command"
@@ -150,7 +150,7 @@ def test_auto_sees_a_unit_on_another_address_and_forced_transports_obey(home: Pa
     assert hooks["Stop"][0]["hooks"][0]["url"] == "http://127.0.0.1:19999/hooks/claude-code"  # type: ignore[index]
     output, hooks = _install_hooks(home, "--hooks", "command")
     assert _kind(hooks, "Stop") == "command"
-    (home / ".config" / "gz-ia" / "collector.toml").write_text('[collector]\nhttp_address = "off"\n')
+    (home / ".config" / "gz-ia" / "collector.toml").write_text('http_address = "off"\n')
     import sys
 
     refused = subprocess.run(

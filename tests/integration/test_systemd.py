@@ -168,7 +168,7 @@ def test_units_have_the_documented_settings() -> None:
         "Restart=on-failure",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "NoNewPrivileges=yes",
-        "Also=gz-ia-collector.socket",
+        "Also=gz-ia-collector.socket gz-ia-collector-http.socket",
     ):
         assert line in service.splitlines()
     assert re.search(r"^WatchdogSec=\d+$", service, re.MULTILINE)

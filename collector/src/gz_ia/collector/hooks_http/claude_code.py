@@ -19,22 +19,26 @@ from __future__ import annotations
 import logging
 import os
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from gz_ia.client import env
+from gz_ia.client import build_event, env
+from gz_ia.client.protocol import Batch
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.integrations.claude_code.mapping import check_payload, hook_events
 from gz_ia.collector.integrations.claude_code.state import SessionStates
-from gz_ia.collector.oneshot.ledger import batch_body, plain_event
 from gz_ia.collector.service.connection import Connection, ConnectionHost
 from gz_ia.collector.storage.root_lock import RootLocked
 from gz_ia.collector.storage.roots import LayoutError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from gz_ia.client.schema import LogEvent
+    from gz_ia.collector.storage.sessions import RootStore
 
 __all__ = ["CLAUDE_CODE_PATH", "DISABLED_HEADER", "MAX_PAYLOAD", "ROOT_HEADER", "ClaudeCodeHooks", "http_routes"]
 
@@ -50,6 +54,10 @@ MAX_PAYLOAD: Final = 16 << 20
 whole turn's, a file read included). Beyond it the answer is 413, which Claude Code goes on after."""
 _DISABLED_VALUES: Final = frozenset({"1", "true", "yes", "on"})
 _LOG_INTERVAL: Final = 60.0
+_ROOTS_KEPT: Final = 256
+"""Roots whose store is kept open between payloads (a client's connection keeps its one)."""
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_encode: Final = msgspec.msgpack.Encoder().encode
 
 
 class ClaudeCodeHooks:
@@ -61,6 +69,7 @@ class ClaudeCodeHooks:
         self.producer = os.urandom(16).hex()
         self.next = 1
         """The number of the next event staged."""
+        self._roots: dict[str, RootStore] = {}
         self._logged_at: dict[str, float] = {}
 
     async def handle(self, request: Request) -> Response:
@@ -86,29 +95,35 @@ class ClaudeCodeHooks:
             self.sessions.forget(key)
         if not fields:
             return "nothing"
-        events = [plain_event(**each) for each in fields]
+        events = [_event(**each) for each in fields]
         first = self.next
         self.next += len(events)
         return self._stage(root, request.peer_uid, first, events)
 
-    def _stage(self, root: str, uid: int, first: int, events: list[dict[str, object]]) -> str:
-        """Hand the events to a connection of the client protocol that has no transport: the same
-        decoding, validation, staging and write pass as a client's batch."""
+    def _stage(self, root: str, uid: int, first: int, events: list[LogEvent]) -> str:
+        """Hand the events, encoded as a client encodes them, to a connection of the client protocol
+        that has no transport: the same decoding, validation, staging and write pass as a client's
+        batch."""
         connection = Connection(self.host)
         connection.uid = uid
         connection.producer = self.producer
-        try:
-            os.makedirs(
-                root, mode=0o700, exist_ok=True
-            )  # as a client does: the collector opens a root, a sender makes it
-        except OSError:
-            pass  # opening it says what is wrong
-        try:
-            connection.root = self.host.open_root(Path(root), uid)
-        except (RootLocked, LayoutError, OSError) as exc:
-            self._log_once("root", "Claude Code hook events for root %s not logged: %s", root, exc)
-            return "refused"
-        connection.handle_frame(batch_body(first, events))
+        store = self._roots.get(root)
+        if store is None or store.removed:
+            try:
+                os.makedirs(root, mode=0o700, exist_ok=True)  # as a client does: a sender makes its root
+            except OSError:
+                pass  # opening it says what is wrong
+            try:
+                store = self.host.open_root(Path(root), uid)
+            except (RootLocked, LayoutError, OSError) as exc:
+                self._log_once("root", "Claude Code hook events for root %s not logged: %s", root, exc)
+                return "refused"
+            if len(self._roots) >= _ROOTS_KEPT:
+                self._roots.clear()
+            self._roots[root] = store
+        connection.root = store
+        body = _encode(Batch(first=first, events=[msgspec.Raw(_encode(event)) for event in events], verdicts=True))
+        connection.handle_frame(body)
         return "staged"
 
     def _log_once(self, kind: str, message: str, *args: object) -> None:
@@ -117,6 +132,12 @@ class ClaudeCodeHooks:
         if now - self._logged_at.get(kind, -_LOG_INTERVAL) >= _LOG_INTERVAL:
             self._logged_at[kind] = now
             log.warning(message, *args)
+
+
+def _event(*, timestamp_ns: int, **fields: Any) -> LogEvent:
+    """The mapping's event (``plain_event``'s arguments) as the client builds it: the same event the
+    command hook sends, to the microsecond."""
+    return build_event(timestamp=_EPOCH + timedelta(microseconds=timestamp_ns // 1000), **fields)
 
 
 def _root_of(payload: dict[str, Any], explicit: str) -> str:

@@ -45,7 +45,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["Delivery", "Ledger", "Outcome", "batch_body", "batch_frame", "hello_frame", "plain_event", "reply"]
+__all__ = ["Delivery", "Ledger", "Outcome", "batch_frame", "hello_frame", "plain_event", "reply"]
 
 LEDGER_DIR: Final = "ledgers"
 LEDGER_MAX_AGE: Final = 7 * 86_400
@@ -350,16 +350,6 @@ def hello_frame(producer: str, root: str) -> bytes:
 def batch_frame(first: int, bodies: list[bytes]) -> bytes:
     """A Batch frame asking for verdicts, as ``protocol.encode_frame(Batch(...))`` writes it."""
     return _frame(pack({"type": "batch", "first": first, "events": [Raw(body) for body in bodies], "verdicts": True}))
-
-
-def batch_body(first: int, events: list[dict[str, object]]) -> bytes:
-    """The body of the Batch frame of ``events`` (:func:`plain_event`) numbered from ``first``,
-    without its length prefix: what a collector decodes (the http hooks stage it in-process).
-
-    Raises:
-        TypeError: an event holds a value MessagePack cannot carry.
-    """
-    return pack({"type": "batch", "first": first, "events": [Raw(pack(event)) for event in events], "verdicts": True})
 
 
 def reply(body: bytes) -> dict[str, Any]:
