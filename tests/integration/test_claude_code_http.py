@@ -128,7 +128,7 @@ def test_http_and_command_hooks_record_the_same_events(
     lines = recorded["http"]["<session>"]
     assert any('"action": "session"' in line and '"READ"' in line for line in lines)  # SessionStart, forwarded
     assert sum('"FAILED"' in line for line in lines) >= 3  # the failing Bash, the missing tool, the Read
-    assert collector.metric('gzia_http_hook_payloads_total{agent="claude-code",outcome="staged"}') > 0
+    assert collector.metric('gzia_http_hook_payloads_total{outcome="staged"}') > 0
 
 
 def test_another_uid_is_refused_on_the_hook_port(collector: CollectorProcess) -> None:
@@ -168,8 +168,8 @@ def test_the_route_answers_200_to_what_it_cannot_use_and_counts_it(collector: Co
     assert _post(url, {"hook_event_name": "Stop"}) == (200, b"{}")
     payload = _captured("B-UserPromptSubmit", collector.workspace)
     assert _post(url, payload, {"X-Gz-Ia-Disabled": "1"}) == (200, b"{}")
-    assert collector.metric('gzia_http_hook_payloads_total{agent="claude-code",outcome="invalid"}') == 2
-    assert collector.metric('gzia_http_hook_payloads_total{agent="claude-code",outcome="disabled"}') == 1
+    assert collector.metric('gzia_http_hook_payloads_total{outcome="invalid"}') == 2
+    assert collector.metric('gzia_http_hook_payloads_total{outcome="disabled"}') == 1
     assert not collector.session_file(payload["session_id"]).exists()
 
 

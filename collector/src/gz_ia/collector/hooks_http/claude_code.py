@@ -80,7 +80,7 @@ class ClaudeCodeHooks:
         except Exception as exc:  # a bad payload or a bug: never Claude Code's problem
             outcome = "invalid"
             self._log_once("invalid", "a Claude Code hook payload was ignored: %s: %s", type(exc).__name__, exc)
-        metrics.http_hook_payloads.labels("claude-code", outcome).inc()
+        metrics.http_hook_payloads.labels(outcome).inc()
         return Response(200, b"{}")
 
     def _take(self, request: Request) -> str:
