@@ -223,9 +223,15 @@ def run(runs: int, turns: int) -> dict[str, Any]:
         "turns": turns,
         "http_hook_calls_per_run": hook_calls,
         "answered_in_ms_median": answered_median,
+        "answered_in_ms_p25": {
+            variant: statistics.quantiles(values, n=4)[0] for variant, values in answered_ms.items()
+        },
         "answered_in_ms_p90": {
             variant: statistics.quantiles(values, n=10)[-1] for variant, values in answered_ms.items()
         },
+        "gz_ia_http_adds_over_floor_ms_p25": statistics.quantiles(answered_ms["gz-ia http"], n=4)[0]
+        - statistics.quantiles(answered_ms["floor"], n=4)[0],
+        "load_average_1min_at_end": os.getloadavg()[0],
         "answered_in_requests": {variant: len(values) for variant, values in answered_ms.items()},
         "gz_ia_http_adds_over_floor_ms": answered_median["gz-ia http"] - answered_median["floor"],
         "wall_seconds": times,

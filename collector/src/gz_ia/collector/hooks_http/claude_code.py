@@ -124,6 +124,9 @@ class ClaudeCodeHooks:
         connection.root = store
         body = _encode(Batch(first=first, events=[msgspec.Raw(_encode(event)) for event in events], verdicts=True))
         connection.handle_frame(body)
+        if connection.closing:  # refused as a whole (its root was removed meanwhile, a bug): see the log
+            self._roots.pop(root, None)
+            return "refused"
         return "staged"
 
     def _log_once(self, kind: str, message: str, *args: object) -> None:
