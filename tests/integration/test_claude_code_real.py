@@ -146,6 +146,9 @@ def test_tool_calls_are_cycles_timed_by_claude_codes_own_duration(
     # The agent carried on after the failed call and its turn ended well: the session is not failed.
     assert _cycles(lines)[-2:] == [("prompt", "FINISH", "OK"), ("session", "FINISH", "OK")]
     assert _tree(collector, session)["status"] == "ok"
+    listed = collector.gz_ia("sessions", "--json", check=True).stdout.splitlines()
+    row = next(row for row in map(json.loads, listed) if row["session_id"] == session)
+    assert (row["status"], row["failures"]) == ("ok", 1)
     assert collector.rejects() == []
 
 
@@ -286,3 +289,25 @@ def test_with_the_collector_down_the_run_is_spooled_silently_and_delivered_once(
         ("session", "FINISH", "OK"),
     ]
     assert collector.rejects() == []
+
+
+def test_session_end_closes_what_is_still_open_failed_and_says_so(
+    claude: ClaudeCode, api: FakeAnthropic, collector: Any, short_tmp: Path
+) -> None:
+    """SIGTERM during a long Bash call: Claude Code fires SessionEnd with the call and the turn still
+    open; both FINISH FAILED, closed_by "session end", and the session FINISHes FAILED."""
+    api.script("RUN-TERM", Turn(tools=(ToolUse("Bash", {"command": "sleep 20", "description": "long"}, "toolu_long"),)))
+    process = claude.start("RUN-TERM: wait")
+    wait_for(lambda: bool(_sent(short_tmp, "PreToolUse")), timeout=60, message="the Bash call to start")
+    process.terminate()
+    process.communicate(timeout=60)
+    session = _sent(short_tmp, "PreToolUse")[0]["session_id"]
+    lines = _ended(collector, session)
+    _, finish = _of_tool(lines, "toolu_long")
+    assert (finish["status"], finish["attrs"]) == ("FAILED", {"closed_by": "session end"})
+    assert "still open when the session ended" in finish["error"]
+    prompt = [line for line in lines if (line["action"], line["stage"]) == ("prompt", "FINISH")]
+    assert [line["status"] for line in prompt] == ["FAILED"]
+    end = lines[-1]
+    assert (end["action"], end["status"], end["attrs"]["failed_because"]) == ("session", "FAILED", "cycles left open")
+    assert _tree(collector, session)["status"] == "failed"
