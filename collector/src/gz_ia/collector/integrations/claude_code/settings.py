@@ -36,6 +36,7 @@ __all__ = [
     "HTTP_HOOK_PATH",
     "TOOL_EVENTS",
     "hook_command",
+    "http_handler",
     "install",
     "uninstall",
 ]
@@ -98,9 +99,14 @@ def _handler(event: str, command: str, http_url: str | None) -> dict[str, Any]:
         return {"type": "command", "command": command, "timeout": HOOK_TIMEOUT}
     if event in COMMAND_ONLY_EVENTS:
         return {"type": "command", "command": f"{command} --http {shlex.quote(http_url)}", "timeout": HOOK_TIMEOUT}
+    return http_handler(http_url)
+
+
+def http_handler(url: str) -> dict[str, Any]:
+    """gz-ia's ``http`` handler posting to ``url``, with the headers of :data:`HTTP_ENV_VARS`."""
     return {
         "type": "http",
-        "url": http_url,
+        "url": url,
         "timeout": HOOK_TIMEOUT,
         "headers": {header: f"${name}" for header, name in HTTP_ENV_VARS.items()},
         "allowedEnvVars": list(HTTP_ENV_VARS.values()),
