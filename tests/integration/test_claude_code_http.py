@@ -225,3 +225,31 @@ def test_a_collector_restarting_on_held_sockets_loses_nothing_posted_meanwhile(s
         ("Bash", "FINISH", "OK"),
     ], cycles
     assert not (workspace / ".harness" / "rejects.jsonl").exists()
+
+
+def test_the_forwarding_command_hook_falls_back_to_the_socket_when_nothing_listens(
+    collector: CollectorProcess,
+) -> None:
+    """``gz-ia hook claude-code --http URL`` (SessionStart's hook with http hooks) posts to URL; with
+    nothing listening there it logs the payload as the command hook does, over the socket."""
+    import sys
+
+    from tests.conftest import free_port
+
+    payload = _captured("B-SessionStart", collector.workspace)
+    environment = dict(collector.env)
+    environment.pop("GZ_IA_ROOT")  # found from the payload's cwd
+    hook = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", "hook", "claude-code"]
+    for url in (f"http://127.0.0.1:{free_port()}/hooks/claude-code", f"{collector.http_url}/hooks/claude-code"):
+        result = subprocess.run(
+            [*hook, "--http", url], input=json.dumps(payload), env=environment, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    wait_for(lambda: len(collector.session_lines(payload["session_id"])) >= 1, message="the forwarded SessionStart")
+    assert collector.metric('gzia_http_hook_payloads_total{outcome="staged"}') == 1  # the second one came by HTTP
+    wait_for(lambda: len(collector.session_lines(payload["session_id"])) == 2, message="both SessionStarts")
+    assert [(line["action"], line["stage"]) for line in collector.session_lines(payload["session_id"])] == [
+        ("session", "READ"),  # over the socket (nothing listened at the first URL)
+        ("session", "READ"),  # over HTTP
+    ]
