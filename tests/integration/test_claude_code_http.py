@@ -153,6 +153,8 @@ def test_another_uid_is_refused_on_the_hook_port(collector: CollectorProcess) ->
         check=False,
     )
     assert (result.returncode, result.stdout.strip()) == (0, "403"), result.stderr
+    status = json.loads(collector.gz_ia("status", "--json", check=True).stdout)
+    assert status["endpoints"]["hooks"] == f"{collector.http_url}/hooks/claude-code"
     # The same payload from this uid is logged: the refusal was the uid's, not the payload's.
     assert _post(f"{collector.http_url}/hooks/claude-code", payload) == (200, b"{}")
     wait_for(lambda: collector.session_file(payload["session_id"]).exists(), message="the payload from our own uid")
