@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
@@ -248,8 +249,9 @@ def _sandboxed_collector(short_tmp: Path, shards: int) -> OtherUidCollector:
 
 
 def test_the_harness_applies_the_units_filters(short_tmp: Path) -> None:
-    """Under unit_sandbox.py, what the unit forbids fails: W+X memory, a user namespace, a netlink
-    socket, setpriority; and the umask is the unit's."""
+    """Under unit_sandbox.py, what the unit forbids fails: W+X memory, a user namespace, a packet
+    socket, setpriority; a netlink socket (the HTTP side's peer lookup) works; and the umask is the
+    unit's."""
     collector = _sandboxed_collector(short_tmp, 1)
     probe = (
         "import ctypes, errno, mmap, os, socket\n"
@@ -258,8 +260,10 @@ def test_the_harness_applies_the_units_filters(short_tmp: Path) -> None:
         "try: mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_EXEC); out['wx'] = 'allowed'\n"
         "except OSError as e: out['wx'] = errno.errorcode[e.errno]\n"
         "out['userns'] = 'allowed' if libc.unshare(0x10000000) == 0 else errno.errorcode[ctypes.get_errno()]\n"
-        "try: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW); out['netlink'] = 'allowed'\n"
+        "try: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4).close(); out['netlink'] = 'allowed'\n"
         "except OSError as e: out['netlink'] = errno.errorcode[e.errno]\n"
+        "try: socket.socket(socket.AF_PACKET, socket.SOCK_RAW); out['packet'] = 'allowed'\n"
+        "except OSError as e: out['packet'] = errno.errorcode[e.errno]\n"
         "try: os.setpriority(os.PRIO_PROCESS, 0, 5); out['nice'] = 'allowed'\n"
         "except OSError as e: out['nice'] = errno.errorcode[e.errno]\n"
         "print(out)\n"
@@ -267,7 +271,14 @@ def test_the_harness_applies_the_units_filters(short_tmp: Path) -> None:
     result = collector.run_as_user(*collector.sandbox[1:], SYSTEM_PYTHON, "-c", probe)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(
-        {"umask": "0o77", "wx": "EPERM", "userns": "EPERM", "netlink": "EAFNOSUPPORT", "nice": "EPERM"}
+        {
+            "umask": "0o77",
+            "wx": "EPERM",
+            "userns": "EPERM",
+            "netlink": "allowed",
+            "packet": "EAFNOSUPPORT",
+            "nice": "EPERM",
+        }
     )
 
 
@@ -289,6 +300,19 @@ def test_collector_serves_under_the_units_constraints(short_tmp: Path, shards: i
         assert report["healthy"] is True
         assert report["counters"]["written"] == 1
         assert 'gzia_events_written_total{stage="READ",status="OK"} 1.0' in collector.metrics()
+        if shards == 1:  # a sharded collector serves no HTTP side
+            # A hook posted over HTTP: the peer lookup (a netlink socket) works under the filters.
+            payload = json.loads((REPO / "tests/fixtures/claude_code/captured/B-UserPromptSubmit.json").read_text())
+            payload["cwd"] = str(collector.workspace)
+            post = (
+                "import sys, urllib.request\n"
+                "request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode())\n"
+                "print(urllib.request.urlopen(request, timeout=30).status)\n"
+            )
+            url = f"{collector.http_url}/hooks/claude-code"
+            posted = collector.run_as_user("-c", post, url, json.dumps(payload))
+            assert (posted.returncode, posted.stdout.strip()) == (0, "200"), posted.stderr
+            wait_for(lambda: collector.session_file(payload["session_id"]).exists(), message="the hook's session")
         assert collector.proc is not None
         collector.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "configuration reloaded" in collector.log(), message="the reload under the sandbox")

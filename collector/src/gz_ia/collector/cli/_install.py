@@ -123,7 +123,8 @@ SystemCallArchitectures=native
 SystemCallFilter=@system-service
 SystemCallFilter=~@privileged @resources
 SystemCallErrorNumber=EPERM
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+# AF_NETLINK: the HTTP side asks the kernel's socket table (NETLINK_SOCK_DIAG) whose each connection is.
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
 KeyringMode=private
 
 [Install]
