@@ -19,15 +19,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from gz_ia.client import build_event, env
+from gz_ia.client import env
 from gz_ia.client.protocol import Batch
 from gz_ia.collector.http import Request, Response, Route
+from gz_ia.collector.integrations.claude_code.log_events import log_event
 from gz_ia.collector.integrations.claude_code.mapping import check_payload, hook_events
 from gz_ia.collector.integrations.claude_code.state import SessionStates
 from gz_ia.collector.service.connection import Connection, ConnectionHost
@@ -56,7 +56,6 @@ _DISABLED_VALUES: Final = frozenset({"1", "true", "yes", "on"})
 _LOG_INTERVAL: Final = 60.0
 _ROOTS_KEPT: Final = 256
 """Roots whose store is kept open between payloads (a client's connection keeps its one)."""
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _encode: Final = msgspec.msgpack.Encoder().encode
 
 
@@ -95,7 +94,7 @@ class ClaudeCodeHooks:
             self.sessions.forget(key)
         if not fields:
             return "nothing"
-        events = [_event(**each) for each in fields]
+        events = [log_event(each) for each in fields]
         first = self.next
         self.next += len(events)
         return self._stage(root, request.peer_uid, first, events)
@@ -135,12 +134,6 @@ class ClaudeCodeHooks:
         if now - self._logged_at.get(kind, -_LOG_INTERVAL) >= _LOG_INTERVAL:
             self._logged_at[kind] = now
             log.warning(message, *args)
-
-
-def _event(*, timestamp_ns: int, **fields: Any) -> LogEvent:
-    """The mapping's event (``plain_event``'s arguments) as the client builds it: the same event the
-    command hook sends, to the microsecond."""
-    return build_event(timestamp=_EPOCH + timedelta(microseconds=timestamp_ns // 1000), **fields)
 
 
 def _root_of(payload: dict[str, Any], explicit: str) -> str:
