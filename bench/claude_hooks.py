@@ -13,8 +13,15 @@ slows them alike, each with a fresh HOME and the same hook events installed:
   running;
 * ``gz-ia down``: the same with no collector (every event spooled).
 
-The HTTP hook variants (an ``http`` hook answered at once, and gz-ia's HTTP hook) go in
-:data:`VARIANTS` beside these: a variant is a name and the ``hooks`` settings it installs.
+* ``http floor``: gz-ia's ``http`` handlers (the same URL shape and headers) posting to a trivial
+  server that answers ``200 {}`` at once (Claude Code's own cost of an http hook: the http floor);
+* ``gz-ia http``: ``gz-ia install claude-code --hooks http`` against the running collector's HTTP
+  side. Both http variants leave SessionStart out: Claude Code posts no http SessionStart, and gz-ia
+  installs it as a command hook (one per session), which would be counted against the floor's
+  absent one. Their per-call figures divide by the hook calls without SessionStart.
+
+A variant is a name and the ``hooks`` settings it installs. ``bench/claude_http_hooks.py`` measures
+the http variants' answers request by request, which a busy machine disturbs far less.
 
 A run's hook calls are counted once, by a recording hook (``cat``), so the figures are per real hook
 call: ``(median wall of the variant - median wall of none) / hook calls``. Reported: each variant's
@@ -46,12 +53,19 @@ from typing import Any
 from tests.fixtures.model_apis.anthropic import FakeAnthropic, ToolUse, Turn
 from tests.fixtures.real_agents import agents_cache
 
-from gz_ia.collector.integrations.claude_code.settings import HOOK_EVENTS, TOOL_EVENTS
+from gz_ia.collector.integrations.claude_code.settings import COMMAND_ONLY_EVENTS, HOOK_EVENTS, TOOL_EVENTS
+from gz_ia.collector.integrations.claude_code.settings import http_handler as _http_handler
 
 from ._cli_cost import user_install
 
 GZ_IA = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 MARKER = "BENCH-HOOKS"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _hooks(handler: dict[str, Any]) -> dict[str, Any]:
@@ -78,12 +92,36 @@ def _gz_ia(scratch: Path) -> dict[str, Any]:
     return hooks
 
 
+HTTP_PORT = _free_port()
+"""The collector's HTTP side in this run (never the user's own port)."""
+FLOOR_PORT = _free_port()
+
+
+def _http_floor(_scratch: Path) -> dict[str, Any]:
+    """gz-ia's http handlers, posting to the trivial server on :data:`FLOOR_PORT`."""
+    handler = _http_handler(f"http://127.0.0.1:{FLOOR_PORT}/hooks/claude-code")
+    return {event: groups for event, groups in _hooks(handler).items() if event not in COMMAND_ONLY_EVENTS}
+
+
+def _gz_ia_http(scratch: Path) -> dict[str, Any]:
+    """The hooks ``gz-ia install claude-code --hooks http`` writes for this run's collector, without
+    its SessionStart command hook (see the module's docstring)."""
+    home = scratch / "install-home-http"
+    home.mkdir(exist_ok=True)
+    subprocess.run([*GZ_IA, "install", "claude-code", "--user", "--hooks", "http"],
+                   env={**os.environ, "HOME": str(home), "GZ_IA_HTTP_ADDRESS": f"127.0.0.1:{HTTP_PORT}"},
+                   check=True, capture_output=True)  # fmt: skip
+    hooks: dict[str, Any] = json.loads((home / ".claude" / "settings.json").read_text())["hooks"]
+    return {event: groups for event, groups in hooks.items() if event not in COMMAND_ONLY_EVENTS}
+
+
 VARIANTS: dict[str, tuple[Callable[[Path], dict[str, Any]] | None, bool]] = {
     "none": (None, True),
     "true": (_command("true"), True),
     "gz-ia up": (_gz_ia, True),
     "gz-ia down": (_gz_ia, False),
-    # "http floor" / "gz-ia http": an http hook answered at once, gz-ia's HTTP hook (the HTTP hooks work).
+    "http floor": (_http_floor, True),
+    "gz-ia http": (_gz_ia_http, True),
 }
 """Each variant: the ``hooks`` settings it installs (None: none), and whether a collector runs."""
 
@@ -104,6 +142,7 @@ class Bench:
         read = ToolUse("Read", {"file_path": str(self.workspace / "notes.txt")})
         self.api.script(MARKER, *[Turn(tools=(read,)) for _ in range(calls)], Turn(text="done"))
         self.collector: subprocess.Popen[bytes] | None = None
+        self.floor: subprocess.Popen[bytes] | None = None
         self.runs = 0
 
     def env(self, home: Path, up: bool) -> dict[str, str]:
@@ -126,7 +165,8 @@ class Bench:
         environment = {**self.env(self.scratch, True), "GZ_IA_STATE_DIR": str(self.scratch / "state"),
                        "XDG_CONFIG_HOME": str(self.scratch / "config")}  # fmt: skip
         self.collector = subprocess.Popen(
-            [sys.executable, "-m", "gz_ia.collector", "--socket", str(self.socket), "--metrics-address", "off"],
+            [sys.executable, "-m", "gz_ia.collector", "--socket", str(self.socket), "--metrics-address", "off",
+             "--http-address", f"127.0.0.1:{HTTP_PORT}"],
             env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 60
@@ -140,6 +180,11 @@ class Bench:
             finally:
                 probe.close()
         raise SystemExit("the collector did not start")
+
+    def start_floor(self) -> None:
+        """The trivial server of the ``http floor`` variant (``bench/claude_http_hooks.py``'s)."""
+        self.floor = subprocess.Popen([sys.executable, "-m", "bench.claude_http_hooks", "--floor-server",
+                                       str(FLOOR_PORT)])  # fmt: skip
 
     def run(self, hooks: dict[str, Any] | None, up: bool) -> float:
         """One ``claude -p`` run with these hooks; its wall time in seconds."""
@@ -166,6 +211,9 @@ class Bench:
         return len(record.read_text().splitlines())
 
     def close(self) -> None:
+        if self.floor is not None:
+            self.floor.terminate()
+            self.floor.wait(30)
         if self.collector is not None:
             self.collector.terminate()
             self.collector.wait(30)
@@ -177,6 +225,7 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
     bench = Bench(scratch, calls)
     try:
         bench.start_collector()
+        bench.start_floor()
         hook_calls = bench.hook_calls()
         settings = {name: (make(scratch) if make else None, up) for name, (make, up) in VARIANTS.items()}
         walls: dict[str, list[float]] = {name: [] for name in VARIANTS}
@@ -187,7 +236,9 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
         bench.close()
         shutil.rmtree(scratch, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in walls.items()}
-    added = {name: (medians[name] - medians["none"]) / hook_calls * 1000 for name in medians}
+    # SessionStart fires once per run; the http variants leave it out.
+    calls_of = {name: hook_calls - 1 if "http" in name else hook_calls for name in medians}
+    added = {name: (medians[name] - medians["none"]) / calls_of[name] * 1000 for name in medians}
     report: dict[str, Any] = {
         "tool_calls": calls,
         "hook_calls_per_run": hook_calls,
@@ -196,6 +247,7 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
         "median_wall_s": medians,
         "added_ms_per_hook_call": added,
         "gz_ia_over_true_floor_ms": {n: added[n] - added["true"] for n in added if n.startswith("gz-ia")},
+        "gz_ia_http_over_http_floor_ms": added["gz-ia http"] - added["http floor"],
         "down_over_up": added["gz-ia down"] / added["gz-ia up"] if added["gz-ia up"] > 0 else None,
         "walls_s": walls,
     }
@@ -217,6 +269,7 @@ def main() -> None:
     for name, over in report["gz_ia_over_true_floor_ms"].items():
         print(f"  {name} over the `true` floor: {over:.1f} ms per hook call")
     print(f"  gz-ia added cost, collector down / up: {report['down_over_up']:.2f}x")
+    print(f"  gz-ia http over the http floor: {report['gz_ia_http_over_http_floor_ms']:.1f} ms per hook call")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

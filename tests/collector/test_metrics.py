@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
+    HTTP_HOOK_OUTCOMES,
     HTTP_REFUSALS,
     RELOAD_RESULTS,
     SPOOL_OUTCOMES,
@@ -49,6 +50,7 @@ REQUIRED = {
     "gzia_build_info": "gauge",  # an Info; the text format exposes it as a gauge that is always 1
     "gzia_config_reloads": "counter",
     "gzia_config_last_reload_successful": "gauge",
+    "gzia_http_hook_payloads": "counter",
 }
 # Every label and its whole value set: small, fixed, never a session id, agent or error text.
 ALLOWED_LABELS = {
@@ -58,7 +60,7 @@ ALLOWED_LABELS = {
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
-    "outcome": set(SPOOL_OUTCOMES),
+    "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES),
 }
 
 

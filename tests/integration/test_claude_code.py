@@ -224,7 +224,12 @@ def test_install_merges_into_user_settings_idempotently_and_uninstall_restores_t
     assert "matcher" not in merged["hooks"]["SessionStart"][-1]
     text = settings.read_text()
     again = _install(tmp_path, "--user")
-    assert (again.returncode, again.stdout.strip()) == (0, f"gz-ia's hooks are already in {settings}")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().splitlines() == [
+        again.stdout.splitlines()[0],  # which hooks auto chose, and why (tests/integration/test_hook_transport.py)
+        f"gz-ia's hooks are already in {settings}",
+    ]
+    assert again.stdout.startswith("hooks: command hook: ")
     assert settings.read_text() == text
     removed = _install(tmp_path, "--user", "--uninstall")
     assert removed.returncode == 0, removed.stderr

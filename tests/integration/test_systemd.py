@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from gz_ia.client import Client, build_event
 from gz_ia.collector.cli import collector_main
 from gz_ia.collector.cli._install import (
     DEFAULT_EXEC_START,
+    HTTP_SOCKET_NAME,
     SANDBOX_PATH,
     SERVICE_NAME,
     SOCKET_NAME,
@@ -51,7 +53,10 @@ def _exec_start(text: str) -> str:
 
 
 def _without_exec_start(text: str) -> str:
-    return re.sub(r"^ExecStart=.*$", "ExecStart=", text, flags=re.MULTILINE)
+    """The unit without the lines that depend on the installation and the user: ``ExecStart=`` and the
+    HTTP port (``http_address = "auto"`` is one port per uid)."""
+    text = re.sub(r"^ExecStart=.*$", "ExecStart=", text, flags=re.MULTILINE)
+    return re.sub(r"^ListenStream=127\.0\.0\.1:\d+$", "ListenStream=127.0.0.1:", text, flags=re.MULTILINE)
 
 
 def _verify(directory: Path, base: Path, *, home: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -62,7 +67,7 @@ def _verify(directory: Path, base: Path, *, home: Path | None = None) -> subproc
     if home is not None:
         environment["HOME"] = str(home)
     return subprocess.run(
-        ["systemd-analyze", "verify", "--user", "--man=no", SOCKET_NAME, SERVICE_NAME],
+        ["systemd-analyze", "verify", "--user", "--man=no", SOCKET_NAME, HTTP_SOCKET_NAME, SERVICE_NAME],
         cwd=directory,
         env=environment,
         capture_output=True,
@@ -164,7 +169,7 @@ def test_units_have_the_documented_settings() -> None:
         "Restart=on-failure",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "NoNewPrivileges=yes",
-        "Also=gz-ia-collector.socket",
+        "Also=gz-ia-collector.socket gz-ia-collector-http.socket",
     ):
         assert line in service.splitlines()
     assert re.search(r"^WatchdogSec=\d+$", service, re.MULTILINE)
@@ -244,8 +249,9 @@ def _sandboxed_collector(short_tmp: Path, shards: int) -> OtherUidCollector:
 
 
 def test_the_harness_applies_the_units_filters(short_tmp: Path) -> None:
-    """Under unit_sandbox.py, what the unit forbids fails: W+X memory, a user namespace, a netlink
-    socket, setpriority; and the umask is the unit's."""
+    """Under unit_sandbox.py, what the unit forbids fails: W+X memory, a user namespace, a packet
+    socket, setpriority; a netlink socket (the HTTP side's peer lookup) works; and the umask is the
+    unit's."""
     collector = _sandboxed_collector(short_tmp, 1)
     probe = (
         "import ctypes, errno, mmap, os, socket\n"
@@ -254,8 +260,10 @@ def test_the_harness_applies_the_units_filters(short_tmp: Path) -> None:
         "try: mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_EXEC); out['wx'] = 'allowed'\n"
         "except OSError as e: out['wx'] = errno.errorcode[e.errno]\n"
         "out['userns'] = 'allowed' if libc.unshare(0x10000000) == 0 else errno.errorcode[ctypes.get_errno()]\n"
-        "try: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW); out['netlink'] = 'allowed'\n"
+        "try: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4).close(); out['netlink'] = 'allowed'\n"
         "except OSError as e: out['netlink'] = errno.errorcode[e.errno]\n"
+        "try: socket.socket(socket.AF_PACKET, socket.SOCK_RAW); out['packet'] = 'allowed'\n"
+        "except OSError as e: out['packet'] = errno.errorcode[e.errno]\n"
         "try: os.setpriority(os.PRIO_PROCESS, 0, 5); out['nice'] = 'allowed'\n"
         "except OSError as e: out['nice'] = errno.errorcode[e.errno]\n"
         "print(out)\n"
@@ -263,7 +271,14 @@ def test_the_harness_applies_the_units_filters(short_tmp: Path) -> None:
     result = collector.run_as_user(*collector.sandbox[1:], SYSTEM_PYTHON, "-c", probe)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(
-        {"umask": "0o77", "wx": "EPERM", "userns": "EPERM", "netlink": "EAFNOSUPPORT", "nice": "EPERM"}
+        {
+            "umask": "0o77",
+            "wx": "EPERM",
+            "userns": "EPERM",
+            "netlink": "allowed",
+            "packet": "EAFNOSUPPORT",
+            "nice": "EPERM",
+        }
     )
 
 
@@ -285,6 +300,19 @@ def test_collector_serves_under_the_units_constraints(short_tmp: Path, shards: i
         assert report["healthy"] is True
         assert report["counters"]["written"] == 1
         assert 'gzia_events_written_total{stage="READ",status="OK"} 1.0' in collector.metrics()
+        if shards == 1:  # a sharded collector serves no HTTP side
+            # A hook posted over HTTP: the peer lookup (a netlink socket) works under the filters.
+            payload = json.loads((REPO / "tests/fixtures/claude_code/captured/B-UserPromptSubmit.json").read_text())
+            payload["cwd"] = str(collector.workspace)
+            post = (
+                "import sys, urllib.request\n"
+                "request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode())\n"
+                "print(urllib.request.urlopen(request, timeout=30).status)\n"
+            )
+            url = f"{collector.http_url}/hooks/claude-code"
+            posted = collector.run_as_user("-c", post, url, json.dumps(payload))
+            assert (posted.returncode, posted.stdout.strip()) == (0, "200"), posted.stderr
+            wait_for(lambda: collector.session_file(payload["session_id"]).exists(), message="the hook's session")
         assert collector.proc is not None
         collector.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "configuration reloaded" in collector.log(), message="the reload under the sandbox")
@@ -313,7 +341,7 @@ def test_install_writes_units_for_this_installation(short_tmp: Path) -> None:
     result = CliRunner().invoke(collector_main, ["install", "--user", "--sandbox", "no", "--unit-dir", str(target)])
     assert result.exit_code == 0, result.output
     written = {path.name: path.read_text() for path in target.iterdir()}
-    assert sorted(written) == sorted([SOCKET_NAME, SERVICE_NAME])
+    assert sorted(written) == sorted([SOCKET_NAME, SERVICE_NAME, HTTP_SOCKET_NAME])
     exec_start = _exec_start(written[SERVICE_NAME])
     program = Path(exec_start.split()[0])
     assert program.is_absolute()
@@ -360,7 +388,7 @@ def test_install_defaults_to_xdg_config_home(short_tmp: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert sorted(path.name for path in (config_home / "systemd" / "user").iterdir()) == sorted(
-        [SOCKET_NAME, SERVICE_NAME]
+        [SOCKET_NAME, SERVICE_NAME, HTTP_SOCKET_NAME]
     )
 
 
@@ -372,7 +400,7 @@ def test_install_dry_run_writes_nothing(short_tmp: Path) -> None:
     assert not target.exists()
     assert f"ExecStart={SCRIPT} serve" in result.output
     assert "ListenStream=%t/gz-ia/collector.sock" in result.output
-    assert "systemctl --user enable --now gz-ia-collector.socket" in result.output
+    assert "systemctl --user enable --now gz-ia-collector.socket gz-ia-collector-http.socket" in result.output
 
 
 def test_install_without_user_is_a_usage_error(short_tmp: Path) -> None:

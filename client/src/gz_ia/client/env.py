@@ -43,6 +43,7 @@ __all__ = [
     "default_spool_dir",
     "exit_timeout",
     "find_root",
+    "harness_above",
     "inherited_parent",
     "inherited_root",
     "linger",
@@ -181,6 +182,12 @@ def locate_root(start: str | None = None) -> str:
     explicit = os.environ.get(GZ_IA_ROOT)
     if explicit:
         return absolute(explicit)
+    return harness_above(start) or _default_root()
+
+
+def harness_above(start: str | None = None) -> str | None:
+    """The nearest ``<ancestor>/.harness`` directory of ``start`` (default: the working directory),
+    or None: :func:`locate_root` without ``$GZ_IA_ROOT`` and the default root."""
     here = absolute(start) if start else normal(os.getcwd())
     while True:
         candidate = _join(here, HARNESS_DIR)
@@ -190,7 +197,7 @@ def locate_root(start: str | None = None) -> str:
         if here.startswith("//") and parent == "/":
             parent = "//"
         if parent == here:
-            return _default_root()
+            return None
         here = parent
 
 

@@ -197,6 +197,7 @@ def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.
     """Give ``collector`` its loopback HTTP side: the socket the service manager holds, else one it
     binds at ``http_address``. A busy port never stops the event service: it is logged and shown
     in ``gz-ia status``, and events are accepted all the same."""
+    from .hooks_http import http_routes as hook_routes
     from .http import HttpServer
     from .service.http_routes import collector_routes
 
@@ -217,7 +218,10 @@ def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.
                 collector.http_error,
             )
             return
-    server = HttpServer(collector_routes(collector), own_uid=os.getuid(), counters=collector.metrics.http)
+    routes = collector_routes(collector)
+    for route in hook_routes(collector):
+        routes.add(route)
+    server = HttpServer(routes, own_uid=os.getuid(), counters=collector.metrics.http)
     collector.attach_http(server, sock)
 
 

@@ -35,6 +35,7 @@ from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 
 __all__ = [
+    "HTTP_HOOK_OUTCOMES",
     "HTTP_REFUSALS",
     "RELOAD_RESULTS",
     "SPOOL_OUTCOMES",
@@ -122,6 +123,10 @@ class ActionDurations(Collector):
                 [status.value], list(zip(self._labels, cumulative, strict=True)), self._sums_ms[status] / 1000
             )
         yield family
+
+
+HTTP_HOOK_OUTCOMES: Final = ("staged", "nothing", "disabled", "refused", "invalid")
+"""What became of a hook payload posted over HTTP (``gzia_http_hook_payloads_total{outcome}``)."""
 
 
 class Metrics:
@@ -260,6 +265,16 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.http_hook_payloads = Counter(
+            "gzia_http_hook_payloads_total",
+            "Hook payloads agents posted over HTTP, by outcome: staged (events staged for the "
+            "next write pass), nothing (no event to log), disabled (GZ_IA_DISABLED), refused (the root "
+            "cannot be used) or invalid (not a payload the mapping can use).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in HTTP_HOOK_OUTCOMES:  # a fixed label set, shown at zero from the start
+            self.http_hook_payloads.labels(outcome)
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",

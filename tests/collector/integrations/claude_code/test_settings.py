@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gz_ia.collector.integrations.claude_code.settings import HOOK_EVENTS, SettingsError, install, uninstall
+from gz_ia.collector.integrations.claude_code.settings import (
+    COMMAND_ONLY_EVENTS,
+    HOOK_EVENTS,
+    SettingsError,
+    install,
+    uninstall,
+)
 
 COMMAND = "/opt/gz/bin/gz-ia hook claude-code"
 
@@ -45,3 +51,49 @@ def test_settings_that_are_not_an_object_are_left_alone(tmp_path: Path) -> None:
         with pytest.raises(SettingsError):
             install(path, COMMAND)
         assert path.read_text() == text
+
+
+URL = "http://127.0.0.1:11000/hooks/claude-code"
+
+
+def _ours(path: Path) -> dict[str, list[dict[str, object]]]:
+    hooks = json.loads(path.read_text())["hooks"]
+    return {event: [handler for group in hooks[event] for handler in group["hooks"]] for event in hooks}
+
+
+def test_http_hooks_post_every_event_claude_code_posts_and_forward_session_start(tmp_path: Path) -> None:
+    """With an http URL every event is an http handler with the root and disabled headers, except
+    SessionStart (Claude Code posts no http hook for it): the command hook forwarding to the URL."""
+    path = tmp_path / "settings.json"
+    install(path, COMMAND, http_url=URL)
+    handlers = _ours(path)
+    assert sorted(handlers) == sorted(HOOK_EVENTS)
+    for event, (handler,) in handlers.items():
+        if event in COMMAND_ONLY_EVENTS:
+            assert handler == {"type": "command", "command": f"{COMMAND} --http {URL}", "timeout": 5}
+        else:
+            assert handler == {
+                "type": "http",
+                "url": URL,
+                "timeout": 5,
+                "headers": {"X-Gz-Ia-Root": "$GZ_IA_ROOT", "X-Gz-Ia-Disabled": "$GZ_IA_DISABLED"},
+                "allowedEnvVars": ["GZ_IA_ROOT", "GZ_IA_DISABLED"],
+            }
+
+
+def test_switching_transport_replaces_the_handlers_in_place_and_uninstall_takes_both(tmp_path: Path) -> None:
+    """command -> http -> command updates gz-ia's one handler per event; uninstall removes http ones too."""
+    path = tmp_path / "settings.json"
+    mine = {"type": "http", "url": "http://127.0.0.1:9/audit"}
+    path.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [mine]}]}}))
+    install(path, COMMAND)
+    assert install(path, COMMAND, http_url=URL) == list(HOOK_EVENTS)
+    handlers = _ours(path)
+    assert handlers["Stop"] == [mine, handlers["Stop"][1]]
+    assert all(len(found) == 1 for event, found in handlers.items() if event != "Stop")
+    assert install(path, COMMAND, http_url=URL) == []
+    assert install(path, COMMAND) == list(HOOK_EVENTS)
+    assert _ours(path)["PreToolUse"] == [{"type": "command", "command": COMMAND, "timeout": 5}]
+    install(path, COMMAND, http_url=URL)
+    assert sorted(uninstall(path)) == sorted(HOOK_EVENTS)
+    assert json.loads(path.read_text()) == {"hooks": {"Stop": [{"hooks": [mine]}]}}

@@ -1,5 +1,11 @@
 """``gz-ia-collector install --user``: write the systemd user units for this installation.
 
+Two sockets start the one service: ``gz-ia-collector.socket`` (the event socket, fd name ``events``)
+and ``gz-ia-collector-http.socket`` (the loopback HTTP port that hooks post to, fd name ``http``).
+Holding the HTTP port in the service manager is what lets an ``http`` hook reach a collector that is
+restarting: the kernel queues the connection until the new process accepts it. The HTTP unit is
+written for the configured ``http_address`` and left out where it is off or asks for any port (0).
+
 The unit texts below are the one source of truth: ``systemd/`` in the repository holds the same
 files with the ``ExecStart`` of a ``uv tool``/``pipx`` install (``%h/.local/bin``), and a test keeps
 the two identical apart from that line. The same holds for the sandbox drop-in and its copy in
@@ -23,6 +29,8 @@ from gz_ia.client import env
 
 __all__ = [
     "DEFAULT_EXEC_START",
+    "DEFAULT_HTTP_LISTEN",
+    "HTTP_SOCKET_NAME",
     "SANDBOX_DROP_IN",
     "SANDBOX_PATH",
     "SERVICE_NAME",
@@ -40,6 +48,10 @@ __all__ = [
 
 SOCKET_NAME: Final = "gz-ia-collector.socket"
 SERVICE_NAME: Final = "gz-ia-collector.service"
+HTTP_SOCKET_NAME: Final = "gz-ia-collector-http.socket"
+DEFAULT_HTTP_LISTEN: Final = "127.0.0.1:11000"
+"""``ListenStream=`` of the HTTP unit shipped in ``systemd/``: uid 1000's ``http_address = "auto"``
+(install writes the address of the user who runs it)."""
 DEFAULT_EXEC_START: Final = "%h/.local/bin/gz-ia-collector serve"
 """``ExecStart`` of the units shipped in ``systemd/``: where ``uv tool install``/``pipx`` put the script."""
 
@@ -60,14 +72,33 @@ Backlog=1024
 WantedBy=sockets.target
 """
 
+_HTTP_SOCKET_UNIT: Final = """\
+# gz-ia collector HTTP port (systemd user unit): Claude Code's http hooks post here. Installed by
+# `gz-ia-collector install --user` for the configured http_address; see docs/operations.md. Held by
+# the service manager, the port accepts connections while the collector restarts; passed to the
+# service as the fd named "http".
+[Unit]
+Description=gz-ia collector HTTP port (hooks)
+
+[Socket]
+ListenStream={listen}
+NoDelay=yes
+FileDescriptorName=http
+Backlog=1024
+Service=gz-ia-collector.service
+
+[Install]
+WantedBy=sockets.target
+"""
+
 _SERVICE_UNIT: Final = """\
-# gz-ia collector (systemd user unit), started on the first connection to gz-ia-collector.socket.
-# Installed by `gz-ia-collector install --user`, which points ExecStart at the current installation;
-# see docs/operations.md.
+# gz-ia collector (systemd user unit), started on the first connection to gz-ia-collector.socket
+# (or to gz-ia-collector-http.socket, where installed). Installed by `gz-ia-collector install --user`,
+# which points ExecStart at the current installation; see docs/operations.md.
 [Unit]
 Description=gz-ia collector: agent stage events to JSON Lines
 Requires=gz-ia-collector.socket
-After=gz-ia-collector.socket
+After=gz-ia-collector.socket{http_after}
 
 [Service]
 Type=notify
@@ -92,11 +123,12 @@ SystemCallArchitectures=native
 SystemCallFilter=@system-service
 SystemCallFilter=~@privileged @resources
 SystemCallErrorNumber=EPERM
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+# AF_NETLINK: the HTTP side asks the kernel's socket table (NETLINK_SOCK_DIAG) whose each connection is.
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
 KeyringMode=private
 
 [Install]
-Also=gz-ia-collector.socket
+Also=gz-ia-collector.socket{http_also}
 """
 
 SANDBOX_PATH: Final = Path("gz-ia-collector.service.d") / "sandbox.conf"
@@ -191,9 +223,38 @@ def choose_sandbox(mode: Literal["auto", "yes", "no"]) -> SandboxChoice:
     )
 
 
-def render_units(exec_start: str = DEFAULT_EXEC_START) -> dict[str, str]:
-    """Return ``{file name: text}`` of the socket and service units, with ``exec_start`` as ``ExecStart``."""
-    return {SOCKET_NAME: _SOCKET_UNIT, SERVICE_NAME: _SERVICE_UNIT.format(exec_start=exec_start)}
+def render_units(exec_start: str = DEFAULT_EXEC_START, http_listen: str | None = DEFAULT_HTTP_LISTEN) -> dict[str, str]:
+    """Return ``{file name: text}`` of the units, with ``exec_start`` as ``ExecStart`` and the HTTP
+    socket listening on ``http_listen`` (``host:port``; None: no HTTP socket unit)."""
+    if http_listen is None:
+        service = _SERVICE_UNIT.format(exec_start=exec_start, http_after="", http_also="")
+        return {SOCKET_NAME: _SOCKET_UNIT, SERVICE_NAME: service}
+    service = _SERVICE_UNIT.format(
+        exec_start=exec_start,
+        http_after=f" {HTTP_SOCKET_NAME}\nWants={HTTP_SOCKET_NAME}",
+        http_also=f" {HTTP_SOCKET_NAME}",
+    )
+    http = _HTTP_SOCKET_UNIT.format(listen=http_listen)
+    return {SOCKET_NAME: _SOCKET_UNIT, SERVICE_NAME: service, HTTP_SOCKET_NAME: http}
+
+
+def http_listen() -> tuple[str | None, str]:
+    """The ``ListenStream=`` of the HTTP socket unit for the configured ``http_address``, or None,
+    and the sentence that says why."""
+    from gz_ia.collector.config import ConfigError, load_config
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        return None, f"the configuration cannot be read to find http_address: {exc}"
+    endpoint = config.http_endpoint()
+    if endpoint is None:
+        return None, "http_address is off"
+    host, port = endpoint
+    if port == 0:
+        return None, "http_address asks for any free port (0), which a unit cannot hold"
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return listen, f"http_address {config.http_address!r}"
 
 
 def _quote(word: str, *, program: bool = False) -> str:
@@ -273,7 +334,8 @@ def install_command(user: bool, dry_run: bool, unit_dir: Path | None, sandbox: L
     if not user:
         raise click.UsageError("only user units are supported: run `gz-ia-collector install --user`")
     directory = unit_dir if unit_dir is not None else user_unit_dir()
-    files = render_units(exec_start())
+    listen, listen_reason = http_listen()
+    files = render_units(exec_start(), listen)
     choice = choose_sandbox(sandbox)
     if choice.install:
         files[str(SANDBOX_PATH)] = SANDBOX_DROP_IN
@@ -295,11 +357,21 @@ def install_command(user: bool, dry_run: bool, unit_dir: Path | None, sandbox: L
             drop_in.unlink()
             _remove_if_empty(drop_in.parent)
             click.echo(f"removed {drop_in}")
+    http_unit = directory / HTTP_SOCKET_NAME
+    if listen is None and http_unit.exists():
+        # An HTTP port held for an earlier http_address would otherwise stay taken.
+        if dry_run:
+            click.echo(f"# would remove {http_unit}")
+        else:
+            http_unit.unlink()
+            click.echo(f"removed {http_unit}")
     click.echo(f"sandbox: {'installed' if choice.install else 'not installed'}: {choice.reason}")
+    click.echo(f"http socket: {'on ' + listen if listen else 'not installed'}: {listen_reason}")
+    sockets = SOCKET_NAME if listen is None else f"{SOCKET_NAME} {HTTP_SOCKET_NAME}"
     verb = "Then enable" if dry_run else "Now enable"
     click.echo(
-        f"\n{verb} the socket (the collector starts on the first connection):\n"
-        f"  systemctl --user daemon-reload && systemctl --user enable --now {SOCKET_NAME}\n"
+        f"\n{verb} the sockets (the collector starts on the first connection):\n"
+        f"  systemctl --user daemon-reload && systemctl --user enable --now {sockets}\n"
         "Keep it running while you are logged out:\n"
         "  loginctl enable-linger $USER\n"
         "Check it with `gz-ia status` or `systemctl --user status gz-ia-collector`; "

@@ -13,6 +13,10 @@ import click
 
 from ._common import root_of, socket_path_of
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._hook_transport import Mode
+
 __all__ = ["hook", "install"]
 
 
@@ -22,19 +26,27 @@ def hook() -> None:
 
 
 @hook.command("claude-code")
+@click.option(
+    "--http",
+    "http_url",
+    default=None,
+    metavar="URL",
+    help="Post the payload to the collector's http hook at URL (where Claude Code posts none itself); "
+    "when nothing answers there, log it as without this option.",
+)
 @click.pass_context
-def hook_claude_code(ctx: click.Context) -> None:
+def hook_claude_code(ctx: click.Context, http_url: str | None) -> None:
     """Log one Claude Code hook payload (JSON on stdin) as stage events."""
     from gz_ia.collector.integrations.claude_code.command_hook import run_hook
 
     root = ctx.find_root().params.get("root")
-    ctx.exit(
-        run_hook(
-            sys.stdin.buffer.read(),
-            socket_path=socket_path_of(ctx),
-            root=root_of(ctx) if root else None,
-        )
-    )
+    raw = sys.stdin.buffer.read()
+    if http_url is not None:
+        from gz_ia.collector.integrations.claude_code.http_forward import forward
+
+        if forward(raw, http_url, root=str(root_of(ctx)) if root else None):
+            ctx.exit(0)
+    ctx.exit(run_hook(raw, socket_path=socket_path_of(ctx), root=root_of(ctx) if root else None))
 
 
 @click.group("install")
@@ -48,15 +60,29 @@ def install() -> None:
 @click.option("--uninstall", is_flag=True, help="Remove exactly the hook entries gz-ia added.")
 @click.option("--command", "command", default=None, help="The hook command [default: this gz-ia, by absolute path].")
 @click.option(
+    "--hooks",
+    "transport",
+    type=click.Choice(["auto", "http", "command"]),
+    default="auto",
+    show_default=True,
+    help="http: Claude Code posts to the collector (no process per hook); command: it runs gz-ia, which "
+    "spools what no collector answers; auto: http where the service manager holds the collector's HTTP "
+    "port across restarts (gz-ia-collector install --user), else command.",
+)
+@click.option(
     "--settings",
     "settings",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Another settings file (e.g. .claude/settings.local.json).",
 )
-def install_claude_code(scope: str, uninstall: bool, command: str | None, settings: Path | None) -> None:
+def install_claude_code(
+    scope: str, uninstall: bool, command: str | None, transport: Mode, settings: Path | None
+) -> None:
     """Add gz-ia's hooks to Claude Code's settings, keeping every other setting and hook."""
     from gz_ia.collector.integrations.claude_code import settings as cc
+
+    from ._hook_transport import choose_transport
 
     if settings is None:
         settings = Path.home() / ".claude" / "settings.json" if scope == "user" else Path(".claude") / "settings.json"
@@ -69,11 +95,17 @@ def install_claude_code(scope: str, uninstall: bool, command: str | None, settin
         hook_command = command or cc.hook_command()
         if not hook_command.rstrip().endswith(cc.HOOK_ARGS):
             raise click.BadParameter(f"must end with {cc.HOOK_ARGS!r}", param_hint="--command")
-        changed = cc.install(settings, hook_command)
+        try:
+            choice = choose_transport(transport)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--hooks") from exc
+        changed = cc.install(settings, hook_command, http_url=choice.http_url)
     except cc.SettingsError as exc:
         raise click.ClickException(str(exc)) from exc
+    click.echo(f"hooks: {choice.reason}")
     if changed:
-        click.echo(f"added gz-ia's hooks for {', '.join(changed)} to {settings}: {hook_command}")
+        how = hook_command if choice.http_url is None else choice.http_url
+        click.echo(f"added gz-ia's hooks for {', '.join(changed)} to {settings}: {how}")
     else:
         click.echo(f"gz-ia's hooks are already in {settings}")
 

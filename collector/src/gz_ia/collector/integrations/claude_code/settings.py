@@ -4,9 +4,15 @@ Claude Code reads hooks from ``~/.claude/settings.json`` (user) and ``.claude/se
 (project) under ``"hooks"``: per hook event a list of matcher groups, each with a list of command
 handlers. Installing adds one group per event that :mod:`.mapping` uses, holding one handler
 that runs ``gz-ia hook claude-code``; every other setting, group and handler stays as it was.
-A handler is gz-ia's when its command ends with :data:`HOOK_ARGS`: installing again updates it in
-place (never a second one), and uninstalling removes exactly those handlers, then the groups and
-events they leave empty.
+A handler is gz-ia's when its command runs :data:`HOOK_ARGS` or it posts to gz-ia's hook path
+(:data:`HTTP_HOOK_PATH`): installing again updates it in place (never a second one), also from one
+transport to the other, and uninstalling removes exactly those handlers, then the groups and events
+they leave empty.
+
+With the ``http`` transport every event is an ``http`` handler posting to the collector, except
+those Claude Code never posts (:data:`COMMAND_ONLY_EVENTS`): there the command hook runs with
+``--http URL`` and forwards the payload to the same place, so the collector holds all of a session's
+state.
 """
 
 from __future__ import annotations
@@ -22,9 +28,28 @@ from typing import Any, Final
 
 from gz_ia.collector.errors import CollectorError
 
-__all__ = ["HOOK_ARGS", "HOOK_EVENTS", "TOOL_EVENTS", "hook_command", "install", "uninstall"]
+__all__ = [
+    "COMMAND_ONLY_EVENTS",
+    "HOOK_ARGS",
+    "HOOK_EVENTS",
+    "HTTP_ENV_VARS",
+    "HTTP_HOOK_PATH",
+    "TOOL_EVENTS",
+    "hook_command",
+    "http_handler",
+    "install",
+    "uninstall",
+]
 
 HOOK_ARGS: Final = "hook claude-code"
+HTTP_HOOK_PATH: Final = "/hooks/claude-code"
+"""Where the collector's HTTP server takes Claude Code's hooks."""
+COMMAND_ONLY_EVENTS: Final = frozenset({"SessionStart"})
+"""Events whose ``http`` handlers Claude Code does not run (seen with the real binary: it posts
+every other event, and no SessionStart)."""
+HTTP_ENV_VARS: Final = {"X-Gz-Ia-Root": "GZ_IA_ROOT", "X-Gz-Ia-Disabled": "GZ_IA_DISABLED"}
+"""Headers an ``http`` handler sends, each the value of a variable of Claude Code's environment (as
+a command hook would read it; empty when unset)."""
 TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 """Events that take a ``matcher``: ``"*"``, every tool."""
 HOOK_EVENTS: Final = (
@@ -59,7 +84,33 @@ def hook_command() -> str:
 
 
 def _is_ours(handler: object) -> bool:
-    return isinstance(handler, dict) and str(handler.get("command", "")).rstrip().endswith(HOOK_ARGS)
+    if not isinstance(handler, dict):
+        return False
+    if handler.get("type") == "http":
+        return str(handler.get("url", "")).rstrip("/").endswith(HTTP_HOOK_PATH)
+    command = str(handler.get("command", "")).rstrip()
+    return command.endswith(HOOK_ARGS) or f" {HOOK_ARGS} --http " in command
+
+
+def _handler(event: str, command: str, http_url: str | None) -> dict[str, Any]:
+    """gz-ia's handler of ``event``: the command hook, or with ``http_url`` an http one (the
+    command hook forwarding to it where Claude Code posts nothing)."""
+    if http_url is None:
+        return {"type": "command", "command": command, "timeout": HOOK_TIMEOUT}
+    if event in COMMAND_ONLY_EVENTS:
+        return {"type": "command", "command": f"{command} --http {shlex.quote(http_url)}", "timeout": HOOK_TIMEOUT}
+    return http_handler(http_url)
+
+
+def http_handler(url: str) -> dict[str, Any]:
+    """gz-ia's ``http`` handler posting to ``url``, with the headers of :data:`HTTP_ENV_VARS`."""
+    return {
+        "type": "http",
+        "url": url,
+        "timeout": HOOK_TIMEOUT,
+        "headers": {header: f"${name}" for header, name in HTTP_ENV_VARS.items()},
+        "allowedEnvVars": list(HTTP_ENV_VARS.values()),
+    }
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -92,17 +143,22 @@ def _write(path: Path, settings: dict[str, Any]) -> None:
         raise
 
 
-def install(path: Path, command: str) -> list[str]:
+def install(path: Path, command: str, *, http_url: str | None = None) -> list[str]:
     """Add (or update) gz-ia's hook handler for each of :data:`HOOK_EVENTS`; return the events changed.
+
+    Args:
+        path: the settings file.
+        command: the command hook's command line.
+        http_url: install ``http`` handlers posting there instead (see :data:`COMMAND_ONLY_EVENTS`).
 
     Raises:
         SettingsError: the file is not a settings object; it is left as it is.
     """
     settings = _read(path)
     hooks: dict[str, Any] = settings.setdefault("hooks", {})
-    handler = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT}
     changed: list[str] = []
     for event in HOOK_EVENTS:
+        handler = _handler(event, command, http_url)
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise SettingsError(f'{path}: "hooks.{event}" is not a list; nothing was changed')

@@ -1,0 +1,154 @@
+"""``POST /hooks/claude-code``: a Claude Code hook payload, mapped and staged in the collector.
+
+The answer is always ``200 {}`` (Claude Code reads an empty object as "go on"), whatever became of
+the payload: a hook must never block or fail the agent. It is sent once the events are staged for
+the next write pass, before they are written: a collector killed in between loses them (see
+docs/reliability.md, "Hooks over HTTP").
+
+The mapping's state (the open tool calls, prompt and session cycles) is held here, per Claude Code
+session and root, in a bounded :class:`~gz_ia.collector.integrations.claude_code.state.SessionStates`;
+a session's state goes at its ``SessionEnd``. It survives nothing: what a collector restart in the
+middle of a session costs is in docs/reliability.md ("Hooks over HTTP").
+
+The route is one producer (a random id drawn at start, events numbered from 1 across every
+session): a new process never reuses an id, so nothing it sends is taken for a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from gz_ia.client import env
+from gz_ia.client.protocol import Batch
+from gz_ia.collector.http import Request, Response, Route
+from gz_ia.collector.integrations.claude_code.log_events import log_event
+from gz_ia.collector.integrations.claude_code.mapping import check_payload, hook_events
+from gz_ia.collector.integrations.claude_code.state import SessionStates
+from gz_ia.collector.service.connection import Connection, ConnectionHost
+from gz_ia.collector.storage.root_lock import RootLocked
+from gz_ia.collector.storage.roots import LayoutError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gz_ia.client.schema import LogEvent
+    from gz_ia.collector.storage.sessions import RootStore
+
+__all__ = ["CLAUDE_CODE_PATH", "DISABLED_HEADER", "MAX_PAYLOAD", "ROOT_HEADER", "ClaudeCodeHooks", "http_routes"]
+
+log = logging.getLogger("gz_ia.collector")
+
+CLAUDE_CODE_PATH: Final = "/hooks/claude-code"
+ROOT_HEADER: Final = "x-gz-ia-root"
+"""The hook's ``$GZ_IA_ROOT`` (Claude Code interpolates it into the header; empty when unset)."""
+DISABLED_HEADER: Final = "x-gz-ia-disabled"
+"""The hook's ``$GZ_IA_DISABLED``: as for every agent, ``1`` logs nothing."""
+MAX_PAYLOAD: Final = 16 << 20
+"""The largest payload read: Claude Code's carry a tool's input and response (a PostToolBatch, a
+whole turn's, a file read included). Beyond it the answer is 413, which Claude Code goes on after."""
+_DISABLED_VALUES: Final = frozenset({"1", "true", "yes", "on"})
+_LOG_INTERVAL: Final = 60.0
+_ROOTS_KEPT: Final = 256
+"""Roots whose store is kept open between payloads (a client's connection keeps its one)."""
+_encode: Final = msgspec.msgpack.Encoder().encode
+
+
+class ClaudeCodeHooks:
+    """The route's handler and the state of the sessions it has seen."""
+
+    def __init__(self, host: ConnectionHost) -> None:
+        self.host = host
+        self.sessions = SessionStates()
+        self.producer = os.urandom(16).hex()
+        self.next = 1
+        """The number of the next event staged."""
+        self._roots: dict[str, RootStore] = {}
+        self._logged_at: dict[str, float] = {}
+
+    async def handle(self, request: Request) -> Response:
+        """Map and stage one payload; always ``200 {}``."""
+        metrics = self.host.metrics
+        try:
+            outcome = self._take(request)
+        except Exception as exc:  # a bad payload or a bug: never Claude Code's problem
+            outcome = "invalid"
+            self._log_once("invalid", "a Claude Code hook payload was ignored: %s: %s", type(exc).__name__, exc)
+        metrics.http_hook_payloads.labels(outcome).inc()
+        return Response(200, b"{}")
+
+    def _take(self, request: Request) -> str:
+        if request.headers.get(DISABLED_HEADER, "").strip().lower() in _DISABLED_VALUES:
+            return "disabled"
+        payload = check_payload(msgspec.json.decode(request.body))
+        root = _root_of(payload, request.headers.get(ROOT_HEADER, ""))
+        key = f"{root}\0{payload['session_id']}"
+        state = self.sessions.get(key)
+        fields = hook_events(payload, state, time.time_ns())
+        if payload["hook_event_name"] == "SessionEnd" and state.is_empty():
+            self.sessions.forget(key)
+        if not fields:
+            return "nothing"
+        events = [log_event(each) for each in fields]
+        first = self.next
+        self.next += len(events)
+        return self._stage(root, request.peer_uid, first, events)
+
+    def _stage(self, root: str, uid: int, first: int, events: list[LogEvent]) -> str:
+        """Hand the events, encoded as a client encodes them, to a connection of the client protocol
+        that has no transport: the same decoding, validation, staging and write pass as a client's
+        batch."""
+        connection = Connection(self.host)
+        connection.uid = uid
+        connection.producer = self.producer
+        store = self._roots.get(root)
+        if store is None or store.removed:
+            try:
+                os.makedirs(root, mode=0o700, exist_ok=True)  # as a client does: a sender makes its root
+            except OSError:
+                pass  # opening it says what is wrong
+            try:
+                store = self.host.open_root(Path(root), uid)
+            except (RootLocked, LayoutError, OSError) as exc:
+                self._log_once("root", "Claude Code hook events for root %s not logged: %s", root, exc)
+                return "refused"
+            if len(self._roots) >= _ROOTS_KEPT:
+                self._roots.clear()
+            self._roots[root] = store
+        connection.root = store
+        body = _encode(Batch(first=first, events=[msgspec.Raw(_encode(event)) for event in events], verdicts=True))
+        connection.handle_frame(body)
+        if connection.closing:  # refused as a whole (its root was removed meanwhile, a bug): see the log
+            self._roots.pop(root, None)
+            return "refused"
+        return "staged"
+
+    def _log_once(self, kind: str, message: str, *args: object) -> None:
+        """Log a problem at most once a minute per kind: a hook fires many times a second."""
+        now = time.monotonic()
+        if now - self._logged_at.get(kind, -_LOG_INTERVAL) >= _LOG_INTERVAL:
+            self._logged_at[kind] = now
+            log.warning(message, *args)
+
+
+def _root_of(payload: dict[str, Any], explicit: str) -> str:
+    """The root the command hook would find: the hook's ``$GZ_IA_ROOT``, else the nearest
+    ``.harness`` above the payload's ``cwd``, else the default root."""
+    cwd = payload.get("cwd")
+    start = cwd if isinstance(cwd, str) and cwd.startswith("/") else None
+    explicit = explicit.strip()
+    if explicit:  # relative to the agent's directory, as the command hook (run there) takes it
+        return env.normal(explicit if explicit.startswith("/") or start is None else f"{start}/{explicit}")
+    found = env.harness_above(start) if start is not None else None
+    return found or str(env.default_root())  # the collector's own $GZ_IA_ROOT is not the agent's
+
+
+def http_routes(host: ConnectionHost) -> Iterable[Route]:
+    """The routes of Claude Code's http hooks, for the collector's HTTP server."""
+    hooks = ClaudeCodeHooks(host)
+    return [Route("POST", CLAUDE_CODE_PATH, hooks.handle, max_body=MAX_PAYLOAD, endpoint="hooks")]
