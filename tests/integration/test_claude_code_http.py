@@ -101,7 +101,7 @@ def test_http_and_command_hooks_record_the_same_events(
     """The same scripted run of the real Claude Code, once with the command hook and once with http
     hooks: the same events (times, ids and durations aside), SessionStart included."""
     collector = make_collector()
-    recorded = {}
+    recorded: dict[str, Any] = {}
     for transport in ("command", "http"):
         marker = f"scripted run number {len(recorded)}"  # one length: the prompt's is recorded
         _script(api, marker)
