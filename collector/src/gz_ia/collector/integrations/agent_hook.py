@@ -39,7 +39,10 @@ if TYPE_CHECKING:
 __all__ = [
     "SUMMARY_CHARS",
     "HookRun",
+    "complain",
+    "count_invalid",
     "cut_line",
+    "root_of",
     "run_agent_hook",
     "safe_id",
     "session_attrs",
@@ -250,7 +253,7 @@ def run_agent_hook(
         if not isinstance(payload, dict) or not payload.get("session_id") or not payload.get("hook_event_name"):
             raise ValueError(f"not a {agent} hook payload (session_id and hook_event_name are required)")
         check(payload)
-        root = _root_of(payload) if root is None else os.fspath(root)
+        root = root_of(payload) if root is None else os.fspath(root)
         with Ledger(f"{agent}\0{root}\0{payload['session_id']}", spool_dir=spool_dir, socket_path=socket_path,
                     root=root) as ledger:  # fmt: skip
             run = HookRun(agent, payload, ledger.data)
@@ -262,30 +265,32 @@ def run_agent_hook(
                 ledger.remove()
         if delivery.outcome == Outcome.ACCEPTED:
             for reason, detail in delivery.rejected.values():
-                _complain(command, f"event rejected ({reason}): {detail}")
+                complain(command, f"event rejected ({reason}): {detail}")
         elif delivery.outcome != Outcome.SPOOLED:
-            _complain(command, f"events not delivered ({delivery.outcome}): {delivery.detail}")
+            complain(command, f"events not delivered ({delivery.outcome}): {delivery.detail}")
     except Exception as exc:
-        _count_invalid(command, spool_dir, exc)
-        _complain(command, f"payload ignored: {type(exc).__name__}: {exc}")
+        count_invalid(command, spool_dir, exc)
+        complain(command, f"payload ignored: {type(exc).__name__}: {exc}")
     return 0
 
 
-def _root_of(payload: dict[str, Any]) -> str:
+def root_of(payload: dict[str, Any]) -> str:
+    """The session root of a payload: found from its ``cwd``, unless ``GZ_IA_ROOT`` says it."""
     cwd = payload.get("cwd")
     if os.environ.get("GZ_IA_ROOT") or not isinstance(cwd, str) or not os.path.isabs(cwd):
         return env.locate_root()
     return env.locate_root(cwd)
 
 
-def _complain(command: str, message: str) -> None:
+def complain(command: str, message: str) -> None:
+    """Say on stderr why ``gz-ia hook <command>`` logged nothing (the agent shows it, or drops it)."""
     try:
         print(f"gz-ia hook {command}: {message}"[:1000], file=sys.stderr)
     except (OSError, ValueError):
         pass
 
 
-def _count_invalid(command: str, spool_dir: str, exc: BaseException) -> None:
+def count_invalid(command: str, spool_dir: str, exc: BaseException) -> None:
     """Count a payload the hook could not use: ``<spool dir>/ledgers/<command>.invalid`` holds the
     count and the last error, on one line."""
     import contextlib  # only for a payload that failed
