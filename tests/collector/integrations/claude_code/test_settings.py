@@ -97,3 +97,19 @@ def test_switching_transport_replaces_the_handlers_in_place_and_uninstall_takes_
     install(path, COMMAND, http_url=URL)
     assert sorted(uninstall(path)) == sorted(HOOK_EVENTS)
     assert json.loads(path.read_text()) == {"hooks": {"Stop": [{"hooks": [mine]}]}}
+
+
+def test_uninstall_puts_back_the_bytes_from_before_the_install(tmp_path: Path) -> None:
+    """The user's own formatting and hooks come back byte for byte; a file install created is removed."""
+    path = tmp_path / "settings.json"
+    original = '{"model": "opus",\n    "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "mine.sh"}]}]}}'
+    path.write_text(original)
+    install(path, COMMAND)
+    install(path, "/usr/bin/gz-ia hook claude-code")
+    assert path.read_text() != original
+    assert "Stop" in uninstall(path)
+    assert path.read_text() == original
+    created = tmp_path / "new" / "settings.json"
+    install(created, COMMAND)
+    uninstall(created)
+    assert not created.exists()

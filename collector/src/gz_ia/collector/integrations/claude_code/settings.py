@@ -6,8 +6,9 @@ handlers. Installing adds one group per event that :mod:`.mapping` uses, holding
 that runs ``gz-ia hook claude-code``; every other setting, group and handler stays as it was.
 A handler is gz-ia's when its command runs :data:`HOOK_ARGS` or it posts to gz-ia's hook path
 (:data:`HTTP_HOOK_PATH`): installing again updates it in place (never a second one), also from one
-transport to the other, and uninstalling removes exactly those handlers, then the groups and events
-they leave empty.
+transport to the other, and uninstalling removes exactly those handlers (the file's bytes from
+before the install put back when nothing else changed), as for every agent
+(:mod:`..hook_settings`).
 
 With the ``http`` transport every event is an ``http`` handler posting to the collector, except
 those Claude Code never posts (:data:`COMMAND_ONLY_EVENTS`): there the command hook runs with
@@ -17,16 +18,13 @@ state.
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
-import shutil
-import sys
-import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from gz_ia.collector.errors import CollectorError
+from gz_ia.collector.integrations import hook_settings
+from gz_ia.collector.integrations.hook_settings import HookSpec, SettingsError
 
 __all__ = [
     "COMMAND_ONLY_EVENTS",
@@ -34,7 +32,9 @@ __all__ = [
     "HOOK_EVENTS",
     "HTTP_ENV_VARS",
     "HTTP_HOOK_PATH",
+    "SPEC",
     "TOOL_EVENTS",
+    "SettingsError",
     "hook_command",
     "http_handler",
     "install",
@@ -68,38 +68,38 @@ HOOK_TIMEOUT: Final = 5
 """Seconds Claude Code gives the hook; it returns long before (a spooled event costs no waiting)."""
 
 
-class SettingsError(CollectorError):
-    """The settings file exists but is not a JSON object with a ``hooks`` object: left untouched."""
+@dataclass(frozen=True)
+class ClaudeCodeSpec(HookSpec):
+    """Claude Code's hooks: command handlers, or with ``http_url`` http ones posting there (the
+    command hook forwarding to it where Claude Code posts nothing)."""
+
+    http_url: str | None = None
+
+    def handler(self, event: str, command: str) -> dict[str, Any]:
+        if self.http_url is None:
+            return super().handler(event, command)
+        if event in COMMAND_ONLY_EVENTS:
+            return super().handler(event, f"{command} --http {shlex.quote(self.http_url)}")
+        return http_handler(self.http_url)
+
+    def is_ours(self, handler: object) -> bool:
+        if isinstance(handler, dict) and handler.get("type") == "http":
+            return str(handler.get("url", "")).rstrip("/").endswith(HTTP_HOOK_PATH)
+        command = str(handler.get("command", "")).rstrip() if isinstance(handler, dict) else ""
+        return command.endswith(HOOK_ARGS) or f" {HOOK_ARGS} --http " in command
+
+
+SPEC: Final = ClaudeCodeSpec(
+    hook_args=HOOK_ARGS,
+    events=HOOK_EVENTS,
+    default_timeout=HOOK_TIMEOUT,
+    matchers=dict.fromkeys(TOOL_EVENTS, "*"),
+)
 
 
 def hook_command() -> str:
     """The command line that runs this installation's ``gz-ia hook claude-code``, by absolute path."""
-    beside = Path(sys.executable).with_name("gz-ia")
-    if beside.exists():
-        return f"{shlex.quote(str(beside.absolute()))} {HOOK_ARGS}"
-    found = shutil.which("gz-ia")
-    if found:
-        return f"{shlex.quote(str(Path(found).absolute()))} {HOOK_ARGS}"
-    return f"{shlex.quote(str(Path(sys.executable).absolute()))} -m gz_ia.collector.entry {HOOK_ARGS}"
-
-
-def _is_ours(handler: object) -> bool:
-    if not isinstance(handler, dict):
-        return False
-    if handler.get("type") == "http":
-        return str(handler.get("url", "")).rstrip("/").endswith(HTTP_HOOK_PATH)
-    command = str(handler.get("command", "")).rstrip()
-    return command.endswith(HOOK_ARGS) or f" {HOOK_ARGS} --http " in command
-
-
-def _handler(event: str, command: str, http_url: str | None) -> dict[str, Any]:
-    """gz-ia's handler of ``event``: the command hook, or with ``http_url`` an http one (the
-    command hook forwarding to it where Claude Code posts nothing)."""
-    if http_url is None:
-        return {"type": "command", "command": command, "timeout": HOOK_TIMEOUT}
-    if event in COMMAND_ONLY_EVENTS:
-        return {"type": "command", "command": f"{command} --http {shlex.quote(http_url)}", "timeout": HOOK_TIMEOUT}
-    return http_handler(http_url)
+    return hook_settings.hook_command(HOOK_ARGS)
 
 
 def http_handler(url: str) -> dict[str, Any]:
@@ -113,36 +113,6 @@ def http_handler(url: str) -> dict[str, Any]:
     }
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    try:
-        settings = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"{path} is not valid JSON ({exc}); fix it first, nothing was changed") from exc
-    if not isinstance(settings, dict) or not isinstance(settings.get("hooks", {}), dict):
-        raise SettingsError(f'{path} is not a settings object with a "hooks" object; nothing was changed')
-    return settings
-
-
-def _write(path: Path, settings: dict[str, Any]) -> None:
-    """Replace ``path`` atomically, keeping its mode (Claude Code may be reading it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(settings, out, indent=2, ensure_ascii=False)
-            out.write("\n")
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def install(path: Path, command: str, *, http_url: str | None = None) -> list[str]:
     """Add (or update) gz-ia's hook handler for each of :data:`HOOK_EVENTS`; return the events changed.
 
@@ -154,62 +124,14 @@ def install(path: Path, command: str, *, http_url: str | None = None) -> list[st
     Raises:
         SettingsError: the file is not a settings object; it is left as it is.
     """
-    settings = _read(path)
-    hooks: dict[str, Any] = settings.setdefault("hooks", {})
-    changed: list[str] = []
-    for event in HOOK_EVENTS:
-        handler = _handler(event, command, http_url)
-        groups = hooks.setdefault(event, [])
-        if not isinstance(groups, list):
-            raise SettingsError(f'{path}: "hooks.{event}" is not a list; nothing was changed')
-        ours = [h for group in groups if isinstance(group, dict) for h in group.get("hooks", []) if _is_ours(h)]
-        if ours:
-            for existing in ours:
-                if existing != handler:
-                    existing.clear()
-                    existing.update(handler)
-                    changed.append(event)
-            continue
-        group: dict[str, Any] = {"matcher": "*"} if event in TOOL_EVENTS else {}
-        group["hooks"] = [dict(handler)]
-        groups.append(group)
-        changed.append(event)
-    if changed:
-        _write(path, settings)
-    return sorted(set(changed), key=HOOK_EVENTS.index)
+    return hook_settings.install(path, replace(SPEC, http_url=http_url), command)
 
 
 def uninstall(path: Path) -> list[str]:
-    """Remove every gz-ia hook handler, and the groups and events left empty; return the events changed.
+    """Remove every gz-ia hook handler (either transport), and the groups and events left empty;
+    return the events changed.
 
     Raises:
         SettingsError: the file is not a settings object; it is left as it is.
     """
-    settings = _read(path)
-    hooks = settings.get("hooks")
-    if not hooks:
-        return []
-    changed: list[str] = []
-    for event in list(hooks):
-        groups = hooks[event]
-        if not isinstance(groups, list):
-            continue
-        kept_groups = []
-        for group in groups:
-            handlers = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(handlers, list) or not any(_is_ours(h) for h in handlers):
-                kept_groups.append(group)
-                continue
-            changed.append(event)
-            group["hooks"] = [h for h in handlers if not _is_ours(h)]
-            if group["hooks"]:
-                kept_groups.append(group)
-        if kept_groups:
-            hooks[event] = kept_groups
-        else:
-            del hooks[event]
-    if not hooks:
-        del settings["hooks"]
-    if changed:
-        _write(path, settings)
-    return sorted(set(changed), key=lambda event: (event not in HOOK_EVENTS, event))
+    return hook_settings.uninstall(path, SPEC)
