@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gz_ia.collector.integrations.gemini import timestamp_ns, tool_failure
 
 
 @given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2200, 12, 31)))
+@example(datetime(1970, 1, 1) + timedelta(seconds=4_323_283_200, milliseconds=296))  # float expectations lost 1 ms
 def test_timestamps_parse_as_datetime_parses_them(moment: datetime) -> None:
     """Gemini's ``...T...Z`` stamps, parsed by hand (datetime costs the hook too much), to the millisecond."""
     stamp = moment.replace(microsecond=moment.microsecond // 1000 * 1000).isoformat(timespec="milliseconds") + "Z"
-    expected = int(datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp() * 1000) * 1_000_000
+    since_epoch = datetime.fromisoformat(stamp[:-1]).replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    expected = since_epoch // timedelta(milliseconds=1) * 1_000_000  # integers: no float rounding
     assert timestamp_ns({"timestamp": stamp}) == expected
 
 

@@ -74,7 +74,10 @@ def timestamp_ns(payload: dict[str, Any]) -> int | None:
         return None
     try:
         year, month, day = int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10])
-        hours, minutes, seconds = int(stamp[11:13]), int(stamp[14:16]), float(stamp[17:-1])
+        hours, minutes = int(stamp[11:13]), int(stamp[14:16])
+        whole, _, fraction = stamp[17:-1].partition(".")
+        # Integers only: a float of the seconds rounds some milliseconds to the next one.
+        milliseconds = int(whole) * 1000 + (int(fraction[:3].ljust(3, "0")) if fraction else 0)
     except ValueError:
         return None
     # Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
@@ -84,7 +87,7 @@ def timestamp_ns(payload: dict[str, Any]) -> int | None:
     day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
     day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
     days = era * 146_097 + day_of_era - 719_468
-    return (days * 86_400 + hours * 3600 + minutes * 60) * 1_000_000_000 + round(seconds * 1000) * 1_000_000
+    return (days * 86_400 + hours * 3600 + minutes * 60) * 1_000_000_000 + milliseconds * 1_000_000
 
 
 def _digest(tool_name: object, tool_input: object) -> str:
