@@ -9,6 +9,7 @@ that share a floor do not import each other (the import-linter contract in the r
 * :mod:`.daemon` (start-up, one process or a sharded front and its shares) and :mod:`.testing`
   (an in-process collector on a test's event loop);
 * :mod:`.sharding`: the front, its share processes and their links, the merged metrics;
+* :mod:`.hooks_http`: agents' hooks posted over loopback HTTP, staged as a client's batch;
 * :mod:`.service` (one collector process: connections, write passes, gc and status requests,
   adoption, health, admission), :mod:`.mcp` (the MCP tools) and :mod:`.integrations` (agents'
   hooks and settings);
@@ -16,7 +17,8 @@ that share a floor do not import each other (the import-linter contract in the r
   OpenTelemetry export), :mod:`.views` (terminal lines, the timeline and its HTML page),
   :mod:`.query` (questions over a root) and :mod:`.oneshot` (start-up-cheap delivery);
 * :mod:`.reading`: reading sessions back, paged, rotation-safe, followable;
-* :mod:`.storage`: the on-disk layout and the single writer;
+* :mod:`.storage` (the on-disk layout and the single writer) and :mod:`.http` (the loopback HTTP
+  server that hears only its user's processes);
 * :mod:`.config` and :mod:`.metrics`: the ground floor;
 * :mod:`.errors`: under it, :class:`~.errors.CollectorError`, the base of every collector exception
   (their tree is drawn in its docstring).
