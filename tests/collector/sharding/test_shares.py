@@ -6,13 +6,11 @@ import platform
 from types import SimpleNamespace
 from typing import Any
 
-import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from gz_ia.client.protocol import (
-    Batch,
     Error,
     FrameReader,
     RejectReason,
@@ -20,7 +18,6 @@ from gz_ia.client.protocol import (
     Verdicts,
     Welcome,
     collector_message_decoder,
-    encode_frame,
 )
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import Metrics
@@ -28,20 +25,6 @@ from gz_ia.collector.sharding.front_client import EVERY, FrontClient
 from gz_ia.collector.sharding.metrics import merge_replies, merge_reports, merged_exposition
 from gz_ia.collector.sharding.share_link import ShareLink
 from gz_ia.collector.sharding.shares import restart_delay
-
-GOOD: dict[str, Any] = {
-    "timestamp": "2026-01-01T00:00:00Z",
-    "session_id": "s1",
-    "action": "a",
-    "stage": "READ",
-    "status": "OK",
-    "agent": "agy",
-}
-
-
-def _body(*events: object) -> bytes:
-    frame = encode_frame(Batch(first=10, events=[msgspec.Raw(msgspec.msgpack.encode(e)) for e in events]))
-    return frame[4:]
 
 
 def test_any_share_error_wins_over_the_others_replies() -> None:
