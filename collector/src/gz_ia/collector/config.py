@@ -31,6 +31,7 @@ __all__ = [
     "default_http_port",
     "default_metrics_port",
     "env_var",
+    "is_loopback",
     "known_variables",
     "load_config",
     "unknown_variables",
@@ -162,7 +163,7 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             host, _, port = self.http_address.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"http_address {self.http_address!r} is not host:port")
-            if not _is_loopback(host.strip("[]")):
+            if not is_loopback(host.strip("[]")):
                 raise ValueError(
                     f"http_address {self.http_address!r} is not a loopback address (127.0.0.1, ::1 or localhost): "
                     "the collector hears only its own user's processes, whose uid only this machine's kernel knows"
@@ -193,7 +194,8 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return host.strip("[]"), int(port)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (``localhost`` or an address) stays on this machine; any other name may not."""
     if host == "localhost":
         return True
     try:

@@ -8,7 +8,6 @@ share processes, :mod:`.sharding`). ``python -m gz_ia.collector.daemon --share <
 from __future__ import annotations
 
 import gc
-import ipaddress
 import logging
 import os
 import socket
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from gz_ia.client import env
 
-from .config import CollectorConfig, unknown_variables
+from .config import CollectorConfig, is_loopback, unknown_variables
 from .service.listener import Listener, ListenerError
 from .service.log_format import configure_logging
 from .service.systemd import listen_fds
@@ -59,7 +58,7 @@ def _usable(inherited: list[tuple[socket.socket, str]]) -> tuple[list[socket.soc
             and http is None
             and sock.family in (socket.AF_INET, socket.AF_INET6)
             and sock.type == socket.SOCK_STREAM
-            and _is_loopback(sock.getsockname()[0])
+            and is_loopback(sock.getsockname()[0])
         ):
             http = sock
         else:
@@ -251,21 +250,12 @@ def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRe
     metrics.endpoint_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     metrics.endpoint_url = f"http://{metrics.endpoint_address}/metrics"
     log.info("metrics on %s", metrics.endpoint_url)
-    if not _is_loopback(host):
+    if not is_loopback(host):
         log.warning(
             "metrics are served beyond loopback on %s: anyone who can reach it reads the collector's metrics",
             metrics.endpoint_address,
         )
     return http
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost: may resolve beyond loopback
 
 
 def unmapped_uids(uids: list[int], uid_map: Path = Path("/proc/self/uid_map")) -> list[int]:
