@@ -44,7 +44,7 @@ from gz_ia.collector.service import write_passes
 from gz_ia.collector.service.server import Collector
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.writer import FlushJob
-from gz_ia.collector.testing import RunningCollector, running_collector
+from gz_ia.collector.testing import RunningCollector, running_collector, until
 
 _SESSION = "s1"
 _msgpack = msgspec.msgpack.Encoder()
@@ -137,14 +137,6 @@ class ControlledWrites:
         return [], [(target, full) for target, _data in job.items]
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in 10 s")
-
-
 class Lab:
     """A collector served on uvloop in this process (``gz_ia.collector.testing``), its write pass
     under control, and its clients."""
@@ -212,19 +204,19 @@ def test_a_producer_whose_staged_batch_was_lost_sends_nothing_more_until_it_reco
         other, peer, third = await lab.connect("aa"), await lab.connect("bb"), await lab.connect("dd")
         failing = lab.writes.hold(fail=True)
         await other.send(1, "aa-1")  # its pass is held, then fails for s1
-        await _until(failing.entered.is_set)
+        await until(failing.entered.is_set)
         await peer.send(1, "bb-1")  # staged in s1 while that pass is in flight: lost with it
         await third.send(1, "dd-1", session="s2")  # something for the next pass to write
-        await _until(lambda: len(collector._replies) == 2)
+        await until(lambda: len(collector._replies) == 2)
         following = lab.writes.hold(fail=False)
         failing.gate.set()
-        await _until(following.entered.is_set)
+        await until(following.entered.is_set)
         failure = await other.next()
         assert isinstance(failure, Error) and failure.reason is RejectReason.WRITE_FAILED
         # Sent before bb learns that bb-1 was lost, while the next pass is in flight: read, it
         # would be staged into s1 as rebuilt from its file, and written before bb-1's resend.
         await peer.send(2, "bb-2")
-        await _until(
+        await until(
             lambda: (
                 len(collector._replies) == 1
                 or not any(c.producer == "bb" and not c.closing for c in collector.connections)
@@ -252,10 +244,10 @@ def test_a_duplicate_is_answered_only_once_its_original_is_written(lab: Lab) -> 
         first = await lab.connect("cc")
         failing = lab.writes.hold(fail=True)
         await first.send(1, "cc-1")
-        await _until(failing.entered.is_set)
+        await until(failing.entered.is_set)
         resent = await lab.connect("cc")  # as after a dropped connection
         await resent.send(1, "cc-1")
-        await _until(lambda: len(lab.collector._replies) == 1)
+        await until(lambda: len(lab.collector._replies) == 1)
         failing.gate.set()
         for peer in (first, resent):
             replies = await peer.rest()
@@ -282,15 +274,15 @@ def test_past_the_staging_bound_reading_resumes_as_soon_as_a_pass_takes_what_was
         first, second, third = await lab.connect("aa"), await lab.connect("bb"), await lab.connect("cc")
         held = lab.writes.hold(fail=False)
         await first.send(1, "aa-1")
-        await _until(held.entered.is_set)
+        await until(held.entered.is_set)
         await second.send(1, "bb-1")  # staged while the first pass is held: past the bound
-        await _until(lambda: collector.overloaded)
+        await until(lambda: collector.overloaded)
         taking = lab.writes.hold(fail=False)
         held.gate.set()
-        await _until(taking.entered.is_set)  # the second pass has taken bb-1 and is held
+        await until(taking.entered.is_set)  # the second pass has taken bb-1 and is held
         await third.send(1, "cc-1", session="s2")
         # Read and staged beside the held pass (well before the gate gives up after 10 s).
-        await asyncio.wait_for(_until(lambda: len(collector._replies) == 1), 3)
+        await asyncio.wait_for(until(lambda: len(collector._replies) == 1), 3)
         assert collector._replies[0][0].producer == "cc"
         taking.gate.set()
         for peer in (first, second, third):

@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from .config import CollectorConfig
 from .metrics import Metrics
 from .service.server import Collector
 
-__all__ = ["ProtocolPeer", "RunningCollector", "running_collector"]
+__all__ = ["ProtocolPeer", "RunningCollector", "running_collector", "until"]
 
 _REPLY_TIMEOUT = 10.0
 """Seconds a peer waits for a reply before the test fails (a stall, not a slow machine)."""
@@ -167,3 +167,13 @@ async def running_collector(directory: Path, **settings: Any) -> AsyncIterator[R
         collector.stop()
         await serving
         listening.close()
+
+
+async def until(condition: Callable[[], bool], *, polls: int = 1000, interval: float = 0.01) -> None:
+    """Yield to the loop until ``condition()`` holds; fail after ``polls`` tries (a safety bound: a
+    passing test needs a fraction of it)."""
+    for _ in range(polls):
+        if condition():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not reached in {polls * interval:g} s")
