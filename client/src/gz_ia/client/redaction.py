@@ -88,11 +88,16 @@ def _any_case(word: str) -> str:
     return "".join(f"[{char.lower()}{char.upper()}]" if char.isalpha() else re.escape(char) for char in word)
 
 
+_LAST_LETTERS: Final = "".join(sorted({char for word in _KEY_WORDS for char in (word[-1].lower(), word[-1].upper())}))
+
+
 def _key_before(anchor: str) -> str:
     """Lookbehinds (seen from after ``anchor``): a key word, with or without one quote or space
     between it and the anchor."""
     looks = [f"(?<={_any_case(word)}{tail}{re.escape(anchor)})" for word in _KEY_WORDS for tail in ("", "[\"' ]")]
-    return "(?:" + "|".join(looks) + ")"
+    # First one cheap look at the character before the anchor: the last letter of a key word, or a
+    # quote or space. Most colons and equals signs of ordinary text fail it, sparing the rest.
+    return f"(?<=[{_LAST_LETTERS}\"' ]{re.escape(anchor)})(?:" + "|".join(looks) + ")"
 
 
 _TOKEN_CHARS: Final = r"(?P<value>[A-Za-z0-9._~+/\-]{8,}=*)"  # noqa: S105 - a pattern, not a password
