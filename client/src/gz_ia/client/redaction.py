@@ -23,14 +23,18 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, NamedTuple
-
-import msgspec
 
 from .env import GZ_IA_REDACTION_DISABLE, GZ_IA_REDACTION_ENABLED, GZ_IA_REDACTION_PATTERNS
 from .limits import MAX_ACTION_LENGTH, MAX_AGENT_LENGTH, MAX_ERROR_LENGTH
-from .schema import LogEvent, cut_text, fit_attrs
+
+# Not typing.TYPE_CHECKING, and msgspec and the schema only where a text changed: a one-shot
+# command that spools redacts too, and those imports would cost it more than the rest of its call.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any, Final
+
+    from .schema import LogEvent
 
 __all__ = [
     "DEFAULT_RULES",
@@ -48,21 +52,36 @@ _NOT_MARKED: Final = r"(?!\[REDACTED:)"
 _CLEAN_KEPT: Final = 65_536
 
 
-class Rule(NamedTuple):
+class Rule:
     """One shape of secret: a name (the mark and the metric label) and a regular expression.
 
     A group named ``value`` in the expression is the part replaced; without one, the whole match is.
     """
 
-    name: str
-    pattern: str
+    __slots__ = ("name", "pattern")
+
+    def __init__(self, name: str, pattern: str) -> None:
+        self.name = name
+        self.pattern = pattern
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and (self.name, self.pattern) == (other.name, other.pattern)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.pattern))
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, {self.pattern!r})"
 
 
-class _Anchored(NamedTuple):
+class _Anchored:
     """A default rule as the combined expression holds it: the character every match starts at."""
 
-    rule: Rule
-    anchor: str
+    __slots__ = ("anchor", "rule")
+
+    def __init__(self, rule: Rule, anchor: str) -> None:
+        self.rule = rule
+        self.anchor = anchor
 
 
 # Key names whose value is a secret, as the text before ``=`` or ``:`` ends, any case.
@@ -85,7 +104,7 @@ _KEY_WORDS: Final = (
 
 
 def _any_case(word: str) -> str:
-    return "".join(f"[{char.lower()}{char.upper()}]" if char.isalpha() else re.escape(char) for char in word)
+    return f"(?i:{re.escape(word)})"
 
 
 _LAST_LETTERS: Final = "".join(sorted({char for word in _KEY_WORDS for char in (word[-1].lower(), word[-1].upper())}))
@@ -94,9 +113,15 @@ _LAST_LETTERS: Final = "".join(sorted({char for word in _KEY_WORDS for char in (
 def _key_before(anchor: str) -> str:
     """Lookbehinds (seen from after ``anchor``): a key word, with or without one quote or space
     between it and the anchor."""
-    looks = [f"(?<={_any_case(word)}{tail}{re.escape(anchor)})" for word in _KEY_WORDS for tail in ("", "[\"' ]")]
-    # First one cheap look at the character before the anchor: the last letter of a key word, or a
-    # quote or space. Most colons and equals signs of ordinary text fail it, sparing the rest.
+    by_width: dict[int, list[str]] = {}
+    for word in _KEY_WORDS:
+        by_width.setdefault(len(word), []).append(re.escape(word))
+    # One lookbehind per width (a lookbehind must have one): a dozen instead of one per word.
+    looks = [
+        f"(?<=(?i:{'|'.join(words)}){tail}{re.escape(anchor)})"
+        for words in by_width.values()
+        for tail in ("", "[\"' ]")
+    ]
     return f"(?<=[{_LAST_LETTERS}\"' ]{re.escape(anchor)})(?:" + "|".join(looks) + ")"
 
 
@@ -305,11 +330,18 @@ class Redactor:
         attrs = event.attrs
         if attrs is not None:
             redacted = {text(key): text(value) if isinstance(value, str) else value for key, value in attrs.items()}
-            attrs = attrs if redacted == attrs else fit_attrs(redacted)
+            if redacted != attrs:
+                from .schema import fit_attrs
+
+                attrs = fit_attrs(redacted)
         if (action, agent, role, error) == (event.action, event.agent, event.role, event.error) and (
             attrs is event.attrs
         ):
             return event
+        import msgspec
+
+        from .schema import cut_text
+
         return msgspec.structs.replace(
             event,
             action=cut_text(action, MAX_ACTION_LENGTH),
@@ -329,6 +361,8 @@ class Redactor:
                 continue
             redacted = self.value(value)
             if redacted != value:
+                from .schema import cut_text, fit_attrs
+
                 if changed is None:
                     changed = dict(fields)
                 if isinstance(redacted, str):
