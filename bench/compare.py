@@ -13,6 +13,10 @@ Usage::
     uv run python -m bench.compare ba46b50                       # 10,000 sessions, 4 pairs
     uv run python -m bench.compare 2da6014 --sessions 100 --pairs 6
     uv run python -m bench.compare 2da6014 --shards 2             # a front and two share processes
+    uv run python -m bench.compare . --before-env GZ_IA_REDACTION_ENABLED=false   # this tree, a setting off
+
+``.`` as the commit runs this tree on both sides: with ``--before-env`` that measures what a setting
+costs (redaction, above), in the same minutes.
 """
 
 from __future__ import annotations
@@ -51,7 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--shards", type=int, default=1, help="the collectors' shards setting (default 1)")
+    parser.add_argument(
+        "--before-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of the 'before' collector only (repeatable)",
+    )
     args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.before_env)
+    if args.commit == ".":
+        return _compare(args, settings)
     with tempfile.TemporaryDirectory(prefix="gz-ia-compare-") as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(
@@ -61,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             before = {"PYTHONPATH": f"{tree / 'client' / 'src'}:{tree / 'collector' / 'src'}"}
             if not _loaded_from(before).is_relative_to(tree):
                 raise BenchError(f"the collector of {args.commit} is not the one imported with {before}")
-            return _compare(args, before)
+            return _compare(args, {**before, **settings})
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
 
@@ -86,13 +100,16 @@ def _compare(args: argparse.Namespace, before: dict[str, str]) -> int:
                     flush=True,
                 )
     print(f"\n{args.events:,} events over {args.sessions:,} sessions, medians of {args.pairs}:")
-    for name, label in ((_BEFORE, args.commit), (_NOW, "this tree")):
+    before_label = args.commit if args.commit != "." else "this tree, " + " ".join(args.before_env)
+    for name, label in ((_BEFORE, before_label), (_NOW, "this tree")):
         print(
             f"  {label:<12} {statistics.median(rates[name]):>10,.0f} events/s, "
             f"{statistics.median(cpu[name]):.2f} µs CPU/event"
         )
     ratios = ", ".join(f"{now / old:.2f}" for now, old in zip(rates[_NOW], rates[_BEFORE], strict=True))
     print(f"  now / before, pair by pair: {ratios}")
+    cpu_ratios = ", ".join(f"{now / old:.2f}" for now, old in zip(cpu[_NOW], cpu[_BEFORE], strict=True))
+    print(f"  CPU per event, now / before, pair by pair: {cpu_ratios}")
     return 0
 
 

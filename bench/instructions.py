@@ -12,6 +12,7 @@ Usage (needs ``valgrind``, e.g. ``apt-get install valgrind``; about 30 s per cou
     uv run python -m bench.instructions                      # 100,000 events over 100 and 10,000 sessions
     uv run python -m bench.instructions --sessions 100 --events 200000
     uv run python -m bench.instructions --shares 2          # each share of a sharded collector, summed
+    GZ_IA_REDACTION_ENABLED=false uv run python -m bench.instructions   # without redaction
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.client.protocol import FrameReader, route_decoder
+from gz_ia.collector.config import RedactionConfig
 from gz_ia.collector.ingest.staging import Ingest
 from gz_ia.collector.ingest.validation import DecodedBatch, decode_batch
 from gz_ia.collector.service.duties import WHOLE, reject_unserved
@@ -80,7 +82,9 @@ def measure(events: int, sessions: int, share: int = 0, shares: int = 1) -> None
         root = writer.root(scratch / "root", owner=os.getuid())
         for index in range(sessions):
             writer.session(root, session_id(index, sessions))
-        ingest = Ingest(writer)
+        # Redaction as the collector's defaults have it, unless GZ_IA_REDACTION_ENABLED=false.
+        enabled = os.environ.get("GZ_IA_REDACTION_ENABLED", "true").lower() != "false"
+        ingest = Ingest(writer, redactor=RedactionConfig(enabled=enabled).redactor())
 
         def stage(part: list[tuple[str, bytes]]) -> int:
             staged = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,9 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "retention.max_age_days": "9.5",
         "retention.max_root_bytes": "9",
         "retention.max_held_archives": "9",
+        "redaction.enabled": "false",
+        "redaction.patterns": "internal-id=itk_[0-9a-f]{32}\nticket=TCK-(?P<value>[0-9]{6})",
+        "redaction.disable": "jwt, stripe-key",
     }
     assert sorted(values) == sorted(key for key, _ in config_keys())
     config_file.write_text("")
@@ -222,3 +226,28 @@ def test_every_key_is_documented() -> None:
         shown = {True: "`true`", False: "`false`"}.get(default) if isinstance(default, bool) else None
         expected = shown or (f'`"{default}"`' if isinstance(default, str) else f"`{default}`")
         assert expected in row, (key, expected, row)
+
+
+def test_redaction_rules_from_the_file_and_refusals_naming_the_key(config_file: Path) -> None:
+    """[redaction] takes named patterns and default rules to disable; a bad one stops the start, named."""
+    config_file.write_text(
+        '[redaction]\npatterns = [{name = "internal-id", pattern = "itk_[0-9a-f]{8}"}]\ndisable = ["jwt"]\n'
+    )
+    loaded = load_config(config_file, environ={})
+    redactor = loaded.redaction.redactor()
+    assert redactor is not None
+    assert redactor.text("id itk_0123abcd") == "id [REDACTED:internal-id]"
+    assert redactor.text("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmN").startswith("eyJhbGci")
+    for text, expected in (
+        ('[redaction]\ndisable = ["nope"]\n', "redaction.disable names no default rule: nope"),
+        ('[redaction]\npatterns = [{name = "x", pattern = "("}]\n', "is not a regular expression"),
+        ('[redaction]\npatterns = [{name = "x", pattern = "a*"}]\n', "matches the empty text"),
+        ('[redaction]\npatterns = [{name = "Bad Name", pattern = "a"}]\n', "must be 1-40 of a-z"),
+    ):
+        config_file.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            load_config(config_file, environ={})
+    config_file.write_text("")
+    with pytest.raises(ConfigError, match="GZ_IA_REDACTION_PATTERNS"):
+        load_config(config_file, environ={"GZ_IA_REDACTION_PATTERNS": "no name here"})
+    assert load_config(config_file, environ={"GZ_IA_REDACTION_ENABLED": "false"}).redaction.redactor() is None

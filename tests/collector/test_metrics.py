@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from gz_ia.client.protocol import RejectReason
+from gz_ia.client.redaction import DEFAULT_RULES
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
     HTTP_HOOK_OUTCOMES,
@@ -61,6 +62,7 @@ ALLOWED_LABELS = {
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
     "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES),
+    "pattern": {*DEFAULT_RULES, "other"},
 }
 
 
@@ -219,6 +221,8 @@ def test_status_counters_read_each_family_once_and_never_walk_the_registry(
     metrics.count_written({(Stage.READ, Status.OK): 2, (Stage.PENDING, Status.OK): 1})
     metrics.events_rejected.labels(RejectReason.FINISH_WITHOUT_START.value).inc()
     metrics.write_errors.labels("EIO").inc(2)
+    metrics.count_redaction("github-token")
+    metrics.count_redaction("github-token")
     assert metrics.status_counters() == {
         "received": 4,
         "written": 3,
@@ -226,6 +230,8 @@ def test_status_counters_read_each_family_once_and_never_walk_the_registry(
         "rejected_by_reason": {"finish_without_start": 1},
         "duplicates": 0,
         "write_errors": 2,
+        "redacted": 2,
+        "redacted_by_pattern": {"github-token": 2},
     }
     assert walks.walks == 0
 

@@ -200,3 +200,28 @@ def test_reload_hands_rotation_settings_to_the_writer(make_collector: Any) -> No
         client.close()
     wait_for(lambda: _metric(collector, "gzia_rotations_total") >= 1, timeout=20, message="a rotation after the reload")
     assert _status(collector)["config"]["rotation"]["max_bytes"] == 4096
+
+
+@pytest.mark.shards(1, 2)
+def test_sighup_applies_new_redaction_rules(make_collector: Any) -> None:
+    """A rule added to [redaction] and a default rule disabled apply to the next event after SIGHUP."""
+    collector: CollectorProcess = make_collector(start=False)
+    collector.write_config("")
+    collector.start()
+    client = collector.client()
+    text = "itk_0123abcd with ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    try:
+        _open(client, "r", f"before {text}")
+        collector.write_config(
+            '[redaction]\npatterns = [{name = "internal-token", pattern = "itk_[0-9a-f]{8}"}]\n'
+            'disable = ["github-token"]\n'
+        )
+        _reload(collector, "configuration reloaded")
+        _open(client, "r", f"after {text}")
+    finally:
+        client.close()
+    assert [line["action"] for line in collector.session_lines("r")] == [
+        "before itk_0123abcd with ghp_[REDACTED:github-token]",
+        "after [REDACTED:internal-token] with ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+    ]
+    assert _metric(collector, 'gzia_redactions_total{pattern="internal-token"}') == 1

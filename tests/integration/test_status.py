@@ -65,7 +65,7 @@ def test_status_text_is_readable(busy: CollectorProcess) -> None:
     assert lines[0].startswith(f"gz-ia collector {version()}: healthy, pid {_proc(busy).pid}, up ")
     assert lines[0].endswith("durability os")
     assert f"root {busy.root} (id {root_id(busy.root)}): 3 sessions loaded, 2 with open actions" in lines
-    assert "events: received 4, written 3, rejected 1, duplicates 0, write_errors 0" in lines
+    assert "events: received 4, written 3, rejected 1, duplicates 0, write_errors 0, redacted 0" in lines
     assert "  rejected finish_without_start: 1" in lines
     shares = [line for line in lines if line.startswith("shares: ")]
     if busy.shards > 1:  # the shares' pids are theirs, the front's is on the first line

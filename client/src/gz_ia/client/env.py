@@ -29,6 +29,9 @@ __all__ = [
     "GZ_IA_PAGER",
     "GZ_IA_PARENT_PID",
     "GZ_IA_PARENT_SESSION_ID",
+    "GZ_IA_REDACTION_DISABLE",
+    "GZ_IA_REDACTION_ENABLED",
+    "GZ_IA_REDACTION_PATTERNS",
     "GZ_IA_ROLE",
     "GZ_IA_ROOT",
     "GZ_IA_ROOT_SESSION_ID",
@@ -105,6 +108,16 @@ GZ_IA_PAGER: Final = "GZ_IA_PAGER"
 GZ_IA_TRUSTED_UIDS: Final = "GZ_IA_TRUSTED_UIDS"
 """Comma-separated uids, besides the user's own and root, whose collector a client may talk to: the
 user of a collector shared on purpose (its ``allow_uids`` lists this user)."""
+
+GZ_IA_REDACTION_ENABLED: Final = "GZ_IA_REDACTION_ENABLED"
+"""``false`` turns redaction off, at ingest (the collector's ``redaction.enabled``) and in the client's
+spool alike (docs/user-guide.md, "Secrets")."""
+
+GZ_IA_REDACTION_PATTERNS: Final = "GZ_IA_REDACTION_PATTERNS"
+"""More redaction rules, one ``name=regex`` per line, for the collector's ingest and the client's spool."""
+
+GZ_IA_REDACTION_DISABLE: Final = "GZ_IA_REDACTION_DISABLE"
+"""Default redaction rules to leave out, by name, separated by commas."""
 
 HARNESS_DIR: Final = ".harness"
 SOCKET_NAME: Final = "collector.sock"

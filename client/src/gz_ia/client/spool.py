@@ -16,6 +16,9 @@ client that died (its lock is free). The header names the root the events go to 
 the collector socket they were meant for, so that only a collector entitled to them adopts them; a
 version 1 header, without a socket, still reads (``socket`` is empty). Past ``max_bytes`` the oldest
 segment is deleted and its events are counted as dropped, per session, so that the loss can be reported.
+
+Every event is redacted (:func:`.redaction.spool_redactor`) as its record is made: a secret the
+collector would never store must not wait for it on disk either.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from pathlib import Path
 from typing import Final
 
 import msgspec
+
+from .redaction import spool_redactor
 
 __all__ = [
     "SPOOL_VERSION",
@@ -69,10 +74,33 @@ _header_decoder: Final = msgspec.msgpack.Decoder(SpoolHeader)
 _record_decoder: Final = msgspec.msgpack.Decoder(SpoolRecord)
 
 
+_any_decoder: Final = msgspec.msgpack.Decoder()
+
+
 def frame_record(message: SpoolHeader | SpoolRecord) -> bytes:
-    """One record of a segment as written: its length, then its MessagePack body."""
+    """One record of a segment as written: its length, then its MessagePack body (an event's
+    free text redacted)."""
+    if isinstance(message, SpoolRecord):
+        message = _redacted(message)
     body = _encoder.encode(message)
     return _LENGTH.pack(len(body)) + body
+
+
+def _redacted(record: SpoolRecord) -> SpoolRecord:
+    """``record`` with its event's free text redacted (itself when clean, or not an event's map)."""
+    redactor = spool_redactor()
+    if redactor is None:
+        return record
+    try:
+        fields = _any_decoder.decode(record.body)
+    except msgspec.DecodeError:
+        return record  # not an event: the collector rejects it, and keeps it in the rejects file redacted
+    if not isinstance(fields, dict):
+        return record
+    changed = redactor.fields(fields)
+    if changed is None:
+        return record
+    return SpoolRecord(record.pseq, record.session_id, msgspec.Raw(_encoder.encode(changed)))
 
 
 def read_segment(path: Path) -> tuple[SpoolHeader, list[SpoolRecord]]:

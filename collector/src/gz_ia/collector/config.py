@@ -13,17 +13,20 @@ import difflib
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
+from gz_ia.client.redaction import DEFAULT_RULES, Redactor, Rule, checked_rule, parse_rules
 from gz_ia.collector.errors import CollectorError
 
 __all__ = [
     "CollectorConfig",
     "ConfigError",
+    "RedactionConfig",
+    "RedactionPattern",
     "RetentionConfig",
     "RotationConfig",
     "config_keys",
@@ -99,6 +102,43 @@ class RetentionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
                 raise ValueError(f"retention.{key} must be >= 0")
 
 
+class RedactionPattern(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One rule of the user's own: its name (the mark and the metric label) and its expression."""
+
+    name: str
+    pattern: str
+    """A Python regular expression; a group named ``value`` is the part replaced, else the whole match."""
+
+
+class RedactionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What is masked in every event before it is stored (docs/user-guide.md, "Secrets")."""
+
+    enabled: bool = True
+    patterns: list[RedactionPattern] = []
+    """Rules searched after the defaults."""
+    disable: list[str] = []
+    """Default rules to leave out, by name."""
+
+    def __post_init__(self) -> None:
+        for pattern in self.patterns:
+            try:
+                checked_rule(pattern.name, pattern.pattern)
+            except ValueError as exc:
+                raise ValueError(f"redaction.patterns: {exc}") from exc
+        unknown = sorted(set(self.disable) - set(DEFAULT_RULES))
+        if unknown:
+            raise ValueError(
+                f"redaction.disable names no default rule: {', '.join(unknown)} (known: {', '.join(DEFAULT_RULES)})"
+            )
+
+    def redactor(self, on_redacted: Callable[[str], None] | None = None) -> Redactor | None:
+        """The redactor these settings make, counting through ``on_redacted``; None when disabled."""
+        if not self.enabled:
+            return None
+        rules = [Rule(pattern.name, pattern.pattern) for pattern in self.patterns]
+        return Redactor(rules, disable=self.disable, on_redacted=on_redacted)
+
+
 class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Every setting of the collector, with its default."""
 
@@ -140,6 +180,7 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     many sessions on several cores (see docs/architecture.md)."""
     rotation: RotationConfig = RotationConfig()
     retention: RetentionConfig = RetentionConfig()
+    redaction: RedactionConfig = RedactionConfig()
 
     def __post_init__(self) -> None:
         if self.max_open_files < 4:
@@ -214,7 +255,11 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "gz-ia" / "collector.toml"
 
 
-_SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {"rotation": RotationConfig, "retention": RetentionConfig}
+_SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
+    "rotation": RotationConfig,
+    "retention": RetentionConfig,
+    "redaction": RedactionConfig,
+}
 
 
 def env_var(key: str) -> str:
@@ -274,6 +319,14 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
                 raise ConfigError(
                     f"bad value for allow_uids (from {name}): {raw!r} is not a comma-separated list of uids"
                 ) from exc
+        elif key == "redaction.patterns":
+            try:
+                rules = parse_rules(raw)
+            except ValueError as exc:
+                raise ConfigError(f"bad value for {key} (from {name}): {exc}") from exc
+            values.setdefault(section, {})[sub] = [{"name": rule.name, "pattern": rule.pattern} for rule in rules]
+        elif key == "redaction.disable":
+            values.setdefault(section, {})[sub] = [part.strip() for part in raw.split(",") if part.strip()]
         elif section:
             values.setdefault(section, {})[sub] = raw
         else:

@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from gz_ia.client.protocol import RejectReason
+from gz_ia.client.redaction import DEFAULT_RULES
 from gz_ia.client.schema import Stage, Status
 
 __all__ = [
@@ -280,6 +281,14 @@ class Metrics:
             "Events clients reported dropping because their buffers were full.",
             registry=registry,
         )
+        self.redactions = Counter(
+            "gzia_redactions_total",
+            "Secrets replaced by a mark before being stored, by rule (a default rule's name, a configured "
+            "rule's, or other: a mark of an unknown rule found already in a client's spooled event).",
+            ["pattern"],
+            registry=registry,
+        )
+        self._redaction_children: dict[str, Counter] = {}
         self.config_reloads = Counter(
             "gzia_config_reloads_total",
             "Configuration reloads (SIGHUP), by result: applied or refused.",
@@ -304,6 +313,8 @@ class Metrics:
             self.config_reloads.labels(result)
         for outcome in SPOOL_OUTCOMES:
             self.spool_files.labels(outcome)
+        for rule in (*DEFAULT_RULES, "other"):
+            self.count_redaction(rule, 0)
         self._written_children = {
             (stage, status): self.events_written.labels(stage.value, status.value)
             for stage in Stage
@@ -314,6 +325,13 @@ class Metrics:
         """Add a batch's written events, counted per (stage, status)."""
         for key, value in counts.items():
             self._written_children[key].inc(value)
+
+    def count_redaction(self, rule: str, amount: int = 1) -> None:
+        """Count ``amount`` secrets replaced by ``rule`` (a configured rule's series appears at its first)."""
+        child = self._redaction_children.get(rule)
+        if child is None:
+            child = self._redaction_children[rule] = self.redactions.labels(rule)
+        child.inc(amount)
 
     def observe_actions(self, durations: Iterable[tuple[Status, int]]) -> None:
         """Record a batch's written FINISH events as ``(status, duration_ms)`` pairs."""
@@ -327,6 +345,7 @@ class Metrics:
         """
         rejected = _by_label(self.events_rejected, "reason")
         errors = _by_label(self.write_errors, "kind")
+        redacted = _by_label(self.redactions, "pattern")
         return {
             "received": int(_sum(self.events_received)),
             "written": int(_sum(self.events_written)),
@@ -334,6 +353,8 @@ class Metrics:
             "rejected_by_reason": {reason: count for reason, count in rejected.items() if count},
             "duplicates": int(_sum(self.duplicates)),
             "write_errors": sum(errors.values()),
+            "redacted": sum(redacted.values()),
+            "redacted_by_pattern": {rule: count for rule, count in redacted.items() if count},
         }
 
     def endpoint_report(self) -> dict[str, object]:

@@ -77,6 +77,8 @@ def _print_report(report: dict[str, Any]) -> None:
     )
     for reason, count in counters.get("rejected_by_reason", {}).items():
         click.echo(f"  rejected {reason}: {count}")
+    for rule, count in counters.get("redacted_by_pattern", {}).items():
+        click.echo(f"  redacted {rule}: {count}")
     spools = report.get("spools")
     quarantined = spools.get("quarantined", []) if isinstance(spools, dict) else []
     if quarantined:

@@ -1,6 +1,9 @@
-"""From a decoded batch to staged lines: idempotency, the stage protocol, ``seq``, encoding.
+"""From a decoded batch to staged lines: redaction, idempotency, the stage protocol, ``seq``, encoding.
 
-:meth:`Ingest.apply` runs on the event loop for every batch. It decides each event's fate (written,
+:meth:`Ingest.apply` runs on the event loop for every batch, whichever way it came (a client's
+connection, an adopted spool, a one-shot command or hook, a share of a sharded collector): it is
+the one place where events become stored lines, so it is where secrets are redacted
+(:mod:`gz_ia.client.redaction`), before anything else looks at an event. It decides each event's fate (written,
 duplicate, rejected), encodes accepted events straight into their session's pending buffer with the
 collector's fields (``seq``, ``delivery``) spliced in, and appends rejected ones with their reason to
 the root's rejects file. Nothing is written to disk here: the caller flushes, then answers.
@@ -20,6 +23,7 @@ import msgspec
 
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
+from gz_ia.client.redaction import Redactor
 from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id, storable
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.sessions import RootStore, SessionState
@@ -119,6 +123,8 @@ class Ingest:
             that never FINISH).
         max_open_actions_total: bound on open cycles of all sessions in memory.
         clock: wall clock for reject records and latency.
+        redactor: what masks secrets in every event, its rejection and its reject record before
+            they are stored; None stores them as sent (``redaction.enabled = false``).
     """
 
     def __init__(
@@ -128,8 +134,10 @@ class Ingest:
         max_open_actions: int = DEFAULT_MAX_OPEN_ACTIONS,
         max_open_actions_total: int = DEFAULT_MAX_OPEN_ACTIONS_TOTAL,
         clock: Callable[[], float] = time.time,
+        redactor: Redactor | None = None,
     ) -> None:
         self.writer = writer
+        self.redactor = redactor
         self.cycles = CycleBudget(
             per_session=max_open_actions, total=max_open_actions_total, recount=self._open_cycles_in_memory
         )
@@ -171,11 +179,16 @@ class Ingest:
         safe_parents = self._safe_parents
         cycles = self.cycles
         rejections = batch.rejections
+        redact = None if self.redactor is None else self.redactor.event
         for index, event in enumerate(batch.events):
             number = first + index
             if event is None:
                 self._reject(root, outcome, producer, number, index, rejections[index], None, batch.raw.get(index))
                 continue
+            if redact is not None:
+                # First: the stage protocol keys cycles by the redacted action, so an action's
+                # events (redacted here, or already by a client's spool) stay one cycle.
+                event = redact(event)
             timestamp = event.timestamp
             if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
                 self._reject(root, outcome, producer, number, index, timestamp_out_of_range(timestamp), event, None)
@@ -311,17 +324,24 @@ class Ingest:
         event: LogEvent | None,
         raw: bytes | None,
     ) -> None:
-        outcome.rejections.append(WireRejection(index, rejection.reason, rejection.detail))
+        detail = rejection.detail
+        presentable = _presentable(raw) if raw is not None else None
+        redactor = self.redactor
+        if redactor is not None:
+            # The detail may quote the action; an undecodable event is redacted as what it shows.
+            detail = redactor.text(detail)
+            presentable = _redacted_presentable(redactor, raw, presentable)
+        outcome.rejections.append(WireRejection(index, rejection.reason, detail))
         if outcome.seqs is not None:
             outcome.seqs.append(0)
         record = RejectRecord(
             received=datetime.fromtimestamp(self.clock(), UTC),
             reason=rejection.reason,
-            detail=rejection.detail,
+            detail=detail,
             producer=producer,
             delivery=f"{producer}:{number}",
             event=event,
-            raw=_presentable(raw) if raw is not None else None,
+            raw=presentable,
         )
         target = root.rejects
         target.pending.append(self._encoder.encode(record) + b"\n")
@@ -333,8 +353,10 @@ class Ingest:
         self, root: RootStore, outcome: BatchOutcome, producer: str, batch: DecodedBatch, rejection: Rejection
     ) -> None:
         """Refuse every event of ``batch`` with ``rejection``."""
+        redact = None if self.redactor is None else self.redactor.event
         for index, event in enumerate(batch.events):
-            self._reject(root, outcome, producer, batch.first + index, index, rejection, event, batch.raw.get(index))
+            shown = event if event is None or redact is None else redact(event)
+            self._reject(root, outcome, producer, batch.first + index, index, rejection, shown, batch.raw.get(index))
 
 
 _any_msgpack: Final = msgspec.msgpack.Decoder()
@@ -348,6 +370,18 @@ def _presentable(raw: bytes) -> object:
     except (msgspec.DecodeError, msgspec.EncodeError, TypeError, ValueError):
         return {"base64": base64.b64encode(raw).decode()}
     return value
+
+
+def _redacted_presentable(redactor: Redactor, raw: bytes | None, presentable: object) -> object:
+    """An undecodable event as the rejects file shows it, redacted: its decoded values, or the
+    base64 of its bytes with the secrets readable in them (as Latin-1) masked first."""
+    if not (isinstance(presentable, dict) and set(presentable) == {"base64"}) or raw is None:
+        return redactor.value(presentable)
+    text = raw.decode("latin-1")
+    redacted = redactor.text(text)
+    if redacted == text:
+        return presentable
+    return {"base64": base64.b64encode(redacted.encode("latin-1", errors="replace")).decode()}
 
 
 def _storable_attrs(event: LogEvent) -> LogEvent:

@@ -246,13 +246,15 @@ class Ledger:
         bodies = [pack(event) for event in events]
         sessions = [str(event["session_id"]) for event in events]
         if self._spooled_segments():
-            return self._spool(first, sessions, bodies, "earlier events of this session are still in the spool")
+            why = "earlier events of this session are still in the spool"
+            return self._spool(first, sessions, _redacted(events, bodies), why)
         try:
             return self._send(first, sessions, bodies, timeout)
         except (OSError, _NoAnswer) as exc:
-            return self._spool(first, sessions, bodies, _describe(exc))
+            return self._spool(first, sessions, _redacted(events, bodies), _describe(exc))
         except (ValueError, TypeError) as exc:  # something else listens on the socket
-            return self._spool(first, sessions, bodies, f"the socket's peer does not speak gz-ia's protocol ({exc})")
+            why = f"the socket's peer does not speak gz-ia's protocol ({exc})"
+            return self._spool(first, sessions, _redacted(events, bodies), why)
 
     def _send(self, first: int, sessions: list[str], bodies: list[bytes], timeout: float) -> Delivery:
         import _socket  # socket.py would import enum, selectors and more for the same calls
@@ -338,6 +340,21 @@ class Ledger:
         except OSError as exc:
             return Delivery(Outcome.LOST, detail=f"{why}; cannot spool to {directory}: {exc}")
         return Delivery(Outcome.SPOOLED, detail=why, spool=directory)
+
+
+def _redacted(events: list[dict[str, object]], bodies: list[bytes]) -> list[bytes]:
+    """The packed events with their secrets masked, as ``gz_ia.client.spool.frame_record`` masks
+    them (the same redactor): a spooled secret is on disk too. Only spooling pays for it."""
+    from gz_ia.client.redaction import spool_redactor
+
+    redactor = spool_redactor()
+    if redactor is None:
+        return bodies
+    redacted = []
+    for event, body in zip(events, bodies, strict=True):
+        changed = redactor.fields(event)
+        redacted.append(body if changed is None else pack(changed))
+    return redacted
 
 
 SPOOL_VERSION: Final = 2

@@ -115,6 +115,7 @@ class Collector(WritePasses, Answers):
             self.writer,
             max_open_actions=config.max_open_actions,
             max_open_actions_total=role.open_actions_total(config.max_open_actions_total),
+            redactor=config.redaction.redactor(metrics.count_redaction),
         )
         self.connections: set[Connection] = set()
         self.paused: set[Connection] = set()
@@ -299,6 +300,8 @@ class Collector(WritePasses, Answers):
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
         self.ingest.cycles.per_session = new.max_open_actions
         self.ingest.cycles.total = self.role.open_actions_total(new.max_open_actions_total)
+        if new.redaction != old.redaction:
+            self.ingest.redactor = new.redaction.redactor(self.metrics.count_redaction)
         if self.connection_limits is not None:
             self.connection_limits.configure(new)
         logging.getLogger().setLevel(new.log_level.upper())

@@ -1,0 +1,419 @@
+"""Secrets kept off disk: the shapes of common credentials, and the pure function that masks them.
+
+Tool inputs carry commands, headers and environment, so an API key typed into a ``curl`` command
+would otherwise be stored as typed. The collector applies a :class:`Redactor` once at ingest to
+every event it stores, whichever way the event came; the client applies one too before it spools
+an event to disk (a spooled secret is on disk as well), which is why this module lives in the thin
+client. docs/user-guide.md lists what the defaults cover.
+
+A match is replaced by a mark naming its rule, ``[REDACTED:github-token]``. Where a rule names a
+part (a ``value`` group), only that part is replaced, so ``password=hunter2`` becomes
+``password=[REDACTED:credential-pair]`` and ``ghp_…`` keeps its ``ghp_``: what kind of secret was
+there stays readable, the secret does not. Redacting a redacted text changes nothing.
+
+Speed: every default rule starts at one of a few characters that ordinary text holds rarely
+(``- _ : = @ A B b J [``), so the combined expression's search skips the rest of a text in C; a
+text found clean is remembered (a bounded set), since the same action name comes with each event of
+its cycle. Rules of the user's own (``GZ_IA_REDACTION_PATTERNS``, the collector's ``[redaction]``)
+are searched one by one after the defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+from .env import GZ_IA_REDACTION_DISABLE, GZ_IA_REDACTION_ENABLED, GZ_IA_REDACTION_PATTERNS
+from .limits import MAX_ACTION_LENGTH, MAX_AGENT_LENGTH, MAX_ERROR_LENGTH
+
+# Not typing.TYPE_CHECKING, and msgspec and the schema only where a text changed: a one-shot
+# command that spools redacts too, and those imports would cost it more than the rest of its call.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any, Final
+
+    from .schema import LogEvent
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Redactor",
+    "Rule",
+    "checked_rule",
+    "parse_rules",
+    "spool_redactor",
+]
+
+
+_NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
+_MARK: Final = "[REDACTED:"
+_NOT_MARKED: Final = r"(?!\[REDACTED:)"
+_CLEAN_KEPT: Final = 65_536
+
+
+class Rule:
+    """One shape of secret: a name (the mark and the metric label) and a regular expression.
+
+    A group named ``value`` in the expression is the part replaced; without one, the whole match is.
+    """
+
+    __slots__ = ("name", "pattern")
+
+    def __init__(self, name: str, pattern: str) -> None:
+        self.name = name
+        self.pattern = pattern
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and (self.name, self.pattern) == (other.name, other.pattern)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.pattern))
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, {self.pattern!r})"
+
+
+class _Anchored:
+    """A default rule as the combined expression holds it: the character every match starts at."""
+
+    __slots__ = ("anchor", "rule")
+
+    def __init__(self, rule: Rule, anchor: str) -> None:
+        self.rule = rule
+        self.anchor = anchor
+
+
+# Key names whose value is a secret, as the text before ``=`` or ``:`` ends, any case.
+_KEY_WORDS: Final = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "api-key",
+    "access_key",
+    "access-key",
+    "private_key",
+    "private-key",
+    "secret_key",
+    "auth_key",
+)
+
+
+def _any_case(word: str) -> str:
+    return f"(?i:{re.escape(word)})"
+
+
+_LAST_LETTERS: Final = "".join(sorted({char for word in _KEY_WORDS for char in (word[-1].lower(), word[-1].upper())}))
+
+
+def _key_before(anchor: str) -> str:
+    """Lookbehinds (seen from after ``anchor``): a key word, with or without one quote or space
+    between it and the anchor."""
+    by_width: dict[int, list[str]] = {}
+    for word in _KEY_WORDS:
+        by_width.setdefault(len(word), []).append(re.escape(word))
+    # One lookbehind per width (a lookbehind must have one): a dozen instead of one per word.
+    looks = [
+        f"(?<=(?i:{'|'.join(words)}){tail}{re.escape(anchor)})"
+        for words in by_width.values()
+        for tail in ("", "[\"' ]")
+    ]
+    return f"(?<=[{_LAST_LETTERS}\"' ]{re.escape(anchor)})(?:" + "|".join(looks) + ")"
+
+
+_TOKEN_CHARS: Final = r"(?P<value>[A-Za-z0-9._~+/\-]{8,}=*)"  # noqa: S105 - a pattern, not a password
+_VALUE: Final = _NOT_MARKED + r"(?P<value>[^\s\"'&;,)}\]>]{1,512})"
+_ANCHORED: Final = (
+    _Anchored(
+        Rule(
+            "private-key",
+            r"----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+            + _NOT_MARKED
+            + r"(?P<value>[\s\S]+?)(?=-----END|\Z)",
+        ),
+        "-",
+    ),
+    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "-"),
+    _Anchored(Rule("openai-key", r"(?<=\bsk-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "-"),
+    _Anchored(Rule("slack-token", r"(?<=\bxox[abeoprs]-)(?P<value>[A-Za-z0-9\-]{10,})"), "-"),
+    _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "-"),
+    _Anchored(
+        Rule(
+            "credential-pair",
+            r"(?<!\S-)-(?:" + "|".join(_any_case(word) for word in _KEY_WORDS) + r")[ =]['\"]?" + _VALUE,
+        ),
+        "-",
+    ),
+    _Anchored(Rule("user-password", r"(?<!\S-)(?:u|-user)[ =]['\"]?[^\s:'\"]{1,128}:" + _VALUE), "-"),
+    _Anchored(Rule("github-token", r"(?<=\bgh[pousr]_)(?P<value>[A-Za-z0-9]{20,})"), "_"),
+    _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "_"),
+    _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "_"),
+    _Anchored(Rule("aws-access-key", r"(?<=\bA)[KS]IA(?P<value>[A-Z0-9]{16})\b"), "A"),
+    _Anchored(Rule("google-api-key", r"(?<=\bA)Iza(?P<value>[0-9A-Za-z_\-]{35})"), "A"),
+    _Anchored(Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "J"),
+    _Anchored(
+        Rule("url-credentials", r"(?<=[A-Za-z0-9]:)//[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
+        ":",
+    ),
+    _Anchored(
+        Rule(
+            "authorization",
+            r"(?:(?<=[Aa]uthorization:)|(?<=AUTHORIZATION:)|(?<=[Aa]uthorization[\"']:)|(?<=AUTHORIZATION[\"']:))"
+            r"[ \t]*[\"']?(?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC|[Tt]oken|TOKEN|[Dd]igest)[ \t]+)?+"
+            + _NOT_MARKED
+            + r"(?P<value>[^\s\"']{1,2048})",
+        ),
+        ":",
+    ),
+    _Anchored(Rule("credential-pair", _key_before(":") + r"[ \t]*[\"']?" + _VALUE), ":"),
+    _Anchored(Rule("credential-pair", _key_before("=") + r"[ \t]*[\"']?" + _VALUE), "="),
+    _Anchored(Rule("bearer-token", r"(?:earer|EARER)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "B"),
+    _Anchored(Rule("bearer-token", r"(?<=\bb)earer[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "b"),
+)
+"""The default rules, each with its anchor: the pattern is what follows that character."""
+
+DEFAULT_RULES: Final = tuple(dict.fromkeys(anchored.rule.name for anchored in _ANCHORED))
+"""The names of the default rules, in the order they are tried."""
+
+# A mark already in a text (redacted by a client before it spooled): counted, never replaced.
+_MARKED: Final = r"REDACTED:(?P<marked>[a-z][a-z0-9-]{0,39})\]"
+
+
+def parse_rules(text: str) -> list[Rule]:
+    """Rules from ``GZ_IA_REDACTION_PATTERNS``'s form: one ``name=regex`` per line, blank lines skipped.
+
+    Raises:
+        ValueError: a line without a valid name, or an expression that does not compile or
+            matches the empty text.
+    """
+    rules = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, separator, pattern = line.partition("=")
+        rules.append(checked_rule(name.strip(), pattern if separator else ""))
+    return rules
+
+
+def checked_rule(name: str, pattern: str) -> Rule:
+    """``Rule(name, pattern)`` once both are usable.
+
+    Raises:
+        ValueError: the name is not 1-40 of lowercase letters, digits and ``-`` (starting with a
+            letter), or the expression does not compile, or it matches the empty text.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"redaction rule name {name!r} must be 1-40 of a-z, 0-9 and '-', starting with a letter")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"redaction rule {name!r}: {pattern!r} is not a regular expression ({exc})") from exc
+    if compiled.search("") is not None:
+        raise ValueError(f"redaction rule {name!r}: {pattern!r} matches the empty text")
+    return Rule(name, pattern)
+
+
+class Redactor:
+    """The default rules (less those disabled) and the user's own, compiled once.
+
+    Args:
+        extra: the user's rules, searched after the defaults.
+        disable: names of default rules to leave out.
+        on_redacted: called with a rule's name for each match replaced, and for each mark found
+            already in a text (redacted before, by a client's spool): how the collector counts.
+
+    Raises:
+        ValueError: ``disable`` names no default rule.
+    """
+
+    def __init__(
+        self,
+        extra: Iterable[Rule] = (),
+        *,
+        disable: Iterable[str] = (),
+        on_redacted: Callable[[str], None] | None = None,
+    ) -> None:
+        left_out = set(disable)
+        unknown = left_out - set(DEFAULT_RULES)
+        if unknown:
+            known = ", ".join(DEFAULT_RULES)
+            raise ValueError(f"no default redaction rule named {', '.join(sorted(unknown))} (known: {known})")
+        self.on_redacted = on_redacted
+        extra = list(extra)
+        self.known = frozenset(DEFAULT_RULES) | {rule.name for rule in extra}
+        """Rule names a mark found in a text is counted under (any other mark counts as ``other``)."""
+        self._names: list[str] = []
+        by_anchor: dict[str, list[str]] = {"[": [_MARKED]}
+        for anchored in _ANCHORED:
+            if anchored.rule.name in left_out:
+                continue
+            group = f"r{len(self._names)}"
+            self._names.append(anchored.rule.name)
+            body = anchored.rule.pattern.replace("(?P<value>", f"(?P<{group}>")
+            by_anchor.setdefault(anchored.anchor, []).append(body)
+        # Every branch starts with its anchor as a literal, so the search skips in C to the next
+        # anchor character instead of trying each branch at each position.
+        combined = "|".join(f"{re.escape(anchor)}(?:{'|'.join(bodies)})" for anchor, bodies in by_anchor.items())
+        self._defaults = re.compile(combined)
+        self._extra = [(rule.name, re.compile(rule.pattern)) for rule in extra]
+        self._clean: set[str] = set()
+
+    def text(self, value: str) -> str:
+        """Return ``value`` with every secret replaced by its mark (``value`` itself when clean)."""
+        clean = self._clean
+        if value in clean:
+            return value
+        redacted = self._defaults.sub(self._replace_default, value)
+        for name, pattern in self._extra:
+            redacted = pattern.sub(functools.partial(self._replace, name=name, group="value"), redacted)
+        if redacted == value and _MARK not in value:
+            if len(clean) >= _CLEAN_KEPT:
+                clean.clear()
+            clean.add(value)
+        return redacted
+
+    def _replace_default(self, match: re.Match[str]) -> str:
+        group = match.lastgroup
+        if group == "marked":
+            name = match["marked"]
+            self._count(name if name in self.known else "other")
+            return match.group()
+        assert group is not None  # every default branch has its one group
+        return self._replace(match, self._names[int(group[1:])], group)
+
+    def _replace(self, match: re.Match[str], name: str, group: str) -> str:
+        self._count(name)
+        whole = match.group()
+        if group not in match.re.groupindex or match.start(group) < 0:
+            return f"{_MARK}{name}]"
+        start, end = match.start(group) - match.start(), match.end(group) - match.start()
+        return f"{whole[:start]}{_MARK}{name}]{whole[end:]}"
+
+    def _count(self, name: str) -> None:
+        if self.on_redacted is not None:
+            self.on_redacted(name)
+
+    def value(self, value: Any) -> Any:
+        """Redact the strings in ``value``, recursively through lists and maps (keys too)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        if isinstance(value, dict):
+            return {self.value(key): self.value(item) for key, item in value.items()}
+        return value
+
+    def event(self, event: LogEvent) -> LogEvent:
+        """Return ``event`` with its free text redacted and cut to its limits (itself when clean).
+
+        Free text is ``action``, ``agent``, ``role``, ``error`` and ``attrs`` (keys and string
+        values). Ids, stages and the time are left alone: they are checked shapes, not free text.
+        """
+        clean = self._clean
+        role = event.role
+        if (
+            event.action in clean
+            and event.agent in clean
+            and (role is None or role in clean)
+            and event.error is None
+            and event.attrs is None
+        ):
+            return event
+        text = self.text
+        action, agent = text(event.action), text(event.agent)
+        role = None if role is None else text(role)
+        error = None if event.error is None else text(event.error)
+        attrs = event.attrs
+        if attrs is not None:
+            redacted = {text(key): text(value) if isinstance(value, str) else value for key, value in attrs.items()}
+            if redacted != attrs:
+                from .schema import fit_attrs
+
+                attrs = fit_attrs(redacted)
+        if (action, agent, role, error) == (event.action, event.agent, event.role, event.error) and (
+            attrs is event.attrs
+        ):
+            return event
+        import msgspec
+
+        from .schema import cut_text
+
+        return msgspec.structs.replace(
+            event,
+            action=cut_text(action, MAX_ACTION_LENGTH),
+            agent=cut_text(agent, MAX_AGENT_LENGTH),
+            role=None if role is None else cut_text(role, MAX_AGENT_LENGTH),
+            error=None if error is None else cut_text(error, MAX_ERROR_LENGTH),
+            attrs=attrs,
+        )
+
+    def fields(self, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+        """An event's map of fields (as an encoded event decodes untyped) with its free text
+        redacted and cut to its limits as in :meth:`event`; None when nothing changed."""
+        changed: dict[str, Any] | None = None
+        for name, limit in _FREE_TEXT.items():
+            value = fields.get(name)
+            if value is None:
+                continue
+            redacted = self.value(value)
+            if redacted != value:
+                from .schema import cut_text, fit_attrs
+
+                if changed is None:
+                    changed = dict(fields)
+                if isinstance(redacted, str):
+                    redacted = cut_text(redacted, limit)
+                elif isinstance(redacted, dict):
+                    redacted = fit_attrs(redacted)
+                changed[name] = redacted
+        return changed
+
+
+_FREE_TEXT: Final = {
+    "action": MAX_ACTION_LENGTH,
+    "agent": MAX_AGENT_LENGTH,
+    "role": MAX_AGENT_LENGTH,
+    "error": MAX_ERROR_LENGTH,
+    "attrs": 0,
+}
+"""The free-text fields of an event, with their limits (attrs: :func:`fit_attrs`)."""
+
+
+_spool_redactors: dict[tuple[str, str, str], Redactor | None] = {}
+
+
+def spool_redactor(environ: Mapping[str, str] | None = None) -> Redactor | None:
+    """The redactor a client applies before it spools: the defaults, with the rules of
+    ``GZ_IA_REDACTION_PATTERNS`` and less those of ``GZ_IA_REDACTION_DISABLE`` (read now); None
+    when ``GZ_IA_REDACTION_ENABLED`` is ``false``.
+
+    Rules that do not parse are left out rather than refused: the caller is about to spool and must
+    not fail (the collector refuses the same settings at its start, loudly).
+    """
+    environ = os.environ if environ is None else environ
+    key = (
+        environ.get(GZ_IA_REDACTION_ENABLED, ""),
+        environ.get(GZ_IA_REDACTION_PATTERNS, ""),
+        environ.get(GZ_IA_REDACTION_DISABLE, ""),
+    )
+    if key not in _spool_redactors:
+        _spool_redactors[key] = _redactor_of(*key)
+    return _spool_redactors[key]
+
+
+def _redactor_of(enabled: str, patterns: str, disable: str) -> Redactor | None:
+    if enabled.strip().lower() in ("false", "0", "no", "off"):
+        return None
+    try:
+        extra = parse_rules(patterns)
+    except ValueError:
+        extra = []
+    left_out = [name.strip() for name in disable.split(",") if name.strip()]
+    try:
+        return Redactor(extra, disable=left_out)
+    except ValueError:
+        return Redactor(extra)
