@@ -2,7 +2,9 @@
 
 Names follow Prometheus conventions: one ``gzia_`` prefix, base units, ``_total`` on counters. Labels
 only ever take values from small fixed sets (stage, status, :class:`RejectReason`, error kinds):
-never a session id, an agent name or error text.
+never a session id or error text. The one exception, the ``agent`` of the usage counters, is
+bounded: the first :data:`MAX_AGENT_LABELS` agent names seen have their own value, later ones share
+``other``.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from prometheus_client.registry import Collector
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
+from gz_ia.client.usage import TOKEN_KINDS
 
 __all__ = [
+    "MAX_AGENT_LABELS",
     "RELOAD_RESULTS",
     "SPOOL_OUTCOMES",
     "WRITE_ERROR_KINDS",
@@ -49,6 +53,9 @@ _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 360
 WRITE_ERROR_KINDS: Final = ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
 RELOAD_RESULTS: Final = ("applied", "refused")
 SPOOL_OUTCOMES: Final = ("adopted", "quarantined")
+MAX_AGENT_LABELS: Final = 32
+"""Agent names that get a label value of their own on the usage counters (later ones: ``other``)."""
+OTHER_AGENT: Final = "other"
 
 
 def write_error_kind(exc: OSError) -> str:
@@ -263,6 +270,20 @@ class Metrics:
             "Events clients reported dropping because their buffers were full.",
             registry=registry,
         )
+        self.tokens = Counter(
+            "gzia_tokens_total",
+            "Tokens of the usage records written, by kind (input, output, cache_read, cache_creation) "
+            "and agent (the first 32 agent names; later ones as other).",
+            ["kind", "agent"],
+            registry=registry,
+        )
+        self.cost_usd = Counter(
+            "gzia_cost_usd_total",
+            "Cost in US dollars of the usage records written, as the agents report it, by agent.",
+            ["agent"],
+            registry=registry,
+        )
+        self._agent_labels: set[str] = set()
         self.config_reloads = Counter(
             "gzia_config_reloads_total",
             "Configuration reloads (SIGHUP), by result: applied or refused.",
@@ -297,6 +318,21 @@ class Metrics:
         """Add a batch's written events, counted per (stage, status)."""
         for key, value in counts.items():
             self._written_children[key].inc(value)
+
+    def count_usage(self, usage: Iterable[tuple[str, tuple[tuple[int, int, int, int], float, str]]]) -> None:
+        """Add a batch's written usage records, ``(agent, (tokens by kind, cost, model))``."""
+        for agent, (tokens, cost, _model) in usage:
+            label = agent
+            if label not in self._agent_labels:
+                if len(self._agent_labels) >= MAX_AGENT_LABELS:
+                    label = OTHER_AGENT
+                else:
+                    self._agent_labels.add(label)
+            for kind, count in zip(TOKEN_KINDS, tokens, strict=True):
+                if count:
+                    self.tokens.labels(kind, label).inc(count)
+            if cost:
+                self.cost_usd.labels(label).inc(cost)
 
     def observe_actions(self, durations: Iterable[tuple[Status, int]]) -> None:
         """Record a batch's written FINISH events as ``(status, duration_ms)`` pairs."""

@@ -21,6 +21,7 @@ import msgspec
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id, storable
+from gz_ia.client.usage import usage_of
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.sessions import RootStore, SessionState
 from gz_ia.collector.storage.tally import note_delivery
@@ -80,6 +81,7 @@ class BatchOutcome:
         "rejects",
         "seqs",
         "touched",
+        "usage",
         "written",
     )
 
@@ -98,6 +100,8 @@ class BatchOutcome:
         """``(status, duration_ms)`` of the staged FINISH events that carry a duration."""
         self.duplicates = 0
         self.client_dropped = 0
+        self.usage: list[tuple[str, tuple[tuple[int, int, int, int], float, str]]] = []
+        """``(agent, usage)`` of each staged usage record (:func:`gz_ia.client.usage.usage_of`)."""
         self.received_at = received_at
 
     def intact(self) -> bool:
@@ -263,6 +267,11 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+            if event.attrs is not None:
+                used = usage_of(event.attrs)
+                if used is not None:
+                    state.add_usage(used)
+                    outcome.usage.append((event.agent, used))
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:

@@ -24,14 +24,17 @@ OpenCycles = dict[str | tuple[str, str], Stage]
 
 TALLY_FIELDS: Final = (
     "agent",
+    "cost_usd",
     "failures",
     "first_time",
     "last_time",
     "marks",
+    "model",
     "newest_time",
     "open_actions",
     "parent",
     "seq",
+    "tokens",
     "tree_root",
 )
 """The tally's fields: the slots that each class mixing in :class:`SessionTally` declares."""
@@ -64,6 +67,23 @@ class SessionTally:
     """The greatest timestamp; "" before the first event, None when unknown for good (restored from a
     checkpoint of an earlier gz-ia, which did not record it)."""
 
+    tokens: list[int]
+    """Tokens by kind (:data:`gz_ia.client.usage.TOKEN_KINDS`) of the session's usage records.
+    Restored from a checkpoint of an earlier gz-ia, which counted none, they start at zero."""
+    cost_usd: float
+    model: str
+    """The model of the newest usage record that names one."""
+
+    def add_usage(self, used: tuple[tuple[int, int, int, int], float, str]) -> None:
+        """Count one usage record (:func:`gz_ia.client.usage.usage_of`)."""
+        counts, cost, model = used
+        tokens = self.tokens
+        for index, count in enumerate(counts):
+            tokens[index] += count
+        self.cost_usd += cost
+        if model:
+            self.model = model
+
     def clear_tally(self) -> None:
         """Start from a session with no events."""
         self.seq = 0
@@ -76,6 +96,9 @@ class SessionTally:
         self.tree_root = ""
         self.agent = ""
         self.newest_time = ""
+        self.tokens = [0, 0, 0, 0]
+        self.cost_usd = 0.0
+        self.model = ""
 
     def load_tally(self, checkpoint: Checkpoint) -> None:
         """Take the tally a checkpoint stored."""
@@ -93,6 +116,9 @@ class SessionTally:
         self.tree_root = checkpoint.tree_root
         self.agent = checkpoint.agent
         self.newest_time = checkpoint.newest_time if checkpoint.newest_time or not checkpoint.seq else None
+        self.tokens = [*checkpoint.tokens, 0, 0, 0, 0][:4]
+        self.cost_usd = checkpoint.cost_usd
+        self.model = checkpoint.model
 
     def copy_tally(self, other: SessionTally) -> None:
         """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
@@ -125,6 +151,9 @@ class SessionTally:
             tree_root=self.tree_root,
             agent=self.agent,
             newest_time=self.newest_time or "",
+            tokens=list(self.tokens),
+            cost_usd=self.cost_usd,
+            model=self.model,
         )
 
 
