@@ -20,7 +20,7 @@ import msgspec
 
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
-from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id, storable
+from gz_ia.client.schema import FAILED, SCHEMA_VERSION, LogEvent, Stage, Status, is_safe_session_id, storable
 from gz_ia.client.usage import usage_of
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.sessions import RootStore, SessionState
@@ -40,6 +40,8 @@ from .validation import DecodedBatch, unsafe_id
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_EVENT_NUMBER", "BatchOutcome", "Ingest", "RejectRecord"]
 
+_VERSION: Final = b"%d" % SCHEMA_VERSION
+"""Every stored line says the schema version it was written with (``gz_ia.client.schema.SCHEMA_VERSION``)."""
 _SAFE_PARENTS_KEPT: Final = 65_536
 EARLIEST_TIMESTAMP: Final = datetime(1970, 1, 1, tzinfo=UTC)
 """Events stamped before this are refused (``timestamp_out_of_range``)."""
@@ -169,7 +171,7 @@ class Ingest:
         # The producer as a JSON string without its closing quote (escaped, though hello admits only
         # hex ids: adopted spools take theirs from a file name), with "%" doubled for the format.
         quoted = self._encoder.encode(producer)[:-1].replace(b"%", b"%%")
-        tail = b',"seq":%d,"delivery":' + quoted + b':%d"}\n'
+        tail = b',"seq":%d,"schema_version":' + _VERSION + b',"delivery":' + quoted + b':%d"}\n'
         first = batch.first
         if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
             # Below 1 every number would pass for a duplicate of one already written.

@@ -151,7 +151,7 @@ class SessionTally:
             tree_root=self.tree_root,
             agent=self.agent,
             newest_time=self.newest_time or "",
-            tokens=list(self.tokens),
+            tokens=list(self.tokens) if any(self.tokens) else [],
             cost_usd=self.cost_usd,
             model=self.model,
         )
