@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
+    HTTP_REFUSALS,
     MAX_AGENT_LABELS,
     RELOAD_RESULTS,
     SPOOL_OUTCOMES,
@@ -54,7 +55,7 @@ REQUIRED = {
 ALLOWED_LABELS = {
     "stage": {stage.value for stage in Stage},
     "status": {status.value for status in Status},
-    "reason": {reason.value for reason in RejectReason},
+    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS),
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
@@ -260,11 +261,12 @@ def test_every_metric_is_documented(metrics: Metrics, registry: CollectorRegistr
         for family in text_string_to_metric_families(generate_latest(registry).decode())
         if family.type == "histogram" and family.name.startswith("gzia_")
     }
-    # gzia_root_size_bytes has a series per root served, none before; the usage counters one per
-    # agent that reported usage.
+    # gzia_root_size_bytes has a series per root served, none before; gzia_http_requests_total one
+    # per endpoint answered; the usage counters one per agent that reported usage.
     assert documented == exported | {
         "gzia_shares_answering",
         "gzia_root_size_bytes",
+        "gzia_http_requests_total",
         "gzia_tokens_total",
         "gzia_cost_usd_total",
     }
