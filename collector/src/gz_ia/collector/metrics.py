@@ -38,11 +38,8 @@ from gz_ia.client.schema import Stage, Status
 from gz_ia.client.usage import TOKEN_KINDS
 
 __all__ = [
-<<<<<<< HEAD
-    "MAX_AGENT_LABELS",
-=======
     "HTTP_REFUSALS",
->>>>>>> main
+    "MAX_AGENT_LABELS",
     "RELOAD_RESULTS",
     "SPOOL_OUTCOMES",
     "WRITE_ERROR_KINDS",
