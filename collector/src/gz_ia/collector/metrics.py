@@ -40,6 +40,7 @@ from gz_ia.client.usage import TOKEN_KINDS
 __all__ = [
     "HTTP_REFUSALS",
     "MAX_AGENT_LABELS",
+    "OTLP_REJECT_REASONS",
     "RELOAD_RESULTS",
     "SPOOL_OUTCOMES",
     "WRITE_ERROR_KINDS",
@@ -54,6 +55,8 @@ _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 360
 WRITE_ERROR_KINDS: Final = ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
 RELOAD_RESULTS: Final = ("applied", "refused")
 SPOOL_OUTCOMES: Final = ("adopted", "quarantined")
+OTLP_REJECT_REASONS: Final = ("too_large", "encoding", "content_type", "protobuf", "json", "root")
+"""Why an OTLP export is refused (the ``reason`` of ``gzia_otlp_rejected_total``)."""
 MAX_AGENT_LABELS: Final = 32
 """Agent names that get a label value of their own on the usage counters (later ones: ``other``)."""
 OTHER_AGENT: Final = "other"
@@ -286,6 +289,30 @@ class Metrics:
             registry=registry,
         )
         self._agent_labels: set[str] = set()
+        self.otlp_rejected = Counter(
+            "gzia_otlp_rejected_total",
+            "OTLP/HTTP exports refused, by reason: too_large (413), encoding, content_type, protobuf, json, "
+            "root (400).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in OTLP_REJECT_REASONS:
+            self.otlp_rejected.labels(reason)
+        self.otlp_busy = Counter(
+            "gzia_otlp_busy_total",
+            "OTLP/HTTP exports answered 429 (retry later): the collector held as much as it takes.",
+            registry=registry,
+        )
+        self.otlp_records = Counter(
+            "gzia_otlp_records_total",
+            "Spans and log records received over OTLP that became cycles, by signal and outcome: staged "
+            "(written, or a duplicate of one written), joined (the agent's hooks already hold the cycle).",
+            ["signal", "outcome"],
+            registry=registry,
+        )
+        for signal in ("traces", "logs"):
+            for outcome in ("staged", "joined"):
+                self.otlp_records.labels(signal, outcome)
         self.config_reloads = Counter(
             "gzia_config_reloads_total",
             "Configuration reloads (SIGHUP), by result: applied or refused.",

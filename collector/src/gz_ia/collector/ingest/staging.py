@@ -266,6 +266,10 @@ class Ingest:
                 state.newest_stamp = stamp
             if not state.first_time:
                 state.note_first(event)
+            elif not state.parent and event.parent_session_id is not None:
+                # A session's first events may not know its parent yet (an OTLP span exported
+                # before its agent's span): the first event that names one gives it.
+                state.parent = event.parent_session_id
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)

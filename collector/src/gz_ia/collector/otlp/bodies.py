@@ -50,10 +50,6 @@ class BodyUnreadable(CollectorError, ValueError):
         self.reason = reason
 
 
-REJECT_REASONS: Final = ("content_type", "protobuf", "json", "encoding", "too_large")
-"""Every reason an export is refused for (``too_large``: 413; the others: 400)."""
-
-
 def _messages(signal: Signal) -> Any:
     try:
         if signal is Signal.TRACES:

@@ -74,6 +74,8 @@ class SessionFold(SessionTally):
             self.parent = trace.parent_session_id or ""
             self.tree_root = trace.root_session_id or ""
             self.agent = trace.agent
+        elif not self.parent and trace.parent_session_id:
+            self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
         if trace.attrs is not None:
             used = usage_of(trace.attrs)
