@@ -13,7 +13,6 @@ import urllib.request
 from typing import Any
 
 import pytest
-
 from tests.conftest import CollectorProcess, wait_for
 
 # A program instrumented with the GenAI conventions, as OpenInference or OpenLLMetry instrument one:
