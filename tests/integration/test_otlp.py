@@ -47,8 +47,8 @@ with tracer.start_as_current_span("invoke_agent planner", attributes={
         pass
     with tracer.start_as_current_span("invoke_agent helper", attributes={
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "helper"}) as helper:
-        with tracer.start_as_current_span("execute_tool Bash", attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "Bash", "gen_ai.tool.call.id": "call_2"}) as bash:
+        with tracer.start_as_current_span("execute_tool Bash", attributes={"gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "Bash", "gen_ai.tool.call.id": "call_2"}) as bash:
             bash.record_exception(RuntimeError("exit status 2"))
             bash.set_status(Status(StatusCode.ERROR, "exit status 2"))
     with tracer.start_as_current_span("something else"):

@@ -1,8 +1,9 @@
 """A session's running tally: the one definition of what its lines amount to so far.
 
 ``seq``, the open cycles, the delivery watermarks, the FAILED count, the first and last timestamps,
-the parent (of the first event that names one), the tree root and agent of its first event, and the greatest timestamp. The writer's session state
-keeps it up to date as events are staged; recovery and the readers rebuild it by folding lines
+the parent (of the first event that names one), the tree root and agent of its first event, the
+greatest timestamp, and the usage records' tokens, cost and model. The writer's session state keeps
+it up to date as events are staged; recovery and the readers rebuild it by folding lines
 (:class:`.replay.SessionFold`); both convert it to and from its persisted form, the
 :class:`.checkpoints.Checkpoint`, only here.
 """
