@@ -55,6 +55,7 @@ LOSS_AGENT: Final = "gz-ia"
 
 
 _stage_of: Final = operator.attrgetter("stage")
+_FINISH: Final = Stage.FINISH
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -273,6 +274,8 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+            if stage is _FINISH:
+                state.ended_failed = event.status is FAILED
             if event.attrs is not None:
                 used = usage_of(event.attrs)
                 if used is not None:
