@@ -200,3 +200,51 @@ def test_status_lists_the_otlp_endpoint_and_metrics_are_answered(collector: Coll
     status, headers, _answer = _post(collector.http_url + "/v1/metrics", b"", "application/x-protobuf")
     assert status == 200
     assert headers["Content-Type"] == "application/x-protobuf"
+
+
+RETRYING_PROGRAM = """
+import sys
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+provider = TracerProvider(resource=Resource.create({"service.name": "retrying-app"}))
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1] + "/v1/traces", timeout=60)))
+tracer = provider.get_tracer("test")
+with tracer.start_as_current_span("execute_tool Glob", attributes={
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "Glob", "gen_ai.tool.call.id": "call_k"}) as span:
+    print(format(span.get_span_context().trace_id, "032x"), flush=True)
+provider.shutdown()
+"""
+
+
+def test_the_collector_killed_mid_request_gets_the_exporters_retry_once(collector: CollectorProcess) -> None:
+    """The collector is stopped while the SDK's exporter sends a span, then killed and restarted: the
+    exporter's own retry delivers the span, written once."""
+    import signal
+    import time
+
+    assert collector.proc is not None
+    collector.proc.send_signal(signal.SIGSTOP)  # the request waits, unanswered, in the socket's backlog
+    child = subprocess.Popen(
+        [sys.executable, "-c", RETRYING_PROGRAM, collector.http_url],
+        env=collector.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        trace = child.stdout.readline().strip()
+        time.sleep(1.0)  # the export is sent and waits for its answer
+        collector.kill()  # mid-request: the exporter's connection is reset
+        collector.start()
+        _out, err = child.communicate(timeout=90)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, err
+    assert "Failed to export" not in err, err
+    lines = collector.session_lines(trace)
+    assert _cycles(lines) == [("Glob", "READ", "OK"), ("Glob", "FINISH", "OK")]
