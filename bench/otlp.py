@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     wall = time.perf_counter() - started
                     figures[variant].append((wall, cpu_seconds(proc.pid) - cpu))
         finally:
-            stop_process(proc)  # type: ignore[arg-type]  # Popen[bytes] of stdout=DEVNULL
+            stop_process(proc)
     report: dict[str, Any] = {"spans": args.spans, "batch": args.batch, "rounds": args.rounds, "note": SCHEMA_NOTE}
     for variant, runs in figures.items():
         wall = statistics.median(run[0] for run in runs)
