@@ -38,7 +38,7 @@ from gz_ia.client.schema import LogEvent
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.http.messages import TooLarge, decoded_body
-from gz_ia.collector.ingest.stages import Rejection
+from gz_ia.collector.ingest.rules import Rejection
 from gz_ia.collector.ingest.validation import DecodedBatch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
