@@ -8,8 +8,9 @@ slows them alike, each with a fresh HOME and the same hook events installed:
 
 * ``none``: no hooks (the baseline);
 * ``true``: a ``true`` command hook (Claude Code's own cost of a command hook: the floor);
-* ``gz-ia up``: ``gz-ia hook claude-code`` as ``gz-ia install claude-code`` writes it, with a
-  collector running;
+* ``gz-ia up``: ``gz-ia hook claude-code`` as ``gz-ia install claude-code`` writes it, from a
+  user's install (wheels, compiled bytecode, as ``bench/_cli_cost.py`` builds it), with a collector
+  running;
 * ``gz-ia down``: the same with no collector (every event spooled).
 
 The HTTP hook variants (an ``http`` hook answered at once, and gz-ia's HTTP hook) go in
@@ -47,6 +48,8 @@ from tests.fixtures.real_agents import agents_cache
 
 from gz_ia.collector.integrations.claude_code.settings import HOOK_EVENTS, TOOL_EVENTS
 
+from ._cli_cost import user_install
+
 GZ_IA = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 MARKER = "BENCH-HOOKS"
 
@@ -64,11 +67,13 @@ def _command(command: str) -> Callable[[Path], dict[str, Any]]:
 
 
 def _gz_ia(scratch: Path) -> dict[str, Any]:
-    """The hooks exactly as ``gz-ia install claude-code`` writes them (into a throwaway home)."""
+    """The hooks exactly as ``gz-ia install claude-code`` writes them (into a throwaway home), running
+    the ``gz-ia`` of a user's install (wheels, compiled bytecode: :func:`bench._cli_cost.user_install`)."""
     home = scratch / "install-home"
     home.mkdir(exist_ok=True)
-    subprocess.run([*GZ_IA, "install", "claude-code", "--user"], env={**os.environ, "HOME": str(home)},
-                   check=True, capture_output=True)  # fmt: skip
+    command = f"{shlex.quote(str(user_install() / 'gz-ia'))} hook claude-code"
+    subprocess.run([*GZ_IA, "install", "claude-code", "--user", "--command", command],
+                   env={**os.environ, "HOME": str(home)}, check=True, capture_output=True)  # fmt: skip
     hooks: dict[str, Any] = json.loads((home / ".claude" / "settings.json").read_text())["hooks"]
     return hooks
 

@@ -123,3 +123,16 @@ def test_in_memory_states_are_per_session_and_bounded() -> None:
     assert states.get("b").is_empty()
     states.forget("a")
     assert states.get("a").is_empty()
+
+
+def test_a_session_counts_as_failed_by_its_last_finish_or_by_any_failure_when_that_is_unknown() -> None:
+    """The session-failed rule: the last FINISH decides; an earlier gz-ia's checkpoint (None) falls back."""
+    from gz_ia.collector.reading.sessions import SessionSummary
+
+    def summary(failures: int, ended_failed: bool | None) -> SessionSummary:
+        return SessionSummary("s", None, "a", None, None, 5, 0, failures, 1, ended_failed=ended_failed)
+
+    assert not summary(1, ended_failed=False).failed  # a failed call the agent carried on from
+    assert summary(1, ended_failed=True).failed
+    assert summary(2, ended_failed=None).failed
+    assert not summary(0, ended_failed=None).failed

@@ -146,6 +146,9 @@ def test_tool_calls_are_cycles_timed_by_claude_codes_own_duration(
     # The agent carried on after the failed call and its turn ended well: the session is not failed.
     assert _cycles(lines)[-2:] == [("prompt", "FINISH", "OK"), ("session", "FINISH", "OK")]
     assert _tree(collector, session)["status"] == "ok"
+    listed = collector.gz_ia("sessions", "--json", check=True).stdout.splitlines()
+    row = next(row for row in map(json.loads, listed) if row["session_id"] == session)
+    assert (row["status"], row["failures"]) == ("ok", 1)
     assert collector.rejects() == []
 
 
