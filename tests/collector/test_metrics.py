@@ -19,6 +19,7 @@ from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
     HTTP_REFUSALS,
     MAX_AGENT_LABELS,
+    OTLP_REJECT_REASONS,
     RELOAD_RESULTS,
     SPOOL_OUTCOMES,
     WRITE_ERROR_KINDS,
@@ -55,11 +56,12 @@ REQUIRED = {
 ALLOWED_LABELS = {
     "stage": {stage.value for stage in Stage},
     "status": {status.value for status in Status},
-    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS),
+    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS) | set(OTLP_REJECT_REASONS),
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
-    "outcome": set(SPOOL_OUTCOMES),
+    "outcome": set(SPOOL_OUTCOMES) | {"staged", "joined"},
+    "signal": {"traces", "logs"},
 }
 
 
