@@ -23,6 +23,7 @@ exported, before their parents); an unseen parent is taken for the agent span it
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -277,7 +278,11 @@ def map_logs(request: Any) -> list[Item]:
 
 def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[str, str]:
     """``(source, kind)`` of a log event: ``("claude_code", "tool_result")``."""
-    name = record.event_name or str(attributes.get("event.name") or "")
+    # Codex puts its source location in the record's event_name ("event otel/src/...rs:737") and
+    # the event's name in the attribute, so the attribute comes first.
+    name = str(attributes.get("event.name") or "")
+    if not name and record.event_name and " " not in record.event_name:
+        name = record.event_name
     if not name and record.body.WhichOneof("value") == "string_value":
         name = record.body.string_value
     source, _, kind = name.rpartition(".")
@@ -321,6 +326,8 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
         error = None
         if failed:
             error = str(attributes.get("error") or attributes.get("error_type") or "the tool call failed")
+        elif source == "codex":
+            error = _exit_status(attributes.get("output"))
         cycle = _cycle(str(call_id)) if call_id else record_key
         attrs: dict[str, Any] = {"tool": tool[:1024]}
         if call_id:
@@ -336,6 +343,16 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     model = str(usage.get("gen_ai.request.model") or "model")
     events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
     return Item(f"log:{record_key}", session[0], events)
+
+
+_EXIT: Final = re.compile(r"Process exited with code (-?\d+)")
+
+
+def _exit_status(output: Any) -> str | None:
+    """``exit code N`` when a Codex command's output says it exited non-zero (its ``success`` only
+    says the tool ran); the output itself is never kept."""
+    found = _EXIT.search(output) if isinstance(output, str) else None
+    return f"exit code {found.group(1)}" if found and found.group(1) != "0" else None
 
 
 def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any] | None:
@@ -355,7 +372,7 @@ def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, 
             "input_tokens": _int(get("input_token_count")),
             "output_tokens": _int(get("output_token_count")),
             "cache_read_tokens": _int(get("cached_token_count")),
-            "cache_creation_tokens": None,
+            "cache_creation_tokens": _int(get("cache_write_token_count")),
         }
     elif (source, kind) == ("gemini_cli", "api_response"):
         tokens = {
