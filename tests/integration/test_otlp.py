@@ -248,3 +248,33 @@ def test_the_collector_killed_mid_request_gets_the_exporters_retry_once(collecto
     assert "Failed to export" not in err, err
     lines = collector.session_lines(trace)
     assert _cycles(lines) == [("Glob", "READ", "OK"), ("Glob", "FINISH", "OK")]
+
+
+STRANGER = 65534
+STRANGER_POST = """
+import sys, urllib.request, urllib.error
+request = urllib.request.Request(sys.argv[1], data=sys.stdin.buffer.read(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        print(answer.status)
+except urllib.error.HTTPError as error:
+    print(error.code)
+"""
+
+
+def test_another_uid_is_not_heard(collector: CollectorProcess) -> None:
+    """An export from another uid (65534) is refused 403 before it is read: nothing of it is
+    written; the user's own export right after is."""
+    from tests.conftest import SYSTEM_PYTHON
+
+    body = _tool_span_body("efefefefefefefefefefefefefefefef", "5555555555555555", "bbbbbbbbbbbbbbbb")
+    probe = subprocess.run(
+        ["setpriv", f"--reuid={STRANGER}", f"--regid={STRANGER}", "--clear-groups", SYSTEM_PYTHON, "-c",
+         STRANGER_POST, collector.http_url + "/v1/traces"],
+        input=body, capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, check=True,
+    )  # fmt: skip
+    assert probe.stdout.strip() == b"403"
+    assert "bbbbbbbbbbbbbbbb" not in collector.all_sessions()
+    assert _post(collector.http_url + "/v1/traces", body, "application/json")[0] == 200
+    assert [line["stage"] for line in collector.session_lines("bbbbbbbbbbbbbbbb")] == ["READ", "FINISH"]
