@@ -72,6 +72,9 @@ def test_usage_is_totalled_per_session_and_rolled_up_over_subagents(make_collect
     assert tree["children"][0]["tokens"]["total"] == 12
     drawn = collector.gz_ia("session", "tree", "main", "--color", "never", check=True).stdout
     assert "22.2k tokens $0.2000; with subagents 22.2k tokens $0.7000" in drawn
+    page = collector.gz_ia("session", "view", "main", "--tree", "-o", "-", check=True).stdout
+    assert '<b class="tokens">22.2k</b> tokens · <b class="cost">$0.7000</b>' in page  # the tree's, at the top
+    assert "12 tokens, $0.5000, m-small" in page  # the subagent's own, on its row
 
 
 def test_usage_is_stored_as_attrs_and_counted_in_the_metrics(collector: Any, schema_validator: Any) -> None:
