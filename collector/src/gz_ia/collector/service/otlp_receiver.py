@@ -187,8 +187,9 @@ class OtlpReceiver:
         futures: list[asyncio.Future[bool]] = []
         counted = collector.metrics.otlp_records
         joined = 0
+        written_lately: dict[str, bytes] = {}
         for item in items:
-            if item.join_cycle is not None and _already_held(collector, root, item):
+            if item.join_cycle is not None and _already_held(collector, root, item, written_lately):
                 joined += 1
                 continue
             events, rejections, raw = _typed(item)
@@ -222,8 +223,12 @@ def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dic
     return events, rejections, raw
 
 
-def _already_held(collector: Collector, root: RootStore, item: Item) -> bool:
-    """Whether the session holds the hooks' cycle of the item's tool call: open, staged or written lately."""
+def _already_held(collector: Collector, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> bool:
+    """Whether the session holds the hooks' cycle of the item's tool call: open, staged or written lately.
+
+    ``written_lately`` keeps each session's newest bytes for the rest of the request: its file's
+    tail is read once, however many tool results the export holds.
+    """
     cycle = item.join_cycle
     assert cycle is not None
     try:
@@ -235,15 +240,23 @@ def _already_held(collector: Collector, root: RootStore, item: Item) -> bool:
     needle = b'"cycle":' + msgspec.json.encode(cycle)
     if any(needle in line for line in state.pending):
         return True
+    recent = written_lately.get(item.session_id)
+    if recent is None:
+        recent = written_lately[item.session_id] = _file_tail(root, item.session_id)
+    return needle in recent
+
+
+def _file_tail(root: RootStore, session_id: str) -> bytes:
+    """The last :data:`_RECENT_BYTES` of the session's active file (nothing when it has none)."""
     with contextlib.suppress(OSError):
-        fd = os.open(active_name(item.session_id), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root.dirs.sessions_fd)
+        fd = os.open(active_name(session_id), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root.dirs.sessions_fd)
         try:
             size = os.fstat(fd).st_size
             start = max(0, size - _RECENT_BYTES)
-            return needle in os.pread(fd, size - start, start)
+            return os.pread(fd, size - start, start)
         finally:
             os.close(fd)
-    return False
+    return b""
 
 
 def _root_of(request: Request) -> Path:
