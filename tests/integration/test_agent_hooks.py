@@ -110,15 +110,24 @@ def test_codex_outcome_read_from_the_transcript(collector: Any, tmp_path: Path) 
                      "aggregated_output": "ls: cannot access 'x'\n", "duration": {"secs": 1, "nanos": 250_000_000}},
         },
     }  # fmt: skip
-    transcript.write_text('{"type":"session_meta"}\n' + json.dumps(record, separators=(",", ":")) + "\n")
+    second = json.loads(json.dumps(record))
+    second["payload"]["item"].update(
+        id="call_fake2", exit_code=0, status="completed", duration={"secs": 0, "nanos": 7_000_000}
+    )
+    lines = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in (record, second))
+    transcript.write_text('{"type":"session_meta"}\n' + lines)
     changes = {"transcript_path": str(transcript)}
     _feed(
         collector,
         "codex",
         _payload("codex-PreToolUse", collector, **changes),
         _payload("codex-PostToolUse", collector, **changes),
+        _payload("codex-PostToolUse", collector, tool_use_id="call_fake2", **changes),  # its PreToolUse not seen
     )
-    finish = collector.session_lines(CODEX_SESSION)[-1]
+    alone = collector.session_lines(CODEX_SESSION)[-2:]
+    assert _cycles(alone) == [("Bash call_fake2", "PENDING", "OK"), ("Bash call_fake2", "FINISH", "OK")]
+    assert (alone[1]["duration_ms"], alone[1]["attrs"]["exit_code"]) == (7, 0)
+    finish = collector.session_lines(CODEX_SESSION)[-3]
     assert (finish["status"], finish["error"], finish["duration_ms"]) == (
         "FAILED",
         "exit code 2: ls: cannot access 'x'",

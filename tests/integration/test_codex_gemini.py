@@ -12,7 +12,6 @@ from tests.conftest import wait_for
 from tests.fixtures.agent_runners import (
     CODEX_MODEL,
     GEMINI_MODEL,
-    HOOK_PREFIX,
     assert_ran,
     codex_home,
     gemini_home,
@@ -22,7 +21,7 @@ from tests.fixtures.agent_runners import (
     workspace,
 )
 from tests.fixtures.model_apis.gemini import CANDIDATE_TOKENS, PROMPT_TOKENS, GeminiAPI
-from tests.fixtures.model_apis.openai_responses import ResponsesAPI
+from tests.fixtures.model_apis.openai_responses import INPUT_TOKENS, OUTPUT_TOKENS, ResponsesAPI
 from tests.fixtures.model_apis.scripted import ToolCall, Turn, rounds
 
 pytestmark = pytest.mark.agents
@@ -61,7 +60,7 @@ def _codex(collector: Any, tmp_path: Path, script: Any) -> tuple[str, ResponsesA
         home = codex_home(tmp_path, api.base_url)
         user_hooks, mark = _user_hooks(tmp_path)
         (home / ".codex" / "hooks.json").write_text(user_hooks)
-        gz_install(collector, home, "codex", "--command", f"{HOOK_PREFIX} hook codex")
+        gz_install(collector, home, "codex")  # the default command: this gz-ia, by absolute path
         result = run_codex(collector, home, "run the commands", cwd=workspace(collector))
     assert_ran(result)
     assert mark.exists(), "the user's own hook ran beside gz-ia's"
@@ -72,7 +71,8 @@ def _codex(collector: Any, tmp_path: Path, script: Any) -> tuple[str, ResponsesA
 
 def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any, tmp_path: Path) -> None:
     """Two parallel commands, one exiting 3: two cycles by tool_use_id, the failing one FINISH FAILED
-    with its exit code and its own duration; prompt and session around them; agent and model named."""
+    with its exit code and its own duration; prompt (with the turn's tokens) and session around them;
+    agent and model named."""
     calls = (ToolCall("exec_command", {"cmd": "echo hello"}), ToolCall("exec_command", {"cmd": FAILING}))
     session, api = _codex(collector, tmp_path, rounds(Turn(calls=calls), Turn(text="done")))
     assert [path for path, _ in api.requests] == ["/v1/responses", "/v1/responses"]
@@ -102,6 +102,9 @@ def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any,
     assert failed["attrs"]["exit_code"] == 3
     assert by_cycle[("call_1_0", "FINISH")]["attrs"]["exit_code"] == 0
     assert all(line["duration_ms"] >= 0 for line in lines if line["stage"] == "FINISH")
+    prompt_end = lines[-2]["attrs"]
+    assert (prompt_end["input_tokens"], prompt_end["output_tokens"]) == (2 * INPUT_TOKENS, 2 * OUTPUT_TOKENS)
+    assert prompt_end["total_tokens"] == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)
     assert {line["agent"] for line in lines} == {"codex"}
     assert all(line["attrs"]["model"] == CODEX_MODEL for line in lines[:-1])  # SessionEnd names no model
     assert collector.rejects() == []
@@ -160,7 +163,7 @@ def _gemini(collector: Any, tmp_path: Path, script: Any, *, chunks: int = 1) -> 
     with GeminiAPI(script, chunks=chunks) as api:
         home = gemini_home(tmp_path)
         before = (home / ".gemini" / "settings.json").read_bytes()
-        gz_install(collector, home, "gemini", "--command", f"{HOOK_PREFIX} hook gemini")
+        gz_install(collector, home, "gemini")
         result = run_gemini(collector, home, "run the commands", cwd=workspace(collector), api_base_url=api.base_url)
     assert_ran(result)
     gz_install(collector, home, "gemini", "--uninstall")

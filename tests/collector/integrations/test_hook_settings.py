@@ -4,6 +4,7 @@ every other setting and hook kept (the settings files as users write them, by ha
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,17 @@ def test_the_command_must_be_gz_ias_hook(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert not (tmp_path / "h.json").exists()
+
+
+@pytest.mark.parametrize("agent", ["codex", "gemini"])
+def test_the_default_command_is_this_gz_ia_by_absolute_path(tmp_path: Path, agent: str) -> None:
+    """Without --command, the handler runs this installation's gz-ia, whatever the agent's PATH."""
+    settings = tmp_path / "settings.json"
+    result = CliRunner().invoke(main, ["install", agent, "--settings", str(settings)])
+    assert result.exit_code == 0, result.output
+    commands = {h["command"] for groups in json.loads(settings.read_text())["hooks"].values() for group in groups
+                for h in group["hooks"]}  # fmt: skip
+    (command,) = commands
+    program, _, args = command.partition(" ")
+    assert args.endswith(f"hook {agent}")
+    assert Path(shlex.split(program)[0]).is_absolute() and Path(shlex.split(program)[0]).exists()

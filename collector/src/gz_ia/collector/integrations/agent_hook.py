@@ -108,7 +108,10 @@ class HookRun:
         agent: the ``agent`` of every event.
         payload: the hook's payload.
         data: the ledger's own map (open cycles live under ``"open"``).
+
+    Attributes:
         labels: attributes every event of this payload carries (e.g. the model).
+        events: the events built so far, delivered together once the agent's module is done.
     """
 
     def __init__(self, agent: str, payload: dict[str, Any], data: dict[str, Any]) -> None:
@@ -195,13 +198,21 @@ class HookRun:
         for key in self.open_keys(prefix):
             self.finish(key, status, **fields)
 
-    def single(self, action: str, status: str = "OK", **fields: Any) -> None:
+    def single(
+        self,
+        action: str,
+        status: str = "OK",
+        *,
+        attrs: dict[str, Any] | None = None,
+        finish_attrs: dict[str, Any] | None = None,
+        error: str | None = None,
+        duration_ms: int | None = None,
+        **fields: Any,
+    ) -> None:
         """A cycle of its own, opened and finished by one payload (e.g. a PostToolUse whose
-        PreToolUse was not seen)."""
-        finish_fields = {name: fields.pop(name) for name in ("error", "duration_ms") if name in fields}
-        self.event(action, "PENDING", **fields)
-        fields.pop("attrs", None)
-        self.event(action, "FINISH", status=status, **fields, **finish_fields)
+        PreToolUse was not seen): ``attrs`` on its opening, ``finish_attrs`` on its FINISH."""
+        self.event(action, "PENDING", attrs=attrs, **fields)
+        self.event(action, "FINISH", status=status, attrs=finish_attrs, error=error, duration_ms=duration_ms, **fields)
 
 
 def tool_cycle(payload: dict[str, Any], call_id: str) -> tuple[str, str]:

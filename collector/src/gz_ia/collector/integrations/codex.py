@@ -13,7 +13,8 @@ shape (the table is in docs/user-guide.md, "Codex"):
   fire no hook at all. ``Stop`` finds them in the transcript: each ``function_call`` of the turn
   whose call id no tool hook announced becomes a cycle of its own, FINISH FAILED with the output
   Codex gave the model (e.g. ``unsupported call: <tool>``);
-- a prompt is the cycle ``prompt``, from ``UserPromptSubmit`` to ``Stop``; the session is the cycle
+- a prompt is the cycle ``prompt``, from ``UserPromptSubmit`` to ``Stop``, whose FINISH carries the
+  turn's token counts (the transcript's last ``token_usage_record`` of the turn); the session is the cycle
   ``session``, from ``SessionStart`` to ``SessionEnd``, which also closes what is still open;
 - every event of a payload that names the ``model`` carries it in ``attrs``.
 """
@@ -36,13 +37,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["AGENT", "TRANSCRIPT_TAIL", "call_outcome", "handle", "run_hook", "unannounced_calls"]
+__all__ = ["AGENT", "TRANSCRIPT_TAIL", "USAGE", "call_outcome", "handle", "run_hook", "turn_usage", "unannounced_calls"]
 
 AGENT: Final = "codex"
 """The ``agent`` of every event the hook logs."""
 TRANSCRIPT_TAIL: Final = 1 << 20
 """Bytes read from the end of the transcript to find a call's outcome: the hook reads no more."""
 _TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
+USAGE: Final = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
+"""The token counts of a turn that its prompt cycle's FINISH carries."""
 
 
 def _tail(transcript_path: object) -> bytes:
@@ -76,12 +79,29 @@ def call_outcome(transcript_path: object, call_id: str) -> dict[str, Any] | None
     return None
 
 
-def unannounced_calls(transcript_path: object, turn_id: str, announced: list[str]) -> list[dict[str, Any]]:
-    """The ``function_call`` items of turn ``turn_id`` in the transcript's tail whose call id is not
-    in ``announced``: ``{"call_id", "name", "arguments", "output"}`` each, in the model's order."""
+def turn_usage(tail: bytes, turn_id: str) -> dict[str, int]:
+    """The token counts of turn ``turn_id`` so far, from its last ``token_usage_record`` in ``tail``
+    (the transcript's end); empty when there is none."""
+    needle = f'"turn_id":"{turn_id}"'.encode()
+    for line in reversed(tail.split(b"\n")):
+        if b'"token_usage_record"' not in line or needle not in line:
+            continue
+        try:
+            record: Any = _plain_json.loads(line)
+            usage = record["payload"]["turn_token_usage"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(usage, dict):
+            return {name: usage[name] for name in USAGE if type(usage.get(name)) is int}
+    return {}
+
+
+def unannounced_calls(tail: bytes, turn_id: str, announced: list[str]) -> list[dict[str, Any]]:
+    """The ``function_call`` items of turn ``turn_id`` in ``tail`` (the transcript's end) whose call
+    id is not in ``announced``: ``{"call_id", "name", "arguments", "output"}`` each, in the model's order."""
     calls: dict[str, dict[str, Any]] = {}
     outputs: dict[str, str] = {}
-    for line in _tail(transcript_path).split(b"\n"):
+    for line in tail.split(b"\n"):
         if b'"function_call' not in line:
             continue
         try:
@@ -143,8 +163,8 @@ def handle(run: HookRun) -> None:
             if not run.finish(f"tool\0{call_id}", status, duration_ms=duration_ms, **fields):
                 # The PreToolUse was not seen (the hook was installed mid-call): a cycle of its own.
                 action, cycle = tool_cycle(payload, call_id)
-                finish = {"duration_ms": duration_ms} if duration_ms is not None else {}
-                run.single(action, status, attrs=tool_summary(payload), cycle=cycle, **fields, **finish)
+                run.single(action, status, attrs=tool_summary(payload), cycle=cycle, duration_ms=duration_ms,
+                           error=fields.get("error"), finish_attrs=fields.get("attrs"))  # fmt: skip
         case "SessionStart":
             facts = session_attrs(payload, "source", "cwd", "permission_mode", "transcript_path")
             run.open(f"session\0{run.session_id}", "session", "READ", attrs=facts)
@@ -161,8 +181,10 @@ def handle(run: HookRun) -> None:
             run.open(prompt_key, "prompt", "READ", attrs=attrs)
             run.data["announced"] = []
         case "Stop":
-            _record_unannounced(run)
-            run.finish(prompt_key)
+            tail = _tail(payload.get("transcript_path"))
+            _record_unannounced(run, tail)
+            turn_id = payload.get("turn_id")
+            run.finish(prompt_key, attrs=turn_usage(tail, turn_id) if isinstance(turn_id, str) else None)
         case "PreCompact":
             run.open(
                 f"compact\0{run.session_id}",
@@ -176,13 +198,13 @@ def handle(run: HookRun) -> None:
             return
 
 
-def _record_unannounced(run: HookRun) -> None:
+def _record_unannounced(run: HookRun, tail: bytes) -> None:
     """A cycle, FAILED, for each call of the turn the transcript has and no tool hook announced."""
     turn_id = run.payload.get("turn_id")
     announced = run.data.pop("announced", [])
     if not isinstance(turn_id, str):
         return
-    for call in unannounced_calls(run.payload.get("transcript_path"), turn_id, announced):
+    for call in unannounced_calls(tail, turn_id, announced):
         try:
             arguments = _plain_json.loads(str(call["arguments"]))
         except ValueError:
