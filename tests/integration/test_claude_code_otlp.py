@@ -56,7 +56,7 @@ def _script(api: FakeAnthropic, workspace: Path, marker: str) -> None:
 
 
 def _usage(collector: Any, session_id: str) -> dict[str, Any]:
-    rows = {
+    rows: dict[str, dict[str, Any]] = {
         row["session_id"]: row
         for row in map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
     }

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import wait_for
-from tests.fixtures.agent_runners import HOOK_PREFIX, assert_ran, codex_home, gz_install, run_codex, workspace
+from tests.fixtures.agent_runners import assert_ran, codex_home, gz_install, run_codex, workspace
 from tests.fixtures.model_apis.openai_responses import ResponsesAPI
 from tests.fixtures.model_apis.scripted import ToolCall, Turn, rounds
 
@@ -47,7 +47,7 @@ def test_codex_tool_results_are_cycles_once(collector: Any, tmp_path: Path, hook
         home = codex_home(tmp_path, api.base_url)
         _with_otel(home, collector, "binary")
         if hooks:
-            gz_install(collector, home, "codex", "--command", f"{HOOK_PREFIX} hook codex")
+            gz_install(collector, home, "codex")  # the default command: this gz-ia, by absolute path
         result = run_codex(collector, home, "run the commands", cwd=workspace(collector))
     assert_ran(result)
     session = _thread_id(result.stdout)
