@@ -20,6 +20,8 @@ from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
     HTTP_HOOK_OUTCOMES,
     HTTP_REFUSALS,
+    MAX_AGENT_LABELS,
+    OTLP_REJECT_REASONS,
     RELOAD_RESULTS,
     SPOOL_OUTCOMES,
     WRITE_ERROR_KINDS,
@@ -57,12 +59,13 @@ REQUIRED = {
 ALLOWED_LABELS = {
     "stage": {stage.value for stage in Stage},
     "status": {status.value for status in Status},
-    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS),
+    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS) | set(OTLP_REJECT_REASONS),
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
-    "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES),
+    "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES) | {"staged", "joined"},
     "pattern": {*DEFAULT_RULES, "other"},
+    "signal": {"traces", "logs"},
 }
 
 
@@ -269,8 +272,28 @@ def test_every_metric_is_documented(metrics: Metrics, registry: CollectorRegistr
         if family.type == "histogram" and family.name.startswith("gzia_")
     }
     # gzia_root_size_bytes has a series per root served, none before; gzia_http_requests_total one
-    # per endpoint answered.
-    assert documented == exported | {"gzia_shares_answering", "gzia_root_size_bytes", "gzia_http_requests_total"}
+    # per endpoint answered; the usage counters one per agent that reported usage.
+    assert documented == exported | {
+        "gzia_shares_answering",
+        "gzia_root_size_bytes",
+        "gzia_http_requests_total",
+        "gzia_tokens_total",
+        "gzia_cost_usd_total",
+    }
+
+
+def test_usage_is_counted_by_kind_and_a_bounded_set_of_agents(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """count_usage adds tokens by kind and cost per agent; agents past the bound share 'other'."""
+    metrics.count_usage([("claude", ((10, 5, 100, 0), 0.25, "m"))])
+    metrics.count_usage([("claude", ((1, 1, 0, 0), 0.5, ""))])
+    for number in range(MAX_AGENT_LABELS + 3):
+        metrics.count_usage([(f"agent-{number}", ((1, 0, 0, 0), 0.0, ""))])
+    value = registry.get_sample_value
+    assert value("gzia_tokens_total", {"kind": "input", "agent": "claude"}) == 11
+    assert value("gzia_tokens_total", {"kind": "cache_read", "agent": "claude"}) == 100
+    assert value("gzia_cost_usd_total", {"agent": "claude"}) == 0.75
+    assert value("gzia_tokens_total", {"kind": "input", "agent": "other"}) == 4
+    assert value("gzia_tokens_total", {"kind": "input", "agent": f"agent-{MAX_AGENT_LABELS}"}) is None
 
 
 def test_the_root_label_is_a_short_stable_id_never_the_path(metrics: Metrics, registry: CollectorRegistry) -> None:

@@ -328,9 +328,16 @@ def test_guide_otel_span_table_matches_what_the_exporter_sends(collector: Any, t
     from tests.conftest import free_port
     from tests.integration.test_otel import Receiver
 
+    from gz_ia.client.usage import usage_attrs
+
     client = collector.client()
     client.log(session_id="d1", action="plan", stage="READ", agent="claude", role="planner", attrs={"tokens": 3})
-    client.log(session_id="d1", action="plan", stage="FINISH", agent="claude", role="planner", duration_ms=5)
+    usage = usage_attrs(
+        input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_creation_tokens=4, cost_usd=0.5, model="m"
+    )
+    client.log(
+        session_id="d1", action="plan", stage="FINISH", agent="claude", role="planner", duration_ms=5, attrs=usage
+    )
     client.log(session_id="d1", action="edit", cycle="c1", stage="PENDING", agent="claude")
     client.log(session_id="d1", action="edit", cycle="c1", stage="FINISH", agent="claude")
     client.log(session_id="d2", parent_session_id="d1", action="test", stage="PENDING", agent="agy")

@@ -213,6 +213,7 @@ async def test_list_sessions_and_summary_show_the_tree(collector: Any) -> None:
         status="FAILED",
         error="2 tests failed",
         duration_ms=900,
+        attrs={"gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 2, "gz-ia.cost_usd": 0.25},
     )
     client.log(session_id="grandkid", parent_session_id="kid1", action="lint", stage="READ", agent="agy")
     client.log(session_id="other", action="x", stage="READ", agent="claude")
@@ -227,12 +228,17 @@ async def test_list_sessions_and_summary_show_the_tree(collector: Any) -> None:
     assert by_id["kid1"]["parent_session_id"] == "root1"
     assert by_id["kid1"]["events"] == 2
     assert by_id["kid1"]["last_status"] == "FAILED"
+    assert (by_id["root1"]["tokens"], by_id["root1"]["cost_usd"]) == (42, 0.25)  # with its subagent's
     tree = summary["tree"]
     assert tree["session_id"] == "root1"
     assert [child["session_id"] for child in tree["children"]] == ["kid1"]
     assert [child["session_id"] for child in tree["children"][0]["children"]] == ["grandkid"]
     body = summary["summary"]
-    assert body["totals"] == {"events": 5, "actions": 3, "finished_ok": 1, "failed": 1, "open": 1}
+    tokens = {"input": 40, "output": 2, "cache_read": 0, "cache_creation": 0, "total": 42}
+    assert body["totals"] == {
+        "events": 5, "actions": 3, "finished_ok": 1, "failed": 1, "open": 1, "tokens": tokens, "cost_usd": 0.25
+    }  # fmt: skip
+    assert [item["tokens"]["total"] for item in body["sessions"]] == [0, 42, 0]
     assert body["failures"] == [
         {"session_id": "kid1", "action": "test", "error": "2 tests failed", "duration_ms": 900, "seq": 2}
     ]

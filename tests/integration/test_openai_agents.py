@@ -132,3 +132,72 @@ def test_a_run_with_tools_and_a_handoff_becomes_a_session_tree(collector: Any) -
     assert [child["session_id"] for child in tree["children"]] == [planner_id]
     assert [child["session_id"] for child in tree["children"][0]["children"]] == [helper_id]
     assert collector.rejects() == []
+
+
+USAGE_PROGRAM = '''
+from collections.abc import AsyncIterator
+from typing import Any
+
+import agents
+from agents import Agent, ModelResponse, Runner, Usage, generation_span
+from agents.models.interface import Model
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+from gz_ia.client.integrations.openai_agents import GzIaProcessor
+
+
+class MeteredModel(Model):
+    """Answers at once and reports its usage in a generation span, as a model implementation does."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        with generation_span(model="scripted-1") as span:
+            span.span_data.usage = {
+                "input_tokens": 120, "output_tokens": 7, "input_tokens_details": {"cached_tokens": 100},
+            }
+        content = [ResponseOutputText(type="output_text", text="done", annotations=[])]
+        message = ResponseOutputMessage(type="message", id="m", role="assistant", status="completed", content=content)
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+agents.set_trace_processors([GzIaProcessor()])
+result = Runner.run_sync(Agent(name="solo", instructions="-", model=MeteredModel()), "hi")
+assert result.final_output == "done", result.final_output
+'''
+
+
+def test_a_model_span_with_usage_becomes_a_usage_record(collector: Any) -> None:
+    """A generation span's usage and model become a ``model <name>`` cycle whose FINISH carries the
+    tokens, counted in its agent session's totals and rolled up into the trace's session."""
+    result = subprocess.run(
+        [sys.executable, "-c", USAGE_PROGRAM],
+        env=collector.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: len(collector.all_sessions()) == 2, message="two sessions")
+    sessions = collector.all_sessions()
+    (trace_id,) = [sid for sid in sessions if sid.startswith("trace_")]
+    (agent_id,) = [sid for sid in sessions if sid != trace_id]
+    wait_for(lambda: len(collector.session_lines(agent_id)) == 4, message="the agent session's four events")
+    model = [line for line in collector.session_lines(agent_id) if line["action"] == "model scripted-1"]
+    assert [line["stage"] for line in model] == ["READ", "FINISH"]
+    assert model[1]["attrs"] == {
+        "gen_ai.usage.input_tokens": 120,
+        "gen_ai.usage.output_tokens": 7,
+        "gen_ai.usage.cache_read.input_tokens": 100,
+        "gen_ai.request.model": "scripted-1",
+    }
+    rows = {
+        row["session_id"]: row
+        for row in map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
+    }
+    assert rows[agent_id]["tokens"]["total"] == 227
+    assert rows[agent_id]["model"] == "scripted-1"
+    assert rows[trace_id]["tokens"]["total"] == 0
+    assert rows[trace_id]["tree_tokens"]["total"] == 227

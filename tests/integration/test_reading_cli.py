@@ -210,7 +210,18 @@ def test_sessions_lists_parents_counts_and_failures(busy: Any) -> None:
     assert rows["sub"]["failures"] == 1
     assert rows["subsub"]["open_actions"] == 1
     table = _run(busy, "sessions").output.splitlines()
-    assert table[0].split() == ["LAST", "FIRST", "EVENTS", "OPEN", "FAILED", "AGENT", "PARENT", "SESSION"]
+    assert table[0].split() == [
+        "LAST",
+        "FIRST",
+        "EVENTS",
+        "OPEN",
+        "FAILED",
+        "TOKENS",
+        "COST",
+        "AGENT",
+        "PARENT",
+        "SESSION",
+    ]
 
 
 def test_session_tree_draws_subagents_with_status(busy: Any) -> None:

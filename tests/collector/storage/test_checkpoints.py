@@ -37,5 +37,14 @@ def test_a_stored_checkpoint_is_restored_and_written_back_byte_for_byte(harness:
     assert _restored(harness, STORED) == STORED
 
 
+# Since it counted usage: tokens by kind, cost and the newest model.
+WITH_USAGE = STORED.replace(b"}\n", b',"tokens":[10,2,300,0],"cost_usd":0.25,"model":"m-1"}\n')
+
+
+def test_a_checkpoint_with_usage_is_restored_and_written_back_byte_for_byte(harness: Path) -> None:
+    """The usage totals survive the round trip through a session's state."""
+    assert _restored(harness, WITH_USAGE) == WITH_USAGE
+
+
 def test_a_checkpoint_without_the_newest_time_keeps_it_unknown(harness: Path) -> None:
     assert _restored(harness, EARLIER) == EARLIER

@@ -104,7 +104,7 @@ _HOMES: dict[str, str] = {
     "Status": "schema",
     "StoredEvent": "schema",
 }
-_PUBLIC_MODULES = frozenset({"env", "errors", "protocol", "schema"})
+_PUBLIC_MODULES = frozenset({"env", "errors", "protocol", "schema", "usage"})
 """The public modules, reachable as attributes of the package, as they were when it imported them."""
 
 

@@ -33,6 +33,7 @@ from .schema import (
     cut_text,
     is_safe_session_id,
 )
+from .usage import MODEL, usage_attrs
 
 __all__ = [
     "ActionScope",
@@ -443,6 +444,42 @@ class ActionScope:
         if not self._enabled:
             return
         self._attrs = {**(self._attrs or {}), **attrs}
+
+    def usage(
+        self,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_creation_tokens: int | None = None,
+        cost_usd: float | None = None,
+        model: str | None = None,
+    ) -> None:
+        """Record the tokens, cost and model of the model call this action made, on its FINISH.
+
+        Stored as the reserved ``attrs`` keys of :mod:`gz_ia.client.usage` and added to the
+        session's totals; a second call adds its counts to the first's (one action, several calls).
+
+        Raises:
+            TypeError, ValueError: a count is not a non-negative int, the cost not a number >= 0.
+        """
+        recorded = usage_attrs(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_creation_tokens=cache_creation_tokens,
+            cost_usd=cost_usd,
+            model=model,
+        )
+        if not self._enabled:
+            return
+        held = self._attrs or {}
+        for key, value in recorded.items():
+            before = held.get(key)
+            if key != MODEL and isinstance(before, int | float) and not isinstance(before, bool):
+                value = before + value  # type: ignore[operator]  # both counts, or both costs
+            held[key] = value
+        self._attrs = held
 
     def __enter__(self) -> ActionScope:
         if self._enabled:

@@ -34,6 +34,7 @@ from .limits import (
 
 __all__ = [
     "CUT_ATTRS_KEY",
+    "FIRST_SCHEMA_VERSION",
     "MAX_ACTION_LENGTH",
     "MAX_AGENT_LENGTH",
     "MAX_ATTRS",
@@ -42,6 +43,7 @@ __all__ = [
     "MAX_CYCLE_LENGTH",
     "MAX_ERROR_LENGTH",
     "MAX_SESSION_ID_LENGTH",
+    "SCHEMA_VERSION",
     "SESSION_ID_PATTERN",
     "AttrValue",
     "LogEvent",
@@ -150,16 +152,31 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
             raise ValueError("status FAILED requires a non-empty error")
 
 
+SCHEMA_VERSION: Final = 2
+"""The version of what a stored line may hold, written into every line (``schema_version``).
+
+1: the seeds' event (lines without ``schema_version``). 2: ``attrs`` may be a usage record
+(:mod:`gz_ia.client.usage`). Every change to what a line may hold bumps it; readers read every
+version up to theirs and, from a newer line, what they know (unknown fields are never refused).
+An incompatible change (a field whose type or meaning changes) also bumps the root's layout version,
+so that older readers refuse the root instead of misreading it.
+"""
+FIRST_SCHEMA_VERSION: Final = 1
+"""The version of a stored line that names none: written before lines carried one."""
+
+
 class StoredEvent(LogEvent, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A LogEvent as the collector stores it: one JSON line in ``<root>/sessions/<id>.events.jsonl``.
 
     ``seq`` is the per-session write order, starting at 1 without gaps. ``delivery`` is
     ``"<producer>:<n>"``, the sender's idempotency key, which lets the collector recognise a resent
-    event after a crash from the file alone.
+    event after a crash from the file alone. ``schema_version`` is the :data:`SCHEMA_VERSION` the
+    line was written with (:data:`FIRST_SCHEMA_VERSION` when it names none).
     """
 
     seq: int = 0
     delivery: str | None = None
+    schema_version: int = FIRST_SCHEMA_VERSION
     attrs: StoredAttrs | None = None  # type: ignore[assignment]  # LogEvent's, and the null of old lines
 
 

@@ -27,6 +27,8 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── ShareFailed                      sharding.shares      a share process did not start or answer
     ├── TooLarge(ValueError)             http.messages        a request body beyond its route's limit: answered 413
     ├── PeerUnknown(PermissionError)     http.peer            the kernel cannot name a connection's owner: refused
+    ├── OtlpUnavailable                  otlp.bodies          the [otlp] extra is not installed: answered 501
+    ├── BodyUnreadable(ValueError)       otlp.bodies          an OTLP body that is not one (the exporter's): .reason
     ├── _Fallback                        query._scan          private: the fast scan hands over to the careful reader
     ├── _NoAnswer                        oneshot.ledger       private: the collector was reached, gave no verdict
     ├── _NoCollector                     cli._gc              private: nothing listens, gc runs in this process

@@ -2,7 +2,9 @@
 
 Names follow Prometheus conventions: one ``gzia_`` prefix, base units, ``_total`` on counters. Labels
 only ever take values from small fixed sets (stage, status, :class:`RejectReason`, error kinds):
-never a session id, an agent name or error text.
+never a session id or error text. The one exception, the ``agent`` of the usage counters, is
+bounded: the first :data:`MAX_AGENT_LABELS` agent names seen have their own value, later ones share
+``other``.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from prometheus_client.registry import Collector
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.redaction import DEFAULT_RULES
 from gz_ia.client.schema import Stage, Status
+from gz_ia.client.usage import TOKEN_KINDS
 
 __all__ = [
     "HTTP_HOOK_OUTCOMES",
     "HTTP_REFUSALS",
+    "MAX_AGENT_LABELS",
+    "OTLP_REJECT_REASONS",
     "RELOAD_RESULTS",
     "SPOOL_OUTCOMES",
     "WRITE_ERROR_KINDS",
@@ -52,6 +57,11 @@ _DURATION_BUCKETS: Final = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 360
 WRITE_ERROR_KINDS: Final = ("ENOSPC", "EIO", "EROFS", "EDQUOT", "ENOENT", "EACCES", "other")
 RELOAD_RESULTS: Final = ("applied", "refused")
 SPOOL_OUTCOMES: Final = ("adopted", "quarantined")
+OTLP_REJECT_REASONS: Final = ("too_large", "encoding", "content_type", "protobuf", "json", "root")
+"""Why an OTLP export is refused (the ``reason`` of ``gzia_otlp_rejected_total``)."""
+MAX_AGENT_LABELS: Final = 32
+"""Agent names that get a label value of their own on the usage counters (later ones: ``other``)."""
+OTHER_AGENT: Final = "other"
 
 
 def write_error_kind(exc: OSError) -> str:
@@ -289,6 +299,44 @@ class Metrics:
             registry=registry,
         )
         self._redaction_children: dict[str, Counter] = {}
+        self.tokens = Counter(
+            "gzia_tokens_total",
+            "Tokens of the usage records written, by kind (input, output, cache_read, cache_creation) "
+            "and agent (the first 32 agent names; later ones as other).",
+            ["kind", "agent"],
+            registry=registry,
+        )
+        self.cost_usd = Counter(
+            "gzia_cost_usd_total",
+            "Cost in US dollars of the usage records written, as the agents report it, by agent.",
+            ["agent"],
+            registry=registry,
+        )
+        self._agent_labels: set[str] = set()
+        self.otlp_rejected = Counter(
+            "gzia_otlp_rejected_total",
+            "OTLP/HTTP exports refused, by reason: too_large (413), encoding, content_type, protobuf, json, "
+            "root (400).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in OTLP_REJECT_REASONS:
+            self.otlp_rejected.labels(reason)
+        self.otlp_busy = Counter(
+            "gzia_otlp_busy_total",
+            "OTLP/HTTP exports answered 429 (retry later): the collector held as much as it takes.",
+            registry=registry,
+        )
+        self.otlp_records = Counter(
+            "gzia_otlp_records_total",
+            "Spans and log records received over OTLP that became cycles, by signal and outcome: staged "
+            "(written, or a duplicate of one written), joined (the agent's hooks already hold the cycle).",
+            ["signal", "outcome"],
+            registry=registry,
+        )
+        for signal in ("traces", "logs"):
+            for outcome in ("staged", "joined"):
+                self.otlp_records.labels(signal, outcome)
         self.config_reloads = Counter(
             "gzia_config_reloads_total",
             "Configuration reloads (SIGHUP), by result: applied or refused.",
@@ -332,6 +380,21 @@ class Metrics:
         if child is None:
             child = self._redaction_children[rule] = self.redactions.labels(rule)
         child.inc(amount)
+
+    def count_usage(self, usage: Iterable[tuple[str, tuple[tuple[int, int, int, int], float, str]]]) -> None:
+        """Add a batch's written usage records, ``(agent, (tokens by kind, cost, model))``."""
+        for agent, (tokens, cost, _model) in usage:
+            label = agent
+            if label not in self._agent_labels:
+                if len(self._agent_labels) >= MAX_AGENT_LABELS:
+                    label = OTHER_AGENT
+                else:
+                    self._agent_labels.add(label)
+            for kind, count in zip(TOKEN_KINDS, tokens, strict=True):
+                if count:
+                    self.tokens.labels(kind, label).inc(count)
+            if cost:
+                self.cost_usd.labels(label).inc(cost)
 
     def observe_actions(self, durations: Iterable[tuple[Status, int]]) -> None:
         """Record a batch's written FINISH events as ``(status, duration_ms)`` pairs."""

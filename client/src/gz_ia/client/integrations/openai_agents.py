@@ -18,9 +18,12 @@ What becomes what (docs/user-guide.md, "OpenAI Agents SDK"):
   events' cycle id) so that calls of one tool at once stay apart: PENDING at its start, FINISH OK
   or FAILED with the error and the duration at its end; only the sizes of its input and output are
   kept (``attrs``), never them;
-- a handoff span is an instant cycle ``handoff to <agent>`` in the session handing off.
+- a handoff span is an instant cycle ``handoff to <agent>`` in the session handing off;
+- a model span (generation, response) that reports usage is a cycle ``model <name>`` of its agent's
+  session, keyed by the span id: READ and FINISH at its end, the FINISH carrying its tokens and model
+  (:mod:`gz_ia.client.usage`), so that the session's totals count them.
 
-Task, turn, model (generation, response), guardrail and custom spans are not logged. The processor
+Task, turn, guardrail and custom spans, and model spans without usage, are not logged. The processor
 never raises into the SDK and never blocks: it only calls the client's ``log()``.
 """
 
@@ -33,7 +36,9 @@ from typing import Any, Final
 from agents.tracing import (
     AgentSpanData,
     FunctionSpanData,
+    GenerationSpanData,
     HandoffSpanData,
+    ResponseSpanData,
     Span,
     Trace,
     TracingProcessor,
@@ -41,6 +46,7 @@ from agents.tracing import (
 
 from gz_ia.client._scope import EventSink, get_client
 from gz_ia.client.schema import Stage, Status
+from gz_ia.client.usage import usage_attrs
 
 __all__ = ["GzIaProcessor"]
 
@@ -73,6 +79,29 @@ def _error(span: Span[Any]) -> str | None:
     detail = data.get("error") if isinstance(data, dict) else None
     # Whole: the client cuts a long error to its limit and marks it as cut.
     return f"{error.get('message', 'error')}: {detail}" if detail else str(error.get("message", "error"))
+
+
+def _tokens(usage: dict[str, Any], key: str, *details: str) -> int | None:
+    value: Any = usage.get(key)
+    for name in details:
+        value = value.get(name) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _model_usage(data: GenerationSpanData | ResponseSpanData) -> tuple[str, dict[str, Any]] | None:
+    """A model span's model name and usage attrs; None when it reports no usage."""
+    usage = data.usage
+    if not isinstance(usage, dict) or not usage:
+        return None
+    response_model = getattr(data, "response", None) and getattr(data.response, "model", None)  # type: ignore[union-attr]
+    model = str((data.model if isinstance(data, GenerationSpanData) else response_model) or "")
+    attrs = usage_attrs(
+        input_tokens=_tokens(usage, "input_tokens"),
+        output_tokens=_tokens(usage, "output_tokens"),
+        cache_read_tokens=_tokens(usage, "input_tokens_details", "cached_tokens"),
+        model=model or None,
+    )
+    return model or "model", attrs
 
 
 class GzIaProcessor(TracingProcessor):
@@ -193,6 +222,21 @@ class GzIaProcessor(TracingProcessor):
                 self._log(
                     session, action, Stage.FINISH, duration_ms=_duration_ms(span), attrs=attrs, cycle=cycle, **outcome
                 )
+            elif isinstance(data, GenerationSpanData | ResponseSpanData):
+                called = _model_usage(data)
+                if called is not None:
+                    model, attrs = called
+                    action, cycle = _tool_cycle(f"model {model}", span.span_id)
+                    self._log(session, action, Stage.READ, cycle=cycle)
+                    self._log(
+                        session,
+                        action,
+                        Stage.FINISH,
+                        duration_ms=_duration_ms(span),
+                        attrs=attrs,
+                        cycle=cycle,
+                        **outcome,
+                    )
             elif isinstance(data, HandoffSpanData) and data.to_agent:
                 with self._lock:
                     self._handoffs[(span.trace_id, data.to_agent)] = session

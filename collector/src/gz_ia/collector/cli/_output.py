@@ -90,8 +90,26 @@ def not_found(ctx: click.Context, exc: Exception) -> None:
     ctx.exit(EXIT_NOT_FOUND)
 
 
-def summary_json(summary: Any) -> dict[str, Any]:
-    """A session summary as JSON (``gz-ia sessions --json``, ``gz-ia session tree --json``): times in UTC."""
+def tokens_json(tokens: tuple[int, int, int, int]) -> dict[str, int]:
+    """Tokens by kind as JSON: ``input``, ``output``, ``cache_read``, ``cache_creation`` and ``total``."""
+    from gz_ia.client.usage import TOKEN_KINDS
+
+    return {**dict(zip(TOKEN_KINDS, tokens, strict=True)), "total": sum(tokens)}
+
+
+def summary_json(summary: Any, tree: tuple[tuple[int, int, int, int], float] | None = None) -> dict[str, Any]:
+    """A session summary as JSON (``gz-ia sessions --json``, ``gz-ia session tree --json``): times in UTC.
+
+    ``tree``: the session's usage with its subagents' (``tree_tokens``, ``tree_cost_usd``).
+    """
+    usage: dict[str, Any] = {
+        "tokens": tokens_json(summary.tokens),
+        "cost_usd": summary.cost_usd,
+        "model": summary.model or None,
+    }
+    if tree is not None:
+        usage["tree_tokens"] = tokens_json(tree[0])
+        usage["tree_cost_usd"] = tree[1]
     return {
         "session_id": summary.session_id,
         "parent_session_id": summary.parent_session_id,
@@ -106,4 +124,5 @@ def summary_json(summary: Any) -> dict[str, Any]:
         "segments": summary.segments,
         "incomplete": summary.incomplete,
         "unreadable": list(summary.unreadable),
+        **usage,
     }

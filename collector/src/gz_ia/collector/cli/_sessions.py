@@ -57,11 +57,12 @@ def sessions_command(
 ) -> None:
     """List the sessions of the root, the most recently active last (first with -r).
 
-    Columns: last and first event time, events, open actions, failures, agent, parent, and the
-    session id last, whole, so that it can be copied even when it is 128 characters long (a long
-    agent or parent is shortened in the middle; --json keeps every field whole). Times are local
-    with their offset, as in gz-ia logs, unless --utc. A session some of whose stored events cannot
-    be read is named on stderr and the command exits 3.
+    Columns: last and first event time, events, open actions, failures, tokens and cost (the
+    session's with its subagents'), agent, parent, and the session id last, whole, so that it can be
+    copied even when it is 128 characters long (a long agent or parent is shortened in the middle;
+    --json keeps every field whole). Times are local with their offset, as in gz-ia logs, unless
+    --utc. A session some of whose stored events cannot be read is named on stderr and the command
+    exits 3.
     """
     from gz_ia.collector import reading
     from gz_ia.collector.query import SessionQuery, select_sessions
@@ -91,7 +92,9 @@ def sessions_command(
 
     try:
         reading.require_root(root)
-        summaries = select_sessions(reading.list_sessions(root, verify=verify), query, role_of)
+        every = reading.list_sessions(root, verify=verify)
+        rolled = reading.tree_usage(every)
+        summaries = select_sessions(every, query, role_of)
     except reading.RootNotFound as exc:
         not_found(ctx, exc)
     except reading.LayoutError as exc:
@@ -102,11 +105,11 @@ def sessions_command(
     out = Output(flush_each=False)
     if as_json:
         for summary in summaries:
-            out.line(json.dumps(summary_json(summary)))
+            out.line(json.dumps(summary_json(summary, rolled.get(summary.session_id))))
     elif summaries:
         colour = use_colour(color, out.stream)
         with paged(pager):
-            for line in format_sessions(summaries, colour=colour, utc=utc):
+            for line in format_sessions(summaries, colour=colour, utc=utc, usage=rolled):
                 out.line(line)
             out.flush()
     elif not quiet:

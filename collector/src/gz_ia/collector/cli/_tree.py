@@ -37,7 +37,7 @@ def session_tree_command(ctx: click.Context, session_id: str, as_json: bool, col
 
         def encode(item: Any) -> dict[str, Any]:
             return {
-                **summary_json(item.summary),
+                **summary_json(item.summary, (item.tree_tokens, item.tree_cost_usd)),
                 "status": item.status,
                 "duration_seconds": item.duration_seconds,
                 "children": [encode(child) for child in item.children],

@@ -72,6 +72,8 @@ class Route:
         prefix: the route also serves every path under ``path`` (which then ends with ``/``).
         max_body: the largest body read for it; beyond, 413 without reading the rest.
         endpoint: the name ``gz-ia status --json`` lists this route's URL under (``endpoints``).
+        listed: the path listed under ``endpoint`` when it is not ``path`` itself (``""``: the base
+            URL, as an OTLP exporter's endpoint takes it).
     """
 
     method: str
@@ -80,6 +82,7 @@ class Route:
     prefix: bool = False
     max_body: int = DEFAULT_MAX_BODY
     endpoint: str | None = None
+    listed: str | None = None
 
 
 class Routes:
@@ -119,7 +122,9 @@ class Routes:
         """``name → path`` of the routes that name an endpoint."""
         named = [route for methods in self._exact.values() for route in methods.values()]
         named += [route for _prefix, methods in self._prefixes for route in methods.values()]
-        return {route.endpoint: route.path for route in named if route.endpoint}
+        return {
+            route.endpoint: route.path if route.listed is None else route.listed for route in named if route.endpoint
+        }
 
 
 def decoded_body(request: Request, limit: int) -> bytes:

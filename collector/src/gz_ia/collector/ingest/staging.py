@@ -24,7 +24,8 @@ import msgspec
 from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.redaction import Redactor
-from gz_ia.client.schema import FAILED, LogEvent, Stage, Status, is_safe_session_id, storable
+from gz_ia.client.schema import FAILED, SCHEMA_VERSION, LogEvent, Stage, Status, is_safe_session_id, storable
+from gz_ia.client.usage import usage_of
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.sessions import RootStore, SessionState
 from gz_ia.collector.storage.tally import note_delivery
@@ -46,6 +47,8 @@ from .validation import DecodedBatch
 
 __all__ = ["BatchOutcome", "Ingest", "RejectRecord"]
 
+_VERSION: Final = b"%d" % SCHEMA_VERSION
+"""Every stored line says the schema version it was written with (``gz_ia.client.schema.SCHEMA_VERSION``)."""
 _SAFE_PARENTS_KEPT: Final = 65_536
 LOSS_AGENT: Final = "gz-ia"
 """Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
@@ -81,6 +84,7 @@ class BatchOutcome:
         "rejects",
         "seqs",
         "touched",
+        "usage",
         "written",
     )
 
@@ -99,6 +103,8 @@ class BatchOutcome:
         """``(status, duration_ms)`` of the staged FINISH events that carry a duration."""
         self.duplicates = 0
         self.client_dropped = 0
+        self.usage: list[tuple[str, tuple[tuple[int, int, int, int], float, str]]] = []
+        """``(agent, usage)`` of each staged usage record (:func:`gz_ia.client.usage.usage_of`)."""
         self.received_at = received_at
 
     def intact(self) -> bool:
@@ -170,7 +176,7 @@ class Ingest:
         # The producer as a JSON string without its closing quote (escaped, though hello admits only
         # hex ids: adopted spools take theirs from a file name), with "%" doubled for the format.
         quoted = self._encoder.encode(producer)[:-1].replace(b"%", b"%%")
-        tail = b',"seq":%d,"delivery":' + quoted + b':%d"}\n'
+        tail = b',"seq":%d,"schema_version":' + _VERSION + b',"delivery":' + quoted + b':%d"}\n'
         first = batch.first
         if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
             # Below 1 every number would pass for a duplicate of one already written.
@@ -270,11 +276,20 @@ class Ingest:
                 state.newest_stamp = stamp
             if not state.first_time:
                 state.note_first(event)
+            elif not state.parent and event.parent_session_id is not None:
+                # A session's first events may not know its parent yet (an OTLP span exported
+                # before its agent's span): the first event that names one gives it.
+                state.parent = event.parent_session_id
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
             if stage is _FINISH:
                 state.ended_failed = event.status is FAILED
+            if event.attrs is not None:
+                used = usage_of(event.attrs)
+                if used is not None:
+                    state.add_usage(used)
+                    outcome.usage.append((event.agent, used))
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:

@@ -160,6 +160,9 @@ class SessionRow(TypedDict):
     last_action: str
     last_stage: StageName
     last_status: StatusName
+    tokens: Annotated[int, Field(description="Tokens of the session's usage records, with its subagents'.")]
+    cost_usd: Annotated[float, Field(description="Cost in US dollars, with its subagents'.")]
+    model: str | None
 
 
 class SessionList(TypedDict):
@@ -184,7 +187,7 @@ class SessionTree(TypedDict):
     """A session's subagent tree and its summary."""
 
     tree: TreeNode
-    summary: Annotated[dict[str, Any], Field(description="Counts, failures, open actions, durations.")]
+    summary: Annotated[dict[str, Any], Field(description="Counts, failures, open actions, durations, tokens and cost.")]
 
 
 class ToolContext:
@@ -394,6 +397,7 @@ def list_sessions(
     """List sessions under the root, most recently active first, with agent, parent and counts."""
     root = context.root
     summaries = _sessions(root)
+    rolled = reading.tree_usage(summaries)
     recent = query.select_sessions(summaries, query.SessionQuery(limit=_clamp(limit)), role_of=lambda _: None)
     rows: list[SessionRow] = []
     for summary in reversed(recent):  # select_sessions puts the most recently active last
@@ -417,6 +421,9 @@ def list_sessions(
                 "last_action": tail.action,
                 "last_stage": tail.stage.value,
                 "last_status": tail.status.value,
+                "tokens": sum(rolled.get(summary.session_id, (summary.tokens, 0.0))[0]),
+                "cost_usd": rolled.get(summary.session_id, (summary.tokens, summary.cost_usd))[1],
+                "model": summary.model or None,
             }
         )
     return {"root": str(root), "sessions": rows, "total": len(summaries)}

@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 from gz_ia.client.schema import Status, StoredEvent
 from gz_ia.collector.errors import CollectorError
 
-from .spans import SpanData, session_span_id, trace_id_of
+from .spans import SpanData, attribute_name, session_span_id, trace_id_of
 
 __all__ = [
     "EVENT_NAME",
@@ -70,7 +70,7 @@ def event_attributes(event: StoredEvent, root_session_id: str) -> dict[str, str 
         attributes["exception.message"] = event.error
     for key, value in (event.attrs or {}).items():
         if value is not None:  # a null of an old line: OpenTelemetry has no null attribute
-            attributes[f"gz_ia.attr.{key}"] = value
+            attributes[attribute_name(key)] = value
     return attributes
 
 

@@ -24,6 +24,7 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.client.usage import COST_USD, MODEL, TOKEN_KEYS
 
 __all__ = [
     "MAX_SPAN_EVENTS",
@@ -32,6 +33,7 @@ __all__ = [
     "SpanData",
     "SpanEventData",
     "TraceState",
+    "attribute_name",
     "cycle_span_id",
     "fold",
     "session_span",
@@ -166,6 +168,18 @@ def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> 
     return finished
 
 
+_COST: Final = "gz_ia.cost_usd"
+_USAGE_KEYS: Final = frozenset((*TOKEN_KEYS, MODEL))
+
+
+def attribute_name(key: str) -> str:
+    """The OpenTelemetry attribute an ``attrs`` key is exported as: ``gz_ia.attr.<key>``, except the
+    usage keys, which are the GenAI conventions' own (the cost, which has none, ``gz_ia.cost_usd``)."""
+    if key in _USAGE_KEYS:
+        return key
+    return _COST if key == COST_USD else f"gz_ia.attr.{key}"
+
+
 def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> SpanData:
     session_id = finish.session_id
     attributes: dict[str, Attr] = {
@@ -191,7 +205,7 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
     if failed:
         attributes["error.type"] = "gz_ia.failed"
     for key, value in cycle.attrs.items():
-        attributes[f"gz_ia.attr.{key}"] = value
+        attributes[attribute_name(key)] = value
     start = cycle.events[0].time_ns if cycle.events else _ns(finish.timestamp)
     return SpanData(
         name=f"execute_tool {cycle.action}",

@@ -42,7 +42,7 @@ from .follow import CursorExpired, follow
 from .gaps import Gap
 from .pages import Entry, Filters, Page, copy_lines, cursor_before, event_at, iter_events, read_page, time_runs
 from .segments import RootNotFound, SessionNotFound, require_root
-from .sessions import MAX_TREE_DEPTH, SessionSummary, TreeNode, list_sessions, session_tree
+from .sessions import MAX_TREE_DEPTH, SessionSummary, TreeNode, list_sessions, session_tree, tree_usage
 
 __all__ = [
     "MAX_TREE_DEPTH",
@@ -74,4 +74,5 @@ __all__ = [
     "require_root",
     "session_tree",
     "time_runs",
+    "tree_usage",
 ]

@@ -46,6 +46,7 @@ __all__ = [
     "covering_checkpoint",
     "list_sessions",
     "session_tree",
+    "tree_usage",
 ]
 
 
@@ -78,6 +79,17 @@ class SessionSummary(msgspec.Struct, frozen=True):
         past the failure (a failed tool call the agent recovered from does not make a failed session).
         Where the last FINISH is unknown (an earlier gz-ia's checkpoint), any FAILED event counts."""
         return bool(self.failures) if self.ended_failed is None else self.ended_failed
+
+    tokens: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """Tokens of the session's own usage records by kind: input, output, cache read, cache creation."""
+    cost_usd: float = 0.0
+    model: str = ""
+    """The model of the session's newest usage record that names one."""
+
+    @property
+    def total_tokens(self) -> int:
+        """Every token of the session's own usage records, all kinds together."""
+        return sum(self.tokens)
 
 
 MAX_TREE_DEPTH: Final = 64
@@ -115,6 +127,20 @@ class TreeNode(msgspec.Struct):
         """Seconds from the first to the last event, when both are known."""
         first, last = self.summary.first_time, self.summary.last_time
         return None if first is None or last is None else max(0.0, (last - first).total_seconds())
+
+    @property
+    def tree_tokens(self) -> tuple[int, int, int, int]:
+        """Tokens by kind of this session and every session below it (subagents included)."""
+        totals = [0, 0, 0, 0]
+        for _depth, node in self.walk():
+            for index, count in enumerate(node.summary.tokens):
+                totals[index] += count
+        return (totals[0], totals[1], totals[2], totals[3])
+
+    @property
+    def tree_cost_usd(self) -> float:
+        """Cost of this session and every session below it (subagents included)."""
+        return sum(node.summary.cost_usd for _depth, node in self.walk())
 
     def walk(self, depth: int = 0) -> Iterator[tuple[int, TreeNode]]:
         """Yield ``(depth, node)`` for this node and every descendant, depth first."""
@@ -176,6 +202,9 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         segments=segments,
         incomplete=incomplete,
         root_session_id=state.tree_root or None,
+        tokens=(state.tokens[0], state.tokens[1], state.tokens[2], state.tokens[3]),
+        cost_usd=state.cost_usd,
+        model=state.model,
         ended_failed=state.ended_failed,
     )
 
@@ -374,6 +403,37 @@ def build_tree(summaries: Iterable[SessionSummary], session_id: str) -> TreeNode
             node.hidden += len(below)
             below = [grandchild for child in below for grandchild in unseen_children(child.session_id)]
     return top_node
+
+
+TreeUsage = tuple[tuple[int, int, int, int], float]
+"""Tokens by kind and cost of a session with every session below it."""
+
+
+def tree_usage(summaries: Iterable[SessionSummary]) -> dict[str, TreeUsage]:
+    """Return each session's usage rolled up over its subagents (every session below it).
+
+    Each session's own usage is added to it and to each ancestor its ``parent_session_id`` chain
+    names, at most :data:`MAX_TREE_DEPTH` levels up (a parent cycle is walked once). Ancestors known
+    only as parents get an entry too.
+    """
+    parents: dict[str, str] = {}
+    own: list[SessionSummary] = []
+    for summary in summaries:
+        own.append(summary)
+        if summary.parent_session_id:
+            parents[summary.session_id] = summary.parent_session_id
+    totals: dict[str, list[float]] = {}
+    for summary in own:
+        counts = (*summary.tokens, summary.cost_usd)
+        node: str | None = summary.session_id
+        seen: set[str] = set()
+        while node is not None and node not in seen and len(seen) <= MAX_TREE_DEPTH:
+            seen.add(node)
+            total = totals.setdefault(node, [0, 0, 0, 0, 0.0])
+            for index, count in enumerate(counts):
+                total[index] += count
+            node = parents.get(node)
+    return {session_id: ((int(t[0]), int(t[1]), int(t[2]), int(t[3])), float(t[4])) for session_id, t in totals.items()}
 
 
 def _no_events(session_id: str, parent: str | None) -> SessionSummary:

@@ -23,4 +23,6 @@ def collector_routes(collector: Collector) -> Routes:
         body = {"service": "gz-ia-collector", "version": collector.version, "endpoints": endpoints}
         return Response(200, json.dumps(body).encode() + b"\n")
 
-    return Routes([Route("GET", "/", index)])
+    from .otlp_receiver import otlp_routes
+
+    return Routes([Route("GET", "/", index), *otlp_routes(collector)])

@@ -203,6 +203,8 @@ class WritePasses:
             metrics.duplicates.inc(outcome.duplicates)
         if outcome.client_dropped:
             metrics.client_dropped.inc(outcome.client_dropped)
+        if outcome.usage:
+            metrics.count_usage(outcome.usage)
 
     def _report_unrecorded(self, outcome: BatchOutcome) -> None:
         """A batch's reject records were lost with a failed write of the rejects file: its rejections

@@ -61,6 +61,11 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The greatest event timestamp covered: timestamps are the agents' and may go backwards, so
     ``last_time`` does not bound them. Readers skip a session whose newest event is older than
     ``--since``. Empty when unknown (no event yet, or a checkpoint of an earlier gz-ia)."""
+    tokens: list[int] = []
+    """Tokens of the usage records covered, by kind (input, output, cache read, cache creation)."""
+    cost_usd: float = 0.0
+    model: str = ""
+    """The model of the newest usage record covered that names one."""
 
 
 _encoder: Final = msgspec.json.Encoder()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from gz_ia.client.schema import Stage
+from gz_ia.client.usage import usage_of
 
 from .checkpoints import Checkpoint
 from .names import session_archive
@@ -37,6 +38,7 @@ class Trace(msgspec.Struct, gc=False):
     parent_session_id: str | None = None
     agent: str = ""
     root_session_id: str | None = None
+    attrs: dict[str, Any] | None = None
 
 
 _trace_decoder: Final = msgspec.json.Decoder(Trace)
@@ -73,7 +75,13 @@ class SessionFold(SessionTally):
             self.parent = trace.parent_session_id or ""
             self.tree_root = trace.root_session_id or ""
             self.agent = trace.agent
+        elif not self.parent and trace.parent_session_id:
+            self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
+        if trace.attrs is not None:
+            used = usage_of(trace.attrs)
+            if used is not None:
+                self.add_usage(used)
         if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
             self.newest_time = trace.timestamp
 

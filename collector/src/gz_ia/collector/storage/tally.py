@@ -1,10 +1,11 @@
 """A session's running tally: the one definition of what its lines amount to so far.
 
 ``seq``, the open cycles, the delivery watermarks, the FAILED count and whether the last FINISH
-failed, the first and last timestamps, the parent, tree root and agent of its first event, and the
-greatest timestamp. The writer's session state keeps it up to date as events are staged; recovery
-and the readers rebuild it by folding lines (:class:`.replay.SessionFold`); both convert it to and
-from its persisted form, the :class:`.checkpoints.Checkpoint`, only here.
+failed, the first and last timestamps, the parent (of the first event that names one), the tree
+root and agent of its first event, the greatest timestamp, and the usage records' tokens, cost and
+model. The writer's session state keeps it up to date as events are staged; recovery and the readers
+rebuild it by folding lines (:class:`.replay.SessionFold`); both convert it to and from its
+persisted form, the :class:`.checkpoints.Checkpoint`, only here.
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ OpenCycles = dict[str | tuple[str, str], Stage]
 
 TALLY_FIELDS: Final = (
     "agent",
+    "cost_usd",
     "ended_failed",
     "failures",
     "first_time",
     "last_time",
     "marks",
+    "model",
     "newest_time",
     "open_actions",
     "parent",
     "seq",
+    "tokens",
     "tree_root",
 )
 """The tally's fields: the slots that each class mixing in :class:`SessionTally` declares."""
@@ -68,6 +72,23 @@ class SessionTally:
     """The greatest timestamp; "" before the first event, None when unknown for good (restored from a
     checkpoint of an earlier gz-ia, which did not record it)."""
 
+    tokens: list[int]
+    """Tokens by kind (:data:`gz_ia.client.usage.TOKEN_KINDS`) of the session's usage records.
+    Restored from a checkpoint of an earlier gz-ia, which counted none, they start at zero."""
+    cost_usd: float
+    model: str
+    """The model of the newest usage record that names one."""
+
+    def add_usage(self, used: tuple[tuple[int, int, int, int], float, str]) -> None:
+        """Count one usage record (:func:`gz_ia.client.usage.usage_of`)."""
+        counts, cost, model = used
+        tokens = self.tokens
+        for index, count in enumerate(counts):
+            tokens[index] += count
+        self.cost_usd += cost
+        if model:
+            self.model = model
+
     def clear_tally(self) -> None:
         """Start from a session with no events."""
         self.seq = 0
@@ -81,6 +102,9 @@ class SessionTally:
         self.tree_root = ""
         self.agent = ""
         self.newest_time = ""
+        self.tokens = [0, 0, 0, 0]
+        self.cost_usd = 0.0
+        self.model = ""
 
     def load_tally(self, checkpoint: Checkpoint) -> None:
         """Take the tally a checkpoint stored."""
@@ -99,6 +123,9 @@ class SessionTally:
         self.tree_root = checkpoint.tree_root
         self.agent = checkpoint.agent
         self.newest_time = checkpoint.newest_time if checkpoint.newest_time or not checkpoint.seq else None
+        self.tokens = [*checkpoint.tokens, 0, 0, 0, 0][:4]
+        self.cost_usd = checkpoint.cost_usd
+        self.model = checkpoint.model
 
     def copy_tally(self, other: SessionTally) -> None:
         """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
@@ -132,6 +159,9 @@ class SessionTally:
             tree_root=self.tree_root,
             agent=self.agent,
             newest_time=self.newest_time or "",
+            tokens=list(self.tokens) if any(self.tokens) else [],
+            cost_usd=self.cost_usd,
+            model=self.model,
         )
 
 

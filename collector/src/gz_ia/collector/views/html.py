@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from gz_ia.client.schema import Status
 
-from .terminal import format_duration, plural
+from .terminal import format_cost, format_duration, format_tokens, plural
 from .timeline import ActionSpan, ActionTotals, LeftOut, SessionNode
 
 __all__ = ["COLOURS", "Window", "render_html"]
@@ -248,6 +248,13 @@ def render_html(node: SessionNode, *, title: str | None = None, window: Window |
         f'<b class="{"bad" if failed_total else ""}">{failed_total}</b> failed · '
         f"<b>{still_open}</b> open"
     )
+    tree_tokens = sum(sum(current.tokens) for current in everything)
+    tree_cost = sum(current.cost_usd for current in everything)
+    if tree_tokens or tree_cost:
+        add(
+            f' · <b class="tokens">{html.escape(format_tokens(tree_tokens))}</b> tokens · '
+            f'<b class="cost">{html.escape(format_cost(tree_cost))}</b>'
+        )
     if start and end:
         add(f" · {html.escape(_ts(start))} → {html.escape(_ts(end))} ({format_duration(int(total_ms))})")
     add("</div>")
@@ -280,6 +287,12 @@ def render_html(node: SessionNode, *, title: str | None = None, window: Window |
             + (f"\nparent {current.parent_session_id}" if current.parent_session_id else "")
             + f"\n{plural(current.events, 'event')}, {plural(current.cycles, 'action')}{drawn_note}, {failed} failed"
             + f"\n{_ts(current.first)} → {_ts(current.last)}"
+            + (
+                f"\n{format_tokens(sum(current.tokens))} tokens, {format_cost(current.cost_usd)}"
+                + (f", {current.model}" if current.model else "")
+                if sum(current.tokens) or current.cost_usd
+                else ""
+            )
         )
         add(
             f'<div class="row session" data-session="{html.escape(current.session_id)}" '

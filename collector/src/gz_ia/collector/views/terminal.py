@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.client.usage import usage_of
 
 if TYPE_CHECKING:
     from gz_ia.collector.reading import SessionSummary, TreeNode
@@ -122,9 +123,24 @@ def format_event(
     parts.append(_paint(action, _BOLD, colour) if failed else action)
     if event.duration_ms is not None and full:
         parts.append(f"({format_duration(event.duration_ms)})")
+    if event.attrs is not None and full:
+        used = usage_of(event.attrs)
+        if used is not None:
+            parts.append(_paint(format_usage(used), _DIM, colour))
     if event.error:
         parts.append(_paint(f"error: {printable(event.error)}", _FAILED, colour))
     return " ".join(parts)
+
+
+def format_usage(used: tuple[tuple[int, int, int, int], float, str]) -> str:
+    """A usage record as ``[model: 12 in, 3 out, 1.0k cache read, $0.0100]`` (the kinds it has)."""
+    tokens, cost, model = used
+    named = ("in", "out", "cache read", "cache write")
+    counts = [f"{format_tokens(count)} {name}" for count, name in zip(tokens, named, strict=True) if count]
+    if cost:
+        counts.append(format_cost(cost))
+    text = ", ".join(counts) or "no tokens"
+    return f"[{printable(model)}: {text}]" if model else f"[{text}]"
 
 
 def format_duration(ms: int) -> str:
@@ -148,15 +164,43 @@ def _when(value: datetime | None, *, utc: bool) -> str:
     return "-" if value is None else format_time(value, utc=utc, timespec="seconds")
 
 
-def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False, utc: bool = True) -> list[str]:
+def format_tokens(count: int) -> str:
+    """A token count as a few characters: ``950``, ``12.3k``, ``4.1M``; ``-`` for none."""
+    if not count:
+        return "-"
+    if count < 1000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1_000_000:.1f}M"
+
+
+def format_cost(cost: float) -> str:
+    """A cost in US dollars: ``$0.0123``, ``$4.56``; ``-`` for none."""
+    if not cost:
+        return "-"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+
+
+def format_sessions(
+    summaries: Iterable[SessionSummary],
+    *,
+    colour: bool = False,
+    utc: bool = True,
+    usage: dict[str, tuple[tuple[int, int, int, int], float]] | None = None,
+) -> list[str]:
     """Return the ``gz-ia sessions`` table: a header line, then one line per session (times as in
     :func:`format_time`: UTC, or the local zone with its offset).
+
+    TOKENS and COST are the session's with its subagents' (``usage``: from
+    :func:`~gz_ia.collector.reading.tree_usage`), else its own.
 
     The session id comes last and whole (ids reach 128 characters and must stay copyable); a long
     agent or parent is shortened in the middle so that the other columns keep their place.
     """
-    rows = [("LAST", "FIRST", "EVENTS", "OPEN", "FAILED", "AGENT", "PARENT", "SESSION")]
+    rows = [("LAST", "FIRST", "EVENTS", "OPEN", "FAILED", "TOKENS", "COST", "AGENT", "PARENT", "SESSION")]
     for item in summaries:
+        tokens, cost = (usage or {}).get(item.session_id, (item.tokens, item.cost_usd))
         rows.append(
             (
                 _when(item.last_time, utc=utc),
@@ -164,6 +208,8 @@ def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False
                 str(item.events),
                 str(item.open_actions),
                 str(item.failures),
+                format_tokens(sum(tokens)),
+                format_cost(cost),
                 _middle(printable(item.agent) or "-", _NAME_WIDTH),
                 _middle(item.parent_session_id or "-", _NAME_WIDTH),
                 item.session_id,
@@ -173,7 +219,7 @@ def format_sessions(summaries: Iterable[SessionSummary], *, colour: bool = False
     lines = []
     for number, row in enumerate(rows):
         cells = [
-            _pad(cell, width, right=2 <= index <= 4)
+            _pad(cell, width, right=2 <= index <= 6)
             for index, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         line = "  ".join(cells).rstrip()
@@ -248,6 +294,11 @@ def format_tree(node: TreeNode, *, colour: bool = False) -> list[str]:
             details += f", {summary.failures} failed"
         if summary.open_actions:
             details += f", {summary.open_actions} open"
+        if summary.total_tokens or summary.cost_usd:
+            details += f", {format_tokens(summary.total_tokens)} tokens {format_cost(summary.cost_usd)}"
+        below = item.tree_tokens, item.tree_cost_usd
+        if item.children and (sum(below[0]), below[1]) != (summary.total_tokens, summary.cost_usd):
+            details += f"; with subagents {format_tokens(sum(below[0]))} tokens {format_cost(below[1])}"
         name = _paint(item.session_id, _SESSION, colour)
         return f"{name}  {printable(summary.agent) or '-'}  {status}  {_seconds(item.duration_seconds)}  ({details})"
 

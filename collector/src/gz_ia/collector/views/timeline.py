@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.client.usage import TOKEN_KINDS, usage_of
 from gz_ia.collector import reading
 
 __all__ = [
@@ -94,6 +95,10 @@ class SessionNode:
     """Every cycle of the events read, drawn (in ``actions``) or left out."""
     finished_ok: int = 0
     failed: int = 0
+    tokens: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    """Tokens by kind of the usage records read (:data:`gz_ia.client.usage.TOKEN_KINDS`)."""
+    cost_usd: float = 0.0
+    model: str = ""
 
     def walk(self, depth: int = 0) -> Iterable[tuple[int, SessionNode]]:
         """Yield ``(depth, node)`` for this node and its descendants, depth first."""
@@ -168,6 +173,14 @@ class TimelineBuilder:
         if node is None:
             node = self.nodes[session_id] = SessionNode(session_id)
         node.events += 1
+        if event.attrs is not None:
+            used = usage_of(event.attrs)
+            if used is not None:
+                counts, cost, model = used
+                for index, count in enumerate(counts):
+                    node.tokens[index] += count
+                node.cost_usd += cost
+                node.model = model or node.model
         seq = event.seq
         if seq > node.last_seq:  # noqa: PLR1730 - a call per event (see above)
             node.last_seq = seq
@@ -322,7 +335,9 @@ def summarize(node: SessionNode) -> dict[str, Any]:
     sessions: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     open_actions: list[dict[str, Any]] = []
-    totals = {"events": 0, "actions": 0, "finished_ok": 0, "failed": 0, "open": 0}
+    totals: dict[str, Any] = {"events": 0, "actions": 0, "finished_ok": 0, "failed": 0, "open": 0}
+    tree_tokens = [0, 0, 0, 0]
+    tree_cost = 0.0
     for depth, current in node.walk():
         ok = sum(1 for span in current.actions if span.status is Status.OK)
         failed = [span for span in current.actions if span.status is Status.FAILED]
@@ -332,6 +347,9 @@ def summarize(node: SessionNode) -> dict[str, Any]:
         totals["finished_ok"] += ok
         totals["failed"] += len(failed)
         totals["open"] += len(still_open)
+        for index, count in enumerate(current.tokens):
+            tree_tokens[index] += count
+        tree_cost += current.cost_usd
         wall = int((current.last - current.first).total_seconds() * 1000) if current.first and current.last else 0
         finished = [span for span in current.actions if not span.is_open]
         sessions.append(
@@ -352,6 +370,9 @@ def summarize(node: SessionNode) -> dict[str, Any]:
                 "wall_ms": wall,
                 "action_ms_total": sum(span.elapsed_ms for span in finished),
                 "last_seq": current.last_seq,
+                "tokens": {**dict(zip(TOKEN_KINDS, current.tokens, strict=True)), "total": sum(current.tokens)},
+                "cost_usd": current.cost_usd,
+                "model": current.model or None,
             }
         )
         failures += [
@@ -378,6 +399,8 @@ def summarize(node: SessionNode) -> dict[str, Any]:
         key=lambda item: item[1].elapsed_ms,
         reverse=True,
     )[:5]
+    totals["tokens"] = {**dict(zip(TOKEN_KINDS, tree_tokens, strict=True)), "total": sum(tree_tokens)}
+    totals["cost_usd"] = tree_cost
     return {
         "session_id": node.session_id,
         "totals": totals,

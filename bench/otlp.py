@@ -1,0 +1,179 @@
+"""The OTLP receiver's cost beside the client protocol's, in the same run, on the same collector.
+
+One collector (``--durability`` as given) on a scratch root. Interleaved round by round, so that a
+busy machine slows both alike:
+
+* ``client``: ``gz_ia.client.Client`` sends ``--spans`` tool cycles (READ + FINISH each, the events
+  an ``execute_tool`` span becomes) and waits for every verdict (written);
+* ``otlp``: ``--spans`` ``execute_tool`` spans, pre-encoded as OTLP protobuf export requests of
+  ``--batch`` spans each, POSTed one after another on one keep-alive connection; each answer comes
+  after the write.
+
+Reported per variant: spans (cycles) per second received and written, and collector CPU per span
+(user + system of the collector process during the clock), medians over the rounds, and the OTLP
+figures as ratios to the client protocol's. The agent-side cost is the exporters' own.
+
+Usage (from the repository root)::
+
+    uv run --no-sync python -m bench.otlp [--spans 20000] [--batch 512] [--rounds 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import cpu_seconds, stop_process, wait_until
+from gz_ia.client import Client
+
+SCHEMA_NOTE = "spans/s and CPU per span; each span is two stored events (its opening and its FINISH)"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _requests(spans: int, batch: int, round_number: int) -> list[bytes]:
+    """``spans`` execute_tool spans as protobuf export requests of ``batch`` spans, new ids each round."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    now = time.time_ns()
+    bodies = []
+    for start in range(0, spans, batch):
+        request = ExportTraceServiceRequest()
+        resource: ResourceSpans = request.resource_spans.add()
+        scope: ScopeSpans = resource.scope_spans.add()
+        for index in range(start, min(spans, start + batch)):
+            span: Span = scope.spans.add()
+            span.trace_id = (round_number * 1_000_003 + index // 64 + 1).to_bytes(16, "big")
+            span.span_id = (round_number << 40 | index + 1).to_bytes(8, "big")
+            span.parent_span_id = (round_number << 48 | index // 64 + 1).to_bytes(8, "big")
+            span.name = "execute_tool Read"
+            span.start_time_unix_nano = now
+            span.end_time_unix_nano = now + 1_000_000
+            span.attributes.extend(
+                [
+                    KeyValue(key="gen_ai.operation.name", value=AnyValue(string_value="execute_tool")),
+                    KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value="Read")),
+                ]
+            )
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
+def _client_round(socket_path: Path, root: Path, spans: int, round_number: int) -> None:
+    client = Client(socket_path=socket_path, root=root)
+    try:
+        for index in range(spans):
+            session_id = f"c{round_number % 1000}-{index // 64}"
+            cycle = f"{index:x}"
+            client.log(session_id=session_id, action="Read", stage="READ", agent="bench", cycle=cycle)
+            client.log(
+                session_id=session_id,
+                action="Read",
+                stage="FINISH",
+                agent="bench",
+                cycle=cycle,
+                duration_ms=1,
+            )
+        if not client.flush(300.0):
+            raise RuntimeError("the client did not deliver every event")
+    finally:
+        client.close()
+
+
+def _otlp_round(port: int, bodies: list[bytes]) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        for body in bodies:
+            connection.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"the receiver answered {answer.status}")
+    finally:
+        connection.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--durability", choices=["os", "fsync"], default="os")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gzb-otlp-", dir="/tmp") as scratch:
+        base = Path(scratch)
+        root = base / ".harness"
+        socket_path = base / "collector.sock"
+        port = _free_port()
+        environment = {**os.environ, "GZ_IA_ROOT": str(root), "GZ_IA_STATE_DIR": str(base / "state")}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gz_ia.collector",
+                "--socket",
+                str(socket_path),
+                "--metrics-address",
+                "off",
+                "--http-address",
+                f"127.0.0.1:{port}",
+                "--durability",
+                args.durability,
+            ],
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(socket_path.exists, 60, "the collector's socket")
+            _client_round(socket_path, root, 10, -1)  # the root exists, the code paths are warm
+            _otlp_round(port, _requests(10, 10, 999))
+            figures: dict[str, list[tuple[float, float]]] = {"client": [], "otlp": []}
+            for number in range(args.rounds):
+                bodies = _requests(args.spans, args.batch, number)
+                for variant in ("client", "otlp") if number % 2 == 0 else ("otlp", "client"):
+                    cpu = cpu_seconds(proc.pid)
+                    started = time.perf_counter()
+                    if variant == "client":
+                        _client_round(socket_path, root, args.spans, number)
+                    else:
+                        _otlp_round(port, bodies)
+                    wall = time.perf_counter() - started
+                    figures[variant].append((wall, cpu_seconds(proc.pid) - cpu))
+        finally:
+            stop_process(proc)
+    report: dict[str, Any] = {"spans": args.spans, "batch": args.batch, "rounds": args.rounds, "note": SCHEMA_NOTE}
+    for variant, runs in figures.items():
+        wall = statistics.median(run[0] for run in runs)
+        cpu = statistics.median(run[1] for run in runs)
+        report[variant] = {"spans_per_second": args.spans / wall, "cpu_us_per_span": cpu / args.spans * 1e6}
+    report["otlp_vs_client"] = {
+        "throughput": report["otlp"]["spans_per_second"] / report["client"]["spans_per_second"],
+        "cpu_per_span": report["otlp"]["cpu_us_per_span"] / report["client"]["cpu_us_per_span"],
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Tokens, cost and model: what a model call used, stored as reserved ``attrs`` keys of an event.
+
+The stored shape keeps the schema compatible: an event whose ``attrs`` hold any of the keys below is
+a usage record, and its counts are added once to its session's totals (and to those of the tree it
+belongs to). The keys are the OpenTelemetry GenAI conventions' where they have one, so that an export
+carries them as they are; the cost has no convention and is gz-ia's own key. Usage usually rides on
+the FINISH of the action that made the model call (``act.usage(...)``), but any event may carry it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final
+
+from .limits import MAX_ATTR_INT, MAX_ATTR_STRING_LENGTH
+
+__all__ = [
+    "CACHE_CREATION_TOKENS",
+    "CACHE_READ_TOKENS",
+    "COST_USD",
+    "INPUT_TOKENS",
+    "MODEL",
+    "OUTPUT_TOKENS",
+    "TOKEN_KEYS",
+    "TOKEN_KINDS",
+    "usage_attrs",
+    "usage_of",
+]
+
+INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""Input (prompt) tokens, not counting those read from or written to a prompt cache."""
+OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+CACHE_READ_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+CACHE_CREATION_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+COST_USD: Final = "gz-ia.cost_usd"
+"""What the call cost in US dollars, as the agent reports it (no GenAI convention names a cost)."""
+MODEL: Final = "gen_ai.request.model"
+
+TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_creation")
+"""The token kinds, in the order of :data:`TOKEN_KEYS` (the ``kind`` label of ``gzia_tokens_total``)."""
+TOKEN_KEYS: Final = (INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_CREATION_TOKENS)
+
+_USAGE_KEYS: Final = frozenset((*TOKEN_KEYS, COST_USD, MODEL))
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 0 <= value <= MAX_ATTR_INT:
+        raise ValueError(f"{name} must be between 0 and 2**63-1, not {value}")
+    return value
+
+
+def usage_attrs(
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cache_read_tokens: int | None = None,
+    cache_creation_tokens: int | None = None,
+    cost_usd: float | None = None,
+    model: str | None = None,
+) -> dict[str, int | float | str]:
+    """Return the ``attrs`` entries that record one model call's usage (only the values given).
+
+    Raises:
+        TypeError: a count is not an int, the cost not a number, the model not a string.
+        ValueError: a count or the cost is negative (or not finite).
+    """
+    attrs: dict[str, int | float | str] = {}
+    for key, name, value in zip(
+        TOKEN_KEYS,
+        ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"),
+        (input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens),
+        strict=True,
+    ):
+        if value is not None:
+            attrs[key] = _count(name, value)
+    if cost_usd is not None:
+        if isinstance(cost_usd, bool) or not isinstance(cost_usd, int | float):
+            raise TypeError(f"cost_usd must be a number, not {type(cost_usd).__name__}")
+        if not math.isfinite(cost_usd) or cost_usd < 0:
+            raise ValueError(f"cost_usd must be a finite number >= 0, not {cost_usd}")
+        attrs[COST_USD] = float(cost_usd)
+    if model is not None:
+        if not isinstance(model, str):
+            raise TypeError(f"model must be a string, not {type(model).__name__}")
+        if model:
+            attrs[MODEL] = model[:MAX_ATTR_STRING_LENGTH]
+    return attrs
+
+
+def usage_of(attrs: Mapping[str, object] | None) -> tuple[tuple[int, int, int, int], float, str] | None:
+    """Return ``(tokens by kind, cost, model)`` that an event's ``attrs`` record, or None if none.
+
+    Values of the wrong type or sign count as absent (a reader never trusts a line to add up), so
+    that one bad line cannot make a total negative or unreadable.
+    """
+    if not attrs or _USAGE_KEYS.isdisjoint(attrs):
+        return None
+    tokens: list[int] = []
+    for key in TOKEN_KEYS:
+        value = attrs.get(key)
+        tokens.append(value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0)
+    cost = attrs.get(COST_USD)
+    cost_usd = 0.0
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+        cost_usd = float(cost)
+    model = attrs.get(MODEL)
+    return (tokens[0], tokens[1], tokens[2], tokens[3]), cost_usd, model if isinstance(model, str) else ""

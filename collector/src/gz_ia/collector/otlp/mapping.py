@@ -1,0 +1,387 @@
+"""What the agents' telemetry becomes: GenAI spans and the agents' log events as stage events.
+
+Every span or log record that means something becomes an :class:`Item`: the events of one cycle (a
+tool call, an agent run, a model call), under a ``key`` that names the span or record, so that the
+receiver can give each item an idempotency key of its own and a re-sent export is a duplicate (the
+same rule as a client's resend). What becomes what (docs/user-guide.md, "The agents' own telemetry"):
+
+- GenAI spans (``gen_ai.operation.name``): ``invoke_agent`` is a session (its id the span id, its
+  parent the session of its parent span), with the cycle ``agent <name>``; ``execute_tool`` a cycle
+  of its agent's session (the tool's name, keyed by ``gen_ai.tool.call.id`` or the span id), READ or
+  PENDING at the span's start and FINISH OK or FAILED (the status message or the ``exception``
+  event) at its end; any other span that reports ``gen_ai.usage.*`` a model call (``model <name>``,
+  a usage record). Other spans are dropped.
+- Log events of Claude Code (``claude_code.*``), Codex (``codex.*``) and Gemini CLI
+  (``gemini_cli.*``): each tool result a tool cycle, each API request (response, for Gemini) a
+  model call carrying its tokens, cost and model, in the session the agent's hooks use. A tool
+  result names the call id the hooks key their cycle on (``join_cycle``): the hooks' cycle wins.
+
+A span's session is its nearest agent span as far as ``sessions`` has seen (spans end, and are
+exported, before their parents); an unseen parent is taken for the agent span it usually is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, MutableMapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
+from gz_ia.client.usage import usage_attrs
+
+__all__ = ["READING_TOOLS", "Item", "map_logs", "map_spans"]
+
+READING_TOOLS: Final = frozenset(
+    {"Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "NotebookRead", "read_file", "glob", "grep", "ls"}
+)
+"""Tools whose cycles start with READ (every other tool's with PENDING), as the hooks decide."""
+_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_STATUS_ERROR: Final = 2
+_NAME: Final = 400
+_AGENTS: Final = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": "gemini-cli"}
+"""The ``agent`` of each agent's log events: the hooks' own names."""
+_SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
+
+
+@dataclass(slots=True)
+class Item:
+    """The events of one span or log record, staged together under one idempotency key.
+
+    Attributes:
+        key: names the span or record (a re-sent one has the same key).
+        session_id: the session every event of the item is in.
+        events: the events, as the fields of a :class:`~gz_ia.client.schema.LogEvent`.
+        join_cycle: the cycle id of the agent's hooks for the same tool call: when the session
+            already holds it, the item adds nothing.
+    """
+
+    key: str
+    session_id: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    join_cycle: str | None = None
+
+
+def safe_id(raw: str) -> str:
+    """``raw`` as a session id, as the Claude Code hook makes one (unsafe characters become ``-``)."""
+    cleaned = "".join(char if char in _SAFE else "-" for char in raw).lstrip(".") or "-"
+    return cleaned[:MAX_SESSION_ID_LENGTH]
+
+
+def _value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind in ("string_value", "bool_value", "int_value", "double_value"):
+        return getattr(any_value, kind)
+    if kind == "bytes_value":
+        return any_value.bytes_value.hex()
+    return str(getattr(any_value, kind))[:1024]
+
+
+def _attributes(pairs: Iterable[Any]) -> dict[str, Any]:
+    return {pair.key: _value(pair.value) for pair in pairs}
+
+
+def _time(nanos: int) -> datetime:
+    return datetime.fromtimestamp(nanos / 1e9, UTC) if nanos > 0 else datetime.now(UTC)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and value >= 0:
+        return float(value)
+    try:
+        number = float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return number if number is not None and number >= 0 else None
+
+
+def _true(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _digest(*parts: str | bytes) -> str:
+    hashed = hashlib.sha256()
+    for part in parts:
+        hashed.update(part.encode() if isinstance(part, str) else part)
+        hashed.update(b"\0")
+    return hashed.hexdigest()[:16]
+
+
+def _cycle(call_id: str) -> str:
+    return call_id[-MAX_CYCLE_LENGTH:]
+
+
+def _event(
+    when: datetime, session: tuple[str, str | None], agent: str, action: str, stage: str, **fields: Any
+) -> dict[str, Any]:
+    event = {
+        "timestamp": when,
+        "session_id": session[0],
+        "action": action[:_NAME],
+        "stage": stage,
+        "status": "OK",
+        "agent": agent[:128] or "otel",
+    }
+    if session[1]:
+        event["parent_session_id"] = session[1]
+    event.update({key: value for key, value in fields.items() if value is not None})
+    return event
+
+
+def _cycle_events(
+    session: tuple[str, str | None],
+    agent: str,
+    action: str,
+    start: str,
+    started: datetime,
+    ended: datetime,
+    cycle: str,
+    *,
+    error: str | None = None,
+    attrs: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between."""
+    duration = max(0, int((ended - started).total_seconds() * 1000))
+    finish: dict[str, Any] = {"duration_ms": duration, "cycle": cycle, "attrs": attrs or None}
+    if error is not None:
+        finish.update(status="FAILED", error=error[:16384] or "failed")
+    return [
+        _event(started, session, agent, action, start, cycle=cycle),
+        _event(max(started, ended), session, agent, action, "FINISH", **finish),
+    ]
+
+
+def _start_stage(tool: str) -> str:
+    return "READ" if tool in READING_TOOLS else "PENDING"
+
+
+# --- spans ---------------------------------------------------------------------------------------
+
+
+def _span_error(span: Any) -> str | None:
+    if span.status.code != _STATUS_ERROR:
+        return None
+    for event in span.events:
+        if event.name == "exception":
+            attributes = _attributes(event.attributes)
+            kind, message = attributes.get("exception.type"), attributes.get("exception.message")
+            text = ": ".join(str(part) for part in (kind, message) if part)
+            if text:
+                return text
+    return span.status.message or "the span's status is ERROR"
+
+
+def _span_usage(attributes: dict[str, Any]) -> dict[str, Any] | None:
+    tokens = {
+        "input_tokens": _int(attributes.get("gen_ai.usage.input_tokens", attributes.get("gen_ai.usage.prompt_tokens"))),
+        "output_tokens": _int(
+            attributes.get("gen_ai.usage.output_tokens", attributes.get("gen_ai.usage.completion_tokens"))
+        ),
+        "cache_read_tokens": _int(attributes.get("gen_ai.usage.cache_read.input_tokens")),
+        "cache_creation_tokens": _int(attributes.get("gen_ai.usage.cache_creation.input_tokens")),
+    }
+    if all(value is None for value in tokens.values()):
+        return None
+    model = attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model")
+    return usage_attrs(**tokens, model=str(model) if model else None)
+
+
+def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]]) -> list[Item]:
+    """Return the items of an ``ExportTraceServiceRequest``'s GenAI spans (see the module docstring).
+
+    Args:
+        request: the decoded request.
+        sessions: span id (hex) → its session and that session's parent, for the spans seen so far;
+            updated here (the caller bounds it).
+    """
+    items: list[Item] = []
+    for resource_spans in request.resource_spans:
+        service = str(_attributes(resource_spans.resource.attributes).get("service.name") or "otel")
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                item = _span_item(span, service, sessions)
+                if item is not None:
+                    items.append(item)
+    return items
+
+
+def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str, str | None]]) -> Item | None:
+    attributes = _attributes(span.attributes)
+    operation = attributes.get("gen_ai.operation.name")
+    trace, span_id, parent = span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
+    if not trace or not span_id:
+        return None
+    started, ended = _time(span.start_time_unix_nano), _time(span.end_time_unix_nano)
+    error = _span_error(span)
+    key = f"span:{trace}:{span_id}"
+    parent_session = sessions.get(parent, (parent, None)) if parent else None
+    if operation in ("invoke_agent", "create_agent"):
+        name = str(attributes.get("gen_ai.agent.name") or span.name or service)
+        session = (span_id, parent_session[0] if parent_session else None)
+        sessions[span_id] = session
+        events = _cycle_events(session, name, f"agent {name}", "READ", started, ended, _cycle(span_id), error=error)
+        return Item(key, span_id, events)
+    session = parent_session or (trace, None)
+    sessions[span_id] = session
+    agent = str(attributes.get("gen_ai.agent.name") or service)
+    if operation == "execute_tool":
+        tool = str(attributes.get("gen_ai.tool.name") or span.name or "tool")
+        call_id = str(attributes.get("gen_ai.tool.call.id") or span_id)
+        events = _cycle_events(
+            session, agent, tool, _start_stage(tool), started, ended, _cycle(call_id), error=error, attrs={"tool": tool}
+        )
+        return Item(key, session[0], events)
+    usage = _span_usage(attributes)
+    if usage is None:
+        return None
+    model = str(usage.get("gen_ai.request.model") or "model")
+    events = _cycle_events(
+        session, agent, f"model {model}", "READ", started, ended, _cycle(span_id), error=error, attrs=usage
+    )
+    return Item(key, session[0], events)
+
+
+# --- log events ----------------------------------------------------------------------------------
+
+
+def map_logs(request: Any) -> list[Item]:
+    """Return the items of an ``ExportLogsServiceRequest``'s agent log events (see the module docstring)."""
+    items: list[Item] = []
+    for resource_logs in request.resource_logs:
+        resource = _attributes(resource_logs.resource.attributes)
+        service = str(resource.get("service.name") or "")
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                item = _log_item(record, service, resource)
+                if item is not None:
+                    items.append(item)
+    return items
+
+
+def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[str, str]:
+    """``(source, kind)`` of a log event: ``("claude_code", "tool_result")``."""
+    # Codex puts its source location in the record's event_name ("event otel/src/...rs:737") and
+    # the event's name in the attribute, so the attribute comes first.
+    name = str(attributes.get("event.name") or "")
+    if not name and record.event_name and " " not in record.event_name:
+        name = record.event_name
+    if not name and record.body.WhichOneof("value") == "string_value":
+        name = record.body.string_value
+    source, _, kind = name.rpartition(".")
+    return source or _SERVICES.get(service, service.replace("-", "_")), kind
+
+
+def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, Any]) -> tuple[str, str | None] | None:
+    raw = (
+        attributes.get("session.id")
+        or attributes.get("conversation.id")
+        or attributes.get("gen_ai.conversation.id")
+        or resource.get("session.id")
+    )
+    if not raw:
+        return None
+    main = safe_id(str(raw))
+    agent_id = attributes.get("agent_id") if source == "claude_code" else None
+    if agent_id:
+        # A Claude Code subagent's session, as the hooks name it.
+        return safe_id(f"{main}.{agent_id}"), main
+    return main, None
+
+
+def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | None:
+    attributes = _attributes(record.attributes)
+    source, kind = _event_name(record, attributes, service)
+    agent = _AGENTS.get(source)
+    if agent is None:
+        return None
+    session = _log_session(source, attributes, resource)
+    if session is None:
+        return None
+    ended = _time(record.time_unix_nano or record.observed_time_unix_nano)
+    duration = _int(attributes.get("duration_ms")) or 0
+    started = ended - timedelta(milliseconds=duration)
+    record_key = _digest(session[0], record.SerializeToString(deterministic=True))
+    if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
+        tool = str(attributes.get("tool_name") or attributes.get("function_name") or "tool")
+        call_id = attributes.get("tool_use_id") or attributes.get("call_id") or attributes.get("gen_ai.tool.call.id")
+        failed = not _true(attributes.get("success"))
+        error = None
+        if failed:
+            error = str(attributes.get("error") or attributes.get("error_type") or "the tool call failed")
+        elif source == "codex":
+            error = _exit_status(attributes.get("output"))
+        cycle = _cycle(str(call_id)) if call_id else record_key
+        attrs: dict[str, Any] = {"tool": tool[:1024]}
+        if call_id:
+            attrs["tool_use_id"] = str(call_id)[:1024]
+        events = _cycle_events(
+            session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs
+        )
+        key = f"log:{source}:tool:{session[0]}:{call_id}" if call_id else f"log:{record_key}"
+        return Item(key, session[0], events, join_cycle=cycle if call_id else None)
+    usage = _log_usage(source, kind, attributes)
+    if usage is None:
+        return None
+    model = str(usage.get("gen_ai.request.model") or "model")
+    events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
+    return Item(f"log:{record_key}", session[0], events)
+
+
+_EXIT: Final = re.compile(r"Process exited with code (-?\d+)")
+
+
+def _exit_status(output: Any) -> str | None:
+    """``exit code N`` when a Codex command's output says it exited non-zero (its ``success`` only
+    says the tool ran); the output itself is never kept."""
+    found = _EXIT.search(output) if isinstance(output, str) else None
+    return f"exit code {found.group(1)}" if found and found.group(1) != "0" else None
+
+
+def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any] | None:
+    """The usage attrs of an API request event, or None for an event that is not one."""
+    get = attributes.get
+    if (source, kind) in (("claude_code", "api_request"), ("codex", "api_request")):
+        tokens = {
+            "input_tokens": _int(get("input_tokens", get("input_token_count"))),
+            "output_tokens": _int(get("output_tokens", get("output_token_count"))),
+            "cache_read_tokens": _int(get("cache_read_tokens", get("cached_token_count"))),
+            "cache_creation_tokens": _int(get("cache_creation_tokens")),
+        }
+        if source == "codex" and all(value is None for value in tokens.values()):
+            return None  # Codex reports its tokens in the response.completed sse_event
+    elif source == "codex" and kind == "sse_event" and get("input_token_count") is not None:
+        tokens = {
+            "input_tokens": _int(get("input_token_count")),
+            "output_tokens": _int(get("output_token_count")),
+            "cache_read_tokens": _int(get("cached_token_count")),
+            "cache_creation_tokens": _int(get("cache_write_token_count")),
+        }
+    elif (source, kind) == ("gemini_cli", "api_response"):
+        tokens = {
+            "input_tokens": _int(get("input_token_count")),
+            "output_tokens": _int(get("output_token_count")),
+            "cache_read_tokens": _int(get("cached_content_token_count")),
+            "cache_creation_tokens": None,
+        }
+    else:
+        return None
+    model = get("model") or get("gen_ai.request.model")
+    return usage_attrs(**tokens, cost_usd=_float(get("cost_usd")), model=str(model)[:1024] if model else None)

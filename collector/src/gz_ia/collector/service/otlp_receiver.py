@@ -1,0 +1,286 @@
+"""The OTLP/HTTP receiver: ``POST /v1/traces``, ``/v1/logs`` and ``/v1/metrics`` on the loopback side.
+
+A request is read (:mod:`gz_ia.collector.otlp`), mapped to items, and each item staged through the
+same ingest path as a client's batch, under a producer id of its own drawn from the item's key (the
+span or the log record): a re-sent export finds its events already written and is answered as a
+duplicate, across restarts too, since the watermarks are recovered from the stored lines. The
+answer is 200 only once every item is written with the collector's durability (the verdicts of a
+client batch wait for the same write pass), 429 with ``Retry-After`` while the collector holds as
+much as it takes (staging bound, OTLP bytes in flight), 503 with ``Retry-After`` while writes fail,
+400 for a body it cannot read (counted in ``gzia_otlp_rejected_total`` and logged), 413 beyond
+the body limit. ``/v1/metrics`` is read and answered but its points are dropped: Claude Code's
+token and cost counters say again what its ``api_request`` events say.
+
+With the agent's hooks and telemetry both on, a tool call is one cycle: the hooks' (they come
+first: the agent waits for each hook, and exports its logs every few seconds). A tool result whose
+call id the session already holds (an open cycle, or a line among the session's newest bytes) adds
+nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from gz_ia.client import env
+from gz_ia.client.protocol import RejectReason, Verdicts
+from gz_ia.client.schema import LogEvent
+from gz_ia.collector.errors import CollectorError
+from gz_ia.collector.http import Request, Response, Route
+from gz_ia.collector.http.messages import TooLarge, decoded_body
+from gz_ia.collector.ingest.rules import Rejection
+from gz_ia.collector.ingest.validation import DecodedBatch
+from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
+from gz_ia.collector.otlp.mapping import map_logs, map_spans
+from gz_ia.collector.storage.names import active_name
+
+if TYPE_CHECKING:
+    from gz_ia.collector.storage.sessions import RootStore
+
+    from .server import Collector
+
+__all__ = ["MAX_OTLP_BODY", "ROOT_HEADER", "OtlpReceiver", "otlp_routes"]
+
+log = logging.getLogger("gz_ia.collector")
+
+MAX_OTLP_BODY: Final = 32 << 20
+"""Largest export body read, as sent and once decompressed (beyond: 413)."""
+MAX_IN_FLIGHT_BYTES: Final = 64 << 20
+"""Decompressed OTLP bytes being read and staged at once; past it new exports get 429."""
+ROOT_HEADER: Final = "x-gz-ia-root"
+"""The session root to write to (``OTEL_EXPORTER_OTLP_HEADERS=x-gz-ia-root=/path/.harness``);
+without it, the root the collector's own environment finds (``GZ_IA_ROOT``, else the default)."""
+_RECENT_BYTES: Final = 1 << 20
+"""How far back in a session's active file a tool result looks for the hooks' cycle of its call."""
+_SPANS_REMEMBERED: Final = 100_000
+_RETRY_AFTER_BUSY: Final = "1"
+_RETRY_AFTER_FAILING: Final = "5"
+_LOG_INTERVAL: Final = 60.0
+_EMPTY_JSON: Final = b"{}"
+
+
+class _Reply:
+    """Where the write passes answer one staged item: resolves a future (the HTTP request waits on it).
+
+    It stands for a client connection in :meth:`WritePasses.enqueue`: the same verdicts, sent to a
+    future instead of a socket.
+    """
+
+    __slots__ = ("awaiting", "closing", "future")
+
+    def __init__(self, future: asyncio.Future[bool]) -> None:
+        self.future = future
+        self.awaiting = 1
+        self.closing = False
+
+    def send(self, message: object) -> None:
+        if not self.future.done():
+            self.future.set_result(isinstance(message, Verdicts))
+
+    def fail(self, reason: RejectReason, detail: str) -> None:
+        self.closing = True
+        if not self.future.done():
+            self.future.set_result(False)
+
+    def answered(self) -> None:
+        self.awaiting = 0
+
+    def update_reading(self) -> None:
+        """Nothing to pause: the HTTP side answers 429 instead."""
+
+
+class OtlpReceiver:
+    """The receiver's state: spans seen (for their sessions), bytes in flight, log pacing."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
+        self.in_flight = 0
+        self._logged_at: dict[str, float] = {}
+
+    def routes(self) -> list[Route]:
+        """The three OTLP routes; ``endpoints.otlp`` is the base URL an exporter takes."""
+        return [
+            Route(
+                "POST", "/v1/traces", self._handler(Signal.TRACES), max_body=MAX_OTLP_BODY, endpoint="otlp", listed=""
+            ),
+            Route("POST", "/v1/logs", self._handler(Signal.LOGS), max_body=MAX_OTLP_BODY),
+            Route("POST", "/v1/metrics", self._handler(Signal.METRICS), max_body=MAX_OTLP_BODY),
+        ]
+
+    def _handler(self, signal: Signal) -> Any:
+        async def handle(request: Request) -> Response:
+            return await self.receive(signal, request)
+
+        return handle
+
+    def _rejected(self, reason: str, status: int, detail: str) -> Response:
+        self.collector.metrics.otlp_rejected.labels(reason).inc()
+        now = time.monotonic()
+        if now - self._logged_at.get(reason, -_LOG_INTERVAL) >= _LOG_INTERVAL:
+            self._logged_at[reason] = now
+            log.warning(
+                "OTLP export refused (%d, %s): %s (gzia_otlp_rejected_total counts them)", status, reason, detail
+            )
+        return _error(status, detail)
+
+    async def receive(self, signal: Signal, request: Request) -> Response:
+        """Answer one export request (see the module docstring)."""
+        collector = self.collector
+        if collector.health.failing:
+            return _error(503, "the collector cannot write now; retry later", retry_after=_RETRY_AFTER_FAILING)
+        if collector.overloaded or self.in_flight + len(request.body) > MAX_IN_FLIGHT_BYTES:
+            collector.metrics.otlp_busy.inc()
+            return _error(429, "the collector holds as much as it takes; retry later", retry_after=_RETRY_AFTER_BUSY)
+        self.in_flight += len(request.body)
+        try:
+            try:
+                body = decoded_body(request, MAX_OTLP_BODY)
+            except TooLarge as exc:
+                return self._rejected("too_large", 413, str(exc))
+            except ValueError as exc:
+                return self._rejected("encoding", 400, str(exc))
+            self.in_flight += len(body)
+            try:
+                content_type = request.headers.get("content-type", "")
+                message = decode_request(signal, content_type, body)
+            except OtlpUnavailable:
+                return _error(501, OTLP_INSTALL_HINT)
+            except BodyUnreadable as exc:
+                return self._rejected(exc.reason, 400, str(exc))
+            finally:
+                self.in_flight -= len(body)
+            protobuf = not content_type.lower().startswith("application/json")
+            if signal is Signal.METRICS:
+                return _ok(protobuf)
+            items = map_spans(message, self.sessions) if signal is Signal.TRACES else map_logs(message)
+            self._bound_sessions()
+            try:
+                root = collector.open_root(_root_of(request), request.peer_uid)
+            except (CollectorError, OSError) as exc:  # someone else's, locked by another collector, ...
+                return self._rejected("root", 400, f"cannot use the session root: {exc}")
+            written = await self._stage(root, signal, items)
+            if not written:
+                return _error(503, "the collector could not write this export; retry later", retry_after="1")
+            return _ok(protobuf)
+        finally:
+            self.in_flight -= len(request.body)
+
+    def _bound_sessions(self) -> None:
+        while len(self.sessions) > _SPANS_REMEMBERED:
+            self.sessions.popitem(last=False)
+
+    async def _stage(self, root: RootStore, signal: Signal, items: list[Item]) -> bool:
+        """Stage every item (one producer each) and wait for their verdicts; True once all are written."""
+        collector = self.collector
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[bool]] = []
+        counted = collector.metrics.otlp_records
+        joined = 0
+        written_lately: dict[str, bytes] = {}
+        for item in items:
+            if item.join_cycle is not None and _already_held(collector, root, item, written_lately):
+                joined += 1
+                continue
+            events, rejections, raw = _typed(item)
+            decoded = DecodedBatch(1, True, events, rejections, raw)
+            producer = hashlib.sha256(item.key.encode()).hexdigest()[:16]
+            collector.metrics.events_received.inc(len(events))
+            outcome = collector.ingest.apply(root, producer, decoded)
+            future: asyncio.Future[bool] = loop.create_future()
+            collector.enqueue(_Reply(future), outcome, 256 * len(events))  # type: ignore[arg-type]  # a Connection's part
+            futures.append(future)
+        counted.labels(signal.value, "staged").inc(len(futures))
+        if joined:
+            counted.labels(signal.value, "joined").inc(joined)
+        if not futures:
+            return True
+        return all(await asyncio.gather(*futures))
+
+
+def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dict[int, bytes]]:
+    """The item's events as LogEvents, checked as a client's are (an invalid one is rejected, recorded)."""
+    events: list[LogEvent | None] = []
+    rejections: dict[int, Rejection] = {}
+    raw: dict[int, bytes] = {}
+    for index, fields in enumerate(item.events):
+        try:
+            events.append(msgspec.convert(fields, LogEvent))
+        except msgspec.ValidationError as exc:
+            events.append(None)
+            rejections[index] = Rejection(RejectReason.INVALID_FIELD, str(exc))
+            raw[index] = msgspec.msgpack.encode(fields)
+    return events, rejections, raw
+
+
+def _already_held(collector: Collector, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> bool:
+    """Whether the session holds the hooks' cycle of the item's tool call: open, staged or written lately.
+
+    ``written_lately`` keeps each session's newest bytes for the rest of the request: its file's
+    tail is read once, however many tool results the export holds.
+    """
+    cycle = item.join_cycle
+    assert cycle is not None
+    try:
+        state = collector.writer.session(root, item.session_id)
+    except (OSError, ValueError):
+        return False
+    if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
+        return True
+    needle = b'"cycle":' + msgspec.json.encode(cycle)
+    if any(needle in line for line in state.pending):
+        return True
+    recent = written_lately.get(item.session_id)
+    if recent is None:
+        recent = written_lately[item.session_id] = _file_tail(root, item.session_id)
+    return needle in recent
+
+
+def _file_tail(root: RootStore, session_id: str) -> bytes:
+    """The last :data:`_RECENT_BYTES` of the session's active file (nothing when it has none)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(active_name(session_id), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root.dirs.sessions_fd)
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - _RECENT_BYTES)
+            return os.pread(fd, size - start, start)
+        finally:
+            os.close(fd)
+    return b""
+
+
+def _root_of(request: Request) -> Path:
+    named = request.headers.get(ROOT_HEADER, "").strip()
+    return Path(named) if named else env.find_root()
+
+
+def _ok(protobuf: bool) -> Response:
+    # An empty Export*ServiceResponse: no partial_success (a rejected event is in the rejects file).
+    if protobuf:
+        return Response(200, b"", content_type="application/x-protobuf")
+    return Response(200, _EMPTY_JSON)
+
+
+def _error(status: int, detail: str, *, retry_after: str | None = None) -> Response:
+    headers = [("Retry-After", retry_after)] if retry_after else []
+    body = json.dumps({"code": status, "message": detail}).encode()
+    return Response(status, body, headers=headers)
+
+
+def otlp_routes(collector: Collector) -> list[Route]:
+    """The OTLP receiver's routes for ``collector``'s HTTP side."""
+    try:
+        import opentelemetry.proto  # noqa: F401  # only to tell now whether the extra is there
+    except ImportError:
+        log.warning("OTLP/HTTP answers 501: %s", OTLP_INSTALL_HINT)
+    return OtlpReceiver(collector).routes()
