@@ -22,6 +22,8 @@ from typing import Final
 
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+from gz_ia.collector.live import Hub
+from gz_ia.collector.live.feed import WrittenFeed
 from gz_ia.collector.metrics import Metrics, root_id
 from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 from gz_ia.collector.storage.roots import LayoutError
@@ -97,6 +99,8 @@ class Collector(WritePasses, Answers):
         self.version = version
         self.uid = os.getuid()
         self.started = time.time()
+        self.hub = Hub()
+        """Live subscriptions: the rings of what this process wrote (a new epoch per start)."""
         self.writer = Writer(
             max_open_files=file_budget(config.max_open_files),
             on_torn=lambda _n: metrics.torn_repaired.inc(),
@@ -106,6 +110,7 @@ class Collector(WritePasses, Answers):
             on_synced=metrics.fsync_latency.observe,
             on_measured=self._measured_root if role.root_wide else None,
             rejects_stem=role.rejects_stem,
+            on_written=WrittenFeed(self.hub),
         )
         self.ingest = Ingest(
             self.writer,
