@@ -219,6 +219,17 @@ class Hub:
         self._order = itertools.count()
         self._ids = itertools.count(1)
 
+    def report(self) -> dict[str, object]:
+        """What ``gz-ia status`` says of the subscriptions."""
+        return {
+            "epoch": self.epoch,
+            "sources": len(self.rings),
+            "subscribers": sum(len(ring.subscribers) for ring in self.rings.values()),
+            "frames": sum(len(ring.frames) for ring in self.rings.values()),
+            "bytes": self.bytes,
+            "evicted": self.evicted,
+        }
+
     def ring(self, source: str) -> Ring:
         """The ring of ``source``, made empty the first time it is named."""
         ring = self.rings.get(source)

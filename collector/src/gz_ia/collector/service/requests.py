@@ -14,6 +14,7 @@ import msgspec
 
 from gz_ia.client import env
 from gz_ia.client.protocol import Collect
+from gz_ia.collector.live import Hub
 from gz_ia.collector.metrics import Metrics, root_id
 from gz_ia.collector.storage.retention import RetentionReport, apply_retention, collect_idle
 from gz_ia.collector.storage.writer import Writer
@@ -42,6 +43,7 @@ class Answers:
     role: Role
     version: str
     started: float
+    hub: Hub
     connections: set[Connection]
     connection_limits: ConnectionLimits | None
     _flush_lock: asyncio.Lock
@@ -136,4 +138,5 @@ class Answers:
                 for root in self.writer.roots
             ],
             "counters": self.metrics.status_counters(),
+            "live": self.hub.report(),
         }

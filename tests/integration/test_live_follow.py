@@ -1,0 +1,82 @@
+"""``gz-ia logs -f`` through the collector's stream and through the files: the same output.
+
+Two followers of the same real agent: one whose ``GZ_IA_SOCKET`` names the running collector (it
+subscribes, which the collector's status shows) and one whose socket names nothing (it polls the
+files). Both must print exactly the same lines, history and live, in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import Follower, wait_for
+
+AGENT = Path(__file__).resolve().parents[1] / "fixtures" / "agents" / "live_agent.py"
+
+
+class Agent:
+    """The live_agent fixture as a real process: commands on stdin, ``done`` after each is written."""
+
+    def __init__(self, collector: Any, session: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(AGENT), session], env=collector.env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def do(self, command: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done"
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture(name="agent")
+def _agent(collector: Any) -> Any:
+    started = Agent(collector, "live-top")
+    yield started
+    started.close()
+
+
+def _subscribers(collector: Any) -> int:
+    report = json.loads(collector.gz_ia("status", "--json").stdout)
+    return int(report["live"]["subscribers"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("logs", "-f", "-o", "json"), ("session", "logs", "live-top", "--tree", "-f", "-o", "json")],
+    ids=["all", "tree"],
+)
+def test_stream_and_files_print_the_same(collector: Any, agent: Any, args: tuple[str, ...], short_tmp: Path) -> None:
+    """A follower on the stream and one on the files print the same lines, history then live."""
+    files_only = types.SimpleNamespace(env={**collector.env, "GZ_IA_SOCKET": str(short_tmp / "nothing.sock")})
+    streamed = Follower(collector, *args)
+    polled = Follower(files_only, *args)
+    try:
+        history = [streamed.take(5), polled.take(5)]
+        assert history[0] == history[1]
+        wait_for(lambda: _subscribers(collector) == 1, message="the streamed follower's subscription")
+        for command in ("step look", "fail build", "burst 40", "finish"):
+            agent.do(command)
+        live = [streamed.take(45), polled.take(45)]
+        assert live[0] == live[1]
+        assert [record["action"] for record in live[0][:4]] == ["look", "look", "build", "build"]
+        assert live[0][3]["status"] == "FAILED" and live[0][-1]["action"] == "deploy"
+    finally:
+        streamed.finish()
+        polled.finish()
