@@ -28,11 +28,13 @@ _TICK: Final = 0.2
 """Seconds between calls of ``stop`` while nothing arrives."""
 
 
-def subscribe_or_none(root: Path, socket_path: str | os.PathLike[str] | None = None) -> Subscriber | None:
-    """A live-only subscription to the whole of ``root``, or None when no collector can give one
-    (none runs, a sharded one, another user's): then the files are followed instead."""
+def subscribe_or_none(
+    root: Path, socket_path: str | os.PathLike[str] | None = None, *, sessions: Sequence[str] | None = None
+) -> Subscriber | None:
+    """A live-only subscription to ``root`` (or only to ``sessions`` of it), or None when no
+    collector can give one (none runs, a sharded one, another user's): then the files are read instead."""
     try:
-        return Subscriber(root, socket_path=socket_path, timeout=2.0)
+        return Subscriber(root, socket_path=socket_path, sessions=sessions, timeout=2.0)
     except (GzIaError, OSError):
         return None
 
