@@ -71,6 +71,7 @@ class CollectorProcess:
         self.root = self.workspace / ".harness"
         self.root.mkdir(parents=True, exist_ok=True)
         self.metrics_port = free_port()
+        self.http_port = free_port()
         self.args = list(args)
         self.log_path = base / "collector.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -103,8 +104,15 @@ class CollectorProcess:
             str(self.socket),
             "--metrics-address",
             f"127.0.0.1:{self.metrics_port}",
+            "--http-address",
+            f"127.0.0.1:{self.http_port}",
             *self.args,
         ]
+
+    @property
+    def http_url(self) -> str:
+        """The base URL of the collector's loopback HTTP side."""
+        return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, *, wait: bool = True) -> None:
         # Its own configuration and state directories (over the test's, see ``_private_state``), unless
@@ -289,6 +297,8 @@ class OtherUidCollector(CollectorProcess):
             "gz_ia.collector",
             "--socket",
             str(self.socket),
+            "--http-address",
+            f"127.0.0.1:{self.http_port}",
             *self.metrics_args,
             *self.args,
         ]

@@ -103,6 +103,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "durability": "fsync",
         "max_open_files": "9",
         "metrics_address": "off",
+        "http_address": "127.0.0.1:9",
         "allow_uids": "5",
         "spool_dir": "/tmp/spool",
         "max_open_actions": "9",
@@ -127,6 +128,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
     assert loaded.socket == "/tmp/x.sock"
     assert loaded.spool_dir == "/tmp/spool"
     assert loaded.metrics_enabled is False
+    assert loaded.http_endpoint() == ("127.0.0.1", 9)
     assert loaded.allow_uids == [5]
     assert (loaded.rotation.daily, loaded.rotation.compress, loaded.retention.max_age_days) == (True, False, 9.5)
     unchanged = [key for key, default in config_keys() if _get(loaded, key) == default]

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
+    HTTP_REFUSALS,
     RELOAD_RESULTS,
     SPOOL_OUTCOMES,
     WRITE_ERROR_KINDS,
@@ -53,7 +54,7 @@ REQUIRED = {
 ALLOWED_LABELS = {
     "stage": {stage.value for stage in Stage},
     "status": {status.value for status in Status},
-    "reason": {reason.value for reason in RejectReason},
+    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS),
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
@@ -259,8 +260,9 @@ def test_every_metric_is_documented(metrics: Metrics, registry: CollectorRegistr
         for family in text_string_to_metric_families(generate_latest(registry).decode())
         if family.type == "histogram" and family.name.startswith("gzia_")
     }
-    # gzia_root_size_bytes has a series per root served, none before.
-    assert documented == exported | {"gzia_shares_answering", "gzia_root_size_bytes"}
+    # gzia_root_size_bytes has a series per root served, none before; gzia_http_requests_total one
+    # per endpoint answered.
+    assert documented == exported | {"gzia_shares_answering", "gzia_root_size_bytes", "gzia_http_requests_total"}
 
 
 def test_the_root_label_is_a_short_stable_id_never_the_path(metrics: Metrics, registry: CollectorRegistry) -> None:

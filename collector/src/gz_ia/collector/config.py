@@ -10,6 +10,7 @@ Every key of the file can also be given as ``GZ_IA_<SECTION>_<KEY>`` (``GZ_IA_DU
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ __all__ = [
     "RotationConfig",
     "config_keys",
     "default_config_path",
+    "default_http_port",
     "default_metrics_port",
     "env_var",
     "known_variables",
@@ -39,12 +41,19 @@ _MAX_SHARDS: Final = 64
 METRICS_PORT_BASE: Final = 20000
 """First port of the per-user metrics range: ``auto`` serves on ``METRICS_PORT_BASE + uid % 10000``."""
 _METRICS_PORT_SPAN: Final = 10000
+HTTP_PORT_BASE: Final = 10000
+"""First port of the per-user HTTP range: ``auto`` serves on ``HTTP_PORT_BASE + uid % 10000``."""
 
 
 def default_metrics_port(uid: int | None = None) -> int:
     """The loopback port ``metrics_address = "auto"`` serves on: one per uid, so that several users'
     collectors coexist on one machine (uid 1000: 21000), below the kernel's ephemeral range."""
     return METRICS_PORT_BASE + (os.getuid() if uid is None else uid) % _METRICS_PORT_SPAN
+
+
+def default_http_port(uid: int | None = None) -> int:
+    """The loopback port ``http_address = "auto"`` serves on: one per uid (uid 1000: 11000)."""
+    return HTTP_PORT_BASE + (os.getuid() if uid is None else uid) % _METRICS_PORT_SPAN
 
 
 class ConfigError(CollectorError):
@@ -101,6 +110,10 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     metrics_address: str = "auto"
     """``host:port`` of the Prometheus endpoint; ``auto``: ``127.0.0.1`` on the user's own port
     (:func:`default_metrics_port`); empty or ``off`` disables it."""
+    http_address: str = "auto"
+    """``host:port`` of the loopback HTTP side (hooks over HTTP, OTLP, the live view); ``auto``:
+    ``127.0.0.1`` on the user's own port (:func:`default_http_port`); empty or ``off`` disables it.
+    Loopback only: the peer's uid is checked on every connection, which only the local kernel knows."""
     allow_uids: list[int] = []
     """Other uids allowed to connect (the collector's own uid always is)."""
     spool_dir: str = ""
@@ -145,6 +158,25 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             host, _, port = self.metrics_address.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"metrics_address {self.metrics_address!r} is not host:port")
+        if self.http_address not in ("", "off", "auto"):
+            host, _, port = self.http_address.rpartition(":")
+            if not host or not port.isdigit() or int(port) > 65535:
+                raise ValueError(f"http_address {self.http_address!r} is not host:port")
+            if not _is_loopback(host.strip("[]")):
+                raise ValueError(
+                    f"http_address {self.http_address!r} is not a loopback address (127.0.0.1, ::1 or localhost): "
+                    "the collector hears only its own user's processes, whose uid only this machine's kernel knows"
+                )
+
+    def http_endpoint(self) -> tuple[str, int] | None:
+        """The ``(host, port)`` the HTTP side binds (``auto`` resolved); None when off."""
+        if self.http_address in ("", "off"):
+            return None
+        if self.http_address == "auto":
+            return "127.0.0.1", default_http_port()
+        host, _, port = self.http_address.rpartition(":")
+        host = host.strip("[]")
+        return ("127.0.0.1" if host == "localhost" else host), int(port)
 
     @property
     def metrics_enabled(self) -> bool:
@@ -159,6 +191,15 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             return "127.0.0.1", default_metrics_port()
         host, _, port = self.metrics_address.rpartition(":")
         return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def default_config_path(environ: Mapping[str, str] | None = None) -> Path:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .service.server import Collector
 
-__all__ = ["main", "run", "serve_metrics", "unmapped_uids"]
+__all__ = ["HTTP_SOCKET_NAME", "main", "run", "serve_http", "serve_metrics", "unmapped_uids"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -42,16 +42,35 @@ def socket_path(config: CollectorConfig) -> Path:
     return Path(config.socket) if config.socket else env.default_socket_path()
 
 
-def _usable(inherited: list[tuple[socket.socket, str]]) -> list[socket.socket]:
-    """Keep the inherited Unix stream sockets; close (and log) anything else systemd passed."""
+HTTP_SOCKET_NAME: Final = "http"
+"""The ``FileDescriptorName=`` of a TCP socket the service manager holds for the HTTP side."""
+
+
+def _usable(inherited: list[tuple[socket.socket, str]]) -> tuple[list[socket.socket], socket.socket | None]:
+    """Split the inherited sockets: the Unix stream sockets for events, and the loopback TCP socket
+    named ``http`` for the HTTP side; close (and log) anything else systemd passed."""
     sockets = []
+    http: socket.socket | None = None
     for sock, name in inherited:
         if sock.family == socket.AF_UNIX and sock.type == socket.SOCK_STREAM:
             sockets.append(sock)
+        elif (
+            name == HTTP_SOCKET_NAME
+            and http is None
+            and sock.family in (socket.AF_INET, socket.AF_INET6)
+            and sock.type == socket.SOCK_STREAM
+            and _is_loopback(sock.getsockname()[0])
+        ):
+            http = sock
         else:
-            log.warning("ignoring inherited fd %d (%s): not a Unix stream socket", sock.fileno(), name)
+            log.warning(
+                "ignoring inherited fd %d (%s): neither a Unix stream socket nor the loopback TCP socket named %r",
+                sock.fileno(),
+                name,
+                HTTP_SOCKET_NAME,
+            )
             sock.close()
-    return sockets
+    return sockets, http
 
 
 def run(
@@ -98,7 +117,7 @@ def run(
             hint = f" (did you mean {close}?)" if close else ""
             log.warning("ignoring %s: gz-ia reads no such variable%s", variable, hint)
     listener: Listener | None = None
-    sockets = _usable(listen_fds())
+    sockets, inherited_http = _usable(listen_fds())
     if sockets:
         log.info(
             "using %d socket(s) passed by the service manager (%s)",
@@ -117,11 +136,18 @@ def run(
     metrics = Metrics(registry, version=version)
     server: Front | Collector
     if front:
+        if inherited_http is not None or config.http_endpoint() is not None:
+            log.warning(
+                "http_address is not served by a sharded collector (shards = %d): hooks over HTTP, OTLP and "
+                "the live view need shards = 1",
+                config.shards,
+            )
         server = Front(config, metrics, version=version, load_config=load_config, near=Path(sockets[0].getsockname()))
         served = server.registry
     elif share is None:
         server = Collector(config, metrics, version=version, load_config=load_config)
         served = registry
+        serve_http(server, config, inherited_http)
     else:
         server = _share_collector(config, metrics, version=version, load_config=load_config, share=share)
         served = registry
@@ -165,6 +191,34 @@ def _share_collector(
         role=share_role(number, count, front=front),
         connection=functools.partial(ShareConnection, share=number, shares=count),
     )
+
+
+def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.socket | None) -> None:
+    """Give ``collector`` its loopback HTTP side: the socket the service manager holds, else one it
+    binds at ``http_address``. A busy port never stops the event service: it is logged and shown
+    in ``gz-ia status``, and events are accepted all the same."""
+    from .http import HttpServer
+    from .service.http_routes import collector_routes
+
+    sock = inherited
+    if sock is None:
+        endpoint = config.http_endpoint()
+        if endpoint is None:
+            return
+        host, port = endpoint
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.create_server((host, port), family=family, backlog=128)
+        except OSError as exc:
+            collector.http_error = f"cannot listen on {address}: {exc}"
+            log.error(
+                "http NOT served: %s; events are still accepted (set http_address to a free host:port, or 'off')",
+                collector.http_error,
+            )
+            return
+    server = HttpServer(collector_routes(collector), own_uid=os.getuid(), counters=collector.metrics.http)
+    collector.attach_http(server, sock)
 
 
 def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> WSGIServer | None:

@@ -35,6 +35,7 @@ from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage, Status
 
 __all__ = [
+    "HTTP_REFUSALS",
     "RELOAD_RESULTS",
     "SPOOL_OUTCOMES",
     "WRITE_ERROR_KINDS",
@@ -202,6 +203,7 @@ class Metrics:
         )
         for limit in ("total", "per_uid"):
             self.connections_over_limit.labels(limit)
+        self.http = HttpMetrics(registry)
         self.sessions_active = Gauge(
             "gzia_sessions_active",
             "Sessions held in memory with at least one open action (idle sessions are released past 20,000).",
@@ -346,3 +348,34 @@ class Metrics:
     def mark_written(self, clock: Callable[[], float] = time.time) -> None:
         """Set the freshness gauge to now."""
         self.last_event.set(clock())
+
+
+HTTP_REFUSALS: Final = ("other_uid", "unknown_peer", "busy")
+"""Why the HTTP side refuses a connection (``gzia_http_refused_total{reason}``)."""
+
+
+class HttpMetrics:
+    """What the loopback HTTP side answered, and whom it refused (the counters its server calls)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "gzia_http_requests_total",
+            "Requests answered on the HTTP side, by endpoint and status code.",
+            ["endpoint", "code"],
+            registry=registry,
+        )
+        self.refused_connections = Counter(
+            "gzia_http_refused_total",
+            "HTTP connections refused before any request was read: another uid (other_uid), an owner the "
+            "kernel could not name (unknown_peer), or too many connections (busy).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in HTTP_REFUSALS:
+            self.refused_connections.labels(reason)
+
+    def answered(self, endpoint: str, status: int) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+
+    def refused(self, reason: str) -> None:
+        self.refused_connections.labels(reason).inc()

@@ -30,6 +30,9 @@ def _serve_options(function: Any) -> Any:
             help="Acknowledge after the write reaches the OS, or after a grouped fdatasync.",
         ),
         click.option("--metrics-address", default=None, help="host:port for /metrics, or 'off'."),
+        click.option(
+            "--http-address", default=None, help="Loopback host:port for hooks, OTLP and the live view, or 'off'."
+        ),
         click.option("--max-open-files", type=int, default=None, help="Session files kept open at once."),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None),
     ]

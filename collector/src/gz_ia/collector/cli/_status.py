@@ -62,6 +62,7 @@ def _print_report(report: dict[str, Any]) -> None:
             click.echo(f"  share {share} is down, being restarted: clients are refused meanwhile and resend later")
     click.echo(f"connections: {report['connections']}")
     _print_metrics(report.get("metrics_endpoint"))
+    _print_http(report)
     limits = report.get("limits")
     if isinstance(limits, dict):  # in effect: max_open_files may be lower than configured
         click.echo("limits: " + ", ".join(f"{key} {value}" for key, value in limits.items()))
@@ -82,6 +83,16 @@ def _print_report(report: dict[str, Any]) -> None:
         click.echo(f"quarantined spools: {len(quarantined)} (they will never be adopted; their events are kept there)")
     for entry in quarantined:
         click.echo(f"  {entry['path']}: {entry['reason']}")
+
+
+def _print_http(report: dict[str, Any]) -> None:
+    """The loopback HTTP side's endpoints (hooks, OTLP, the live view), or, loudly, why it is not served."""
+    endpoints = report.get("endpoints")
+    if report.get("http_error"):
+        click.echo(f"http: NOT SERVED: {report['http_error']} (events are accepted all the same)")
+    elif isinstance(endpoints, dict) and endpoints:
+        named = ", ".join(f"{name} {url}" for name, url in sorted(endpoints.items()) if name != "http")
+        click.echo(f"http: {endpoints.get('http')}" + (f" ({named})" if named else ""))
 
 
 def _print_metrics(endpoint: object) -> None:

@@ -23,7 +23,7 @@ __all__ = ["begin_reload", "changed_settings", "finish_reload", "keep_restart_se
 
 log = logging.getLogger("gz_ia.collector")
 
-_RESTART_SETTINGS: Final = ("socket", "metrics_address", "shards")
+_RESTART_SETTINGS: Final = ("socket", "metrics_address", "http_address", "shards")
 
 
 def keep_restart_settings(old: CollectorConfig, new: CollectorConfig) -> CollectorConfig:

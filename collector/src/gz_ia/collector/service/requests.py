@@ -14,6 +14,7 @@ import msgspec
 
 from gz_ia.client import env
 from gz_ia.client.protocol import Collect
+from gz_ia.collector.http import HttpServer
 from gz_ia.collector.live import Hub
 from gz_ia.collector.metrics import Metrics, root_id
 from gz_ia.collector.storage.retention import RetentionReport, apply_retention, collect_idle
@@ -46,6 +47,8 @@ class Answers:
     hub: Hub
     connections: set[Connection]
     connection_limits: ConnectionLimits | None
+    http: HttpServer | None
+    http_error: str | None
     _flush_lock: asyncio.Lock
 
     @property
@@ -127,6 +130,8 @@ class Answers:
             "config": msgspec.to_builtins(self.config),
             "limits": self.limits(),
             "metrics_endpoint": self.metrics.endpoint_report(),
+            "endpoints": self.http.endpoints() if self.http is not None and self.http.port else {},
+            "http_error": self.http_error,
             "connections": len(self.connections),
             "roots": [
                 {

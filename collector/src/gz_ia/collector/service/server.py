@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from gz_ia.collector.config import CollectorConfig
+from gz_ia.collector.http import HttpServer
 from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
 from gz_ia.collector.live import Hub
 from gz_ia.collector.live.feed import WrittenFeed
@@ -136,6 +137,11 @@ class Collector(WritePasses, Answers):
         self.health = Health()
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
+        self.http: HttpServer | None = None
+        """The loopback HTTP side, when the daemon gave it a socket (:meth:`attach_http`)."""
+        self._http_socket: socket.socket | None = None
+        self.http_error: str | None = None
+        """Why the HTTP side is not served although configured (the events are served regardless)."""
         self.connection_limits = (
             ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None
         )
@@ -163,6 +169,11 @@ class Collector(WritePasses, Answers):
         metrics.sessions_known.set_function(lambda: writer.sessions_known)
         metrics.sessions_active.set_function(lambda: writer.sessions_active)
 
+    def attach_http(self, server: HttpServer, sock: socket.socket) -> None:
+        """Serve ``server`` on the listening TCP socket ``sock`` beside the event sockets."""
+        self.http = server
+        self._http_socket = sock
+
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def serve(self, sockets: list[socket.socket]) -> None:
@@ -172,6 +183,9 @@ class Collector(WritePasses, Answers):
         if self.role.repairs_known_roots:
             self._repair_known_roots()  # before any connection is served
         self._servers += await serve_sockets(sockets, lambda: self._connection(self))
+        if self.http is not None and self._http_socket is not None:
+            await self.http.start(self._http_socket)
+            log.info("http on %s", self.http.base_url)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
@@ -197,6 +211,8 @@ class Collector(WritePasses, Answers):
             log.info("stopping: draining connections")
             for server in self._servers:
                 server.close()
+            if self.http is not None:
+                await self.http.close()  # requests in progress are staged, then written below
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.pause_reading()

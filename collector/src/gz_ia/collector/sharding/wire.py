@@ -37,7 +37,9 @@ def share_socket(directory: Path, share: int) -> Path:
 
 def share_config(config: CollectorConfig, directory: Path, share: int) -> CollectorConfig:
     """A share's configuration: the front's, on the share's private socket and without metrics server."""
-    return msgspec.structs.replace(config, socket=str(share_socket(directory, share)), metrics_address="off")
+    return msgspec.structs.replace(
+        config, socket=str(share_socket(directory, share)), metrics_address="off", http_address="off"
+    )
 
 
 def rejects_stem(share: int) -> str:

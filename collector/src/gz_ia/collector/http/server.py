@@ -1,0 +1,367 @@
+"""The server: h11 on asyncio streams, one task per connection, the peer's uid checked first.
+
+Bounded everywhere a client could make it grow: connections held at once, the size of a request's
+head, each route's body, and the time a connection may sit idle or send slowly. Errors of the
+request (a bad head, an unknown path, a body too large) are answered and the connection closed;
+a handler that raises is answered 500 and logged, and the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator
+from typing import Final, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+
+from .messages import Request, Response, Route, Routes, StreamResponse
+from .peer import PeerUnknown, tcp_peer_uid
+
+__all__ = ["HttpCounters", "HttpServer"]
+
+log = logging.getLogger("gz_ia.collector")
+
+_MAX_HEAD: Final = 64 << 10
+_READ_SIZE: Final = 64 << 10
+_IDLE_TIMEOUT: Final = 30.0
+"""Seconds a connection may wait between two reads before it is closed (a slow or idle client)."""
+_CLOSE_GRACE: Final = 2.0
+"""Seconds requests in progress get to finish when the server closes."""
+
+
+class HttpCounters(Protocol):
+    """Where the server counts what it answered and whom it refused (the collector's metrics)."""
+
+    def answered(self, endpoint: str, status: int) -> None: ...
+
+    def refused(self, reason: str) -> None: ...
+
+
+class _Uncounted:
+    def answered(self, endpoint: str, status: int) -> None:
+        pass
+
+    def refused(self, reason: str) -> None:
+        pass
+
+
+class _Closed(Exception):
+    """The client closed the connection, or went silent past the idle timeout."""
+
+
+class HttpServer:
+    """Serves ``routes`` on one listening TCP socket to processes of ``own_uid`` alone.
+
+    Args:
+        routes: what is served.
+        own_uid: the only uid heard; any other peer, or one the kernel cannot name, gets 403.
+        counters: counts answers and refusals.
+        max_connections: connections held at once; past it a new one is answered 503 and closed.
+    """
+
+    def __init__(
+        self,
+        routes: Routes,
+        *,
+        own_uid: int,
+        counters: HttpCounters | None = None,
+        max_connections: int = 256,
+        idle_timeout: float = _IDLE_TIMEOUT,
+    ) -> None:
+        self.routes = routes
+        self.own_uid = own_uid
+        self.counters: HttpCounters = counters or _Uncounted()
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: dict[asyncio.Task[None], bool] = {}
+        """Each connection's task → whether it is inside a request (idle ones are cancelled first)."""
+        self.host = ""
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the bound socket (known once :meth:`start` ran)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def endpoints(self) -> dict[str, str]:
+        """``name → URL`` of the named routes, with ``http`` for the server itself."""
+        named = {name: self.base_url + path for name, path in self.routes.endpoints().items()}
+        return {"http": self.base_url, **named}
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on ``sock`` (bound and listening, or about to be: ``start_server`` listens)."""
+        sock.setblocking(False)
+        self.host, self.port = sock.getsockname()[:2]
+        self._server = await asyncio.start_server(self._accept, sock=sock, limit=_READ_SIZE)
+
+    async def close(self) -> None:
+        """Stop accepting, let requests in progress finish (briefly), then close every connection."""
+        if self._server is not None:
+            self._server.close()
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=_CLOSE_GRACE)
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections))
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    # --- one connection -------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = False
+        try:
+            refusal = self._refusal(writer)
+            if refusal is not None:
+                status, reason = refusal
+                self.counters.refused(reason)
+                writer.write(_bare_response(status, reason))
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+                    # Read (and drop) what the peer is still sending, briefly: closing with unread
+                    # data would reset the connection before the refusal reaches it.
+                    writer.write_eof()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(_until_closed(reader), 1.0)
+                return
+            await self._serve(task, reader, writer)
+        except (_Closed, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _refusal(self, writer: asyncio.StreamWriter) -> tuple[int, str] | None:
+        """Why this connection is not served (status, reason), or None."""
+        if len(self._connections) > self.max_connections:
+            return 503, "busy"
+        sock = writer.get_extra_info("socket")
+        try:
+            uid = tcp_peer_uid(sock)
+        except PeerUnknown as exc:
+            log.warning("http: refusing a connection whose owner the kernel cannot name: %s", exc)
+            return 403, "unknown_peer"
+        if uid != self.own_uid:
+            log.warning("http: refusing a connection from uid %d (only uid %d is served)", uid, self.own_uid)
+            return 403, "other_uid"
+        return None
+
+    async def _serve(
+        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        peer_uid = self.own_uid
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
+        while True:
+            try:
+                head = await self._next_event(conn, reader)
+            except h11.RemoteProtocolError as exc:
+                await self._send_error(conn, writer, exc.error_status_hint, f"bad request: {exc}")
+                return
+            if isinstance(head, h11.ConnectionClosed):
+                return
+            assert isinstance(head, h11.Request)
+            self._connections[task] = True
+            target = urlsplit(head.target.decode("latin-1"))
+            methods = self.routes.methods(target.path)
+            route = methods.get(head.method.decode("ascii", "replace"))
+            if route is None:
+                if methods:
+                    allowed = ", ".join(sorted(methods))
+                    await self._send_error(conn, writer, 405, f"use {allowed}", [("Allow", allowed)])
+                else:
+                    await self._send_error(conn, writer, 404, f"no such path: {target.path}")
+                return
+            headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in head.headers}
+            try:
+                body = await self._read_body(conn, reader, route, headers)
+            except h11.RemoteProtocolError as exc:
+                await self._send_error(conn, writer, 400, f"bad request body: {exc}", endpoint=route.endpoint)
+                return
+            if body is None:
+                await self._send_error(
+                    conn, writer, 413, f"body beyond the limit of {route.max_body} bytes", endpoint=route.endpoint
+                )
+                return
+            request = Request(
+                method=route.method,
+                path=target.path,
+                query=parse_qs(target.query),
+                headers=headers,
+                body=body,
+                peer_uid=peer_uid,
+            )
+            try:
+                answer = await route.handler(request)
+            except Exception:
+                log.exception("http: %s %s failed", route.method, target.path)
+                await self._send_error(
+                    conn, writer, 500, "internal error (see the collector's log)", endpoint=route.endpoint
+                )
+                return
+            self.counters.answered(route.endpoint or route.path, answer.status)
+            if isinstance(answer, StreamResponse):
+                await self._stream(conn, reader, writer, answer)
+                return
+            await self._send(conn, writer, answer)
+            if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+            self._connections[task] = False
+
+    async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event:
+        """The next event of the request, reading more as h11 needs it."""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    data = await asyncio.wait_for(reader.read(_READ_SIZE), self.idle_timeout)
+                except TimeoutError:
+                    raise _Closed from None
+                conn.receive_data(data)
+                continue
+            if event is h11.PAUSED:
+                raise _Closed
+            assert not isinstance(event, type)
+            return event
+
+    async def _read_body(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, route: Route, headers: dict[str, str]
+    ) -> bytes | None:
+        """The whole body, or None when it is beyond ``route.max_body`` (the rest is not read)."""
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > route.max_body:
+            return None
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            event = await self._next_event(conn, reader)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > route.max_body:
+                    return None
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            else:
+                raise _Closed
+
+    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, answer: Response) -> None:
+        headers = [
+            ("Content-Type", answer.content_type),
+            ("Content-Length", str(len(answer.body))),
+            *answer.headers,
+        ]
+        writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers, reason=_reason(answer.status))))
+        if answer.body:
+            writer.write(conn.send(h11.Data(data=answer.body)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+
+    async def _send_error(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        message: str,
+        headers: list[tuple[str, str]] | None = None,
+        *,
+        endpoint: str | None = None,
+    ) -> None:
+        """Answer an error as JSON ``{"error": message}`` and let the caller close the connection."""
+        if endpoint is not None:
+            self.counters.answered(endpoint, status)
+        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        body = _error_body(message)
+        response = Response(status, body, headers=[("Connection", "close"), *(headers or [])])
+        with contextlib.suppress(h11.LocalProtocolError):
+            await self._send(conn, writer, response)
+
+    async def _stream(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: StreamResponse
+    ) -> None:
+        """Write ``answer``'s chunks as they come until they end or the client goes away."""
+        headers = [("Content-Type", answer.content_type), ("Cache-Control", "no-cache"), *answer.headers]
+        writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers, reason=_reason(answer.status))))
+        await writer.drain()
+        gone = asyncio.ensure_future(_until_closed(reader))
+        try:
+            await _pump(conn, writer, answer.chunks, gone)
+        finally:
+            gone.cancel()
+            closer = getattr(answer.chunks, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
+
+async def _pump(
+    conn: h11.Connection, writer: asyncio.StreamWriter, chunks: AsyncIterator[bytes], gone: asyncio.Future[None]
+) -> None:
+    iterator = aiter(chunks)
+    while True:
+        following: asyncio.Future[bytes] = asyncio.ensure_future(anext(iterator))
+        waiting: list[asyncio.Future[object]] = [following, gone]  # type: ignore[list-item]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not following.done():  # the client went away while the stream waited
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
+            return
+        try:
+            chunk = following.result()
+        except StopAsyncIteration:
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+            return
+        writer.write(conn.send(h11.Data(data=chunk)))
+        await writer.drain()
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> None:
+    """Return once the client closes its side (anything it sends during a stream is ignored)."""
+    while await reader.read(_READ_SIZE):
+        pass
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return http.HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
+
+
+def _error_body(message: str) -> bytes:
+    return json.dumps({"error": message}).encode() + b"\n"
+
+
+def _bare_response(status: int, reason: str) -> bytes:
+    """A whole HTTP/1.1 answer written before any of the request is read (a refused peer)."""
+    body = _error_body(
+        "this collector serves only its own user's processes" if status == 403 else "too many connections"
+    )
+    head = (
+        f"HTTP/1.1 {status} {_reason(status).decode()}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Gz-Ia-Refused: {reason}\r\n\r\n"
+    )
+    return head.encode("ascii") + body

@@ -1,0 +1,187 @@
+"""The loopback HTTP floor on a real socket and the test's event loop: routing, bounds, streams."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gz_ia.collector.http import HttpServer, Request, Response, Route, Routes, StreamResponse, decoded_body
+from gz_ia.collector.http.messages import TooLarge
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.answers: list[tuple[str, int]] = []
+        self.refusals: list[str] = []
+
+    def answered(self, endpoint: str, status: int) -> None:
+        self.answers.append((endpoint, status))
+
+    def refused(self, reason: str) -> None:
+        self.refusals.append(reason)
+
+
+async def echo(request: Request) -> Response:
+    body = {"path": request.path, "query": request.query, "size": len(request.body), "uid": request.peer_uid}
+    return Response(200, json.dumps(body).encode())
+
+
+async def failing(_request: Request) -> Response:
+    raise RuntimeError("handler bug")
+
+
+async def exchange(port: int, raw: bytes, *, until_close: bool = True) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(-1) if until_close else reader.read(65536), 30)
+    writer.close()
+    return data
+
+
+async def started(routes: Routes, counters: Counted, *, own_uid: int | None = None) -> HttpServer:
+    import os
+
+    server = HttpServer(routes, own_uid=os.getuid() if own_uid is None else own_uid, counters=counters)
+    sock = socket.create_server(("127.0.0.1", 0))
+    await server.start(sock)
+    return server
+
+
+def routes() -> Routes:
+    return Routes(
+        [
+            Route("POST", "/echo", echo, max_body=1000, endpoint="echo"),
+            Route("GET", "/files/", echo, prefix=True),
+            Route("GET", "/bug", failing),
+        ]
+    )
+
+
+async def test_a_request_reaches_its_route_with_query_and_body_and_keeps_the_connection() -> None:
+    counters = Counted()
+    server = await started(routes(), counters)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    for _ in range(2):  # two requests on one connection
+        writer.write(b"POST /echo?a=1&a=2 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        body = json.loads(await reader.readexactly(length))
+        assert body["path"] == "/echo" and body["query"] == {"a": ["1", "2"]} and body["size"] == 5
+    writer.close()
+    prefixed = await exchange(server.port, b"GET /files/a/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b'"path": "/files/a/b"' in prefixed
+    await server.close()
+    assert counters.answers == [("echo", 200), ("echo", 200), ("/files/", 200)]
+    assert server.endpoints() == {"http": server.base_url, "echo": server.base_url + "/echo"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", b"404"),
+        (b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", b"405"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", b"413"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" + b"x" * 2000, b"413"),
+        (b"NOT HTTP AT ALL\r\n\r\n", b"400"),
+        (b"GET /bug HTTP/1.1\r\nHost: x\r\n\r\n", b"500"),
+    ],
+)
+async def test_what_cannot_be_served_is_answered_and_the_server_goes_on(raw: bytes, status: bytes) -> None:
+    server = await started(routes(), Counted())
+    answer = await exchange(server.port, raw)
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+    assert b'"error"' in answer
+    fine = await exchange(
+        server.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    )
+    assert fine.startswith(b"HTTP/1.1 200")
+    await server.close()
+
+
+async def test_a_peer_of_another_uid_is_refused_before_its_request_is_read() -> None:
+    # The server is told it serves uid 4242 alone; the test's own connection is then "another uid".
+    # (tests/integration/test_http_side.py checks the same with a real second uid.)
+    counters = Counted()
+    server = await started(routes(), counters, own_uid=4242)
+    answer = await exchange(server.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    assert answer.startswith(b"HTTP/1.1 403") and b"X-Gz-Ia-Refused: other_uid" in answer
+    await server.close()
+    assert counters.refusals == ["other_uid"] and counters.answers == []
+
+
+async def test_a_stream_sends_each_chunk_as_it_comes_and_stops_when_the_client_goes() -> None:
+    produced: list[int] = []
+    closed = asyncio.Event()
+    more = asyncio.Event()
+
+    async def ticks() -> AsyncIterator[bytes]:
+        try:
+            for n in range(1000):
+                produced.append(n)
+                yield f"data: {n}\n\n".encode()
+                if n == 1:
+                    await more.wait()  # held: the client must see the first two before any third
+        finally:
+            closed.set()
+
+    async def live(_request: Request) -> StreamResponse:
+        return StreamResponse(200, "text/event-stream", ticks())
+
+    server = await started(Routes([Route("GET", "/live", live)]), Counted())
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /live HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    seen = b""
+    while b"data: 1\n\n" not in seen:
+        seen += await asyncio.wait_for(reader.read(4096), 30)
+    assert b"Transfer-Encoding: chunked" in seen and b"data: 0\n\n" in seen
+    writer.close()  # the client goes away while the stream waits for its next chunk
+    await asyncio.wait_for(closed.wait(), 30)
+    assert produced == [0, 1]
+    await server.close()
+
+
+async def test_close_lets_a_request_in_progress_finish() -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(_request: Request) -> Response:
+        entered.set()
+        await release.wait()
+        return Response(200, b"{}")
+
+    server = await started(Routes([Route("GET", "/slow", slow)]), Counted())
+    pending = asyncio.ensure_future(exchange(server.port, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
+    await asyncio.wait_for(entered.wait(), 30)
+    closing = asyncio.ensure_future(server.close())
+    await asyncio.sleep(0)
+    release.set()
+    await closing
+    assert (await pending).startswith(b"HTTP/1.1 200")
+
+
+def request_with(body: bytes, encoding: str | None) -> Request:
+    headers = {"content-encoding": encoding} if encoding else {}
+    return Request(method="POST", path="/", query={}, headers=headers, body=body, peer_uid=0)
+
+
+def test_decoded_body_undoes_gzip_within_its_limit_and_refuses_a_bomb() -> None:
+    assert decoded_body(request_with(gzip.compress(b"abc" * 10), "gzip"), 100) == b"abc" * 10
+    assert decoded_body(request_with(b"plain", None), 100) == b"plain"
+    bomb = gzip.compress(b"\0" * (10 << 20))  # about 10 KiB that would expand to 10 MiB
+    with pytest.raises(TooLarge):
+        decoded_body(request_with(bomb, "gzip"), 1 << 20)
+    with pytest.raises(ValueError, match="cannot be decompressed"):
+        decoded_body(request_with(b"not gzip", "gzip"), 100)
+    with pytest.raises(ValueError, match="truncated"):
+        decoded_body(request_with(gzip.compress(b"abc" * 100)[:20], "gzip"), 1000)
+    with pytest.raises(ValueError, match="not supported"):
+        decoded_body(request_with(b"x", "br"), 100)
