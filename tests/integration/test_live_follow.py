@@ -8,41 +8,13 @@ files). Both must print exactly the same lines, history and live, in the same or
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import Follower, wait_for
-
-AGENT = Path(__file__).resolve().parents[1] / "fixtures" / "agents" / "live_agent.py"
-
-
-class Agent:
-    """The live_agent fixture as a real process: commands on stdin, ``done`` after each is written."""
-
-    def __init__(self, collector: Any, session: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(AGENT), session], env=collector.env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready"
-
-    def do(self, command: str) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        assert self.proc.stdout.readline().strip() == "done"
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(30)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+from tests.integration.live_agents import Agent
 
 
 @pytest.fixture(name="agent")

@@ -115,6 +115,10 @@ class ConnectionHost(Protocol):
         """The answer to ``gz-ia status``."""
         ...
 
+    def ui_url(self) -> str | None:
+        """The web view's address with its key (None: no HTTP side)."""
+        ...
+
 
 class Connection(asyncio.Protocol):
     """One client connection: handshake, then batches answered in order.
@@ -221,6 +225,12 @@ class Connection(asyncio.Protocol):
                 self._handle_hello(message)
             case Route():
                 self.handle_route(message)
+            case Query(what="ui"):
+                # The web view's key is a secret of the collector's own user, never of allow_uids.
+                if self.uid != self.collector.uid:
+                    self.refuse(RejectReason.PERMISSION_DENIED, "only the collector's own user may open its web view")
+                else:
+                    self.send(Report(data={"ui": self.collector.ui_url()}))
             case Query(what="metrics"):
                 self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
             case Query():

@@ -23,4 +23,4 @@ def collector_routes(collector: Collector) -> Routes:
         body = {"service": "gz-ia-collector", "version": collector.version, "endpoints": endpoints}
         return Response(200, json.dumps(body).encode() + b"\n")
 
-    return Routes([Route("GET", "/", index)])
+    return Routes([Route("GET", "/", index), *collector.web.routes()])

@@ -30,6 +30,7 @@ from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 from gz_ia.collector.storage.roots import LayoutError
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.web import WebView
 
 from .admission import ConnectionLimits, descriptor_limit, socket_reserve
 from .adoption import adopt_spools, count_adoption
@@ -142,6 +143,8 @@ class Collector(WritePasses, Answers):
         self._http_socket: socket.socket | None = None
         self.http_error: str | None = None
         """Why the HTTP side is not served although configured (the events are served regardless)."""
+        self.web = WebView(self.hub, self.served_roots, lambda: self.http.base_url if self.http is not None else "")
+        """The web view on the HTTP side (its page, JSON and ``/live``), with this start's secret."""
         self.connection_limits = (
             ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None
         )
@@ -168,6 +171,16 @@ class Collector(WritePasses, Answers):
         metrics.backlog_batches.set_function(lambda: sum(c.awaiting for c in list(self.connections)))
         metrics.sessions_known.set_function(lambda: writer.sessions_known)
         metrics.sessions_active.set_function(lambda: writer.sessions_active)
+
+    def served_roots(self) -> list[str]:
+        """The real paths of the session roots this collector writes, or wrote before (its own uid's)."""
+        paths = {os.path.realpath(store.path) for store in self.writer.roots}
+        paths.update(os.path.realpath(path) for path, uid, _socket in self.known_roots if uid == self.uid)
+        return sorted(paths)
+
+    def ui_url(self) -> str | None:
+        """The web view's address with this start's key (None: the HTTP side is not served)."""
+        return self.web.url() if self.http is not None else None
 
     def attach_http(self, server: HttpServer, sock: socket.socket) -> None:
         """Serve ``server`` on the listening TCP socket ``sock`` beside the event sockets."""
