@@ -11,7 +11,6 @@ import http.client
 import json
 import socket
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
