@@ -139,7 +139,7 @@ function hideListLive() {
 
 const view = {
   top: null, selected: null, source: null, spans: new Map(), order: [], older: null,
-  events: 0, treeTimer: null, ticker: null, detail: null,
+  events: 0, treeTimer: null, ticker: null, detail: null, renderTimer: null,
 };
 
 function spanKey(event) {
@@ -226,6 +226,16 @@ function renderTimeline() {
   );
   $("#window-info").textContent = `${view.events} events shown` + (view.older ? " (older events not loaded)" : "");
   $("#older").hidden = !view.older;
+}
+
+// Events that arrive together are drawn together: one render per burst, not one per event.
+function scheduleRender() {
+  if (view.renderTimer) return;
+  view.renderTimer = setTimeout(() => {
+    view.renderTimer = null;
+    renderTimeline();
+    if (view.detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
+  }, 10);
 }
 
 function showDetails(s) {
@@ -325,8 +335,7 @@ function openSession(sessionId) {
     if (event.session_id === view.selected && event.seq > (view.lastSeq || 0)) {
       view.lastSeq = event.seq;
       addEvent(event, true);
-      renderTimeline();
-      if (view.detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
+      scheduleRender();
     }
     if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 500);
   };
