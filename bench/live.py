@@ -13,7 +13,8 @@ event's row appears in its timeline (at a slower rate: each event is its own act
 
 The client holds an event logged alone up to its linger (100 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
-(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--linger-ms``, ``--json FILE``). Figures are in docs/performance.md.
+(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--linger-ms``, ``--json FILE``). Figures are in
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ for index in range(count):
     if delay > 0:
         time.sleep(delay)
     action = f"probe-{index}" if actions else "probe"
-    client.log(session_id=session, action=action, stage="READ", agent="bench", attrs={"sent_ns": time.time_ns(), "n": index})
+    attrs = {"sent_ns": time.time_ns(), "n": index}
+    client.log(session_id=session, action=action, stage="READ", agent="bench", attrs=attrs)
 client.flush(30)
 client.close()
 """
@@ -176,7 +178,8 @@ def measure_sse(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
             [sys.executable, "-c", PRODUCER, str(args.rate), str(args.seconds), "bench", "0"],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        assert producer.stdin is not None and producer.stdout is not None
+        assert producer.stdin is not None
+        assert producer.stdout is not None
         assert producer.stdout.readline().strip() == "ready"
         next(events)  # the warm-up event
         stop = threading.Event()
@@ -253,7 +256,8 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
             [sys.executable, "-c", PRODUCER, str(args.page_rate), str(args.page_seconds), "page", "1"],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        assert producer.stdin is not None and producer.stdout is not None
+        assert producer.stdin is not None
+        assert producer.stdout is not None
         assert producer.stdout.readline().strip() == "ready"
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
