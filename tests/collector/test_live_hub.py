@@ -158,6 +158,18 @@ def test_every_frame_is_delivered_or_reported() -> None:
     assert seen == list(range(1, hub.rings["/a"].newest_seq + 1))
 
 
+def test_before_the_first_subscription_frames_are_numbered_not_kept() -> None:
+    """Until someone subscribes, the feed only counts (skip); a replay from before that is a gap."""
+    hub = Hub(epoch="e1")
+    assert not hub.buffering
+    hub.skip("/a", 3)
+    sub = hub.subscribe("/a", since_seq=0, epoch="e1")
+    assert hub.buffering
+    assert _seqs(sub.take()) == [Lagged(1, 4)]
+    hub.publish("/a", "s1", _lines(4))
+    assert _seqs(sub.take()) == [4]
+
+
 def test_cancel_forgets_the_subscriber() -> None:
     """A cancelled subscription is no longer woken by the producer."""
     hub = Hub(epoch="e1")

@@ -48,10 +48,10 @@ def _actions(items: list[LiveEvent | Gap]) -> list[str]:
 
 def test_subscriber_gets_replay_then_live_with_the_stored_lines(collector: Any) -> None:
     """A subscriber from since_seq 0 gets what is buffered, then new events, each exactly as stored."""
-    send_events(collector, _events("s1", 3))
-    with Subscriber(collector.root, socket_path=collector.socket) as live:
-        assert live.newest_seq == 3
+    with Subscriber(collector.root, socket_path=collector.socket) as live:  # the collector buffers from now on
+        assert live.newest_seq == 0
         epoch = live.epoch
+        send_events(collector, _events("s1", 3))
     with Subscriber(collector.root, since_seq=0, epoch=epoch, socket_path=collector.socket) as replay:
         first = _take(replay, 3)
         assert [item.seq for item in first] == [1, 2, 3]  # type: ignore[union-attr]
@@ -95,8 +95,10 @@ def test_a_restarted_collector_answers_an_old_epoch_with_epoch_changed(collector
     send_events(collector, _events("s1", 2))
     with Subscriber(collector.root, socket_path=collector.socket) as live:
         old_epoch, old_seq = live.epoch, live.newest_seq
+    assert old_seq == 2
     collector.restart()
-    send_events(collector, _events("s2", 1))
+    with Subscriber(collector.root, socket_path=collector.socket):
+        send_events(collector, _events("s2", 1))
     with Subscriber(collector.root, since_seq=old_seq, epoch=old_epoch, socket_path=collector.socket) as resumed:
         assert resumed.epoch != old_epoch
         items = _take(resumed, 2)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import Follower, wait_for
+from tests.conftest import Follower, send_events, wait_for
 from tests.integration.live_agents import Agent
+
+from gz_ia.client import build_event
 
 
 @pytest.fixture(name="agent")
@@ -52,3 +54,26 @@ def test_stream_and_files_print_the_same(collector: Any, agent: Any, args: tuple
     finally:
         streamed.finish()
         polled.finish()
+
+
+def test_a_follower_that_lagged_reads_the_gap_from_the_files(collector: Any) -> None:
+    """A subscriber that does not read while 6,000 events are written (past the ring's 2,048) gets a
+    lagged notice; the follower fills it from the files: every event once, in seq order."""
+    from gz_ia.client.live import Gap, Subscriber
+    from gz_ia.collector import reading
+    from gz_ia.collector.live.follow import follow_live
+
+    send_events(collector, [build_event(session_id="lag", action="a", stage="READ", agent="t")])
+    cursor = reading.end_cursor(collector.root, "lag")
+    probe = Subscriber(collector.root, socket_path=collector.socket)
+    live = Subscriber(collector.root, socket_path=collector.socket)
+    send_events(collector, [build_event(session_id="lag", action="a", stage="READ", agent="t") for _ in range(6000)])
+    probe.settimeout(30)
+    seen: list[Any] = []
+    while not any(isinstance(item, Gap) for item in seen):
+        seen += probe.receive()  # the same pace as ``live``: it lagged too
+    probe.close()
+    entries = follow_live(live, collector.root, ["lag"], cursor=cursor)
+    seqs = [next(entries).event.seq for _ in range(6000)]
+    entries.close()
+    assert seqs == list(range(2, 6002))

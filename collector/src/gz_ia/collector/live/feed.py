@@ -31,7 +31,9 @@ class WrittenFeed:
 
     def __call__(self, written: list[tuple[AppendFile, bytes]]) -> None:
         sources = self._sources
-        publish = self.hub.publish
+        hub = self.hub
+        publish = hub.publish
+        buffering = hub.buffering
         for target, data in written:
             if not isinstance(target, SessionState) or not data:
                 continue
@@ -41,6 +43,9 @@ class WrittenFeed:
                 if len(sources) > 4096:
                     sources.clear()  # stores of roots long gone: recomputed when they come back
                 source = sources[store] = source_of(store.path)
+            if not buffering:
+                hub.skip(source, data.count(b"\n"))
+                continue
             lines = data.split(b"\n")
             lines.pop()  # every stored line ends with a newline: nothing after the last one
             publish(source, target.session_id, lines)

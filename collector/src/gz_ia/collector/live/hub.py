@@ -8,9 +8,11 @@ The rules (docs/protocol.md, "Live subscriptions"):
 
 - Sequence numbers start at 1 per source, and a hub (one per collector start) draws a random
   ``epoch``: a ``seq`` means nothing outside its epoch.
-- Each ring keeps at most :data:`RING_FRAMES` frames and :data:`RING_BYTES` bytes, and all rings
-  share :data:`TOTAL_BYTES`; past a bound the oldest frame (of its ring, or of all rings for the
-  shared budget) is evicted.
+- Frames are kept from the first subscription of the hub on (before it nobody can hold a cursor
+  of this epoch, so a replay from before it is a ``lagged`` gap). Each ring keeps at most
+  :data:`RING_FRAMES` frames and :data:`RING_BYTES` bytes, and all rings share
+  :data:`TOTAL_BYTES`; past a bound the oldest frame (of its ring, or of all rings for the shared
+  budget) is evicted.
 - ``since_seq`` with the hub's epoch replays the frames after it that are still buffered, then goes
   on live; a ``since_seq`` past the newest frame is refused (:class:`InvalidSince`). With another
   epoch, or none, the subscriber gets a :class:`Lagged` with ``epoch_changed`` and then every frame
@@ -26,7 +28,7 @@ import collections
 import dataclasses
 import itertools
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Final
 
 __all__ = [
@@ -51,20 +53,18 @@ events cannot hold much more memory than the budget says."""
 
 
 class Frame:
-    """One written event in a ring: its ``seq`` in the source, its session and its stored line."""
+    """One written event as a subscriber takes it: its ``seq`` in the source, its session and its
+    stored line. Made only when taken: the ring itself keeps plain lines (see :class:`Ring`)."""
 
-    __slots__ = ("event", "line", "order", "seq", "session_id", "size")
+    __slots__ = ("event", "line", "seq", "session_id")
 
-    def __init__(self, seq: int, session_id: str, line: bytes, order: int) -> None:
+    def __init__(self, seq: int, session_id: str, line: bytes) -> None:
         self.seq = seq
         self.session_id = session_id
         self.line = line
         """The stored JSON line, without its newline."""
-        self.order = order
-        """Hub-wide publication order: the shared budget evicts the frame with the smallest."""
-        self.size = len(line) + FRAME_OVERHEAD
         self.event: object = None
-        """The line decoded, kept by the first filter that needed it (see :mod:`.selection`)."""
+        """The line decoded, kept by the filter that needed it (see :mod:`.selection`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,25 +98,55 @@ class InvalidSince(ValueError):
 
 
 class Ring:
-    """The buffered frames of one source, oldest first, with the subscribers reading it."""
+    """The buffered frames of one source, oldest first, with the subscribers reading it.
 
-    __slots__ = ("bytes", "frames", "newest_seq", "source", "subscribers")
+    Kept as parallel deques of lines and session ids (frame ``oldest_seq + i`` is item ``i``), and
+    the publications' hub-wide order as ``(order, first seq)`` marks, one per publish: the write
+    path pays a few C-level deque extends per pass, not an object per event.
+    """
+
+    __slots__ = ("bytes", "lines", "marks", "newest_seq", "sessions", "source", "subscribers")
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.frames: collections.deque[Frame] = collections.deque()
+        self.lines: collections.deque[bytes] = collections.deque()
+        self.sessions: collections.deque[str] = collections.deque()
+        self.marks: collections.deque[tuple[int, int]] = collections.deque()
+        """``(hub-wide order, first seq)`` of each publication still (partly) buffered."""
         self.bytes = 0
         self.newest_seq = 0
         self.subscribers: set[Subscription] = set()
 
+    def __len__(self) -> int:
+        return len(self.lines)
+
     @property
     def oldest_seq(self) -> int:
         """The seq of the oldest frame still buffered (``newest_seq + 1`` when none is)."""
-        return self.frames[0].seq if self.frames else self.newest_seq + 1
+        return self.newest_seq + 1 - len(self.lines)
 
-    def frame_index(self, seq: int) -> int:
-        """Where frame ``seq`` is in :attr:`frames` (seqs are consecutive in a ring)."""
-        return seq - self.oldest_seq
+    @property
+    def oldest_order(self) -> int:
+        """The hub-wide order of the publication the oldest frame came with."""
+        return self.marks[0][0]
+
+    @property
+    def frames(self) -> list[Frame]:
+        """Every buffered frame, oldest first (for inspection: subscribers take them one batch at a time)."""
+        first = self.oldest_seq
+        return [Frame(first + i, session, line) for i, (session, line) in enumerate(zip(self.sessions, self.lines))]
+
+    def evict_one(self) -> int:
+        """Drop the oldest frame; return the bytes it was counted for."""
+        size = len(self.lines.popleft()) + FRAME_OVERHEAD
+        self.sessions.popleft()
+        self.bytes -= size
+        marks = self.marks
+        if not self.lines:
+            marks.clear()
+        elif len(marks) > 1 and marks[1][1] <= self.oldest_seq:
+            marks.popleft()  # the oldest frame now came with the next publication
+        return size
 
 
 class Subscription:
@@ -164,13 +194,13 @@ class Subscription:
             self.next_seq = oldest
             self._update_ready()  # the frames after the gap come with the next take
             return out
-        frames = ring.frames
+        lines, sessions = ring.lines, ring.sessions
         index = self.next_seq - oldest
         accept = self.accept
         taken = 0
-        end = len(frames)
+        end = len(lines)
         while index < end and taken < limit:
-            frame = frames[index]
+            frame = Frame(oldest + index, sessions[index], lines[index])
             index += 1
             if accept is None or accept(frame):
                 out.append(frame)
@@ -218,6 +248,9 @@ class Hub:
         """Frames evicted so far (by any bound)."""
         self._order = itertools.count()
         self._ids = itertools.count(1)
+        self.buffering = False
+        """Set by the first subscription: until then a publication only advances the seqs, since
+        nobody holds a cursor in this epoch yet (the write path pays one addition per pass)."""
 
     def report(self) -> dict[str, object]:
         """What ``gz-ia status`` says of the subscriptions."""
@@ -225,7 +258,7 @@ class Hub:
             "epoch": self.epoch,
             "sources": len(self.rings),
             "subscribers": sum(len(ring.subscribers) for ring in self.rings.values()),
-            "frames": sum(len(ring.frames) for ring in self.rings.values()),
+            "frames": sum(len(ring) for ring in self.rings.values()),
             "bytes": self.bytes,
             "evicted": self.evicted,
         }
@@ -237,49 +270,52 @@ class Hub:
             ring = self.rings[source] = Ring(source)
         return ring
 
-    def publish(self, source: str, session_id: str, lines: Iterable[bytes]) -> int:
+    def skip(self, source: str, count: int) -> None:
+        """Number ``count`` frames of ``source`` without keeping them (before any subscription)."""
+        ring = self.rings.get(source)
+        if ring is None:
+            ring = self.rings[source] = Ring(source)
+        ring.newest_seq += count
+
+    def publish(self, source: str, session_id: str, lines: list[bytes]) -> int:
         """Append written lines of one session to its source's ring; wake its subscribers.
 
         Never waits: a bound reached evicts the oldest frames instead. Returns the newest seq.
         """
+        count = len(lines)
         ring = self.ring(source)
-        frames = ring.frames
-        seq = ring.newest_seq
-        order = self._order
-        added = 0
-        for line in lines:
-            seq += 1
-            frame = Frame(seq, session_id, line, next(order))
-            frames.append(frame)
-            added += frame.size
-        if seq == ring.newest_seq:
-            return seq
-        ring.newest_seq = seq
+        if not count:
+            return ring.newest_seq
+        ring.marks.append((next(self._order), ring.newest_seq + 1))
+        ring.lines.extend(lines)
+        ring.sessions.extend(itertools.repeat(session_id, count))
+        added = sum(map(len, lines)) + count * FRAME_OVERHEAD
+        ring.newest_seq += count
         ring.bytes += added
         self.bytes += added
-        while len(frames) > self.ring_frames or (ring.bytes > self.ring_bytes and len(frames) > 1):
-            self._evict(ring)
+        evicted = 0
+        frames = self.ring_frames
+        limit = self.ring_bytes
+        while len(ring.lines) > frames or (ring.bytes > limit and len(ring.lines) > 1):
+            self.bytes -= ring.evict_one()
+            evicted += 1
+        self.evicted += evicted
         if self.bytes > self.total_bytes:
             self._evict_globally()
         for subscriber in ring.subscribers:
             subscriber.ready.set()
-        return seq
-
-    def _evict(self, ring: Ring) -> None:
-        frame = ring.frames.popleft()
-        ring.bytes -= frame.size
-        self.bytes -= frame.size
-        self.evicted += 1
+        return ring.newest_seq
 
     def _evict_globally(self) -> None:
         """Evict the oldest frames of all rings until the shared budget holds (the newest frame stays)."""
-        rings = [ring for ring in self.rings.values() if ring.frames]
+        rings = [ring for ring in self.rings.values() if ring.lines]
         while self.bytes > self.total_bytes:
-            oldest = min(rings, key=lambda ring: ring.frames[0].order)
-            if len(oldest.frames) == 1 and sum(len(ring.frames) for ring in rings) == 1:
-                return
-            self._evict(oldest)
-            if not oldest.frames:
+            if len(rings) == 1 and len(rings[0]) == 1:
+                break
+            oldest = min(rings, key=lambda ring: ring.oldest_order)
+            self.bytes -= oldest.evict_one()
+            self.evicted += 1
+            if not oldest.lines:
                 rings.remove(oldest)
         for ring in self.rings.values():
             for subscriber in ring.subscribers:
@@ -307,6 +343,7 @@ class Hub:
             InvalidSince: ``since_seq`` of this epoch is past the newest frame.
         """
         ring = self.ring(source)
+        self.buffering = True
         notice: Lagged | None = None
         if since_seq is None:
             next_seq = ring.newest_seq + 1
