@@ -134,7 +134,10 @@ class Ring:
     def frames(self) -> list[Frame]:
         """Every buffered frame, oldest first (for inspection: subscribers take them one batch at a time)."""
         first = self.oldest_seq
-        return [Frame(first + i, session, line) for i, (session, line) in enumerate(zip(self.sessions, self.lines))]
+        return [
+            Frame(first + i, session, line)
+            for i, (session, line) in enumerate(zip(self.sessions, self.lines, strict=True))
+        ]
 
     def evict_one(self) -> int:
         """Drop the oldest frame; return the bytes it was counted for."""
