@@ -294,6 +294,59 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
         stop_process(proc)
 
 
+FILLER: Final = r"""
+import sys
+from gz_ia.client import Client
+sessions, big = int(sys.argv[1]), int(sys.argv[2])
+client = Client()
+for i in range(sessions):
+    client.log(session_id=f"many-{i:05d}", action="a", stage="READ", agent="bench")
+    if i % 2000 == 1999:
+        assert client.flush(300)
+for i in range(big):
+    client.log(session_id="big", action=f"t{i // 3}", stage=("READ", "PENDING", "FINISH")[i % 3], agent="bench")
+    if i % 5000 == 4999:
+        assert client.flush(300)
+assert client.flush(300)
+client.close()
+"""
+
+
+def _timed_get(base: str, path: str) -> tuple[float, int]:
+    parts = urlsplit(base)
+    started = time.perf_counter()
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=120)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while chunk := sock.recv(1 << 16):
+        data += chunk
+    sock.close()
+    return (time.perf_counter() - started) * 1000, len(data)
+
+
+def measure_scale(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
+    """The web view's JSON at 10,000 sessions and on a big session: each call's time and size."""
+    proc, env, base, key = _start_collector(base_dir, None)
+    try:
+        subprocess.run([sys.executable, "-c", FILLER, str(args.sessions), str(args.big)], env=env, check=True)
+        root = env["GZ_IA_ROOT"]
+        calls = {
+            "sessions, first page (listing every session)": f"/ui/api/sessions?key={key}&root={root}",
+            "sessions, page 50": f"/ui/api/sessions?key={key}&root={root}&offset=5000",
+            "sessions, status=running": f"/ui/api/sessions?key={key}&root={root}&match=status=running",
+            "tree of the big session": f"/ui/api/tree?key={key}&root={root}&session=big",
+            "newest 500 events of the big session": f"/ui/api/events?key={key}&root={root}&session=big&limit=500",
+        }
+        results = {}
+        for name, path in calls.items():
+            time.sleep(1.1)  # past the listing's reuse
+            elapsed, size = _timed_get(base, path)
+            results[name] = {"ms": round(elapsed, 1), "bytes": size}
+        return {"sessions": args.sessions + 1, "big_session_events": args.big, "calls": results}
+    finally:
+        stop_process(proc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=1000.0)
@@ -305,10 +358,17 @@ def main() -> None:
     parser.add_argument(
         "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 100 ms)"
     )
+    parser.add_argument("--scale", action="store_true", help="time the web view's JSON on a large root instead")
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--big", type=int, default=1_000_000, help="events of the big session (--scale)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     results: dict[str, Any] = {"linger_ms": args.linger_ms if args.linger_ms is not None else "default (100)"}
     with scratch_dir("gz-live-") as base:
+        if args.scale:
+            results["scale"] = measure_scale(args, base / "scale")
+            print(json.dumps(results, indent=2))
+            return
         results["sse"] = measure_sse(args, base / "sse")
         if args.page:
             results["page"] = measure_page(args, base / "page")

@@ -31,6 +31,7 @@ from gz_ia.collector.storage.roots import LayoutError
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.writer import Writer
 from gz_ia.collector.web import WebView
+from gz_ia.collector.web.memory import summaries_in_memory
 
 from .admission import ConnectionLimits, descriptor_limit, socket_reserve
 from .adoption import adopt_spools, count_adoption
@@ -143,7 +144,12 @@ class Collector(WritePasses, Answers):
         self._http_socket: socket.socket | None = None
         self.http_error: str | None = None
         """Why the HTTP side is not served although configured (the events are served regardless)."""
-        self.web = WebView(self.hub, self.served_roots, lambda: self.http.base_url if self.http is not None else "")
+        self.web = WebView(
+            self.hub,
+            self.served_roots,
+            lambda: self.http.base_url if self.http is not None else "",
+            in_memory=lambda root: summaries_in_memory(self.writer.roots, root),
+        )
         """The web view on the HTTP side (its page, JSON and ``/live``), with this start's secret."""
         self.connection_limits = (
             ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None

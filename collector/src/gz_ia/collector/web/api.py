@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -41,25 +41,28 @@ SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id"
 """What a ``FIELD=VALUE`` of the sessions list may name."""
 _TOKEN_KEYS: Final = ("input_tokens", "output_tokens", "tokens")
 _COST_KEYS: Final = ("cost_usd",)
-_LIST_TTL: Final = 1.0
-"""Seconds a root's session listing is reused (a page and the next come from the same listing)."""
+_LIST_TTL: Final = 3.0
+"""Seconds a root's listing of the sessions not in the collector's memory is reused: those are idle,
+and the ones being written come fresh from memory at every call (``known``)."""
 
 _EPOCH_START: Final = datetime.min.replace(tzinfo=UTC)
 _listings: dict[str, tuple[float, list[SessionSummary]]] = {}
 _usage: dict[tuple[str, str, int], dict[str, Any]] = {}
 
 
-def _listing(root: Path) -> list[SessionSummary]:
+def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSummary]:
+    """Every session of the root: those in ``known`` as given, the others from the files (cached)."""
     key = str(root)
     now = time.monotonic()
     cached = _listings.get(key)
-    if cached is not None and now - cached[0] < _LIST_TTL:
-        return cached[1]
-    summaries = reading.list_sessions(root)
-    if len(_listings) > 64:
-        _listings.clear()
-    _listings[key] = (now, summaries)
-    return summaries
+    if cached is None or now - cached[0] >= _LIST_TTL:
+        summaries = reading.list_sessions(root, known=known)
+        if len(_listings) > 64:
+            _listings.clear()
+        _listings[key] = cached = (now, summaries)
+    merged = {summary.session_id: summary for summary in cached[1]}
+    merged.update(known)
+    return list(merged.values())
 
 
 def _status(summary: SessionSummary) -> str:
@@ -144,7 +147,15 @@ def _parse_matches(matches: Iterable[str]) -> dict[str, set[str]]:
     return wanted
 
 
-def session_page(root: Path, *, offset: int, limit: int, text: str, matches: Iterable[str]) -> dict[str, Any]:
+def session_page(
+    root: Path,
+    *,
+    offset: int,
+    limit: int,
+    text: str,
+    matches: Iterable[str],
+    known: Mapping[str, SessionSummary] | None = None,
+) -> dict[str, Any]:
     """A page of the root's sessions, the most recently active first, filtered.
 
     Raises:
@@ -154,7 +165,7 @@ def session_page(root: Path, *, offset: int, limit: int, text: str, matches: Ite
     needle = text.strip().lower()
     limit = max(1, min(limit, MAX_PAGE))
     kept: list[SessionSummary] = []
-    for summary in _listing(root):
+    for summary in _listing(root, known or {}):
         fields = {
             "agent": summary.agent,
             "parent_session_id": summary.parent_session_id or "",
@@ -176,23 +187,23 @@ def session_page(root: Path, *, offset: int, limit: int, text: str, matches: Ite
     return {"total": len(kept), "offset": offset, "limit": limit, "sessions": sessions}
 
 
-def session_tree(root: Path, session_id: str) -> dict[str, Any]:
+def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> dict[str, Any]:
     """The session's subagent tree, flattened depth first (summaries only, no events).
 
     Raises:
         SessionNotFound: no such session (nor anyone's parent).
     """
-    top = reading.session_tree(root, session_id)
+    top = reading.session_tree(root, session_id, known=known)
     nodes = []
     for depth, node in top.walk():
         nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status})
     return {"session_id": session_id, "nodes": nodes}
 
 
-def session_family(root: Path, session_id: str) -> list[str]:
+def session_family(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> list[str]:
     """The session ids of a session's stored subtree (itself included; [] when unknown)."""
     try:
-        top = reading.session_tree(root, session_id)
+        top = reading.session_tree(root, session_id, known=known)
     except reading.SessionNotFound:
         return []
     return [node.session_id for _depth, node in top.walk()]

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from gz_ia.collector import reading
 from gz_ia.collector.http import Request, Response, Route, StreamResponse
 from gz_ia.collector.live import Hub
+from gz_ia.collector.reading import SessionSummary
 
 from . import api
 from .access import UiAccess
@@ -57,6 +58,8 @@ class WebView:
         hub: the collector's live hub.
         roots: the session roots the collector serves (real paths); only those are read.
         base_url: the HTTP side's base URL, once bound.
+        in_memory: the summaries the collector holds in memory for a root (by real path), called on
+            the loop (see :mod:`.memory`); None: everything from the files.
         access: the checks (a fresh secret when not given).
     """
 
@@ -65,9 +68,11 @@ class WebView:
         hub: Hub,
         roots: Callable[[], Iterable[str]],
         base_url: Callable[[], str],
+        in_memory: Callable[[str], dict[str, SessionSummary]] | None = None,
         access: UiAccess | None = None,
     ) -> None:
         self.hub = hub
+        self._in_memory = in_memory
         self._roots = roots
         self._base_url = base_url
         self.access = access or UiAccess(base_url)
@@ -106,7 +111,11 @@ class WebView:
         root = self._root(request)
         if isinstance(root, Response):
             return root
-        return await live_stream(request, self.hub, str(root), functools.partial(api.session_family, root))
+        family = functools.partial(api.session_family, root, known=self._known(root))
+        return await live_stream(request, self.hub, str(root), family)
+
+    def _known(self, root: Path) -> dict[str, SessionSummary]:
+        return self._in_memory(str(root)) if self._in_memory is not None else {}
 
     async def _ui(self, request: Request) -> Response | StreamResponse:
         refusal = self.access.refusal(request)
@@ -139,10 +148,11 @@ class WebView:
                     limit=_number(query, "limit", 100),
                     text=query.get("q", [""])[0],
                     matches=query.get("match", []),
+                    known=self._known(root),
                 )
                 return _json(data)
             if name == "api/tree":
-                return _json(await asyncio.to_thread(api.session_tree, root, session))
+                return _json(await asyncio.to_thread(api.session_tree, root, session, self._known(root)))
             if name == "api/events":
                 before = query.get("before", [""])[0] or None
                 window = functools.partial(api.event_window, root, session, before=before)
