@@ -142,7 +142,8 @@ def _run_logs(
 
             # Before the history is read: every event after it then comes from the stream or is in
             # the files already (the follower skips what it showed). No collector: the files only.
-            live = subscribe_or_none(root, socket_path_of(ctx))
+            only = session_ids if session_ids is not None and not tree else None  # a tree grows: all
+            live = subscribe_or_none(root, socket_path_of(ctx), sessions=only)
         if options["after_cursor"]:
             reading.check_cursor(root, options["after_cursor"])
         if plain_copy:
