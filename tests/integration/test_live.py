@@ -146,3 +146,12 @@ def test_another_uid_cannot_subscribe(make_collector: Any) -> None:
     assert "permission_denied" in result.stdout, result.stdout
     assert "secret" not in result.stdout
     assert Path(collector.session_file("secret")).exists()
+
+
+@pytest.mark.shards(2)
+def test_a_sharded_collector_refuses_subscriptions(collector: Any) -> None:
+    """With shards = 2 no process holds one ring per root: subscribe is refused (readers use the files)."""
+    with pytest.raises(SubscriptionRefused) as caught:
+        Subscriber(collector.root, socket_path=collector.socket)
+    assert caught.value.reason == "invalid_subscription"
+    assert "shards" in caught.value.detail
