@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["SenderStats", "Verdict"]
+__all__ = ["Counters", "SenderStats", "Verdict"]
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -40,3 +40,50 @@ class SenderStats(msgspec.Struct, frozen=True):
     connected: bool
     last_error: str | None
     spooled: int = 0
+
+
+class Counters:
+    """The sender's counts and its last error, as its parts keep them (under the sender's lock).
+
+    Mutable and plain: each part of the sender (:mod:`._queue`, :mod:`._losses`, :mod:`._batcher`,
+    :mod:`._sender`) counts here what happened to the events it handled; :meth:`snapshot` is what
+    ``stats()`` returns.
+    """
+
+    __slots__ = (
+        "accepted",
+        "connected",
+        "dropped",
+        "invalid",
+        "last_error",
+        "permanent_error",
+        "reconnects",
+        "rejected",
+        "spooled",
+    )
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.rejected = 0
+        self.dropped = 0
+        self.spooled = 0
+        self.invalid = 0
+        self.reconnects = 0
+        self.connected = False
+        self.last_error: str | None = None
+        self.permanent_error: str | None = None
+        """Set when the collector refused this root for good: nothing more is sent until a reconnect."""
+
+    def snapshot(self, *, queued: int, unacknowledged: int) -> SenderStats:
+        return SenderStats(
+            queued=queued,
+            unacknowledged=unacknowledged,
+            accepted=self.accepted,
+            rejected=self.rejected,
+            dropped=self.dropped,
+            spooled=self.spooled,
+            invalid=self.invalid,
+            reconnects=self.reconnects,
+            connected=self.connected,
+            last_error=self.last_error,
+        )

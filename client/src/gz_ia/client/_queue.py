@@ -1,24 +1,23 @@
-"""Where agent threads leave encoded events for the sender thread, and the lock over the sender's state.
+"""Where agent threads leave encoded events for the sender thread: the inbox, the bounded queue, producer numbers.
 
 An agent thread appends to the inbox without taking the lock (``deque.append`` is atomic); whoever next
-holds the lock moves the inbox into the bounded queue, in order (:meth:`EventQueue._absorb_locked`).
+holds the sender's lock moves the inbox into the bounded queue, in order (:meth:`EventQueue.absorb_locked`).
 An event gets its producer number when it leaves the queue, sent or spilled, so numbers follow the
-order of the queue. The sender is built in layers on this one, each adding its state in
-``_init_state`` under the same lock: :mod:`._losses` (spool, drops, loss notices), :mod:`._batcher`
-(the window and the frames), :mod:`._sender` (the thread and the connection).
+order of the queue. The sender (:mod:`._sender`) owns one of these beside its other parts, each of
+which takes the same lock: :mod:`._losses` (spool, drops, loss notices) and :mod:`._batcher` (the
+window and the frames).
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ._delivery import Verdict
+from ._delivery import Counters, Verdict
 
 if TYPE_CHECKING:
     # Only the waiting calls make futures: an agent that only logs never imports the module (nor
@@ -53,51 +52,56 @@ def new_producer_id() -> str:
 
 
 class EventQueue:
-    """The inbox, the bounded queue, the lock and condition over all of the sender's state, its counters.
+    """The inbox and the bounded queue of one sender; every method but the agents' ``inbox.append`` is
+    called under the sender's lock (the ``_locked`` suffix).
 
-    The configuration attributes are set by :class:`~._sender.Sender` before ``_init_state``.
+    Args:
+        max_events: the queue's bound in events (what ``over_bound_locked`` compares with).
+        max_bytes: its bound in encoded bytes.
+        encode_call: builds and encodes the event of a deferred ``log()`` call (:meth:`absorb_locked`).
+        counters: where a call that cannot be built is counted (``invalid``).
+        on_absorbed: called once the queue has grown, so that the sender says again whether agent
+            threads may go on without the lock.
     """
 
-    socket_path: Path
-    root: Path
-    max_events: int
-    max_bytes: int
-    connect_timeout: float
-    spool_dir: Path | None
-    max_spool_bytes: int
-    encode_call: Callable[[tuple[Any, ...]], bytes]
-    """Builds and encodes the event of a deferred ``log()`` call (:meth:`_absorb_locked` calls it)."""
+    __slots__ = (
+        "counters",
+        "encode_call",
+        "inbox",
+        "inbox_bytes",
+        "items",
+        "max_bytes",
+        "max_events",
+        "next_pseq",
+        "on_absorbed",
+        "queued_bytes",
+    )
 
-    def _init_state(self) -> None:
-        # Everything a forked child must not share with its parent is created here (and in the
-        # layers' own _init_state).
-        self.producer = new_producer_id()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._queue: collections.deque[Item] = collections.deque()
-        self._queued_bytes = 0
-        # Agent threads append here without the lock; _absorb_locked moves these into the queue.
+    def __init__(
+        self,
+        *,
+        max_events: int,
+        max_bytes: int,
+        encode_call: Callable[[tuple[Any, ...]], bytes],
+        counters: Counters,
+        on_absorbed: Callable[[], None],
+    ) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.encode_call = encode_call
+        self.counters = counters
+        self.on_absorbed = on_absorbed
+        self.items: collections.deque[Item] = collections.deque()
+        """The bounded queue, oldest first."""
+        self.queued_bytes = 0
         self.inbox: collections.deque[Item | tuple[Any, ...]] = collections.deque()
         """Encoded events (Items) and ``log()`` calls not encoded yet (tuples, see ``encode_call``),
         appended by agent threads without the lock."""
-        self._inbox_bytes = 0
-        self.ready = False
-        """Whether an agent thread may leave a call in the inbox and return, taking no lock: the
-        sender thread is sure to come round, nothing is closing, and the queue has room for a whole
-        inbox (see :meth:`_update_ready_locked`)."""
-        self._next_pseq = 1
-        self._closing = False
-        self._closed = False
-        self._connected = False
-        self._accepted = 0
-        self._rejected = 0
-        self._dropped = 0
-        self._invalid = 0
-        self._reconnects = 0
-        self._last_error: str | None = None
-        self._permanent_error: str | None = None
+        self.inbox_bytes = 0
+        """Only a hint, counted by agent threads without the lock; the lock holder recounts."""
+        self.next_pseq = 1
 
-    def _absorb_locked(self) -> int:
+    def absorb_locked(self) -> int:
         """Move what agent threads added without the lock into the queue, oldest first; return how many.
 
         Deferred ``log()`` calls (tuples whose second item is the session id) are encoded here, in
@@ -105,7 +109,7 @@ class EventQueue:
         that cannot be built is counted in ``invalid`` and left out, as ``log()`` would have done.
         """
         inbox = self.inbox
-        self._inbox_bytes = 0
+        self.inbox_bytes = 0
         if not inbox:
             return 0
         entries = [inbox.popleft() for _ in range(len(inbox))]
@@ -118,31 +122,30 @@ class EventQueue:
             try:
                 body = encode(entry)
             except (ValueError, TypeError, OverflowError) as exc:
-                self._invalid += 1
-                self._last_error = f"invalid event: {exc}"
+                self.counters.invalid += 1
+                self.counters.last_error = f"invalid event: {exc}"
                 continue
             items.append(Item(body, entry[1]))
-        self._queue.extend(items)
-        self._queued_bytes += sum(len(item.body) for item in items)
-        self._update_ready_locked()
+        self.items.extend(items)
+        self.queued_bytes += sum(len(item.body) for item in items)
+        self.on_absorbed()
         return len(items)
 
-    def _update_ready_locked(self) -> None:
-        """Say again whether a call may be left in the inbox without the lock (``ready``).
+    def over_bound_locked(self, factor: int) -> bool:
+        return len(self.items) > factor * self.max_events or self.queued_bytes > factor * self.max_bytes
 
-        Called wherever what it depends on changes, under the lock. An agent thread reads it after
-        appending its call: if the flag went down meanwhile, it takes the lock itself.
-        """
+    def pop_oldest_locked(self) -> Item:
+        item = self.items.popleft()
+        self.queued_bytes -= len(item.body)
+        return item
 
-    def _over_bound_locked(self, factor: int) -> bool:
-        return len(self._queue) > factor * self.max_events or self._queued_bytes > factor * self.max_bytes
-
-    def _assign_pseqs_locked(self, items: list[Item]) -> None:
+    def assign_pseqs_locked(self, items: list[Item]) -> None:
+        """Number ``items`` that have no producer number yet, in order."""
         for item in items:
             if item.pseq == 0:
-                item.pseq = self._next_pseq
-                self._next_pseq += 1
+                item.pseq = self.next_pseq
+                self.next_pseq += 1
 
-    def _note_error(self, message: str) -> None:
-        with self._lock:
-            self._last_error = message
+    def clear_locked(self) -> None:
+        self.items.clear()
+        self.queued_bytes = 0

@@ -386,7 +386,8 @@ def _forget_cycle_prefix() -> None:
 os.register_at_fork(after_in_child=_forget_cycle_prefix)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_exception(exc: BaseException) -> str:
+    """The ``error`` of a FAILED event for ``exc``: its type and message, cut to the field's limit."""
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return cut_text(described, MAX_ERROR_LENGTH)
@@ -454,7 +455,7 @@ class ActionScope:
     ) -> None:
         if not self._enabled:
             return
-        error = _describe(exc) if exc is not None else self._failure
+        error = describe_exception(exc) if exc is not None else self._failure
         self.session.log(
             self.name,
             Stage.FINISH,

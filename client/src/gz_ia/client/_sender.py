@@ -32,9 +32,10 @@ import msgspec
 
 from . import trust
 from ._batcher import BATCH_BYTES, WINDOW_EVENTS, Batcher
-from ._delivery import SenderStats, Verdict
+from ._delivery import Counters, SenderStats, Verdict
 from ._lifecycle import live_senders
-from ._queue import CALL_BYTES, Item
+from ._losses import Losses
+from ._queue import CALL_BYTES, EventQueue, Item, new_producer_id
 from .errors import CollectorUnavailable, ProtocolError
 from .protocol import (
     MAX_EVENT_BYTES,
@@ -43,7 +44,6 @@ from .protocol import (
     FrameReader,
     FrameTooLarge,
     Hello,
-    Owners,
     RejectReason,
     Report,
     Verdicts,
@@ -51,6 +51,7 @@ from .protocol import (
     collector_message_decoder,
     encode_frame,
 )
+from .spool import Spool
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -85,7 +86,7 @@ def _give_way() -> None:
     time.sleep(0)
 
 
-class Sender(Batcher):
+class Sender:
     """Queue events and deliver them to the collector from a background thread.
 
     Args:
@@ -98,6 +99,12 @@ class Sender(Batcher):
         max_spool_bytes: bound on the spool's size.
         linger: seconds a queued event may wait for others to share its frame (see :meth:`_holding`).
         encode_call: builds and encodes the event of a ``log()`` call left in the inbox as a tuple.
+
+    Composed of parts with narrow faces, each given the one lock (and its condition) it takes: an
+    :class:`~._queue.EventQueue` (inbox, bounded queue, producer numbers), :class:`~._losses.Losses`
+    (spool, drops, refusals, loss notices), a :class:`~._batcher.Batcher` (the window and the frames),
+    all counting into one :class:`~._delivery.Counters`. This class keeps the thread, the socket, the
+    wake-up pipe and the linger, and decides when agent threads may go on without the lock (``ready``).
 
     A ``log()`` call reaches the sender without a method call: :class:`~gz_ia.client.Client` appends
     the call's tuple (its session id second) to ``inbox``, returns if ``ready`` is up and the inbox
@@ -134,7 +141,42 @@ class Sender(Batcher):
         live_senders.add(self)
 
     def _init_state(self) -> None:
-        super()._init_state()
+        # Everything a forked child must not share with its parent is made here: the parts, the
+        # lock they share, the wake-up pipe.
+        self.producer = new_producer_id()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._counters = Counters()
+        self._events = EventQueue(
+            max_events=self.max_events,
+            max_bytes=self.max_bytes,
+            encode_call=self.encode_call,
+            counters=self._counters,
+            on_absorbed=self._update_ready_locked,
+        )
+        self.inbox = self._events.inbox
+        """Where ``log()`` leaves its calls without the lock (the queue's inbox)."""
+        spool = (
+            Spool(
+                self.spool_dir,
+                self.producer,
+                str(self.root),
+                max_bytes=self.max_spool_bytes,
+                socket=str(self.socket_path),
+            )
+            if self.spool_dir is not None
+            else None
+        )
+        self._losses = Losses(
+            self._events, self._counters, self._lock, self._changed, spool=spool, socket_path=str(self.socket_path)
+        )
+        self._batcher = Batcher(self._events, self._losses, self._counters, self._lock, self._changed)
+        self.ready = False
+        """Whether an agent thread may leave a call in the inbox and return, taking no lock: the
+        sender thread is sure to come round, nothing is closing, and the queue has room for a whole
+        inbox (see :meth:`_update_ready_locked`)."""
+        self._closing = False
+        self._closed = False
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -142,6 +184,7 @@ class Sender(Batcher):
         self._wake_armed = False
         self._wake_wanted = True
         self._sock: socket.socket | None = None
+        self._reader = FrameReader()
         self._backoff = _BACKOFF_MIN
         self._retry_at = 0.0
         self._unturned = 0
@@ -168,12 +211,12 @@ class Sender(Batcher):
         inbox = self.inbox
         inbox.append(Item(body, session_id, waiter))
         # Only a hint for taking the slow path in time (unlocked, so racy); the lock holder recounts.
-        self._inbox_bytes += len(body)
+        self._events.inbox_bytes += len(body)
         if (
             waiter is None
             and len(inbox) < INBOX_EVENTS
             and self.ready
-            and self._queued_bytes + self._inbox_bytes + INBOX_EVENTS * CALL_BYTES <= self.max_bytes
+            and self._events.queued_bytes + self._events.inbox_bytes + INBOX_EVENTS * CALL_BYTES <= self.max_bytes
         ):
             return
         self.take_inbox(waiter)
@@ -187,30 +230,32 @@ class Sender(Batcher):
                 # close() has taken its leftovers: what arrives now can only be counted as lost.
                 while inbox:
                     item = inbox.popleft()
-                    self._dropped += 1
+                    self._counters.dropped += 1
                     if isinstance(item, Item) and item.waiter is not None and not item.waiter.done():
                         item.waiter.set_exception(
                             CollectorUnavailable("the client is closed", socket_path=str(self.socket_path))
                         )
                 return
             if self._closing:
-                self._absorb_locked()  # close() spools or counts what it finds queued
+                self._events.absorb_locked()  # close() spools or counts what it finds queued
                 return
-            self._unturned += self._absorb_locked()
-            queue = self._queue
-            if len(queue) > self._hard_events or self._queued_bytes > self._hard_bytes:
+            events = self._events
+            losses = self._losses
+            self._unturned += events.absorb_locked()
+            queue = events.items
+            if len(queue) > losses.hard_events or events.queued_bytes > losses.hard_bytes:
                 # The sender thread spills past 1x; dropping here is the last resort when it lags.
-                self._drop_oldest_locked(self._hard_factor)
+                losses.drop_oldest_locked(losses.hard_factor)
             if self._thread is None:
                 self._start_locked()
-            lagging = self._unturned >= INBOX_EVENTS and len(queue) >= _LAGGING_EVENTS and self._connected
+            lagging = self._unturned >= INBOX_EVENTS and len(queue) >= _LAGGING_EVENTS and self._counters.connected
             if lagging:
                 self._unturned = 0
             # While the thread waits out a reconnect backoff, new events need not wake it (each
             # wake-up costs the agent a GIL hand-over); a waiter or a spill still does. A spill
             # wakes it even when it is due to come round anyway: it may be waiting a second for a
             # collector that has stopped answering, and past 4x the bound this call would drop.
-            spill = self._spool is not None and not self._spill_wanted and self._over_bound_locked(1)
+            spill = losses.spool is not None and not losses.spill_wanted and events.over_bound_locked(1)
             # A waiter, or a frame's worth of events, ends a linger: the thread may be sleeping it out.
             urgent = waiter is not None or (self._hold_until != 0.0 and len(queue) >= _LINGER_EVENTS)
             if waiter is not None:
@@ -219,7 +264,7 @@ class Sender(Batcher):
             if wake:
                 self._wake_armed = True
             if spill:
-                self._spill_wanted = True
+                losses.spill_wanted = True
             self._update_ready_locked()
         if wake:
             self._wake()
@@ -227,12 +272,13 @@ class Sender(Batcher):
             _give_way()
 
     def _update_ready_locked(self) -> None:
+        events = self._events
         self.ready = (
             (self._wake_armed or not self._wake_wanted)
             and not self._closing
             and self._thread is not None
-            and len(self._queue) + INBOX_EVENTS <= self.max_events
-            and self._queued_bytes + self._inbox_bytes + INBOX_EVENTS * CALL_BYTES <= self.max_bytes
+            and len(events.items) + INBOX_EVENTS <= self.max_events
+            and events.queued_bytes + events.inbox_bytes + INBOX_EVENTS * CALL_BYTES <= self.max_bytes
         )
 
     def _refuse(self, size: int, session_id: str, waiter: concurrent.futures.Future[Verdict] | None) -> None:
@@ -242,7 +288,7 @@ class Sender(Batcher):
         input can never stop the sender thread or the events after it.
         """
         with self._lock:
-            self._refuse_locked(size, session_id, waiter)
+            self._losses.refuse_locked(size, session_id, waiter)
             if self._thread is None and not self._closing and not self._closed:
                 self._start_locked()  # to deliver the loss notice
         self._wake()
@@ -250,22 +296,28 @@ class Sender(Batcher):
     def count_invalid(self, error: Exception) -> None:
         """Record an event that could not even be built (a bad argument at the call site)."""
         with self._lock:
-            self._invalid += 1
-            self._last_error = f"invalid event: {error}"
+            self._counters.invalid += 1
+            self._counters.last_error = f"invalid event: {error}"
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until every queued event has its verdict; return False if ``timeout`` ran out."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            self._absorb_locked()
-            if self._queue and self._thread is None:
+            self._events.absorb_locked()
+            if self._events.items and self._thread is None:
                 self._start_locked()
             self._flushing += 1
             try:
                 if self._hold_until != 0.0:
                     self._wake()  # the thread may be sleeping out a linger
-                while self.inbox or self._queue or self._window or self._spooled or self._losses:
-                    if self._permanent_error is not None:
+                while (
+                    self.inbox
+                    or self._events.items
+                    or self._batcher.window
+                    or self._counters.spooled
+                    or self._losses.unreported
+                ):
+                    if self._counters.permanent_error is not None:
                         return False
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
@@ -286,28 +338,17 @@ class Sender(Batcher):
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
         with self._lock:
-            self._absorb_locked()
-            self._closed = True
-            leftovers = [*self._window, *self._queue]
-            self._window.clear()
-            self._queue.clear()
-            self._window_bytes = self._queued_bytes = 0
-            self._assign_pseqs_locked(leftovers)
-        if leftovers and self._spool is not None:
-            with self._lock:
-                self._spooled += len(leftovers)
-            try:
-                self._record_losses(self._spool.append([self._record(item) for item in leftovers]))
-            except OSError:
-                with self._lock:
-                    self._spooled -= len(leftovers)
-                    self._dropped += len(leftovers)
-        elif leftovers:
-            with self._lock:
-                self._dropped += len(leftovers)
-        if self._spool is not None:
-            self._spool_loss_notices(self._spool)
-            self._spool.close()
+            self._events.absorb_locked()
+            self._closed = self._losses.closed = True
+            leftovers = [*self._batcher.window, *self._events.items]
+            self._batcher.window.clear()
+            self._batcher.window_bytes = 0
+            self._events.clear_locked()
+            self._events.assign_pseqs_locked(leftovers)
+        self._losses.spool_leftovers(leftovers)
+        if self._losses.spool is not None:
+            self._losses.spool_loss_notices()
+            self._losses.spool.close()
             self._say_spooled(timeout)
 
     def _say_spooled(self, timeout: float | None) -> None:
@@ -318,15 +359,15 @@ class Sender(Batcher):
         burst within the exit timeout). A line at exit explains events that appear only then.
         """
         with self._lock:
-            spooled = self._spooled
+            spooled = self._counters.spooled
             if spooled:
-                self._last_error = f"{spooled} event(s) left in the spool at close"
-        if not spooled or self._spool is None:
+                self._counters.last_error = f"{spooled} event(s) left in the spool at close"
+        if not spooled or self._losses.spool is None:
             return
         within = "" if timeout is None else f" within {round(timeout, 1):g} s"
         with contextlib.suppress(Exception):  # a closed or broken stderr must not fail the agent's exit
             sys.stderr.write(
-                f"gz-ia: {spooled} event(s) not delivered{within} were spooled to {self._spool.directory}; "
+                f"gz-ia: {spooled} event(s) not delivered{within} were spooled to {self._losses.spool.directory}; "
                 f"the collector at {self.socket_path} delivers them when it takes the spool "
                 "(at its start, or within seconds while it runs)\n"
             )
@@ -335,18 +376,9 @@ class Sender(Batcher):
     def stats(self) -> SenderStats:
         """Return a consistent snapshot of the counters."""
         with self._lock:
-            self._absorb_locked()  # so that a call that cannot be built is counted by now
-            return SenderStats(
-                queued=len(self._queue) + len(self.inbox),
-                unacknowledged=len(self._window),
-                accepted=self._accepted,
-                rejected=self._rejected,
-                dropped=self._dropped,
-                spooled=self._spooled,
-                invalid=self._invalid,
-                reconnects=self._reconnects,
-                connected=self._connected,
-                last_error=self._last_error,
+            self._events.absorb_locked()  # so that a call that cannot be built is counted by now
+            return self._counters.snapshot(
+                queued=len(self._events.items) + len(self.inbox), unacknowledged=len(self._batcher.window)
             )
 
     # --- internals shared by both sides -----------------------------------------------------------
@@ -368,8 +400,8 @@ class Sender(Batcher):
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.detach()
-        if self._spool is not None:
-            self._spool.forget_after_fork()
+        if self._losses.spool is not None:
+            self._losses.spool.forget_after_fork()
         self._init_state()
 
     # --- the sender thread ------------------------------------------------------------------------
@@ -385,7 +417,7 @@ class Sender(Batcher):
                 with self._lock:
                     if self._closing:
                         return
-                self._spill()
+                self._losses.spill()
                 if self._sock is None:
                     delay = self._retry_at - time.monotonic()
                     if delay > 0:
@@ -407,7 +439,7 @@ class Sender(Batcher):
                     self._schedule_retry()
         except Exception as exc:  # pragma: no cover - last line of defence: never crash the agent
             with self._lock:
-                self._last_error = f"sender thread failed: {exc!r}"
+                self._counters.last_error = f"sender thread failed: {exc!r}"
                 self._thread = None
                 self.ready = False
         finally:
@@ -455,7 +487,7 @@ class Sender(Batcher):
                         time.sleep(_QUEUE_FULL_WAIT)
                         continue
                 with self._lock:
-                    self._last_error = f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
+                    self._counters.last_error = f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
                 return False
         hello = Hello(
             proto=PROTOCOL_VERSION,
@@ -465,17 +497,16 @@ class Sender(Batcher):
             program=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "",
             routes=True,
         )
-        self._welcomed = False
+        self._batcher.start_connection(encode_frame(hello))
         self._sock = sock
         self._reader = FrameReader()
-        self._out = bytearray(encode_frame(hello))
         selector.register(sock, selectors.EVENT_READ)
         with self._lock:
-            if self._reconnects or self._window:
-                self._reconnects += 1
-            self._connected = True
-            self._window_sent = 0  # everything in the window is resent on this connection
-            self._permanent_error = None
+            if self._counters.reconnects or self._batcher.window:
+                self._counters.reconnects += 1
+            self._counters.connected = True
+            self._batcher.window_sent = 0  # everything in the window is resent on this connection
+            self._counters.permanent_error = None
         return True
 
     def _drop_connection(self, selector: selectors.BaseSelector) -> None:
@@ -486,17 +517,17 @@ class Sender(Batcher):
         self._sock.close()
         self._sock = None
         with self._lock:
-            self._connected = False
-            self._window_sent = 0
+            self._counters.connected = False
+            self._batcher.window_sent = 0
             self._changed.notify_all()
 
     def _fail_waiters_on_unavailable(self) -> None:
         error = CollectorUnavailable(
-            f"no collector at {self.socket_path}: {self._last_error}", socket_path=str(self.socket_path)
+            f"no collector at {self.socket_path}: {self._counters.last_error}", socket_path=str(self.socket_path)
         )
         with self._lock:
-            self._absorb_locked()
-            for item in (*self._window, *self._queue):
+            self._events.absorb_locked()
+            for item in (*self._batcher.window, *self._events.items):
                 if item.waiter is not None and not item.waiter.done():
                     item.waiter.set_exception(error)
             self._changed.notify_all()
@@ -513,10 +544,10 @@ class Sender(Batcher):
         sock = self._sock
         now = time.monotonic()
         holding = self._holding(now)
-        self._fill_output(hold_queue=holding)
+        self._batcher.fill_output(hold_queue=holding)
         # The socket nearly always takes a new batch at once: sending it now, not after one more
         # select round, is a good part of a lone send()'s round trip.
-        if self._out and not self._send_out(sock, selector):
+        if self._batcher.out and not self._send_out(sock, selector):
             return
         with self._lock:
             # More to send and room for it: go round again at once. Otherwise block; and only when
@@ -526,32 +557,32 @@ class Sender(Batcher):
             # event taken here or the flag down (and then wakes the thread), never neither.
             self._wake_armed = False
             self.ready = False
-            self._absorb_locked()
+            self._events.absorb_locked()
             runnable = (
                 not holding
-                and self._welcomed
-                and bool(self._queue)
-                and len(self._window) < WINDOW_EVENTS
-                and len(self._out) < BATCH_BYTES
+                and self._batcher.welcomed
+                and bool(self._events.items)
+                and len(self._batcher.window) < WINDOW_EVENTS
+                and len(self._batcher.out) < BATCH_BYTES
             )
             # While a linger period runs (held events, or a new period started by the batch just
             # sent), this thread comes round at its end: no event needs to wake it.
             lingers = not runnable and self._hold_until > now
-            self._wake_armed = runnable or lingers or bool(self._queue)
+            self._wake_armed = runnable or lingers or bool(self._events.items)
             self._update_ready_locked()
-        if lingers and not self._out:
+        if lingers and not self._batcher.out:
             # What the collector has answered meanwhile (the last batch's verdicts) is read now,
             # without waiting: the wait below does not watch the socket.
             if self._receive(sock, selector):
                 self._wait_for_wake(lingering, self._hold_until - now)
             return
-        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
+        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._batcher.out else 0)
         selector.modify(sock, wanted)
         for key, mask in selector.select(0.0 if runnable else 1.0):
             if key.fd == self._wake_r:
                 self._drain_wake()
                 continue
-            if mask & selectors.EVENT_WRITE and self._out and not self._send_out(sock, selector):
+            if mask & selectors.EVENT_WRITE and self._batcher.out and not self._send_out(sock, selector):
                 return
             if mask & selectors.EVENT_READ and not self._receive(sock, selector):
                 return
@@ -593,8 +624,8 @@ class Sender(Batcher):
         flushes or closes. Held events are in memory only, as every queued event is.
         """
         with self._lock:
-            self._absorb_locked()
-            queued = bool(self._queue)
+            self._events.absorb_locked()
+            queued = bool(self._events.items)
             if not queued:
                 self._send_now = False  # what the waiter came with is on its way
             if (
@@ -602,8 +633,8 @@ class Sender(Batcher):
                 or self._send_now
                 or self._flushing
                 or self._closing
-                or len(self._queue) >= _LINGER_EVENTS
-                or self._queued_bytes >= BATCH_BYTES
+                or len(self._events.items) >= _LINGER_EVENTS
+                or self._events.queued_bytes >= BATCH_BYTES
             ):
                 self._hold_until = 0.0
                 return False
@@ -619,14 +650,14 @@ class Sender(Batcher):
     def _send_out(self, sock: socket.socket, selector: selectors.BaseSelector) -> bool:
         """Send what the socket takes of the output now; False if the connection failed (dropped)."""
         try:
-            sent = sock.send(self._out)
+            sent = sock.send(self._batcher.out)
         except BlockingIOError:
             return True
         except OSError as exc:
             self._note_error(f"send failed: {exc}")
             self._drop_connection(selector)
             return False
-        del self._out[:sent]
+        del self._batcher.out[:sent]
         return True
 
     def _handle_reply(self, body: bytes, selector: selectors.BaseSelector) -> None:
@@ -634,17 +665,19 @@ class Sender(Batcher):
         match message:
             case Welcome():
                 self._backoff = _BACKOFF_MIN
-                self._welcomed = True
-                if message.shares != self._owners.shares:
-                    self._owners = Owners(max(1, message.shares))
+                self._batcher.welcome(message.shares)
             case Verdicts():
-                if self._settle(message):
+                if self._batcher.settle(message):
                     _give_way()  # the woken send() returns now, not after this round
             case Report():
                 pass
             case Error():
                 self._note_error(f"collector error {message.reason}: {message.detail}")
                 if message.reason in _PERMANENT:
-                    self._refuse_everything(message)
+                    self._batcher.refuse_everything(message)
                 if message.fatal:
                     self._drop_connection(selector)
+
+    def _note_error(self, message: str) -> None:
+        with self._lock:
+            self._counters.last_error = message

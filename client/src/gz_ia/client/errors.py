@@ -22,7 +22,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing's: the one-shot path imports this module (through trust) without typing
 if TYPE_CHECKING:
-    from .protocol import RejectReason
+    from .reasons import RejectReason
 
 __all__ = ["CollectorUnavailable", "EventRejected", "GzIaError", "ProtocolError"]
 

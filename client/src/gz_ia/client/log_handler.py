@@ -86,7 +86,7 @@ class GzIaHandler(logging.Handler):
             self.ignored += 1
 
     def _send(self, record: logging.LogRecord, fields: dict[str, Any], action: str, stage_name: str) -> None:
-        from ._scope import _describe, current_session, get_client
+        from ._scope import current_session, describe_exception, get_client
 
         scope = current_session()
         session_id = fields.get("gz_session") or self.session_id or (scope.session_id if scope else None)
@@ -100,7 +100,7 @@ class GzIaHandler(logging.Handler):
         error = fields.get("gz_error")
         if status is Status.FAILED and not error:
             exc = record.exc_info[1] if record.exc_info else None
-            error = _describe(exc) if exc is not None else record.getMessage()
+            error = describe_exception(exc) if exc is not None else record.getMessage()
         # The scope the record is logged in lends its client, agent and parent only to its own session.
         owner = scope if scope is not None and scope.session_id == session_id else None
         client = self._client if self._client is not None else (owner.client if owner else get_client())

@@ -16,7 +16,6 @@ Only the envelope is tagged, never :class:`~gz_ia.client.schema.LogEvent`, so st
 
 from __future__ import annotations
 
-import enum
 import struct
 import zlib
 from typing import Final
@@ -25,6 +24,7 @@ import msgspec
 
 from .errors import GzIaError
 from .limits import MAX_FRAME, PROTOCOL_VERSION
+from .reasons import RejectReason
 
 __all__ = [
     "HEADER_SIZE",
@@ -62,40 +62,6 @@ __all__ = [
 MAX_BATCH_EVENTS: Final = 4096
 HEADER_SIZE: Final = 4
 _HEADER: Final = struct.Struct(">I")
-
-
-class RejectReason(enum.StrEnum):
-    """Machine-readable reason for refusing an event or a frame; the only metric label values."""
-
-    MALFORMED = "malformed"
-    FRAME_TOO_LARGE = "frame_too_large"
-    TOO_MANY_EVENTS = "too_many_events"
-    UNSUPPORTED_VERSION = "unsupported_version"
-    HANDSHAKE_REQUIRED = "handshake_required"
-    PERMISSION_DENIED = "permission_denied"
-    ROOT_NOT_ALLOWED = "root_not_allowed"
-    MISSING_FIELD = "missing_field"
-    INVALID_FIELD = "invalid_field"
-    INVALID_TIMESTAMP = "invalid_timestamp"
-    TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
-    INVALID_SESSION_ID = "invalid_session_id"
-    INVALID_DURATION = "invalid_duration"
-    ERROR_REQUIRED = "error_required"
-    FIELD_TOO_LONG = "field_too_long"
-    ATTRS_TOO_LARGE = "attrs_too_large"
-    BACKWARD_TRANSITION = "backward_transition"
-    FINISH_WITHOUT_START = "finish_without_start"
-    TOO_MANY_OPEN_ACTIONS = "too_many_open_actions"
-    TOO_MANY_OPEN_ACTIONS_TOTAL = "too_many_open_actions_total"
-    SESSION_UNAVAILABLE = "session_unavailable"
-    WRITE_FAILED = "write_failed"
-    INTERNAL_ERROR = "internal_error"
-    SHUTTING_DOWN = "shutting_down"
-    MISROUTED = "misrouted"
-    INVALID_EVENT_NUMBER = "invalid_event_number"
-    BUSY = "busy"
-    ROOT_LOCKED = "root_locked"
-    INVALID_SUBSCRIPTION = "invalid_subscription"
 
 
 # --- client -> collector -------------------------------------------------------------------------

@@ -6,7 +6,8 @@ that share a floor do not import each other (the import-linter contract in the r
 
 * :mod:`.entry`: the ``gz-ia`` console entry, one-shot fast paths, else the click CLI;
 * :mod:`.cli`: one module per command;
-* :mod:`.daemon`: start-up, one process or a sharded front and its shares;
+* :mod:`.daemon` (start-up, one process or a sharded front and its shares) and :mod:`.testing`
+  (an in-process collector on a test's event loop);
 * :mod:`.sharding`: the front, its share processes and their links, the merged metrics;
 * :mod:`.service` (one collector process: connections, write passes, gc and status requests,
   adoption, health, admission), :mod:`.mcp` (the MCP tools) and :mod:`.integrations` (agents'

@@ -90,7 +90,7 @@ def fast_path(argv: list[str]) -> int | None:
     command = argv[index : index + 2]
     rest = argv[index + 2 :]
     if command == ["hook", "claude-code"] and not rest:
-        from gz_ia.collector.integrations.claude_code import run_hook
+        from gz_ia.collector.integrations.claude_code.command_hook import run_hook
 
         return run_hook(
             sys.stdin.buffer.read(),

@@ -25,11 +25,14 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── StatusUnavailable                service.status       no collector answered the status query
     │   └── StatusRefused                service.status       one answered and refused it: .reason, .detail
     ├── ShareFailed                      sharding.shares      a share process did not start or answer
+    ├── TooLarge(ValueError)             http.messages        a request body beyond its route's limit: answered 413
+    ├── PeerUnknown(PermissionError)     http.peer            the kernel cannot name a connection's owner: refused
     ├── _Fallback                        query._scan          private: the fast scan hands over to the careful reader
     ├── _NoAnswer                        oneshot.ledger       private: the collector was reached, gave no verdict
-    └── _NoCollector                     cli._gc              private: nothing listens, gc runs in this process
+    ├── _NoCollector                     cli._gc              private: nothing listens, gc runs in this process
+    └── _Closed                          http.server          private: the client closed, or went silent too long
 
-The three private signals never leave their module. Wrong arguments are programming errors and get
+The four private signals never leave their module. Wrong arguments are programming errors and get
 the builtin ``ValueError`` / ``TypeError``. The client's exceptions have their own base,
 :class:`gz_ia.client.errors.GzIaError`.
 """

@@ -25,7 +25,7 @@ def hook() -> None:
 @click.pass_context
 def hook_claude_code(ctx: click.Context) -> None:
     """Log one Claude Code hook payload (JSON on stdin) as stage events."""
-    from gz_ia.collector.integrations.claude_code import run_hook
+    from gz_ia.collector.integrations.claude_code.command_hook import run_hook
 
     root = ctx.find_root().params.get("root")
     ctx.exit(
@@ -56,7 +56,7 @@ def install() -> None:
 )
 def install_claude_code(scope: str, uninstall: bool, command: str | None, settings: Path | None) -> None:
     """Add gz-ia's hooks to Claude Code's settings, keeping every other setting and hook."""
-    from gz_ia.collector.integrations import claude_code_settings as cc
+    from gz_ia.collector.integrations.claude_code import settings as cc
 
     if settings is None:
         settings = Path.home() / ".claude" / "settings.json" if scope == "user" else Path(".claude") / "settings.json"

@@ -102,6 +102,7 @@ def summary_json(summary: Any) -> dict[str, Any]:
         "events": summary.events,
         "open_actions": summary.open_actions,
         "failures": summary.failures,
+        "status": "running" if summary.open_actions else "failed" if summary.failed else "ok",
         "segments": summary.segments,
         "incomplete": summary.incomplete,
         "unreadable": list(summary.unreadable),

@@ -20,6 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import h11
 
+from gz_ia.collector.errors import CollectorError
+
 from .messages import Request, Response, Route, Routes, StreamResponse
 from .peer import PeerUnknown, tcp_peer_uid
 
@@ -51,7 +53,7 @@ class _Uncounted:
         pass
 
 
-class _Closed(Exception):
+class _Closed(CollectorError):
     """The client closed the connection, or went silent past the idle timeout."""
 
 

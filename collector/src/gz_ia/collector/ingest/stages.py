@@ -7,7 +7,8 @@ reading cycle forward or repeats; FINISH closes an open cycle, after which the s
 start again. Going back (READ after PENDING) and FINISH without an open cycle are refused.
 
 :func:`apply` is pure: it takes the cycle's open stage (``None`` when no cycle is open) and returns
-the new open stage, or a :class:`Rejection`. Rejections are expected outcomes, not exceptions.
+the new open stage, or a :class:`~.rules.Rejection` (built in :mod:`.rules`, as every refusal is).
+Rejections are expected outcomes, not exceptions.
 Every cycle is opened through :class:`CycleBudget`, which bounds the memory they hold.
 """
 
@@ -18,10 +19,15 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-import msgspec
-
-from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage
+
+from .rules import (
+    Rejection,
+    backward_transition,
+    finish_without_start,
+    too_many_open_actions,
+    too_many_open_actions_total,
+)
 
 __all__ = [
     "CLOSED",
@@ -31,7 +37,6 @@ __all__ = [
     "REFUSED",
     "CycleBudget",
     "CycleKey",
-    "Rejection",
     "apply",
 ]
 
@@ -48,13 +53,6 @@ CLOSED: Final = None
 """The open stage of an action with no cycle in progress."""
 
 
-class Rejection(msgspec.Struct, frozen=True):
-    """Why an event cannot be accepted: a reason code and a sentence for people."""
-
-    reason: RejectReason
-    detail: str
-
-
 def apply(open_stage: Stage | None, stage: Stage, action: str, cycle: str | None = None) -> Stage | Rejection | None:
     """Return the cycle's open stage after ``stage``, or why ``stage`` is not allowed now.
 
@@ -67,16 +65,10 @@ def apply(open_stage: Stage | None, stage: Stage, action: str, cycle: str | None
     named = f"action {action!r}" if cycle is None else f"action {action!r} cycle {cycle!r}"
     if stage is Stage.FINISH:
         if open_stage is None:
-            return Rejection(
-                RejectReason.FINISH_WITHOUT_START,
-                f"FINISH for {named} which has no open cycle (start it with READ or PENDING)",
-            )
+            return finish_without_start(named)
         return CLOSED
     if stage is Stage.READ and open_stage is Stage.PENDING:
-        return Rejection(
-            RejectReason.BACKWARD_TRANSITION,
-            f"READ after PENDING for {named}: a cycle cannot go back; FINISH it first",
-        )
+        return backward_transition(named)
     return stage
 
 
@@ -139,16 +131,9 @@ class CycleBudget:
     def open(self, cycles: dict[CycleKey, Stage], key: CycleKey, stage: Stage, session_id: str) -> Rejection | None:
         """Open ``key`` at ``stage`` in a session's ``cycles``, or say which bound refuses it."""
         if len(cycles) >= self.per_session:
-            return Rejection(
-                RejectReason.TOO_MANY_OPEN_ACTIONS,
-                f"session {session_id!r} already has {len(cycles)} open actions; FINISH some before starting more",
-            )
+            return too_many_open_actions(session_id, len(cycles))
         if self.count >= self.total and not self._below_total():
-            return Rejection(
-                RejectReason.TOO_MANY_OPEN_ACTIONS_TOTAL,
-                f"the collector holds {self.count} open actions, its max_open_actions_total; "
-                "FINISH some before starting more",
-            )
+            return too_many_open_actions_total(self.count)
         cycles[key] = stage
         self.count += 1
         return None

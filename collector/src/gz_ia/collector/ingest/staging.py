@@ -26,32 +26,29 @@ from gz_ia.collector.storage.sessions import RootStore, SessionState
 from gz_ia.collector.storage.tally import note_delivery
 from gz_ia.collector.storage.writer import Writer
 
-from .stages import (
-    DEFAULT_MAX_OPEN_ACTIONS,
-    DEFAULT_MAX_OPEN_ACTIONS_TOTAL,
-    NEXT_STAGE,
-    REFUSED,
-    CycleBudget,
+from .rules import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_EVENT_NUMBER,
     Rejection,
+    invalid_event_number,
+    session_unavailable,
+    timestamp_out_of_range,
+    unsafe_id,
 )
+from .stages import DEFAULT_MAX_OPEN_ACTIONS, DEFAULT_MAX_OPEN_ACTIONS_TOTAL, NEXT_STAGE, REFUSED, CycleBudget
 from .stages import apply as apply_stage
-from .validation import DecodedBatch, unsafe_id
+from .validation import DecodedBatch
 
-__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_EVENT_NUMBER", "BatchOutcome", "Ingest", "RejectRecord"]
+__all__ = ["BatchOutcome", "Ingest", "RejectRecord"]
 
 _SAFE_PARENTS_KEPT: Final = 65_536
-EARLIEST_TIMESTAMP: Final = datetime(1970, 1, 1, tzinfo=UTC)
-"""Events stamped before this are refused (``timestamp_out_of_range``)."""
-LATEST_TIMESTAMP: Final = datetime(2100, 1, 1, tzinfo=UTC)
-"""Events stamped at or after this are refused: every reader can convert what lies between to any
-local time zone, and order it."""
-MAX_EVENT_NUMBER: Final = 2**63 - 1
-"""Producers number their events from 1 up to this (a signed 64-bit integer everywhere)."""
 LOSS_AGENT: Final = "gz-ia"
 """Agent name of the loss notices clients write into sessions (``gz-ia.dropped #n``)."""
 
 
 _stage_of: Final = operator.attrgetter("stage")
+_FINISH: Final = Stage.FINISH
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -169,7 +166,7 @@ class Ingest:
         first = batch.first
         if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
             # Below 1 every number would pass for a duplicate of one already written.
-            self._reject_all(root, outcome, producer, batch, _numbering(first))
+            self._reject_all(root, outcome, producer, batch, invalid_event_number(first))
             return outcome
         safe_parents = self._safe_parents
         cycles = self.cycles
@@ -181,7 +178,7 @@ class Ingest:
                 continue
             timestamp = event.timestamp
             if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
-                self._reject(root, outcome, producer, number, index, _out_of_range(timestamp), event, None)
+                self._reject(root, outcome, producer, number, index, timestamp_out_of_range(timestamp), event, None)
                 continue
             state = sessions.get(event.session_id)
             parent = event.parent_session_id
@@ -263,6 +260,8 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+            if stage is _FINISH:
+                state.ended_failed = event.status is FAILED
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:
@@ -297,10 +296,7 @@ class Ingest:
         except (OSError, ValueError) as exc:
             # A planted symlink (ELOOP), a directory in the file's place, an unreadable file:
             # this session cannot be written safely. Refuse the event, keep the connection.
-            unavailable = Rejection(
-                RejectReason.SESSION_UNAVAILABLE,
-                f"session {event.session_id!r} cannot be opened safely under {root.path}: {exc}",
-            )
+            unavailable = session_unavailable(event.session_id, root.path, exc)
             self._reject(root, outcome, producer, number, index, unavailable, event, None)
             return None
 
@@ -368,17 +364,3 @@ def _count_written(accepted: list[LogEvent], failed_stages: list[Stage]) -> dict
         written[stage, Status.OK] -= count
         written[stage, Status.FAILED] = count
     return written
-
-
-def _numbering(first: int) -> Rejection:
-    return Rejection(
-        RejectReason.INVALID_EVENT_NUMBER,
-        f"the batch numbers its events from {first}; a producer numbers them from 1 up to 2^63-1",
-    )
-
-
-def _out_of_range(timestamp: datetime) -> Rejection:
-    return Rejection(
-        RejectReason.TIMESTAMP_OUT_OF_RANGE,
-        f"timestamp {timestamp.isoformat()} is outside 1970-01-01T00:00:00Z up to 2100-01-01T00:00:00Z (exclusive)",
-    )

@@ -19,7 +19,7 @@ A lost ledger only costs a new producer id: numbering starts again under a name 
 
 A call costs little more than the interpreter's start: events are plain dicts (:func:`plain_event`),
 sent with the few MessagePack frames of :mod:`._msgpack`, and the ledger is read and written with
-:mod:`._plain_json`; msgspec and the client's spool are imported only to spool. Each Batch holds the
+:mod:`._plain_json`; a spooled segment is packed the same way (:func:`spool_segment`). Each Batch holds the
 events of one session (a sharded collector routes a batch by its session).
 """
 
@@ -45,7 +45,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["Delivery", "Ledger", "Outcome", "batch_frame", "hello_frame", "plain_event", "reply"]
+__all__ = [
+    "SPOOL_VERSION",
+    "Delivery",
+    "Ledger",
+    "Outcome",
+    "batch_frame",
+    "hello_frame",
+    "plain_event",
+    "reply",
+    "spool_segment",
+]
 
 LEDGER_DIR: Final = "ledgers"
 LEDGER_MAX_AGE: Final = 7 * 86_400
@@ -301,11 +311,12 @@ class Ledger:
         return sorted(name for name in names if name.startswith(prefix) and name.endswith(".spool"))
 
     def _spool(self, first: int, sessions: list[str], bodies: list[bytes], why: str) -> Delivery:
-        """Write the events as a new segment of this producer's spool, under its lock."""
-        import msgspec
+        """Write the events as a new segment of this producer's spool, under its lock.
 
-        from gz_ia.client.spool import SPOOL_VERSION, SpoolHeader, SpoolRecord, frame_record
-
+        The records are packed here (:func:`spool_segment`), as ``gz_ia.client.spool`` frames them:
+        importing msgspec and the client's spool module would cost a call that finds no collector
+        more than the rest of its work.
+        """
         directory = self.spool_dir
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -313,15 +324,8 @@ class Ledger:
             try:
                 segments = self._spooled_segments()
                 number = int(segments[-1].split(".")[1]) + 1 if segments else 1
-                header = SpoolHeader(
-                    version=SPOOL_VERSION,
-                    producer=self.producer,
-                    root=self.root,
-                    socket=os.path.abspath(self.socket_path),
-                )
-                data = frame_record(header) + b"".join(
-                    frame_record(SpoolRecord(pseq=first + index, session_id=session, body=msgspec.Raw(body)))
-                    for index, (session, body) in enumerate(zip(sessions, bodies, strict=True))
+                data = spool_segment(
+                    self.producer, self.root, os.path.abspath(self.socket_path), first, sessions, bodies
                 )
                 path = f"{directory}/{self.producer}.{number:06d}.spool"
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -334,6 +338,25 @@ class Ledger:
         except OSError as exc:
             return Delivery(Outcome.LOST, detail=f"{why}; cannot spool to {directory}: {exc}")
         return Delivery(Outcome.SPOOLED, detail=why, spool=directory)
+
+
+SPOOL_VERSION: Final = 2
+"""``gz_ia.client.spool.SPOOL_VERSION``, the version of the segments :func:`spool_segment` writes
+(a test holds the two equal)."""
+
+
+def spool_segment(producer: str, root: str, socket: str, first: int, sessions: list[str], bodies: list[bytes]) -> bytes:
+    """A whole spool segment, byte for byte as ``gz_ia.client.spool.frame_record`` writes its header
+    (``SpoolHeader``) and records (``SpoolRecord``: producer number, session, the packed event)."""
+    header = pack({"type": "spool", "version": SPOOL_VERSION, "producer": producer, "root": root, "socket": socket})
+    records = [_length(header)]
+    for index, (session, body) in enumerate(zip(sessions, bodies, strict=True)):
+        records.append(_length(pack([first + index, session, Raw(body)])))
+    return b"".join(records)
+
+
+def _length(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
 
 
 class _NoAnswer(CollectorError):

@@ -69,6 +69,15 @@ class SessionSummary(msgspec.Struct, frozen=True):
     broke; with ``verify``, every segment that failed to read)."""
     root_session_id: str | None = None
     """The top of the session's tree, when its first event names one other than its parent."""
+    ended_failed: bool | None = None
+    """Whether its last FINISH was FAILED (None: unknown, summarised from an earlier gz-ia's checkpoint)."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the session counts as failed: its last FINISH failed, so the agent did not carry on
+        past the failure (a failed tool call the agent recovered from does not make a failed session).
+        Where the last FINISH is unknown (an earlier gz-ia's checkpoint), any FAILED event counts."""
+        return bool(self.failures) if self.ended_failed is None else self.ended_failed
 
 
 MAX_TREE_DEPTH: Final = 64
@@ -90,14 +99,14 @@ class TreeNode(msgspec.Struct):
 
     @property
     def status(self) -> str:
-        """``running`` (open actions), ``failed`` (a FAILED event), or ``ok``.
+        """``running`` (open actions), ``failed`` (its last FINISH failed: :attr:`SessionSummary.failed`), or ``ok``.
 
         A session with no events of its own (known only as a parent) has nothing to say for itself:
         it takes the status of its subagents, ``running`` if any runs, else ``failed`` if any failed.
         """
         summary = self.summary
         if summary.events:
-            return "running" if summary.open_actions else "failed" if summary.failures else "ok"
+            return "running" if summary.open_actions else "failed" if summary.failed else "ok"
         below = {child.status for child in self.children}
         return "running" if "running" in below else "failed" if "failed" in below else "ok"
 
@@ -167,6 +176,7 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         segments=segments,
         incomplete=incomplete,
         root_session_id=state.tree_root or None,
+        ended_failed=state.ended_failed,
     )
 
 

@@ -40,7 +40,7 @@ from gz_ia.client.protocol import (
     client_message_decoder,
     encode_frame,
 )
-from gz_ia.collector.ingest.stages import Rejection
+from gz_ia.collector.ingest.rules import too_many_events
 from gz_ia.collector.ingest.validation import DecodedBatch, decode_batch
 from gz_ia.collector.metrics import write_error_kind
 from gz_ia.collector.storage.root_lock import RootLocked
@@ -305,7 +305,7 @@ class Connection(asyncio.Protocol):
         count = len(decoded.events)
         collector.metrics.events_received.inc(count)
         if count > MAX_BATCH_EVENTS:
-            rejection = Rejection(RejectReason.TOO_MANY_EVENTS, f"a batch holds at most {MAX_BATCH_EVENTS} events")
+            rejection = too_many_events()
             decoded = DecodedBatch(
                 decoded.first, decoded.verdicts, [None] * count, dict.fromkeys(range(count), rejection), {}
             )

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from gz_ia.client.protocol import RejectReason
-from gz_ia.collector.ingest.stages import Rejection
+from gz_ia.collector.ingest.rules import misrouted
 from gz_ia.collector.ingest.validation import DecodedBatch
 from gz_ia.collector.storage.names import REJECTS_STEM
 
@@ -75,4 +74,4 @@ def reject_unserved(batch: DecodedBatch, role: Role) -> None:
         if event is not None and not serves[event.session_id]:
             batch.events[index] = None
             batch.raw[index] = msgspec.msgpack.encode(event)  # for the rejects file
-            batch.rejections[index] = Rejection(RejectReason.MISROUTED, role.unserved(event.session_id))
+            batch.rejections[index] = misrouted(role.unserved(event.session_id))

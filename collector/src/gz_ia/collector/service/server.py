@@ -82,6 +82,8 @@ class Collector(WritePasses, Answers):
             flags); None: SIGHUP only logs that there is nothing to reload.
         role: what this process answers for (see :mod:`.duties`); by default, everything.
         connection: makes the handler of each accepted connection.
+        state_dir: where the known-roots file is kept; by default ``$GZ_IA_STATE_DIR``, else
+            ``$XDG_STATE_HOME/gz-ia``.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Collector(WritePasses, Answers):
         load_config: Callable[[], CollectorConfig] | None = None,
         role: Role = WHOLE,
         connection: Callable[[Collector], Connection] = Connection,
+        state_dir: Path | None = None,
     ) -> None:
         self.config = config
         self.role = role
@@ -123,7 +126,7 @@ class Collector(WritePasses, Answers):
         self.connections: set[Connection] = set()
         self.paused: set[Connection] = set()
         self.notifier = Notifier()
-        self.known_roots = KnownRoots(default_state_dir())
+        self.known_roots = KnownRoots(state_dir if state_dir is not None else default_state_dir())
         self.sockets: list[str] = []
         """The paths of the sockets this process listens on (known once :meth:`serve` runs)."""
         self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets, front=role.lock_holder)

@@ -48,6 +48,8 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Open cycles of events that name one: ``[action, cycle, open stage]``."""
     marks: dict[str, int] = {}
     failures: int = 0
+    ended_failed: bool | None = None
+    """Whether the last FINISH covered was FAILED; None when unknown (a checkpoint of an earlier gz-ia)."""
     first_time: str = ""
     last_time: str = ""
     parent: str = ""

@@ -59,6 +59,7 @@ class SessionFold(SessionTally):
         key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
         if trace.stage is Stage.FINISH:
             self.open_actions.pop(key, None)
+            self.ended_failed = trace.status == "FAILED"
         else:
             self.open_actions[key] = trace.stage
         if trace.delivery:

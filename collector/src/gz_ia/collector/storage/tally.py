@@ -1,10 +1,10 @@
 """A session's running tally: the one definition of what its lines amount to so far.
 
-``seq``, the open cycles, the delivery watermarks, the FAILED count, the first and last timestamps,
-the parent, tree root and agent of its first event, and the greatest timestamp. The writer's session state
-keeps it up to date as events are staged; recovery and the readers rebuild it by folding lines
-(:class:`.replay.SessionFold`); both convert it to and from its persisted form, the
-:class:`.checkpoints.Checkpoint`, only here.
+``seq``, the open cycles, the delivery watermarks, the FAILED count and whether the last FINISH
+failed, the first and last timestamps, the parent, tree root and agent of its first event, and the
+greatest timestamp. The writer's session state keeps it up to date as events are staged; recovery
+and the readers rebuild it by folding lines (:class:`.replay.SessionFold`); both convert it to and
+from its persisted form, the :class:`.checkpoints.Checkpoint`, only here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ OpenCycles = dict[str | tuple[str, str], Stage]
 
 TALLY_FIELDS: Final = (
     "agent",
+    "ended_failed",
     "failures",
     "first_time",
     "last_time",
@@ -54,6 +55,9 @@ class SessionTally:
     marks: dict[str, int]
     """Per producer, the highest event number stored: the idempotency watermarks."""
     failures: int
+    ended_failed: bool | None
+    """Whether the session's last FINISH (in stored order) was FAILED: the agent did not recover from
+    it. None when unknown (restored from a checkpoint of an earlier gz-ia, until the next FINISH)."""
     first_time: str
     last_time: str
     parent: str
@@ -70,6 +74,7 @@ class SessionTally:
         self.open_actions = {}
         self.marks = {}
         self.failures = 0
+        self.ended_failed = False
         self.first_time = ""
         self.last_time = ""
         self.parent = ""
@@ -87,6 +92,7 @@ class SessionTally:
         self.open_actions = cycles
         self.marks = dict(checkpoint.marks)
         self.failures = checkpoint.failures
+        self.ended_failed = checkpoint.ended_failed
         self.first_time = checkpoint.first_time
         self.last_time = checkpoint.last_time
         self.parent = checkpoint.parent
@@ -119,6 +125,7 @@ class SessionTally:
             open_cycles=open_cycles,
             marks=dict(self.marks),
             failures=self.failures,
+            ended_failed=self.ended_failed,
             first_time=self.first_time,
             last_time=self.last_time,
             parent=self.parent,

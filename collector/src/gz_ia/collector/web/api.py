@@ -66,7 +66,7 @@ def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSum
 
 
 def _status(summary: SessionSummary) -> str:
-    return "running" if summary.open_actions else "failed" if summary.failures else "ok"
+    return "running" if summary.open_actions else "failed" if summary.failed else "ok"
 
 
 def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:

@@ -48,5 +48,6 @@ def summaries_in_memory(stores: Iterable[RootStore], root: str) -> dict[str, Ses
                 failures=state.failures,
                 segments=state.segment,
                 root_session_id=state.tree_root or None,
+                ended_failed=state.ended_failed,
             )
     return found

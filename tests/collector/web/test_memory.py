@@ -13,7 +13,9 @@ import pytest
 from gz_ia.collector import reading
 from gz_ia.collector.web.memory import summaries_in_memory
 
-_spec = importlib.util.spec_from_file_location("rotation_harness", Path(__file__).with_name("test_rotation.py"))
+_spec = importlib.util.spec_from_file_location(
+    "rotation_harness", Path(__file__).parents[1] / "storage" / "test_rotation.py"
+)
 assert _spec is not None and _spec.loader is not None
 _rotation = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_rotation)

@@ -3,7 +3,7 @@
 A worker thread pays for every ``write(2)`` with a wait for the GIL, which the busy loop holds for
 up to the switch interval: a pass of 100 files took 0.4 s there and 11 ms on the loop (measured in
 ``bench``). So appends to files already open are written on the loop (in parts, see
-``tests/collector/test_write_failures.py``), and only passes that create files or close rotated-out
+``tests/collector/service/test_write_failures.py``), and only passes that create files or close rotated-out
 descriptors go to the thread, where their waits overlap the loop.
 """
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gz_ia.client import build_event, env, limits, protocol, schema
+from gz_ia.client import build_event, env, limits, protocol, schema, spool
 from gz_ia.collector.oneshot import _plain_json, ledger
 from gz_ia.collector.oneshot._msgpack import Raw, Timestamp, pack, unpack
 from gz_ia.collector.oneshot.session_log import _plain
@@ -133,6 +133,25 @@ def test_the_batch_frame_is_msgspecs(first: int, events: list[Any]) -> None:
     batch = protocol.Batch(first=first, events=[msgspec.Raw(body) for body in bodies], verdicts=True)
     assert ledger.batch_frame(first, bodies) == protocol.encode_frame(batch)
     assert pack(Raw(b"\xc0")) == b"\xc0"
+
+
+@given(
+    producer=st.text(max_size=40),
+    root=st.text(max_size=200),
+    first=st.integers(min_value=1, max_value=2**63 - 1),
+    events=st.lists(st.tuples(st.text(max_size=40), _VALUES), max_size=3),
+)
+def test_a_spool_segment_is_the_client_spools(producer: str, root: str, first: int, events: list[Any]) -> None:
+    """The one-shot's spool segment, packed without msgspec, is the bytes the client's spool writes."""
+    sessions = [session for session, _ in events]
+    bodies = [msgspec.msgpack.encode(event) for _, event in events]
+    header = spool.SpoolHeader(version=spool.SPOOL_VERSION, producer=producer, root=root, socket="/run/s.sock")
+    expected = spool.frame_record(header) + b"".join(
+        spool.frame_record(spool.SpoolRecord(pseq=first + index, session_id=session, body=msgspec.Raw(body)))
+        for index, (session, body) in enumerate(zip(sessions, bodies, strict=True))
+    )
+    assert ledger.spool_segment(producer, root, "/run/s.sock", first, sessions, bodies) == expected
+    assert ledger.SPOOL_VERSION == spool.SPOOL_VERSION
 
 
 _REASONS = st.sampled_from(list(protocol.RejectReason))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gz_ia.collector.integrations.claude_code_settings import HOOK_EVENTS, SettingsError, install, uninstall
+from gz_ia.collector.integrations.claude_code.settings import HOOK_EVENTS, SettingsError, install, uninstall
 
 COMMAND = "/opt/gz/bin/gz-ia hook claude-code"
 

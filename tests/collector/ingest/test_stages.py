@@ -8,7 +8,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.schema import Stage
-from gz_ia.collector.ingest.stages import CycleBudget, CycleKey, Rejection, apply
+from gz_ia.collector.ingest.rules import Rejection
+from gz_ia.collector.ingest.stages import CycleBudget, CycleKey, apply
 from gz_ia.collector.service.duties import Role
 
 R, P, F = Stage.READ, Stage.PENDING, Stage.FINISH

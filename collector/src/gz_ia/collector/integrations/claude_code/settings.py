@@ -2,7 +2,7 @@
 
 Claude Code reads hooks from ``~/.claude/settings.json`` (user) and ``.claude/settings.json``
 (project) under ``"hooks"``: per hook event a list of matcher groups, each with a list of command
-handlers. Installing adds one group per event that :mod:`.claude_code` uses, holding one handler
+handlers. Installing adds one group per event that :mod:`.mapping` uses, holding one handler
 that runs ``gz-ia hook claude-code``; every other setting, group and handler stays as it was.
 A handler is gz-ia's when its command ends with :data:`HOOK_ARGS`: installing again updates it in
 place (never a second one), and uninstalling removes exactly those handlers, then the groups and
@@ -29,10 +29,12 @@ TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 """Events that take a ``matcher``: ``"*"``, every tool."""
 HOOK_EVENTS: Final = (
     *TOOL_EVENTS,
+    "PostToolBatch",
     "SessionStart",
     "SessionEnd",
     "UserPromptSubmit",
     "Stop",
+    "StopFailure",
     "SubagentStart",
     "SubagentStop",
     "PreCompact",

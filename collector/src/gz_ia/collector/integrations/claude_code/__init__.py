@@ -1,0 +1,7 @@
+"""Claude Code: its hook payloads as gz-ia stage events.
+
+:mod:`.mapping` turns one payload into events (pure), over the per-session :mod:`.state`;
+:mod:`.command_hook` is ``gz-ia hook claude-code`` (the state in a ledger file, the events over the
+socket); :mod:`.settings` installs the hooks into Claude Code's settings. Nothing is imported here:
+the command hook loads only what it uses.
+"""
