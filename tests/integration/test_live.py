@@ -111,8 +111,10 @@ def test_cancel_ends_the_subscription(collector: Any) -> None:
     with Subscriber(collector.root, socket_path=collector.socket) as live:
         send_events(collector, _events("s1", 1))
         assert _actions(_take(live, 1)) == ["step-0"]
+        assert collector.metric("gzia_live_subscribers") == 1
         live.cancel()
         assert list(live) == []
+    assert collector.metric("gzia_live_subscribers") == 0
 
 
 def test_another_uid_cannot_subscribe(make_collector: Any) -> None:

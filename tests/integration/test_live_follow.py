@@ -77,3 +77,4 @@ def test_a_follower_that_lagged_reads_the_gap_from_the_files(collector: Any) -> 
     seqs = [next(entries).event.seq for _ in range(6000)]
     entries.close()
     assert seqs == list(range(2, 6002))
+    assert collector.metric("gzia_live_evicted_frames_total") == 6000 - 2048  # kept from the first subscription on

@@ -251,16 +251,23 @@ class Hub:
         """Frames evicted so far (by any bound)."""
         self._order = itertools.count()
         self._ids = itertools.count(1)
+        self.on_evicted: Callable[[int], None] | None = None
+        """Called with the number of frames each publication evicted (the collector counts them)."""
         self.buffering = False
         """Set by the first subscription: until then a publication only advances the seqs, since
         nobody holds a cursor in this epoch yet (the write path pays one addition per pass)."""
+
+    @property
+    def subscribers(self) -> int:
+        """Subscriptions open (safe from another thread: it counts copies)."""
+        return sum(len(ring.subscribers) for ring in list(self.rings.values()))
 
     def report(self) -> dict[str, object]:
         """What ``gz-ia status`` says of the subscriptions."""
         return {
             "epoch": self.epoch,
             "sources": len(self.rings),
-            "subscribers": sum(len(ring.subscribers) for ring in self.rings.values()),
+            "subscribers": self.subscribers,
             "frames": sum(len(ring) for ring in self.rings.values()),
             "bytes": self.bytes,
             "evicted": self.evicted,
@@ -302,28 +309,34 @@ class Hub:
         while len(ring.lines) > frames or (ring.bytes > limit and len(ring.lines) > 1):
             self.bytes -= ring.evict_one()
             evicted += 1
-        self.evicted += evicted
         if self.bytes > self.total_bytes:
-            self._evict_globally()
+            evicted += self._evict_globally()
+        if evicted:
+            self.evicted += evicted
+            if self.on_evicted is not None:
+                self.on_evicted(evicted)
         for subscriber in ring.subscribers:
             subscriber.ready.set()
         return ring.newest_seq
 
-    def _evict_globally(self) -> None:
-        """Evict the oldest frames of all rings until the shared budget holds (the newest frame stays)."""
+    def _evict_globally(self) -> int:
+        """Evict the oldest frames of all rings until the shared budget holds (the newest frame
+        stays); return how many."""
         rings = [ring for ring in self.rings.values() if ring.lines]
+        evicted = 0
         while self.bytes > self.total_bytes:
             if len(rings) == 1 and len(rings[0]) == 1:
                 break
             oldest = min(rings, key=lambda ring: ring.oldest_order)
             self.bytes -= oldest.evict_one()
-            self.evicted += 1
+            evicted += 1
             if not oldest.lines:
                 rings.remove(oldest)
         for ring in self.rings.values():
             for subscriber in ring.subscribers:
                 if subscriber.next_seq < ring.oldest_seq:
                     subscriber.ready.set()
+        return evicted
 
     def subscribe(
         self,

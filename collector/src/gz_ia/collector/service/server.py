@@ -174,6 +174,9 @@ class Collector(WritePasses, Answers):
         metrics.connections.set_function(lambda: len(self.connections))
         metrics.paused_connections.set_function(lambda: len(self.paused))
         metrics.open_files.set_function(lambda: writer.open_files)
+        metrics.live_subscribers.set_function(lambda: self.hub.subscribers)
+        metrics.live_buffered_bytes.set_function(lambda: self.hub.bytes)
+        self.hub.on_evicted = metrics.live_evicted.inc
         metrics.backlog_bytes.set_function(lambda: writer.pending_bytes)
         # These run on the metrics server's thread while the loop changes what they read: they
         # iterate copies (list() of a set or dict holds the GIL), never the live containers.
