@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import wait_for
 from tests.integration.test_cli_log import HEAVY
 
 from gz_ia.client.limits import MAX_AGENT_LENGTH, MAX_ERROR_LENGTH
@@ -144,6 +145,30 @@ def test_the_hook_loads_neither_click_nor_asyncio(collector: Any) -> None:
     )
     assert result.stdout.strip() == "0 []", result.stderr
     assert _cycles(collector.session_lines(SESSION)) == [("session", "READ", "OK")]
+
+
+def test_with_no_collector_the_hook_spools_without_loading_more(collector: Any) -> None:
+    """A hook call that finds no collector spools without msgspec or the client's spool module (or
+    anything else of HEAVY), so it costs what a delivering call costs; the next collector writes it."""
+    probe = (
+        "import sys, io; from gz_ia.collector.entry import fast_path; "
+        "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode())); "
+        "code = fast_path(['hook', 'claude-code']); "
+        f"print(code, sorted(m for m in {(*HEAVY, 'gz_ia.client.spool')!r} if m in sys.modules))"
+    )
+    collector.stop()
+    for payload in _payloads("parallel_tools.jsonl", collector)[:2]:  # the second finds the first spooled
+        result = subprocess.run(
+            [sys.executable, "-c", probe, payload],
+            env=_hook_env(collector),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (result.stdout.strip(), result.stderr) == ("0 []", "")
+    collector.start()
+    wait_for(lambda: len(collector.session_lines(SESSION)) == 2, timeout=45, message="the spooled events")
+    assert _cycles(collector.session_lines(SESSION)) == [("session", "READ", "OK"), ("prompt", "READ", "OK")]
 
 
 def test_bad_payloads_are_counted_and_named_on_stderr_never_failing(collector: Any) -> None:

@@ -15,7 +15,8 @@ collector keeps it in memory. The table of what each hook event becomes is in do
   that opened and never finished was refused (its FINISH FAILED carries Claude Code's answer); a
   call never seen at all was never run (a tool this build does not offer): it opens and FINISHes
   FAILED at once, with the ``tool_use_error``.
-- StopFailure FINISHes the prompt FAILED with the API's error. SessionEnd FINISHes FAILED whatever
+- StopFailure FINISHes the prompt FAILED with the API's error (handled after SessionEnd, which does
+  not wait for it, it logs the error as an instant cycle ``turn failure``). SessionEnd FINISHes FAILED whatever
   is still open (``attrs.closed_by = "session end"``), then the session: FAILED when its last turn
   failed or something was left open, OK otherwise.
 - Tool input is summarised, never copied (:func:`tool_attrs`); every kept field is bounded.
@@ -269,7 +270,11 @@ class _Mapping:
                 error = str(payload.get("last_assistant_message") or payload.get("error") or "the turn failed").strip()
                 self.state.failed_turn = error
                 attrs = _context(payload, "prompt_id") | {"error_type": _line(payload.get("error") or "unknown")}
-                self.finish(_prompt_key(self.session_id), status="FAILED", error=error, attrs=attrs)
+                if not self.finish(_prompt_key(self.session_id), status="FAILED", error=error, attrs=attrs):
+                    # SessionEnd does not wait for StopFailure's hook and may be handled first (it
+                    # then closed the turn FAILED without the error): the error is kept on its own.
+                    self.event("turn failure", "READ", attrs=attrs)
+                    self.event("turn failure", "FINISH", status="FAILED", error=error, duration_ms=0, attrs=attrs)
             case "SubagentStart":
                 self.open(
                     _subagent_key(self.session_id), "subagent", "READ", attrs=_context(payload, "prompt_id") or None

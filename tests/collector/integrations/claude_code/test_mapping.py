@@ -11,7 +11,7 @@ from typing import Any
 from gz_ia.collector.integrations.claude_code.mapping import hook_events
 from gz_ia.collector.integrations.claude_code.state import HookState, SessionStates
 
-CAPTURED = Path(__file__).parents[1] / "fixtures" / "claude_code" / "captured"
+CAPTURED = Path(__file__).parents[3] / "fixtures" / "claude_code" / "captured"
 MS = 1_000_000
 
 
@@ -136,3 +136,39 @@ def test_a_session_counts_as_failed_by_its_last_finish_or_by_any_failure_when_th
     assert summary(1, ended_failed=True).failed
     assert summary(2, ended_failed=None).failed
     assert not summary(0, ended_failed=None).failed
+
+
+def test_a_stop_failure_handled_after_session_end_keeps_its_error() -> None:
+    """SessionEnd does not wait for StopFailure: handled first, it closes the turn FAILED; the late
+    StopFailure then logs its error as the instant cycle ``turn failure``."""
+    state = HookState()
+    prompt = {**_captured("B-UserPromptSubmit"), "session_id": "s"}
+    failure = {**_captured("E-StopFailure"), "session_id": "s"}
+    end = {**_captured("B-SessionEnd"), "session_id": "s"}
+    events = [event for payload in (prompt, end, failure) for event in hook_events(payload, state, 9 * MS)]
+    assert _brief(events) == [
+        ("prompt", "READ", "OK"),
+        ("prompt", "FINISH", "FAILED"),
+        ("turn failure", "READ", "OK"),
+        ("turn failure", "FINISH", "FAILED"),
+    ]
+    assert "had not finished" in events[1]["error"]
+    assert events[3]["error"] == "API Error: 400 scripted failure for the test"
+
+
+def test_both_transports_make_the_same_events() -> None:
+    """log_event (a receiver in the collector) packs to the bytes plain_event (the command hook) packs."""
+    import msgspec
+
+    from gz_ia.collector.integrations.claude_code.log_events import log_event
+    from gz_ia.collector.oneshot._msgpack import pack
+    from gz_ia.collector.oneshot.ledger import plain_event
+
+    state = HookState()
+    names = ("B-SessionStart", "B-UserPromptSubmit", "B-PreToolUse-Agent", "B-PostToolUse-Agent",
+             "B-PreToolUse-Bash-subagent", "B-PostToolUse-Bash-subagent", "B-PostToolUseFailure-Bash", "B-Stop",
+             "B-SessionEnd")  # fmt: skip
+    events = _feed(state, *((name, 1_700_000_000_000 + index * 7) for index, name in enumerate(names)))
+    assert len(events) > 8
+    for fields in events:
+        assert msgspec.msgpack.encode(log_event(fields)) == pack(plain_event(**fields))
