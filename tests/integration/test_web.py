@@ -169,5 +169,17 @@ def test_live_sse_resumes_with_last_event_id(collector: CollectorProcess, agent:
         assert notice["event"] == "lagged" and json.loads(notice["data"])["epoch_changed"] is True
     finally:
         stale.close()
+    ticks = Sse(collector.http_url, f"/live?key={key}&ticks=1", {})
+    try:
+        ticks.next_event()  # subscribed
+        agent.do("burst 30")
+        counted = 0
+        while counted < 30:  # notices, not events: a few of them cover the burst
+            notice = ticks.next_event()
+            assert notice["event"] == "written"
+            counted += json.loads(notice["data"])["count"]
+        assert counted == 30
+    finally:
+        ticks.close()
     code, _, body = request(collector.http_url, path.replace("subtree=1", "since=" + last_id.split(":")[0] + ":999"))
     assert code == 400 and b"past the newest" in body

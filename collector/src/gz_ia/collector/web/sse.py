@@ -4,7 +4,9 @@ Each event's ``id`` is ``<epoch>:<seq>``; a browser's ``EventSource`` sends the 
 ``Last-Event-ID`` when it reconnects, and the stream goes on after it (or says ``lagged``). Frames
 are the hub's (:mod:`gz_ia.collector.live`): ``event: subscribed`` first (the epoch and newest seq),
 then one ``message`` per written event (``data`` is the stored JSON line) and ``event: lagged``
-where frames will not come. A comment every few seconds keeps an idle stream open.
+where frames will not come. A comment every few seconds keeps an idle stream open. With
+``ticks=1`` the stream carries no events, only ``event: written`` (the newest seq and how many were
+written) at most twice a second: what a page needs to know that it should refresh a list.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ __all__ = ["live_stream", "parse_event_id"]
 
 _HEARTBEAT: Final = 10.0
 _BATCH: Final = 512
+_TICK: Final = 0.5
+"""Seconds between two ``written`` notices of a ``ticks`` stream."""
 
 
 def parse_event_id(value: str) -> tuple[str, int] | None:
@@ -75,12 +79,35 @@ async def live_stream(
         # through its parent, and one stored before is in the tree.
         for session_id in sessions:
             selection.sessions.update(await asyncio.to_thread(family, session_id))
+    ticks = query.get("ticks", ["0"])[0] in ("1", "true", "yes")
     return StreamResponse(
         200,
         "text/event-stream; charset=utf-8",
-        _chunks(subscription, hub.epoch),
+        _ticks(subscription, hub.epoch) if ticks else _chunks(subscription, hub.epoch),
         headers=[("X-Accel-Buffering", "no")],
     )
+
+
+async def _ticks(subscription: Subscription, epoch: str) -> AsyncIterator[bytes]:
+    """Say that events were written (how many, and the newest seq), at most every _TICK seconds."""
+    try:
+        hello = {"epoch": epoch, "newest_seq": subscription.ring.newest_seq}
+        yield b"retry: 1000\nevent: subscribed\ndata: " + json.dumps(hello).encode() + b"\n\n"
+        while not subscription.closed:
+            try:
+                await asyncio.wait_for(subscription.ready.wait(), _HEARTBEAT)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            count = 0
+            while subscription.ready.is_set() and not subscription.closed:
+                count += sum(1 for item in subscription.take(_BATCH) if not isinstance(item, Lagged))
+            notice = {"newest_seq": subscription.ring.newest_seq, "count": count}
+            yield b"event: written\ndata: " + json.dumps(notice).encode() + b"\n\n"
+            await asyncio.sleep(_TICK)
+    finally:
+        with contextlib.suppress(Exception):
+            subscription.cancel()
 
 
 async def _chunks(subscription: Subscription, epoch: str) -> AsyncIterator[bytes]:

@@ -120,13 +120,14 @@ function showList() {
   $("#list-view").hidden = false;
   loadList();
   if (!list.source) {
-    // Any write in the root may change the page: refresh it at most once a second.
-    list.source = new EventSource(liveUrl());
+    // Any write in the root may change the page: the stream says so (ticks, not the events
+    // themselves) at most twice a second, and the page refreshes.
+    list.source = new EventSource(liveUrl({ ticks: "1" }));
     list.source.onopen = () => liveState(true);
     list.source.onerror = () => liveState(false);
-    list.source.onmessage = () => {
-      if (list.timer === null) list.timer = setTimeout(() => ((list.timer = null), loadList()), 500);
-    };
+    list.source.addEventListener("written", () => {
+      if (list.timer === null) list.timer = setTimeout(() => ((list.timer = null), loadList()), 100);
+    });
   }
 }
 
