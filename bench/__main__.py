@@ -303,7 +303,8 @@ def section_latency(suite: Suite) -> None:
             from ._cli_cost import cli_cost
 
             cost = cli_cost(system.socket, system.root, max(20, settings.runs * 10))
-            for key, what in (("session_log", "gz-ia session log"), ("hook", "gz-ia hook claude-code")):
+            for key, what in (("session_log", "gz-ia session log"), ("hook", "gz-ia hook claude-code"),
+                              ("codex_hook", "gz-ia hook codex"), ("gemini_hook", "gz-ia hook gemini")):  # fmt: skip
                 suite.add(f"latency.{key}_ratio", f"{what} wall time / python -I -c pass (target <= 3)", "x",
                           cost[f"{key}_ratio"], higher=False)  # fmt: skip
                 ratio = cost[key + "_ratio"]

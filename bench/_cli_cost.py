@@ -1,6 +1,7 @@
-"""What one ``gz-ia session log`` and one ``gz-ia hook claude-code`` cost, as a ratio to ``python -I -c pass``.
+"""What one ``gz-ia session log`` and one ``gz-ia hook claude-code|codex|gemini`` cost, as a ratio to
+``python -I -c pass``.
 
-Both run once per event (from scripts, and before and after every tool call of Claude Code), so
+They run once per event (from scripts, and before and after every tool call of the agents), so
 their wall time is mostly the interpreter's start and the imports. They are measured as a user runs
 them: from a virtual environment holding the two distributions built as wheels and installed with
 their runtime dependencies only (no editable ``.pth`` files, none of the workspace's dev tools such
@@ -90,6 +91,7 @@ def cli_cost(socket: Path, root: Path, runs: int, *, bin_dir: Path | None = None
         bare: list[float] = []
         log: list[float] = []
         hook: list[float] = []
+        agent_hooks: dict[str, list[float]] = {"codex": [], "gemini": []}
         for index in range(runs):
             bare.append(_time([python, "-I", "-c", "pass"], env))
             stage = "READ" if index % 2 == 0 else "FINISH"
@@ -105,14 +107,29 @@ def cli_cost(socket: Path, root: Path, runs: int, *, bin_dir: Path | None = None
                 "tool_input": {"command": "ls"},
             }
             hook.append(_time([gz_ia, "hook", "claude-code"], env, json.dumps(payload).encode()))
+            codex = {**payload, "session_id": "bench-codex", "model": "gpt-bench"}
+            agent_hooks["codex"].append(_time([gz_ia, "hook", "codex"], env, json.dumps(codex).encode()))
+            gemini = {
+                "session_id": "bench-gemini",
+                "hook_event_name": "BeforeTool" if index % 2 == 0 else "AfterTool",
+                "cwd": str(root.parent),
+                "timestamp": "2026-12-01T23:39:13.000Z",
+                "tool_name": "run_shell_command",
+                "tool_input": {"command": "ls"},
+            }
+            agent_hooks["gemini"].append(_time([gz_ia, "hook", "gemini"], env, json.dumps(gemini).encode()))
     base = statistics.median(bare)
-    return {
+    cost = {
         "python_ms": base * 1000,
         "session_log_ms": statistics.median(log) * 1000,
         "hook_ms": statistics.median(hook) * 1000,
         "session_log_ratio": statistics.median(log) / base,
         "hook_ratio": statistics.median(hook) / base,
     }
+    for agent, times in agent_hooks.items():
+        cost[f"{agent}_hook_ms"] = statistics.median(times) * 1000
+        cost[f"{agent}_hook_ratio"] = statistics.median(times) / base
+    return cost
 
 
 if __name__ == "__main__":

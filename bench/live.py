@@ -13,8 +13,8 @@ event's row appears in its timeline (at a slower rate: each event is its own act
 
 The client holds an event logged alone up to its linger (100 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
-(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--linger-ms``, ``--json FILE``). Figures are in
-docs/performance.md.
+(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--linger-ms``, ``--scale``, ``--json FILE``).
+Figures: docs/performance.md ("Against the targets") and bench/results/live.md.
 """
 
 from __future__ import annotations

@@ -246,6 +246,9 @@ def test_user_guide_commands_and_examples_work(collector: Any, schema_validator:
     assert [line["seq"] for line in sessions["demo"]] == [1, 2, 3, 4]
     # Agents without code changes: the Claude Code hook by hand, and the logging handler.
     assert [(line["action"], line["agent"]) for line in sessions["cc-demo"]] == [("session", "claude-code")]
+    assert [(line["action"], line["agent"]) for line in sessions["gem-demo"]] == [("session", "gemini-cli")]
+    assert json.loads((collector.workspace / ".codex" / "hooks.json").read_text())["hooks"]["PostToolUse"]
+    assert json.loads((collector.workspace / ".gemini" / "settings.json").read_text())["hooks"]["AfterTool"]
     assert [(line["action"], line["stage"], line["status"]) for line in sessions["guide-logging"]] == [
         ("Index deps", "READ", "OK"),
         ("Index deps", "FINISH", "OK"),

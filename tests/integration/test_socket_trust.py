@@ -200,6 +200,31 @@ def test_the_claude_code_hook_sends_nothing_to_a_peer_of_another_uid(
     assert spooled_events() == 1
 
 
+@pytest.mark.parametrize(("agent", "fixture"), [("codex", "codex-SessionStart"), ("gemini", "gemini-SessionStart")])
+def test_the_codex_and_gemini_hooks_send_nothing_to_a_peer_of_another_uid(
+    squatted: tuple[Path, Hostile], base: Path, agent: str, fixture: str
+) -> None:
+    """Their hooks share the one-shot delivery: another uid's socket hears nothing, the event is spooled."""
+    socket, hostile = squatted
+    (base / "ws" / "src").mkdir()
+    captured = (Path(__file__).parents[1] / "fixtures" / "agent_hooks" / f"{fixture}.json").read_text()
+    payload = json.dumps({**json.loads(captured), "cwd": str(base / "ws" / "src")})
+    env = {name: value for name, value in os.environ.items() if name not in ("GZ_IA_TRUSTED_UIDS", "GZ_IA_ROOT")}
+    result = subprocess.run(
+        [sys.executable, "-m", "gz_ia.collector.entry", "hook", agent],
+        input=payload,
+        env={**env, "GZ_IA_SOCKET": str(socket)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    counts = hostile.stop()
+    assert counts["connections"] >= 1 and counts["bytes"] == 0, counts
+    assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    assert spooled_events() == 1
+
+
 def test_a_trusted_uid_is_talked_to(squatted: tuple[Path, Hostile], base: Path) -> None:
     """``GZ_IA_TRUSTED_UIDS`` names the uids of a collector the user chose to share (its ``allow_uids``)."""
     socket, hostile = squatted

@@ -28,28 +28,23 @@ from typing import Any, Literal
 import msgspec
 import pytest
 import uvloop
-from prometheus_client import CollectorRegistry
 
 from gz_ia.client.protocol import (
-    PROTOCOL_VERSION,
     Batch,
     CollectorMessage,
     Error,
     FrameReader,
-    Hello,
     RejectReason,
     Verdicts,
-    Welcome,
     collector_message_decoder,
     encode_frame,
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
-from gz_ia.collector.config import CollectorConfig
-from gz_ia.collector.metrics import Metrics
 from gz_ia.collector.service import write_passes
 from gz_ia.collector.service.server import Collector
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.writer import FlushJob
+from gz_ia.collector.testing import RunningCollector, running_collector
 
 _SESSION = "s1"
 _msgpack = msgspec.msgpack.Encoder()
@@ -151,22 +146,26 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 
 class Lab:
-    """A collector served on uvloop in this process, its write pass under control, and its clients."""
+    """A collector served on uvloop in this process (``gz_ia.collector.testing``), its write pass
+    under control, and its clients."""
 
     def __init__(self, base: Path, *, durability: Literal["os", "fsync"] = "fsync") -> None:
+        self.base = base
         self.root = base / ".harness"
-        self.root.mkdir()
-        self.socket_path = base / "collector.sock"
         # Durable passes always run in the worker thread, where the gate can hold them.
-        config = CollectorConfig(
-            socket=str(self.socket_path), durability=durability, metrics_address="off", spool_dir=str(base / "spool")
-        )
-        self.collector = Collector(
-            config, Metrics(CollectorRegistry(), version="test", process_metrics=False), version="test"
-        )
-        self.writes = ControlledWrites(self.collector.writer.write)
-        self.collector.writer.write = self.writes  # type: ignore[method-assign]
-        self.peers: list[Peer] = []
+        self.durability = durability
+        self._running: RunningCollector | None = None
+        self._writes: ControlledWrites | None = None
+
+    @property
+    def collector(self) -> Collector:
+        assert self._running is not None, "the collector runs only inside run()"
+        return self._running.collector
+
+    @property
+    def writes(self) -> ControlledWrites:
+        assert self._writes is not None, "the collector runs only inside run()"
+        return self._writes
 
     @property
     def session_file(self) -> Path:
@@ -174,33 +173,21 @@ class Lab:
 
     async def connect(self, producer: str) -> Peer:
         """A connection that has said hello as ``producer``."""
-        sock = socket.socket(socket.AF_UNIX)
-        sock.setblocking(False)
-        peer = Peer(sock)
-        self.peers.append(peer)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, str(self.socket_path))
-        hello = Hello(proto=PROTOCOL_VERSION, producer=producer, pid=os.getpid(), root=str(self.root))
-        await loop.sock_sendall(sock, encode_frame(hello))
-        assert isinstance(await peer.next(), Welcome)
-        return peer
+        assert self._running is not None
+        welcomed = await self._running.connect(producer)
+        return Peer(welcomed.sock)
 
     def run(self, scenario: Callable[[Lab], Awaitable[None]]) -> None:
         async def main() -> None:
-            listening = socket.socket(socket.AF_UNIX)
-            listening.bind(str(self.socket_path))
-            listening.listen()
-            serving = asyncio.create_task(self.collector.serve([listening]))
-            try:
-                await scenario(self)
-            finally:
-                for held in self.writes.held:
-                    held.gate.set()
-                for peer in self.peers:
-                    peer.sock.close()
-                self.collector.stop()
-                await serving
-                listening.close()
+            async with running_collector(self.base, durability=self.durability) as running:
+                self._running = running
+                self._writes = ControlledWrites(running.collector.writer.write)
+                running.collector.writer.write = self._writes  # type: ignore[method-assign]
+                try:
+                    await scenario(self)
+                finally:
+                    for held in self._writes.held:
+                        held.gate.set()
 
         uvloop.run(main())
 

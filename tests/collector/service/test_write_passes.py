@@ -1,10 +1,10 @@
 """Which write passes run on the event loop and which in the worker thread.
 
 A worker thread pays for every ``write(2)`` with a wait for the GIL, which the busy loop holds for
-up to the switch interval: a pass of 100 files took 0.4 s there and 11 ms on the loop (measured in
-``bench``). So appends to files already open are written on the loop (in parts, see
-``tests/collector/service/test_write_failures.py``), and only passes that create files or close rotated-out
-descriptors go to the thread, where their waits overlap the loop.
+up to the switch interval, so the same pass takes far longer there than on the loop. So appends to
+files already open are written on the loop (in parts, see ``test_write_failures.py`` beside this
+file), and only passes that create files or close rotated-out descriptors go to the thread, where
+their waits overlap the loop.
 """
 
 from __future__ import annotations

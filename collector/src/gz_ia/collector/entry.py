@@ -3,7 +3,7 @@
 Both run once per event, from scripts and from an agent's hooks, where the interpreter's start is
 most of their cost; importing click, asyncio and every command module would triple it. So the entry
 point handles a well-formed ``gz-ia [--socket S] [--root R] session log ...`` or
-``gz-ia hook claude-code`` itself, and hands everything else to the click CLI: other commands,
+``gz-ia hook claude-code|codex|gemini`` itself, and hands everything else to the click CLI: other commands,
 ``--help``, and any command line it does not fully understand (the click CLI then answers it, with
 the same behaviour and its usage errors). Even msgspec, pathlib and typing would be a large part of a
 call's cost: the fast paths import only what :mod:`.oneshot.ledger` needs to reach a collector.
@@ -97,9 +97,21 @@ def fast_path(argv: list[str]) -> int | None:
             socket_path=_socket_path(options),
             root=env.absolute(options["root"]) if options.get("root") else None,
         )
+    if command in (["hook", "codex"], ["hook", "gemini"]) and not rest:
+        return _agent_hook(command[1], options)
     if command == ["session", "log"]:
         return _session_log(rest, options)
     return None
+
+
+def _agent_hook(agent: str, options: dict[str, str]) -> int:
+    """``gz-ia hook codex`` or ``gz-ia hook gemini``, as ``cli._agent_hooks`` defines them."""
+    if agent == "codex":
+        from gz_ia.collector.integrations.codex import run_hook
+    else:
+        from gz_ia.collector.integrations.gemini import run_hook
+    root = env.absolute(options["root"]) if options.get("root") else None
+    return run_hook(sys.stdin.buffer.read(), socket_path=_socket_path(options), root=root)
 
 
 def _option(argv: list[str], index: int, known: dict[str, str]) -> tuple[str | None, str, int]:

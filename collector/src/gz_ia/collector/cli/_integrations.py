@@ -76,3 +76,16 @@ def install_claude_code(scope: str, uninstall: bool, command: str | None, settin
         click.echo(f"added gz-ia's hooks for {', '.join(changed)} to {settings}: {hook_command}")
     else:
         click.echo(f"gz-ia's hooks are already in {settings}")
+
+
+def _add_agents() -> None:
+    # Codex and Gemini CLI: their commands live in their own module.
+    from ._agent_hooks import hook_codex, hook_gemini, install_codex, install_gemini
+
+    hook.add_command(hook_codex)
+    hook.add_command(hook_gemini)
+    install.add_command(install_codex)
+    install.add_command(install_gemini)
+
+
+_add_agents()
