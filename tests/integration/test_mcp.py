@@ -5,10 +5,14 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from gz_ia.collector.mcp.server import TOOLS
@@ -17,9 +21,9 @@ CLI = "from gz_ia.collector.cli import main; main()"
 
 
 @asynccontextmanager
-async def mcp_session(collector: Any) -> AsyncIterator[ClientSession]:
-    """Start `gz-ia mcp` as a subprocess talking to ``collector`` and yield an initialised SDK session."""
-    params = StdioServerParameters(command=sys.executable, args=["-c", CLI, "mcp"], env=collector.env)
+async def mcp_session(collector: Any, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+    """Start `gz-ia mcp` talking to ``collector`` (or in ``env``) and yield an initialised SDK session."""
+    params = StdioServerParameters(command=sys.executable, args=["-c", CLI, "mcp"], env=env or collector.env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
@@ -103,6 +107,31 @@ async def test_failed_events_across_sessions_and_one_event_by_seq(collector: Any
     assert "no event 9" in str(missing.content)
     assert bad_stage.is_error  # the enum refuses it before anything is sent
     assert [line["stage"] for line in collector.session_lines("fa")] == ["PENDING", "FINISH"]
+
+
+@pytest.mark.parametrize("via", ["stream", "files"])
+async def test_events_since_waits_for_the_next_event(collector: Any, via: str, short_tmp: Path) -> None:
+    """With wait_seconds, events_since returns the event written while it waited: woken by the
+    collector's stream when it runs, by the files otherwise; the same answer either way."""
+    client = collector.client()
+    client.log(session_id="w1", action="a", stage="READ", agent="claude")
+    assert client.flush(10)
+    env = collector.env if via == "stream" else {**collector.env, "GZ_IA_SOCKET": str(short_tmp / "nothing.sock")}
+    async with mcp_session(collector, env) as session:
+        first = await call(session, "events_since", session_ids=["w1"])
+
+        def later() -> None:
+            time.sleep(0.5)
+            client.log(session_id="w1", action="a", stage="FINISH", agent="claude")
+            client.flush(10)
+
+        writer = threading.Thread(target=later)
+        writer.start()
+        waited = await call(session, "events_since", cursor=first["cursor"], session_ids=["w1"], wait_seconds=25)
+        writer.join()
+    client.close()
+    assert [(e["seq"], e["stage"]) for e in waited["events"]] == [(2, "FINISH")]
+    assert waited["events"][0] == {k: v for k, v in collector.session_lines("w1")[1].items() if k != "delivery"}
 
 
 async def test_log_event_gives_the_collectors_verdict(collector: Any, schema_validator: Any) -> None:

@@ -33,19 +33,26 @@ __all__ = [
     "MAX_FRAME",
     "PROTOCOL_VERSION",
     "Batch",
+    "Cancel",
     "ClientMessage",
     "Collect",
     "CollectorMessage",
+    "Ended",
     "Error",
     "FrameReader",
     "FrameTooLarge",
+    "Frames",
     "Hello",
+    "Lagged",
+    "LiveMessage",
     "Owners",
     "Query",
     "RejectReason",
     "Rejection",
     "Report",
     "Route",
+    "Subscribe",
+    "Subscribed",
     "Verdicts",
     "Welcome",
     "encode_frame",
@@ -149,6 +156,30 @@ class Collect(msgspec.Struct, tag="collect", kw_only=True):
     dry_run: bool = False
 
 
+class Subscribe(msgspec.Struct, tag="subscribe", kw_only=True):
+    """Ask for the events written to ``root`` from now on, or replayed from ``since_seq`` (needs no hello).
+
+    ``since_seq`` and ``epoch`` are those of a frame received earlier: the frames after it still
+    buffered are replayed, then the subscription goes on live; without ``since_seq``, only what is
+    written from now on comes. ``sessions`` (with ``subtree``: and their subagents) and ``matches``
+    (``FIELD=VALUE``, as ``gz-ia logs`` takes them) narrow it. Answered by :class:`Subscribed`, then
+    :class:`Frames` and :class:`Lagged` until :class:`Cancel` or the connection closes.
+    """
+
+    root: str
+    since_seq: int | None = None
+    epoch: str = ""
+    sessions: list[str] | None = None
+    subtree: bool = False
+    matches: list[str] = []
+
+
+class Cancel(msgspec.Struct, tag="cancel", kw_only=True):
+    """End one subscription of this connection (closing the connection ends them all)."""
+
+    subscription: int
+
+
 # --- collector -> client -------------------------------------------------------------------------
 
 
@@ -198,8 +229,44 @@ class Report(msgspec.Struct, tag="report", kw_only=True):
     data: dict[str, object]
 
 
-ClientMessage = Hello | Batch | Route | Query | Collect
+class Subscribed(msgspec.Struct, tag="subscribed", kw_only=True):
+    """Answer to :class:`Subscribe`: its id, the collector's epoch and the source's newest seq."""
+
+    subscription: int
+    epoch: str
+    newest_seq: int
+
+
+class Frames(msgspec.Struct, tag="frames", kw_only=True):
+    """Written events of a subscription, in seq order: ``seqs[i]`` numbers ``lines[i]`` (a stored
+    JSON line, without its newline) in the source; seqs skip only the events the filters left out."""
+
+    subscription: int
+    seqs: list[int]
+    lines: list[bytes]
+
+
+class Lagged(msgspec.Struct, tag="lagged", kw_only=True):
+    """Frames ``from_seq`` to ``resume_seq - 1`` will not come (evicted before this subscriber read
+    them); delivery goes on at ``resume_seq``. ``epoch_changed``: the ``since_seq`` asked for was of
+    another epoch, or came without one, and delivery starts with the oldest frame still buffered."""
+
+    subscription: int
+    from_seq: int
+    resume_seq: int
+    epoch_changed: bool = False
+
+
+class Ended(msgspec.Struct, tag="ended", kw_only=True):
+    """The last frame of a cancelled subscription."""
+
+    subscription: int
+
+
+ClientMessage = Hello | Batch | Route | Query | Collect | Subscribe | Cancel
 CollectorMessage = Welcome | Verdicts | Error | Report
+LiveMessage = Subscribed | Frames | Lagged | Ended | Error
+"""What a subscribing connection receives (:data:`live_message_decoder`)."""
 
 _encoder: Final = msgspec.msgpack.Encoder()
 
@@ -210,7 +277,7 @@ MAX_EVENT_BYTES: Final = MAX_FRAME - len(
 the schema's limits is far smaller; the client refuses a larger one (``frame_too_large``) by itself."""
 
 
-def encode_frame(message: ClientMessage | CollectorMessage) -> bytes:
+def encode_frame(message: ClientMessage | CollectorMessage | LiveMessage) -> bytes:
     """Encode ``message`` as one frame: length prefix and MessagePack body.
 
     Raises:
@@ -283,3 +350,4 @@ class FrameReader:
 client_message_decoder: Final = msgspec.msgpack.Decoder(ClientMessage)
 route_decoder: Final = msgspec.msgpack.Decoder(Route)
 collector_message_decoder: Final = msgspec.msgpack.Decoder(CollectorMessage)
+live_message_decoder: Final = msgspec.msgpack.Decoder(LiveMessage)

@@ -42,3 +42,4 @@ class RejectReason(enum.StrEnum):
     INVALID_EVENT_NUMBER = "invalid_event_number"
     BUSY = "busy"
     ROOT_LOCKED = "root_locked"
+    INVALID_SUBSCRIPTION = "invalid_subscription"

@@ -13,6 +13,8 @@ that share a floor do not import each other (the import-linter contract in the r
 * :mod:`.service` (one collector process: connections, write passes, gc and status requests,
   adoption, health, admission), :mod:`.mcp` (the MCP tools) and :mod:`.integrations` (agents'
   hooks and settings);
+* :mod:`.web`: the web view on the HTTP side (the page, its JSON, ``/live``);
+* :mod:`.live`: live subscriptions (rings of what was written, replay, ``lagged``);
 * :mod:`.ingest` (a batch's fate: validation, the stage protocol, staging), :mod:`.otel` (the
   OpenTelemetry export), :mod:`.views` (terminal lines, the timeline and its HTML page),
   :mod:`.query` (questions over a root) and :mod:`.oneshot` (start-up-cheap delivery);

@@ -229,6 +229,15 @@ class Metrics:
             "gzia_sessions_loaded", "Sessions whose state is held in memory.", registry=registry
         )
         self.open_files = Gauge("gzia_open_files", "Session and rejects files held open.", registry=registry)
+        self.live_subscribers = Gauge(
+            "gzia_live_subscribers", "Live subscriptions open (socket, /live, the web view).", registry=registry
+        )
+        self.live_buffered_bytes = Gauge(
+            "gzia_live_buffered_bytes", "Bytes of written events held for live subscribers.", registry=registry
+        )
+        self.live_evicted = Counter(
+            "gzia_live_evicted_frames", "Written events evicted from the live rings by their bounds.", registry=registry
+        )
         self.backlog_bytes = Gauge("gzia_backlog_bytes", "Accepted bytes waiting to be written.", registry=registry)
         self.backlog_batches = Gauge(
             "gzia_backlog_batches", "Batches received and waiting for their verdict.", registry=registry

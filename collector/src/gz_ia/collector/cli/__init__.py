@@ -37,6 +37,7 @@ __all__ = ["collector_main", "main"]
         "mcp": "._mcp:mcp_command",
         "sessions": "._sessions:sessions_command",
         "status": "._status:status",
+        "ui": "._ui:ui_command",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -23,7 +23,7 @@ import click
 
 from gz_ia.client.schema import Status
 
-from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of
+from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of, socket_path_of
 from ._complete import complete_session_id
 from ._history import all_ids, members_of, start_positions, stored_history
 from ._log_options import (
@@ -134,8 +134,16 @@ def _run_logs(
         and not options["show_cursor"]
         and filters.empty
     )
+    live = None
     try:
         reading.require_root(root)
+        if follow:
+            from gz_ia.collector.live.follow import subscribe_or_none
+
+            # Before the history is read: every event after it then comes from the stream or is in
+            # the files already (the follower skips what it showed). No collector: the files only.
+            only = session_ids if session_ids is not None and not tree else None  # a tree grows: all
+            live = subscribe_or_none(root, socket_path_of(ctx), sessions=only)
         if options["after_cursor"]:
             reading.check_cursor(root, options["after_cursor"])
         if plain_copy:
@@ -239,9 +247,19 @@ def _run_logs(
             if not tree or gap.session_id in family:  # a tree follows the whole root: say only its own gaps
                 gaps(gap)
 
-        for entry in reading.follow(
-            root, watched, cursor=follow_cursor, filters=None if watch else filters, stop=stop, on_gap=family_gap
-        ):
+        follow_filters = None if watch else filters
+        entries: Iterator[Any]
+        if live is not None:
+            from gz_ia.collector.live.follow import follow_live
+
+            entries = follow_live(
+                live, root, watched, cursor=follow_cursor, filters=follow_filters, stop=stop, on_gap=family_gap
+            )
+        else:
+            entries = reading.follow(
+                root, watched, cursor=follow_cursor, filters=follow_filters, stop=stop, on_gap=family_gap
+            )
+        for entry in entries:
             if tree:
                 # A subagent joins through its parent, or through its root when the parent never logged.
                 parent, top = entry.event.parent_session_id, entry.event.root_session_id
@@ -272,6 +290,9 @@ def _run_logs(
     except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
+    finally:
+        if live is not None:
+            live.close()
 
 
 def _in_range(report: Callable[[Any], None], seqs: tuple[int, int] | None) -> Callable[[Any], None]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from itertools import islice
@@ -52,9 +53,10 @@ from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from gz_ia.client import Client
-from gz_ia.client.errors import CollectorUnavailable, EventRejected
+from gz_ia.client.errors import CollectorUnavailable, EventRejected, GzIaError
 from gz_ia.client.schema import Status
 from gz_ia.collector import query, reading
+from gz_ia.collector.live.follow import subscribe_or_none
 from gz_ia.collector.oneshot.typed_event import TypedEventError, typed_event
 from gz_ia.collector.views.timeline import load_tree, summarize
 
@@ -330,12 +332,47 @@ def events_since(
     cursor: Annotated[str | None, Field(description="The cursor events_since returned last; none: the start.")] = None,
     session_ids: SessionIdsArg = None,
     limit: LimitArg = 100,
+    wait_seconds: Annotated[
+        float, Field(description="If nothing is new, wait up to this long (at most 30 s) for the next event.", ge=0)
+    ] = 0,
 ) -> NewEvents:
-    """Return events written after cursor (all sessions, or only session_ids), without waiting.
+    """Return events written after cursor (all sessions, or only session_ids).
 
     Start with no cursor (from the beginning), then pass the returned cursor each time: only
-    new events come back, none twice. An empty list means nothing new yet.
+    new events come back, none twice. An empty list means nothing new yet (within wait_seconds).
     """
+    found = _new_events(context, cursor, session_ids, limit)
+    wait = min(max(wait_seconds, 0.0), _MAX_WAIT)
+    if found["events"] or wait <= 0:
+        return found
+    deadline = time.monotonic() + wait
+    # Subscribed before the files are read again, so an event written in between still wakes us;
+    # what is returned always comes from the files, as without a collector.
+    live = subscribe_or_none(context.root, context.socket_path, sessions=session_ids)
+    try:
+        while True:
+            found = _new_events(context, cursor, session_ids, limit)
+            remaining = deadline - time.monotonic()
+            if found["events"] or remaining <= 0:
+                return found
+            if live is None:
+                time.sleep(min(_POLL, remaining))
+                continue
+            live.settimeout(remaining)
+            try:
+                live.receive()
+            except TimeoutError:
+                continue
+            except GzIaError:
+                live.close()
+                live = None
+    finally:
+        if live is not None:
+            live.close()
+
+
+def _new_events(context: ToolContext, cursor: str | None, session_ids: list[str] | None, limit: int) -> NewEvents:
+    """The events after ``cursor`` in the files (see :func:`events_since`)."""
     limit = _clamp(limit)
     try:  # the reader's multi-session cursor (reading.combine_cursors): one boundary per session
         known = set(reading.cursor_sessions(cursor)) if cursor else set()
@@ -454,6 +491,12 @@ class Tool(NamedTuple):
     def description(self) -> str:
         """The function's docstring, as agents read it."""
         return inspect.cleandoc(self.function.__doc__ or "")
+
+
+_MAX_WAIT: Final = 30.0
+"""The longest events_since waits for a new event."""
+_POLL: Final = 0.02
+"""Seconds between looks at the files while events_since waits without a collector's stream."""
 
 
 TABLE: Final = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -303,7 +303,9 @@ def _summary(
     return summary
 
 
-def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
+def list_sessions(
+    root: Path, *, verify: bool = False, known: Mapping[str, SessionSummary] | None = None
+) -> list[SessionSummary]:
     """Summarise every session stored under ``root``, ordered by first event (then id).
 
     Each summary costs the session's checkpoint plus a scan of what was written after it (the
@@ -313,6 +315,8 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
     extended, another trailer: never its times); with ``verify`` every retained segment is read
     instead of the seals, so that any damage shows and only damage shows, at the cost of reading
     the whole root. ``unreadable`` names the files found so. A missing root has no sessions.
+    ``known`` gives summaries that are taken as they are instead of reading those sessions' files
+    (what the collector writing them holds in memory, newer than their checkpoints).
 
     Raises:
         LayoutTooNew: the root was written by a newer gz-ia.
@@ -325,6 +329,9 @@ def list_sessions(root: Path, *, verify: bool = False) -> list[SessionSummary]:
         listing = Listing(dirs)
         summaries = []
         for session_id in listing.session_ids:
+            if known is not None and not verify and session_id in known:
+                summaries.append(known[session_id])
+                continue
             if verify:
                 summary = _summary(dirs, session_id, verify=True, listing=listing)
             else:
@@ -441,8 +448,10 @@ def _no_events(session_id: str, parent: str | None) -> SessionSummary:
     return SessionSummary(session_id, parent, "", None, None, 0, 0, 0, 0)
 
 
-def session_tree(root: Path, session_id: str) -> TreeNode:
+def session_tree(root: Path, session_id: str, *, known: Mapping[str, SessionSummary] | None = None) -> TreeNode:
     """Return the subagent tree below ``session_id``: each node's summary gives status and duration.
+
+    ``known``: as for :func:`list_sessions`.
 
     Raises:
         SessionNotFound: nothing stored for the session.
@@ -450,4 +459,4 @@ def session_tree(root: Path, session_id: str) -> TreeNode:
     if not is_safe_session_id(session_id):
         raise SessionNotFound(f"{session_id!r} is not a valid session id")
     require_root(root)
-    return build_tree(list_sessions(root), session_id)
+    return build_tree(list_sessions(root, known=known), session_id)

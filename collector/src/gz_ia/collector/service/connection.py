@@ -23,16 +23,19 @@ from gz_ia.client.protocol import (
     MAX_FRAME,
     PROTOCOL_VERSION,
     Batch,
+    Cancel,
     Collect,
+    CollectorMessage,
     Error,
     FrameReader,
     FrameTooLarge,
     Hello,
+    LiveMessage,
     Query,
     RejectReason,
     Report,
     Route,
-    Verdicts,
+    Subscribe,
     Welcome,
     client_message_decoder,
     encode_frame,
@@ -46,10 +49,12 @@ from gz_ia.collector.storage.sessions import RootStore
 
 from .admission import admit
 from .duties import reject_unserved
+from .subscriptions import ConnectionSubscriptions
 
 if TYPE_CHECKING:
     from gz_ia.collector.config import CollectorConfig
     from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+    from gz_ia.collector.live import Hub
     from gz_ia.collector.metrics import Metrics
     from gz_ia.collector.storage.root_lock import RootLocks
 
@@ -83,6 +88,8 @@ class ConnectionHost(Protocol):
     root_locks: RootLocks
     connection_limits: ConnectionLimits | None
     """The limits a new connection is counted against (see :func:`.admission.admit`); None: not limited."""
+    hub: Hub
+    """The live subscriptions' rings (``subscribe`` frames)."""
     connections: set[Connection]
     """The connections admitted and not lost yet."""
     paused: set[Connection]
@@ -108,6 +115,10 @@ class ConnectionHost(Protocol):
         """The answer to ``gz-ia status``."""
         ...
 
+    def ui_url(self) -> str | None:
+        """The web view's address with its key (None: no HTTP side)."""
+        ...
+
 
 class Connection(asyncio.Protocol):
     """One client connection: handshake, then batches answered in order.
@@ -128,6 +139,8 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self._paused_reading = False
         self._peer_not_reading = False
+        self.subscriptions: ConnectionSubscriptions | None = None
+        """Its live subscriptions, once it asked for one."""
 
     # --- asyncio callbacks --------------------------------------------------------------------------
 
@@ -149,6 +162,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.subscriptions is not None:
+            self.subscriptions.close()
         if self in self.collector.connections:
             self.collector.connections.discard(self)
             if self.collector.connection_limits is not None:
@@ -158,10 +173,14 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         # The peer is not reading its verdicts: stop reading its frames until it does.
         self._peer_not_reading = True
+        if self.subscriptions is not None:
+            self.subscriptions.writable.clear()
         self.update_reading()
 
     def resume_writing(self) -> None:
         self._peer_not_reading = False
+        if self.subscriptions is not None:
+            self.subscriptions.writable.set()
         self.update_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -206,12 +225,27 @@ class Connection(asyncio.Protocol):
                 self._handle_hello(message)
             case Route():
                 self.handle_route(message)
+            case Query(what="ui"):
+                # The web view's key is a secret of the collector's own user, never of allow_uids.
+                if self.uid != self.collector.uid:
+                    self.refuse(RejectReason.PERMISSION_DENIED, "only the collector's own user may open its web view")
+                else:
+                    self.send(Report(data={"ui": self.collector.ui_url()}))
             case Query(what="metrics"):
                 self.send(Report(data={"metrics": self.collector.metrics.exposition()}))
             case Query():
                 self.send(Report(data=self.collector.status()))
             case Collect():
                 self._collect(message)
+            case Subscribe():
+                self._subscribe(message)
+            case Cancel():
+                if self.subscriptions is None:
+                    self.send(
+                        Error(reason=RejectReason.INVALID_SUBSCRIPTION, detail="no subscription on this connection")
+                    )
+                else:
+                    self.subscriptions.cancel(message)
             case Batch():
                 self.refuse(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
 
@@ -299,13 +333,25 @@ class Connection(asyncio.Protocol):
 
         task.add_done_callback(answer)
 
+    def _subscribe(self, request: Subscribe) -> None:
+        """A live subscription (see :mod:`.subscriptions`): only for the collector's own user, whose
+        sessions these are (``allow_uids`` lets other users send events, never read them)."""
+        if self.uid != self.collector.uid:
+            self.refuse(RejectReason.PERMISSION_DENIED, "only the collector's own user may subscribe")
+            return
+        if self.subscriptions is None:
+            self.subscriptions = ConnectionSubscriptions(self.collector.hub, self.send)
+            if self._peer_not_reading:
+                self.subscriptions.writable.clear()
+        self.subscriptions.subscribe(request)
+
     def _count_refused(self, reason: RejectReason) -> None:
         """Count a frame refused as a whole."""
         self.collector.metrics.events_rejected.labels(reason.value).inc()
 
     # --- replies -------------------------------------------------------------------------------------
 
-    def send(self, message: Welcome | Verdicts | Error | Report) -> None:
+    def send(self, message: CollectorMessage | LiveMessage) -> None:
         """Write one frame to the client, unless the connection is going away."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(encode_frame(message))

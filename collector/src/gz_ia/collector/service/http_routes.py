@@ -25,4 +25,4 @@ def collector_routes(collector: Collector) -> Routes:
 
     from .otlp_receiver import otlp_routes
 
-    return Routes([Route("GET", "/", index), *otlp_routes(collector)])
+    return Routes([Route("GET", "/", index), *otlp_routes(collector), *collector.web.routes()])

@@ -15,6 +15,7 @@ import msgspec
 from gz_ia.client import env
 from gz_ia.client.protocol import Collect
 from gz_ia.collector.http import HttpServer
+from gz_ia.collector.live import Hub
 from gz_ia.collector.metrics import Metrics, root_id
 from gz_ia.collector.storage.retention import RetentionReport, apply_retention, collect_idle
 from gz_ia.collector.storage.writer import Writer
@@ -43,6 +44,7 @@ class Answers:
     role: Role
     version: str
     started: float
+    hub: Hub
     connections: set[Connection]
     connection_limits: ConnectionLimits | None
     http: HttpServer | None
@@ -141,4 +143,5 @@ class Answers:
                 for root in self.writer.roots
             ],
             "counters": self.metrics.status_counters(),
+            "live": self.hub.report(),
         }

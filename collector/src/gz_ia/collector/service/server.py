@@ -23,11 +23,15 @@ from typing import Final
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.http import HttpServer
 from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+from gz_ia.collector.live import Hub
+from gz_ia.collector.live.feed import WrittenFeed
 from gz_ia.collector.metrics import Metrics, root_id
 from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 from gz_ia.collector.storage.roots import LayoutError
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.web import WebView
+from gz_ia.collector.web.memory import summaries_in_memory
 
 from .admission import ConnectionLimits, descriptor_limit, socket_reserve
 from .adoption import adopt_spools, count_adoption
@@ -101,6 +105,8 @@ class Collector(WritePasses, Answers):
         self.version = version
         self.uid = os.getuid()
         self.started = time.time()
+        self.hub = Hub()
+        """Live subscriptions: the rings of what this process wrote (a new epoch per start)."""
         self.writer = Writer(
             max_open_files=file_budget(config.max_open_files),
             on_torn=lambda _n: metrics.torn_repaired.inc(),
@@ -110,6 +116,7 @@ class Collector(WritePasses, Answers):
             on_synced=metrics.fsync_latency.observe,
             on_measured=self._measured_root if role.root_wide else None,
             rejects_stem=role.rejects_stem,
+            on_written=WrittenFeed(self.hub),
         )
         self.ingest = Ingest(
             self.writer,
@@ -141,6 +148,13 @@ class Collector(WritePasses, Answers):
         self._http_socket: socket.socket | None = None
         self.http_error: str | None = None
         """Why the HTTP side is not served although configured (the events are served regardless)."""
+        self.web = WebView(
+            self.hub,
+            self.served_roots,
+            lambda: self.http.base_url if self.http is not None else "",
+            in_memory=lambda root: summaries_in_memory(self.writer.roots, root),
+        )
+        """The web view on the HTTP side (its page, JSON and ``/live``), with this start's secret."""
         self.connection_limits = (
             ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None
         )
@@ -161,12 +175,25 @@ class Collector(WritePasses, Answers):
         metrics.connections.set_function(lambda: len(self.connections))
         metrics.paused_connections.set_function(lambda: len(self.paused))
         metrics.open_files.set_function(lambda: writer.open_files)
+        metrics.live_subscribers.set_function(lambda: self.hub.subscribers)
+        metrics.live_buffered_bytes.set_function(lambda: self.hub.bytes)
+        self.hub.on_evicted = metrics.live_evicted.inc
         metrics.backlog_bytes.set_function(lambda: writer.pending_bytes)
         # These run on the metrics server's thread while the loop changes what they read: they
         # iterate copies (list() of a set or dict holds the GIL), never the live containers.
         metrics.backlog_batches.set_function(lambda: sum(c.awaiting for c in list(self.connections)))
         metrics.sessions_known.set_function(lambda: writer.sessions_known)
         metrics.sessions_active.set_function(lambda: writer.sessions_active)
+
+    def served_roots(self) -> list[str]:
+        """The real paths of the session roots this collector writes, or wrote before (its own uid's)."""
+        paths = {os.path.realpath(store.path) for store in self.writer.roots}
+        paths.update(os.path.realpath(path) for path, uid, _socket in self.known_roots if uid == self.uid)
+        return sorted(paths)
+
+    def ui_url(self) -> str | None:
+        """The web view's address with this start's key (None: the HTTP side is not served)."""
+        return self.web.url() if self.http is not None else None
 
     def attach_http(self, server: HttpServer, sock: socket.socket) -> None:
         """Serve ``server`` on the listening TCP socket ``sock`` beside the event sockets."""

@@ -40,6 +40,7 @@ from gz_ia.client.protocol import (
     HEADER_SIZE,
     MAX_FRAME,
     Batch,
+    Cancel,
     Collect,
     Error,
     FrameReader,
@@ -49,6 +50,7 @@ from gz_ia.client.protocol import (
     RejectReason,
     Report,
     Route,
+    Subscribe,
     client_message_decoder,
     encode_frame,
     route_decoder,
@@ -288,6 +290,9 @@ class FrontClient(asyncio.Protocol):
                 self._refuse(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any batch")
             case Route():
                 self._refuse(RejectReason.HANDSHAKE_REQUIRED, "send a hello frame before any route")
+            case Subscribe() | Cancel():
+                # Each share writes part of the sessions: there is no one ring per root to read.
+                self._refuse(RejectReason.INVALID_SUBSCRIPTION, "live subscriptions need shards = 1")
 
     def _to_every_share(self, body: bytes) -> None:
         header = len(body).to_bytes(HEADER_SIZE, "big")

@@ -120,6 +120,8 @@ class Writer:
         background: run compression and retention in a worker thread (False: at once, inline).
         rejects_stem: the name (without ``.jsonl``) of the rejects file this writer appends to in each
             root: each such file has a single writer.
+        on_written: called on the event loop by :meth:`finish` with every (file, bytes) a pass
+            wrote, once they are in the files (the live subscriptions' feed).
     """
 
     def __init__(
@@ -137,7 +139,9 @@ class Writer:
         snapshot_interval: float = 30.0,
         background: bool = True,
         rejects_stem: str = REJECTS_STEM,
+        on_written: Callable[[list[tuple[AppendFile, bytes]]], None] | None = None,
     ) -> None:
+        self.on_written = on_written
         self._files = OpenFiles(max_open_files)
         self._rejects_stem = rejects_stem
         self.max_idle_sessions = max_idle_sessions
@@ -538,6 +542,8 @@ class Writer:
                     target.save_checkpoint(now, checkpoint)
             elif rotation.due(target.size, 0, utc_day(target.started), today):
                 self._rotate_rejects(target, now)
+        if self.on_written is not None and written:
+            self.on_written(written)
         self._loaded += self._new_states
         self._new_states = 0
         if self._loaded > self.max_idle_sessions + self.max_idle_sessions // 8:

@@ -1,0 +1,379 @@
+// The gz-ia web view: the sessions list, a session's tree and timeline, live through /live (SSE).
+// Plain JavaScript, no build step. Everything it reads is windowed: a page of sessions, a window of
+// one session's newest events (older ones on demand), and what the live stream adds.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const ROOT = params.get("root") || "";
+const PAGE = 100;
+const WINDOW = 500;
+const MAX_ROWS = 5000; // timeline rows kept in the page; older spans are dropped past it
+
+const $ = (selector) => document.querySelector(selector);
+const el = (tag, attrs = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+};
+
+function api(path, query = {}) {
+  const search = new URLSearchParams(ROOT ? { root: ROOT } : {});
+  for (const [key, value] of Object.entries(query)) {
+    if (Array.isArray(value)) value.forEach((item) => search.append(key, item));
+    else if (value !== undefined && value !== null && value !== "") search.set(key, value);
+  }
+  return fetch(`api/${path}?${search}`, { credentials: "same-origin" }).then(async (response) => {
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || response.statusText);
+    return body;
+  });
+}
+
+function liveUrl(query = {}) {
+  const search = new URLSearchParams(ROOT ? { root: ROOT } : {});
+  for (const [key, value] of Object.entries(query)) if (value) search.set(key, value);
+  return `live?${search}`;
+}
+
+const time = (text) => (text ? new Date(text) : null);
+const clock = (date) => (date ? date.toLocaleTimeString([], { hour12: false }) + "." + String(date.getMilliseconds()).padStart(3, "0") : "");
+const day = (date) => (date ? date.toLocaleString([], { hour12: false }) : "");
+function span(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 120) return `${seconds.toFixed(1)} s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+const badge = (status) => el("span", { class: `badge ${status}`, text: status });
+
+// --- live status pill ------------------------------------------------------------------------
+
+function liveState(on) {
+  const pill = $("#live");
+  pill.textContent = on ? "live" : "reconnecting…";
+  pill.classList.toggle("on", on);
+}
+
+// --- sessions list ---------------------------------------------------------------------------
+
+const list = { offset: 0, total: 0, source: null, timer: null };
+
+function listQuery() {
+  const words = $("#query").value.trim().split(/\s+/).filter(Boolean);
+  return {
+    match: words.filter((word) => /^[A-Za-z_.]+=/.test(word)),
+    q: words.filter((word) => !/^[A-Za-z_.]+=/.test(word)).join(" "),
+  };
+}
+
+async function loadList() {
+  const { match, q } = listQuery();
+  try {
+    const page = await api("sessions", { offset: list.offset, limit: PAGE, q, match });
+    $("#list-error").hidden = true;
+    list.total = page.total;
+    renderList(page.sessions);
+  } catch (error) {
+    $("#list-error").textContent = error.message;
+    $("#list-error").hidden = false;
+  }
+}
+
+function renderList(sessions) {
+  const body = $("#sessions tbody");
+  body.replaceChildren(
+    ...sessions.map((s) => {
+      const row = el(
+        "tr",
+        { class: s.status, "data-session": s.session_id },
+        el("td", {}, badge(s.status)),
+        el("td", { class: "id", title: s.session_id, text: (s.parent_session_id ? "↳ " : "") + s.session_id }),
+        el("td", { text: s.agent || "" }),
+        el("td", { text: s.role || "" }),
+        el("td", { text: day(time(s.first_time)) }),
+        el("td", { class: "num", text: span(s.duration_s) }),
+        el("td", { class: "num", text: s.open_actions || "" }),
+        el("td", { class: "num", text: s.failures || "" }),
+        el("td", { class: "num", text: s.events }),
+        el("td", { class: "num", text: s.tokens === null ? "" : s.tokens.toLocaleString() + (s.usage_partial ? "+" : "") }),
+        el("td", { class: "num", text: s.cost_usd === null ? "" : "$" + s.cost_usd.toFixed(4) }),
+      );
+      row.addEventListener("click", () => (location.hash = `#/s/${encodeURIComponent(s.session_id)}`));
+      return row;
+    }),
+  );
+  const last = Math.min(list.offset + sessions.length, list.total);
+  $("#page-info").textContent = list.total ? `${list.offset + 1}–${last} of ${list.total}` : "no sessions";
+  $("#prev").disabled = list.offset === 0;
+  $("#next").disabled = last >= list.total;
+}
+
+function showList() {
+  closeSession();
+  $("#session-view").hidden = true;
+  $("#list-view").hidden = false;
+  loadList();
+  if (!list.source) {
+    // Any write in the root may change the page: the stream says so (ticks, not the events
+    // themselves) at most twice a second, and the page refreshes.
+    list.source = new EventSource(liveUrl({ ticks: "1" }));
+    list.source.onopen = () => liveState(true);
+    list.source.onerror = () => liveState(false);
+    list.source.addEventListener("written", () => {
+      if (list.timer === null) list.timer = setTimeout(() => ((list.timer = null), loadList()), 100);
+    });
+  }
+}
+
+function hideListLive() {
+  if (list.source) list.source.close();
+  list.source = null;
+}
+
+// --- one session ------------------------------------------------------------------------------
+
+const view = {
+  top: null, selected: null, source: null, spans: new Map(), order: [], older: null,
+  events: 0, treeTimer: null, ticker: null, detail: null, renderTimer: null,
+};
+
+function spanKey(event) {
+  return `${event.session_id}\u0000${event.action}\u0000${event.cycle || ""}`;
+}
+
+// Fold one event (in seq order) into the action spans: READ / PENDING open a span, FINISH closes it.
+function addEvent(event, fresh) {
+  let key = spanKey(event);
+  let current = view.spans.get(key);
+  if (current && current.finished && event.stage !== "FINISH") {
+    // The same action name starts a new cycle once the last one finished.
+    current.key = `${key}\u0000${current.first_seq}`;
+    view.spans.delete(key);
+    view.spans.set(current.key, current);
+    current = null;
+  }
+  if (!current) {
+    current = { key, action: event.action, session_id: event.session_id, start: time(event.timestamp), read: null, pending: null, end: null, status: null, error: null, first_seq: event.seq, events: [], finished: false, fresh };
+    view.spans.set(key, current);
+    view.order.push(current);
+  }
+  const at = time(event.timestamp);
+  current.events.push(event);
+  if (event.stage === "READ" && !current.read) current.read = at;
+  if (event.stage === "PENDING" && !current.pending) current.pending = at;
+  if (event.stage === "FINISH") {
+    current.end = at;
+    current.status = event.status;
+    current.error = event.error || null;
+    current.finished = true;
+    current.duration_ms = event.duration_ms;
+  }
+  current.last = at;
+  current.fresh = current.fresh || fresh;
+  view.events += 1;
+}
+
+function hungAfter() {
+  return Number($("#hung").value || 300);
+}
+
+function renderTimeline() {
+  if (view.order.length > MAX_ROWS) {
+    for (const dropped of view.order.splice(0, view.order.length - MAX_ROWS)) view.spans.delete(dropped.key);
+  }
+  const spans = view.order;
+  const now = new Date();
+  const first = spans.length ? Math.min(...spans.map((s) => s.start.getTime())) : now.getTime();
+  const last = Math.max(now.getTime(), ...spans.map((s) => (s.end || now).getTime()));
+  const width = Math.max(1, last - first);
+  const pct = (date) => (((date.getTime() - first) / width) * 100).toFixed(2) + "%";
+  const body = $("#timeline tbody");
+  body.replaceChildren(
+    ...spans.map((s) => {
+      const open = !s.finished;
+      const elapsed = ((s.end || now) - s.start) / 1000;
+      const hung = open && elapsed > hungAfter();
+      const state = open ? (hung ? "hung" : "running") : s.status === "FAILED" ? "failed" : "ok";
+      const bar = el("div", { class: "bar" });
+      const piece = (cls, from, to) => {
+        if (!from) return;
+        const part = el("span", { class: cls });
+        part.style.left = pct(from);
+        part.style.width = `max(2px, calc(${pct(to || now)} - ${pct(from)}))`;
+        bar.append(part);
+      };
+      piece("read", s.read, s.pending || s.end || (open ? now : s.last));
+      piece(open ? "open" : "pending", s.pending, s.end || now);
+      if (s.end) piece(`finish ${s.status === "FAILED" ? "failed" : ""}`, s.end, new Date(s.end.getTime() + width / 200));
+      const row = el(
+        "tr",
+        { class: `${state}${s.fresh ? " fresh" : ""}`, "data-action": s.action, "data-state": state },
+        el("td", { title: s.session_id, text: s.action + (s.session_id !== view.selected ? `  (${s.session_id})` : "") }),
+        el("td", {}, bar),
+        el("td", { text: clock(s.start) }),
+        el("td", { class: "num", text: span(s.duration_ms !== undefined && s.duration_ms !== null ? s.duration_ms / 1000 : elapsed) }),
+        el("td", {}, badge(state), s.error ? el("span", { class: "error", text: "  " + s.error }) : ""),
+      );
+      s.fresh = false;
+      row.addEventListener("click", () => showDetails(s));
+      return row;
+    }),
+  );
+  $("#window-info").textContent = `${view.events} events shown` + (view.older ? " (older events not loaded)" : "");
+  $("#older").hidden = !view.older;
+}
+
+// Events that arrive together are drawn together: one render per burst, not one per event.
+function scheduleRender() {
+  if (view.renderTimer) return;
+  view.renderTimer = setTimeout(() => {
+    view.renderTimer = null;
+    renderTimeline();
+    if (view.detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
+  }, 10);
+}
+
+function showDetails(s) {
+  view.detail = s;
+  $("#session-body").classList.add("with-details");
+  $("#details").hidden = false;
+  $("#details-title").textContent = `${s.action} — ${s.session_id}`;
+  const body = $("#details-body");
+  body.replaceChildren(
+    ...s.events.map((event) =>
+      el(
+        "div",
+        { class: "event-line" },
+        el("div", { text: `#${event.seq} ${clock(time(event.timestamp))} ${event.stage} ${event.status}${event.duration_ms !== undefined ? ` ${event.duration_ms} ms` : ""}` }),
+        event.error ? el("div", { class: "error", text: event.error }) : "",
+        el("pre", { text: JSON.stringify(event.attrs || {}, null, 2) }),
+      ),
+    ),
+    el("h2", { text: "Stored events" }),
+    el("pre", { class: "raw", text: s.events.map((event) => JSON.stringify(event)).join("\n") }),
+  );
+}
+
+async function loadTree() {
+  try {
+    const tree = await api("tree", { session: view.top });
+    const items = tree.nodes.map((node) => {
+      const item = el("li", { "data-session": node.session_id, "data-status": node.status }, badge(node.status), node.session_id);
+      item.style.paddingLeft = `${node.depth * 1.2 + 0.3}em`; // through the CSSOM: the CSP allows no inline styles
+      item.classList.toggle("selected", node.session_id === view.selected);
+      item.addEventListener("click", () => selectSession(node.session_id));
+      return item;
+    });
+    $("#tree ul").replaceChildren(...items);
+  } catch (error) {
+    $("#tree ul").replaceChildren(el("li", { class: "error", text: error.message }));
+  }
+}
+
+async function loadWindow(before) {
+  const session = view.selected;
+  const page = await api("events", { session, before, limit: WINDOW });
+  if (session !== view.selected) return;
+  if (before) {
+    // Older events go in front: rebuild the spans from all the events held, in seq order.
+    const held = view.order.flatMap((s) => s.events);
+    view.spans = new Map();
+    view.order = [];
+    view.events = 0;
+    for (const event of [...page.events, ...held].sort((a, b) => a.seq - b.seq)) addEvent(event, false);
+  } else {
+    for (const event of page.events) addEvent(event, false);
+  }
+  view.older = page.older;
+  view.lastSeq = Math.max(view.lastSeq || 0, ...page.events.map((event) => event.seq));
+  const transcript = page.events.find((event) => event.attrs && event.attrs.transcript_path);
+  if (transcript) {
+    const search = new URLSearchParams(ROOT ? { root: ROOT } : {});
+    search.set("session", session);
+    $("#transcript").replaceChildren(el("a", { href: `api/transcript?${search}`, target: "_blank", rel: "noopener", title: transcript.attrs.transcript_path, text: "transcript" }));
+  }
+  renderTimeline();
+}
+
+function selectSession(sessionId) {
+  view.selected = sessionId;
+  view.spans = new Map();
+  view.order = [];
+  view.events = 0;
+  view.older = null;
+  view.lastSeq = 0;
+  view.pending = [];
+  $("#transcript").replaceChildren();
+  $("#timeline-title").textContent = `Timeline of ${sessionId}`;
+  for (const item of document.querySelectorAll("#tree li")) item.classList.toggle("selected", item.dataset.session === sessionId);
+  loadWindow(null).catch((error) => ($("#window-info").textContent = error.message));
+}
+
+function openSession(sessionId) {
+  hideListLive();
+  closeSession();
+  $("#list-view").hidden = true;
+  $("#session-view").hidden = false;
+  $("#session-title").textContent = sessionId;
+  $("#details").hidden = true;
+  $("#session-body").classList.remove("with-details");
+  view.top = sessionId;
+  selectSession(sessionId);
+  loadTree();
+  // The subtree's events as they are written: the selected session's go into its timeline, any
+  // event of the tree refreshes the tree (new subagents, statuses) at most once a second.
+  view.source = new EventSource(liveUrl({ session: sessionId, subtree: "1" }));
+  view.source.onopen = () => liveState(true);
+  view.source.onerror = () => liveState(false);
+  view.source.onmessage = (message) => {
+    const event = JSON.parse(message.data);
+    if (event.session_id === view.selected && event.seq > (view.lastSeq || 0)) {
+      view.lastSeq = event.seq;
+      addEvent(event, true);
+      scheduleRender();
+    }
+    if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 500);
+  };
+  view.source.addEventListener("lagged", () => selectSession(view.selected)); // missed some: reload the window
+  view.ticker = setInterval(() => view.order.some((s) => !s.finished) && renderTimeline(), 1000);
+}
+
+function closeSession() {
+  if (view.source) view.source.close();
+  if (view.ticker) clearInterval(view.ticker);
+  view.source = null;
+  view.ticker = null;
+}
+
+// --- wiring ---------------------------------------------------------------------------------
+
+function route() {
+  const match = location.hash.match(/^#\/s\/(.+)$/);
+  if (match) openSession(decodeURIComponent(match[1]));
+  else showList();
+}
+
+$("#root").textContent = ROOT;
+$("#search").addEventListener("submit", (event) => {
+  event.preventDefault();
+  list.offset = 0;
+  loadList();
+});
+$("#prev").addEventListener("click", () => ((list.offset = Math.max(0, list.offset - PAGE)), loadList()));
+$("#next").addEventListener("click", () => ((list.offset += PAGE), loadList()));
+$("#older").addEventListener("click", () => loadWindow(view.older));
+$("#details-close").addEventListener("click", () => {
+  view.detail = null;
+  $("#details").hidden = true;
+  $("#session-body").classList.remove("with-details");
+});
+$("#hung").value = params.get("hung") || "300";
+$("#hung").addEventListener("change", renderTimeline);
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,145 @@
+"""The web view in a real browser: headless Chromium (Debian's) driven by Playwright.
+
+A real collector, a real agent process (``tests/fixtures/agents/live_agent.py``) and a few more
+sessions; the page is opened at the address ``gz-ia ui --no-browser`` prints. The list fills, a
+failure shows, a click opens a session and an action, an event the agent logs appears without a
+reload, a hung action is flagged, and another uid's browser is refused. The screenshots in
+docs/images/ are taken here (``GZ_IA_SCREENSHOTS=1`` writes them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import REPO, CollectorProcess, send_events
+from tests.integration.live_agents import Agent
+
+from gz_ia.client import build_event
+
+CHROMIUM = "/usr/bin/chromium"
+STRANGER = 65534
+TIMEOUT_MS = 20_000
+"""Safety bound on each wait; a passing run needs a fraction of it."""
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"
+)
+
+
+@pytest.fixture(name="browser")
+def _browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(name="agent")
+def _agent(collector: CollectorProcess) -> Iterator[Agent]:
+    others = [
+        build_event(session_id=f"batch-{index:02d}", action="index", stage="READ", agent="gemini", role="indexer")
+        for index in range(12)
+    ]
+    send_events(collector, others)
+    started = Agent(collector, "ui-top")
+    yield started
+    started.close()
+
+
+def _shoot(page: Any, name: str) -> None:
+    if os.environ.get("GZ_IA_SCREENSHOTS"):
+        page.screenshot(path=str(REPO / "docs" / "images" / name), full_page=False)
+
+
+def test_the_page_lists_follows_and_drills_down(collector: CollectorProcess, agent: Agent, browser: Any) -> None:
+    """List fills, failure shows, live event appears without reload, click opens an action, hung flagged."""
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip() + "&hung=2"
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(address)
+    assert "key=" not in page.url  # traded for the cookie
+    rows = page.locator("#sessions tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 14
+    assert page.locator('tr[data-session="ui-top"] .badge').inner_text() == "running"
+    assert page.locator('tr[data-session="ui-top-sub"] .badge').inner_text() == "failed"
+    assert "planner" in page.locator('tr[data-session="ui-top"]').inner_text()
+    assert "1,500" in page.locator('tr[data-session="ui-top"]').inner_text()  # tokens from attrs
+    page.locator("#live.on").wait_for()
+    _shoot(page, "web-sessions.png")
+
+    # A new session appears in the list without a reload.
+    send_events(collector, [build_event(session_id="late-arrival", action="x", stage="READ", agent="claude")])
+    page.locator('tr[data-session="late-arrival"]').wait_for()
+
+    # Search by FIELD=VALUE.
+    page.fill("#query", "status=failed")
+    page.press("#query", "Enter")
+    page.wait_for_function("document.querySelectorAll('#sessions tbody tr').length === 1")
+    assert page.locator("#sessions tbody tr").get_attribute("data-session") == "ui-top-sub"
+    page.fill("#query", "")
+    page.press("#query", "Enter")
+    page.locator('tr[data-session="ui-top"]').click()
+
+    # The session: its tree, its timeline, the open action running then hung.
+    page.locator('#tree li[data-session="ui-top-sub"]').wait_for()
+    deploy = page.locator('#timeline tr[data-action="deploy"]')
+    deploy.wait_for()
+    assert deploy.get_attribute("data-state") in ("running", "hung")
+    page.locator('#timeline tr[data-action="deploy"][data-state="hung"]').wait_for()
+    assert page.locator("#transcript a").get_attribute("title") == "/tmp/ui-top.transcript.jsonl"
+
+    # A live event appears in the timeline without a reload.
+    agent.do("step live-one")
+    page.locator('#timeline tr[data-action="live-one"][data-state="ok"]').wait_for()
+    agent.do("fail live-two")
+    failed = page.locator('#timeline tr[data-action="live-two"]')
+    failed.wait_for()
+    page.locator('#timeline tr[data-action="live-two"][data-state="failed"]').wait_for()
+    assert "live-two broke" in failed.inner_text()
+
+    # One action's events and attrs on a click.
+    page.locator('#timeline tr[data-action="explore"]').click()
+    details = page.locator("#details-body")
+    details.wait_for()
+    assert '"input_tokens": 1200' in details.inner_text()
+    assert page.locator("#details-title").inner_text().startswith("explore")
+    _shoot(page, "web-session.png")
+
+    # The subagent's failure, in its own timeline.
+    page.locator('#tree li[data-session="ui-top-sub"]').click()
+    page.locator('#timeline tr[data-action="run tests"][data-state="failed"]').wait_for()
+    assert "3 tests failed" in page.locator('#timeline tr[data-action="run tests"]').inner_text()
+    page.close()
+
+
+def test_another_uids_browser_is_refused(collector: CollectorProcess) -> None:
+    """Chromium run as another uid, given the very address with its key, gets the floor's 403."""
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
+    home = Path(tempfile.mkdtemp(dir="/tmp", prefix="gz-ia-stranger-"))  # a home the stranger can reach
+    home.chmod(0o755)
+    os.chown(home, STRANGER, STRANGER)
+    try:
+        result = _as_stranger(home, address)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert "only its own user's processes" in result.stdout, result.stdout[-2000:]
+    assert "<table" not in result.stdout  # not the page
+    assert f"refusing a connection from uid {STRANGER}" in collector.log()
+
+
+def _as_stranger(home: Path, address: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["setpriv", f"--reuid={STRANGER}", f"--regid={STRANGER}", "--clear-groups", CHROMIUM, "--headless",
+         "--no-sandbox", f"--user-data-dir={home / 'profile'}", "--dump-dom", address],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home)}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
