@@ -48,6 +48,8 @@ class Receiver:
         self.refused = 0
         self.slow_requests = 0
         self.mode = "ok"
+        self.refuse_paths: set[str] = set()
+        """Paths answered 405, as Phoenix answers /v1/logs."""
         self.delay = 0.0
         self.lock = threading.Lock()
         self.released = threading.Event()
@@ -72,6 +74,13 @@ class Receiver:
                 with receiver.lock:
                     receiver.requests += 1
                     mode = receiver.mode
+                    if self.path in receiver.refuse_paths:
+                        receiver.refused += 1
+                        self.send_response(405)
+                        self.send_header("Content-Length", "18")
+                        self.end_headers()
+                        self.wfile.write(b"Method Not Allowed")
+                        return
                     if mode == "refuse" or self.path not in ("/v1/logs", "/v1/traces"):
                         receiver.refused += 1
                         self.send_response(503)
@@ -235,7 +244,7 @@ class Exporter:
         with urllib.request.urlopen(url, timeout=5) as response:
             for line in response.read().decode().splitlines():
                 if line.startswith(name + " "):
-                    return float(line.split()[1])
+                    return float(line.rsplit(" ", 1)[1])
         raise AssertionError(f"metric {name} not exposed")
 
     def close(self) -> None:
@@ -675,3 +684,37 @@ def test_retention_keeps_unsent_segments_up_to_a_bound(collector: Any, receiver:
     # Everything up to seq 45 is sent: the hold moved on, and retention deletes what was sent.
     wait_for(lambda: stored_seqs(collector, "h")[0] > 35, message="sent archives deleted")
     assert sorted(receiver.keys()) == [("h", seq) for seq in range(kept[0], 46)]
+
+
+def test_a_refused_signal_never_holds_back_the_other(collector: Any, receiver: Receiver) -> None:
+    """A backend without /v1/logs (405): every span arrives, the refusal is reported once with the
+    endpoint and the answer, in the metrics and in `gz-ia status`; once accepted, the records follow."""
+    from gz_ia.collector.otel.positions import default_state_dir
+
+    exporter = Exporter(collector, receiver, default_state_dir())  # where `gz-ia status` looks
+    try:
+        receiver.refuse_paths = {"/v1/logs"}
+        log_tree(collector)
+        exporter.start()  # the default signals: traces and logs
+        expected = expected_spans()
+        wait_for(lambda: receiver.span_ids() >= set(expected), message="every span, logs refused")
+        wait_for(lambda: receiver.refused >= 3, message="the logs retried")
+        refused = [line for line in exporter.log().splitlines() if "OTLP logs REFUSED" in line]
+        assert len(refused) == 1, exporter.log()  # once, however often retried
+        assert f"by http://127.0.0.1:{receiver.port}/v1/logs: HTTP 405 Method Not Allowed" in refused[0]
+        assert exporter.metric('gzia_otel_signal_refused{signal="logs"}') == 1
+        assert exporter.metric('gzia_otel_signal_refused{signal="traces"}') == 0
+        status = collector.gz_ia("status")
+        assert f"otel export: pid {exporter.proc.pid if exporter.proc else 0}" in status.stdout, status.stdout
+        assert f"logs: REFUSED by http://127.0.0.1:{receiver.port}/v1/logs: HTTP 405" in status.stdout
+        assert f"traces: ok -> http://127.0.0.1:{receiver.port}/v1/traces" in status.stdout
+        receiver.refuse_paths = set()  # the logs endpoint appears: the records that waited follow
+        wait_for(lambda: len(receiver.records) == 8, message="the records once accepted")
+        wait_for(lambda: "logs: ok" in collector.gz_ia("status").stdout, message="status: logs ok")
+        assert exporter.metric('gzia_otel_signal_refused{signal="logs"}') == 0
+        assert "OTLP logs: the backend accepts them again" in exporter.log()
+        exporter.stop()
+        assert "otel export" not in collector.gz_ia("status").stdout  # a stopped exporter is not listed
+        assert sorted(receiver.keys()) == expected_keys(collector)
+    finally:
+        exporter.close()
