@@ -90,10 +90,10 @@ def export(collector: Any, state_dir: Path, *args: str, env: dict[str, str]) -> 
 def start_exporter(collector: Any, state_dir: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """`gz-ia export otel` running in the background; its output in ``state_dir``/exporter.log."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    log = (state_dir / "exporter.log").open("ab")
     command = [sys.executable, "-c", CLI, "export", "otel", "--state-dir", str(state_dir), "--poll-interval", "0.1",
                "--metrics-address", "off", *args]  # fmt: skip
-    return subprocess.Popen(command, env={**collector.env, **env}, stdout=log, stderr=log)
+    with (state_dir / "exporter.log").open("ab") as log:
+        return subprocess.Popen(command, env={**collector.env, **env}, stdout=log, stderr=log)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
