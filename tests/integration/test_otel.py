@@ -48,6 +48,8 @@ class Receiver:
         self.refused = 0
         self.slow_requests = 0
         self.mode = "ok"
+        self.refuse_paths: set[str] = set()
+        """Paths answered 405, as Phoenix answers /v1/logs."""
         self.delay = 0.0
         self.lock = threading.Lock()
         self.released = threading.Event()
@@ -72,6 +74,13 @@ class Receiver:
                 with receiver.lock:
                     receiver.requests += 1
                     mode = receiver.mode
+                    if self.path in receiver.refuse_paths:
+                        receiver.refused += 1
+                        self.send_response(405)
+                        self.send_header("Content-Length", "18")
+                        self.end_headers()
+                        self.wfile.write(b"Method Not Allowed")
+                        return
                     if mode == "refuse" or self.path not in ("/v1/logs", "/v1/traces"):
                         receiver.refused += 1
                         self.send_response(503)
@@ -235,7 +244,7 @@ class Exporter:
         with urllib.request.urlopen(url, timeout=5) as response:
             for line in response.read().decode().splitlines():
                 if line.startswith(name + " "):
-                    return float(line.split()[1])
+                    return float(line.rsplit(" ", 1)[1])
         raise AssertionError(f"metric {name} not exposed")
 
     def close(self) -> None:
@@ -455,9 +464,9 @@ def log_tree(collector: Any) -> None:
 
 
 def expected_spans() -> dict[str, str]:
-    """span id -> what it is, for the tree :func:`log_tree` writes (the open cycle excluded)."""
+    """span id -> what it is, for the tree :func:`log_tree` writes (the open cycle and the session it
+    keeps from being final excluded)."""
     return {
-        _hex(session_span_id("root", "root"), 8): "session root",
         _hex(session_span_id("root", "kid"), 8): "session kid",
         _hex(session_span_id("root", "grandkid"), 8): "session grandkid",
         _hex(cycle_span_id("root", "root", 1), 8): "plan",
@@ -474,14 +483,18 @@ def check_tree(collector: Any, spans: list[dict[str, Any]]) -> None:
     for span in spans:
         assert span["trace_id"] == trace  # one trace for the whole tree, kid's parentless events included
         previous = by_id.setdefault(span["span_id"], span)
-        if previous["name"].startswith("execute_tool"):
+        if previous["attributes"]["openinference.span.kind"] == "TOOL":
             assert previous == span  # a re-sent cycle span is the same span
+        assert span["attributes"]["session.id"] == "root"  # backends group the whole tree by it
     session = {sid: _hex(session_span_id("root", sid), 8) for sid in ("root", "kid", "grandkid")}
-    assert by_id[session["root"]]["parent_span_id"] == ""
     assert by_id[session["kid"]]["parent_span_id"] == session["root"]
     assert by_id[session["grandkid"]]["parent_span_id"] == session["kid"]
     assert by_id[session["kid"]]["name"] == "invoke_agent agy"
     assert by_id[session["kid"]]["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    assert by_id[session["kid"]]["attributes"]["openinference.span.kind"] == "AGENT"
+    assert by_id[session["kid"]]["attributes"]["gz_ia.session.id"] == "kid"
+    assert by_id[session["kid"]]["status_code"] == 2  # ERROR: one of its actions failed
+    assert by_id[session["grandkid"]]["status_code"] == 1  # OK
     plan = by_id[_hex(cycle_span_id("root", "root", 1), 8)]
     test = by_id[_hex(cycle_span_id("root", "kid", 1), 8)]
     lint = by_id[_hex(cycle_span_id("root", "grandkid", 1), 8)]
@@ -490,22 +503,31 @@ def check_tree(collector: Any, spans: list[dict[str, Any]]) -> None:
         session["kid"],
         session["grandkid"],
     )
-    assert plan["name"] == "execute_tool plan"
+    assert plan["name"] == "plan"
     assert plan["attributes"]["gen_ai.operation.name"] == "execute_tool"
-    assert plan["attributes"]["gen_ai.tool.name"] == "plan"
+    assert plan["attributes"]["openinference.span.kind"] == "TOOL"
+    assert plan["attributes"]["gen_ai.tool.name"] == plan["attributes"]["tool.name"] == "plan"
+    assert plan["attributes"]["gz_ia.session.id"] == "root"
+    assert plan["attributes"]["gz_ia.role"] == "planner"
     assert plan["attributes"]["gen_ai.agent.name"] == "claude"
     assert plan["attributes"]["gz_ia.duration_ms"] == 42
-    assert plan["status_code"] == 0  # UNSET
+    assert plan["status_code"] == 1  # OK
     assert [event[0] for event in plan["events"]] == ["READ", "PENDING", "FINISH"]
     assert (plan["start"], plan["end"]) == (_ns(stored["root"][0]), _ns(stored["root"][2]))
     assert [event[1] for event in plan["events"]] == [_ns(line) for line in stored["root"][:3]]
     assert test["status_code"] == 2  # ERROR
     assert test["status_message"] == "boom"
+    assert test["events"][-1] == ("exception", test["end"], {"exception.type": "gz_ia.ActionFailed",
+                                                             "exception.message": "boom"})  # fmt: skip
     assert test["attributes"]["gz_ia.attr.tokens"] == 12
+    assert test["attributes"]["llm.token_count.total"] == 12
     assert (test["start"], test["end"]) == (_ns(stored["kid"][0]), _ns(stored["kid"][1]))
-    root_span = by_id[session["root"]]
-    assert root_span["start"] == _ns(stored["root"][0])
-    assert root_span["end"] == _ns(stored["root"][3])  # its last event so far: the open cycle's start
+    root_span = by_id.get(session["root"])
+    if root_span is not None:  # sent once the session is final: its deploy cycle finished
+        assert root_span["status_code"] == 1
+        assert root_span["parent_span_id"] == ""
+        assert (root_span["start"], root_span["end"]) == (_ns(stored["root"][0]), _ns(stored["root"][-1]))
+        assert root_span["attributes"]["gz_ia.events"] == len(stored["root"])
 
 
 def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
@@ -515,7 +537,9 @@ def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: 
     expected = expected_spans()
     wait_for(lambda: receiver.span_ids() >= set(expected), message="the tree's spans")
     wait_for(lambda: exporter.metric("gzia_otel_lag_events") == 0, message="caught up")
-    assert receiver.span_ids() == set(expected)  # the open "deploy" cycle is not exported
+    # The open "deploy" cycle is not exported, nor the root session's span while it is open: a
+    # backend that keeps the first version of a span id would keep it unfinished.
+    assert receiver.span_ids() == set(expected)
     check_tree(collector, receiver.spans)
     root_trace = hashlib.sha256(b"root").digest()[:16].hex()
     assert {record["trace_id"] for record in receiver.records} == {root_trace}  # kid's parentless event too
@@ -529,10 +553,9 @@ def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: 
     stored = collector.all_sessions()["root"]
     assert (span["start"], span["end"]) == (_ns(stored[3]), _ns(stored[4]))
     root_id = _hex(session_span_id("root", "root"), 8)
-    wait_for(
-        lambda: any(s["span_id"] == root_id and s["end"] == _ns(stored[4]) for s in receiver.spans),
-        message="the grown root session re-sent with the same id",
-    )
+    wait_for(lambda: root_id in receiver.span_ids(), message="the root session's span once final")
+    assert [s["end"] for s in receiver.spans if s["span_id"] == root_id] == [_ns(stored[4])]  # sent once, final
+    check_tree(collector, receiver.spans)
 
 
 def test_two_open_cycles_of_one_action_are_two_spans(collector: Any, receiver: Receiver, exporter: Exporter) -> None:
@@ -549,7 +572,7 @@ def test_two_open_cycles_of_one_action_are_two_spans(collector: Any, receiver: R
     wait_for(lambda: {first_a, first_b} <= receiver.span_ids(), message="both cycles")
     stored = collector.all_sessions()["cc"]
     spans = {span["span_id"]: span for span in receiver.spans}
-    assert (spans[first_a]["attributes"]["gz_ia.cycle"], spans[first_a]["status_code"]) == ("a", 0)
+    assert (spans[first_a]["attributes"]["gz_ia.cycle"], spans[first_a]["status_code"]) == ("a", 1)
     assert (spans[first_b]["attributes"]["gz_ia.cycle"], spans[first_b]["status_code"]) == ("b", 2)
     assert (spans[first_a]["start"], spans[first_a]["end"]) == (_ns(stored[0]), _ns(stored[3]))
     assert (spans[first_b]["start"], spans[first_b]["end"]) == (_ns(stored[1]), _ns(stored[2]))
@@ -661,3 +684,37 @@ def test_retention_keeps_unsent_segments_up_to_a_bound(collector: Any, receiver:
     # Everything up to seq 45 is sent: the hold moved on, and retention deletes what was sent.
     wait_for(lambda: stored_seqs(collector, "h")[0] > 35, message="sent archives deleted")
     assert sorted(receiver.keys()) == [("h", seq) for seq in range(kept[0], 46)]
+
+
+def test_a_refused_signal_never_holds_back_the_other(collector: Any, receiver: Receiver) -> None:
+    """A backend without /v1/logs (405): every span arrives, the refusal is reported once with the
+    endpoint and the answer, in the metrics and in `gz-ia status`; once accepted, the records follow."""
+    from gz_ia.collector.otel.positions import default_state_dir
+
+    exporter = Exporter(collector, receiver, default_state_dir())  # where `gz-ia status` looks
+    try:
+        receiver.refuse_paths = {"/v1/logs"}
+        log_tree(collector)
+        exporter.start()  # the default signals: traces and logs
+        expected = expected_spans()
+        wait_for(lambda: receiver.span_ids() >= set(expected), message="every span, logs refused")
+        wait_for(lambda: receiver.refused >= 3, message="the logs retried")
+        refused = [line for line in exporter.log().splitlines() if "OTLP logs REFUSED" in line]
+        assert len(refused) == 1, exporter.log()  # once, however often retried
+        assert f"by http://127.0.0.1:{receiver.port}/v1/logs: HTTP 405 Method Not Allowed" in refused[0]
+        assert exporter.metric('gzia_otel_signal_refused{signal="logs"}') == 1
+        assert exporter.metric('gzia_otel_signal_refused{signal="traces"}') == 0
+        status = collector.gz_ia("status")
+        assert f"otel export: pid {exporter.proc.pid if exporter.proc else 0}" in status.stdout, status.stdout
+        assert f"logs: REFUSED by http://127.0.0.1:{receiver.port}/v1/logs: HTTP 405" in status.stdout
+        assert f"traces: ok -> http://127.0.0.1:{receiver.port}/v1/traces" in status.stdout
+        receiver.refuse_paths = set()  # the logs endpoint appears: the records that waited follow
+        wait_for(lambda: len(receiver.records) == 8, message="the records once accepted")
+        wait_for(lambda: "logs: ok" in collector.gz_ia("status").stdout, message="status: logs ok")
+        assert exporter.metric('gzia_otel_signal_refused{signal="logs"}') == 0
+        assert "OTLP logs: the backend accepts them again" in exporter.log()
+        exporter.stop()
+        assert "otel export" not in collector.gz_ia("status").stdout  # a stopped exporter is not listed
+        assert sorted(receiver.keys()) == expected_keys(collector)
+    finally:
+        exporter.close()

@@ -52,6 +52,29 @@ def export() -> None:
     help="Seconds a session must be quiet before its span is sent (sent again, same ids, if it grows).",
 )
 @click.option(
+    "--stale-after",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds after which a quiet session whose cycles never finished is sent as it is.",
+)
+@click.option(
+    "--project",
+    default=None,
+    help="The backend's project for these spans (resource attribute openinference.project.name; Phoenix).",
+)
+@click.option(
+    "--resend",
+    is_flag=True,
+    help="Send every span again (same ids: no duplicates) and exit; for a backend that lost what it acknowledged.",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="WHEN",
+    help="With --resend: only sessions with events at or after WHEN (-1h, today, '2026-12-01 10:00', RFC 3339).",
+)
+@click.option(
     "--timeout-max",
     type=click.FloatRange(min=0.01),
     default=120.0,
@@ -87,6 +110,10 @@ def export_otel(
     endpoint: str | None,
     signals: str,
     session_idle: float,
+    stale_after: float,
+    project: str | None,
+    resend: bool,
+    since: str | None,
     timeout_max: float,
     state_dir: Path | None,
     poll_interval: float,
@@ -98,8 +125,10 @@ def export_otel(
     """Send stored events to an OTLP/HTTP backend: spans (cycles, sessions) and log records.
 
     Positions advance only when the backend answers 2xx; a backend outage just makes the exporter
-    wait and retry. Spans carry ids derived from the session and the cycle, so a re-send is the same
-    span. Standard OTEL_EXPORTER_OTLP_* variables (headers, compression, timeout) apply.
+    wait and retry, each signal on its own (a backend without /v1/logs never holds back a span). A
+    session's span is sent once the session is final. Spans carry ids derived from the session and
+    the cycle, so a re-send (--resend) is the same span. Standard OTEL_EXPORTER_OTLP_* variables
+    (headers, compression, timeout) apply.
     """
     import logging
 
@@ -118,9 +147,26 @@ def export_otel(
     chosen = tuple(dict.fromkeys(part.strip() for part in signals.split(",") if part.strip()))
     if not chosen or not set(chosen) <= set(SIGNALS):
         raise click.BadParameter(f"{signals!r}: choose from {', '.join(SIGNALS)}", param_hint="--signals")
+    since_seconds: float | None = None
+    if since is not None:
+        if not resend:
+            raise click.UsageError("--since goes with --resend")
+        from datetime import UTC, datetime
+
+        from ._log_options import parse_time
+
+        try:
+            since_seconds = parse_time(since, now=datetime.now(UTC)).timestamp()
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from exc
+    if resend:
+        # Log records have no id a backend merges on: sending them again would duplicate them.
+        chosen = ("traces",)
     logging.basicConfig(format="gz-ia export otel: %(levelname)s %(message)s", level=logging.INFO)
     try:
-        sender = make_sender(version=version(), endpoint=endpoint, signals=chosen, timeout_max=timeout_max)
+        sender = make_sender(
+            version=version(), endpoint=endpoint, signals=chosen, timeout_max=timeout_max, project=project
+        )
     except MissingExtraError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         click.echo(f"Install the extra with: {OTEL_EXTRA_HINT}", err=True)
@@ -133,9 +179,17 @@ def export_otel(
         retry_max=retry_max,
         signals=chosen,
         session_idle=session_idle,
+        stale_after=stale_after,
     )
     registry = CollectorRegistry()
     exporter = OtelExporter(settings, sender, registry=registry)
+    if resend:
+        try:
+            sent, healthy = exporter.resend(since_seconds)
+        finally:
+            exporter.close()
+        click.echo(f"gz-ia: {sent} spans sent again" + ("" if healthy else "; the backend refused the rest"), err=True)
+        ctx.exit(0 if healthy else 1)
     http = None
     if metrics_address not in ("", "off") and not once:
         host, _, port = metrics_address.rpartition(":")

@@ -21,7 +21,8 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
 
     Exits 1 when it answers unhealthy (it cannot write a root: a full disk, a removed or read-only
     root, an I/O error; or a share of a sharded collector is down), with the reasons, and 69 when
-    none answers or it refuses the query (``busy`` at its connection limit).
+    none answers or it refuses the query (``busy`` at its connection limit). Running ``gz-ia export
+    otel`` processes (positions in $XDG_STATE_HOME/gz-ia/otel) are listed with each signal's state.
     """
     from gz_ia.client.protocol import RejectReason
     from gz_ia.collector.service.status import StatusRefused, StatusUnavailable, query_status
@@ -36,10 +37,12 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     except StatusUnavailable as exc:
         click.echo(f"gz-ia: no collector is reachable at {path}: {exc}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)
+    exporters = _exporters()
     if as_json:
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        click.echo(json.dumps({**report, "otel_exporters": exporters}, indent=2, sort_keys=True))
     else:
         _print_report(report)
+        _print_exporters(exporters)
     if not report.get("healthy", True):
         ctx.exit(EXIT_UNHEALTHY)
 
@@ -107,3 +110,25 @@ def _print_metrics(endpoint: object) -> None:
         click.echo(f"metrics: NOT SERVED: {endpoint['error']} (events are accepted all the same)")
     else:
         click.echo("metrics: off")
+
+
+def _exporters() -> list[dict[str, Any]]:
+    """The running OTel exporters' status files (default state directory), as plain data."""
+    import msgspec
+
+    from gz_ia.collector.otel.positions import default_state_dir
+    from gz_ia.collector.otel.status import running_exporters
+
+    return [msgspec.to_builtins(report) for report in running_exporters(default_state_dir())]
+
+
+def _print_exporters(exporters: list[dict[str, Any]]) -> None:
+    """Each running exporter and, loudly, each signal its backend refuses."""
+    for exporter in exporters:
+        click.echo(f"otel export: pid {exporter['pid']}")
+        for signal in exporter["signals"]:
+            if signal["state"] == "ok":
+                click.echo(f"  {signal['signal']}: ok -> {signal['endpoint']}")
+            else:
+                answer = signal["answer"] or "no details"
+                click.echo(f"  {signal['signal']}: {signal['state'].upper()} by {signal['endpoint']}: {answer}")

@@ -8,9 +8,18 @@ OTLP side: :mod:`.senders`. After each pass the exporter tells retention which s
 still needs (:mod:`..storage.export_holds`).
 
 Traces (:mod:`.spans`): each action cycle is a span, sent once its FINISH is read; each
-session is a span, sent once the session has been quiet for ``session_idle`` seconds and sent again,
-with the same ids, whenever it grew since. Ids are derived from the root session, the session and
-the cycle, so every re-send (after a timeout, a crash, a growing session) is the same span.
+session is a span, sent only once the session is final: no cycle of it open and quiet for
+``session_idle`` seconds (or quiet for ``stale_after`` seconds with cycles never finished). Some
+backends keep the first version of a span id (Phoenix), others the last (MLflow), so a span is never
+sent before it is final; a session that grows after that is sent again, with the same ids. Ids are
+derived from the root session, the session and the cycle, so every re-send (after a timeout, a
+crash, :meth:`OtelExporter.resend`) is the same span.
+
+Signals are independent: each has its own health and its own retry pause, so a backend that
+refuses log records (Phoenix and MLflow have no ``/v1/logs``) never holds back a span. A refused
+signal is logged once, loudly, with its endpoint and the backend's answer; it shows in
+``gzia_otel_signal_refused`` and in the exporter's status file (:mod:`.status`), which
+``gz-ia status`` reads.
 
 Log records: one per event; ``TraceId`` is the tree's trace and ``SpanId`` the session's span.
 A record can arrive twice only when an attempt got no answer in time (the backend may have stored it
@@ -48,7 +57,8 @@ from gz_ia.collector.storage.roots import LayoutError, open_root
 
 from .positions import CursorStore, Position, default_state_dir, root_key
 from .senders import OTEL_EXTRA_HINT, SIGNALS, BatchSender, MissingExtraError, Outcome, make_sender
-from .spans import SessionInfo, TraceState, fold, session_span
+from .spans import SessionInfo, SpanData, TraceState, fold, session_span
+from .status import SignalReport, StatusFile
 
 __all__ = [
     "OTEL_EXTRA_HINT",
@@ -56,6 +66,7 @@ __all__ = [
     "ExportSettings",
     "MissingExtraError",
     "OtelExporter",
+    "StatusFile",
     "default_state_dir",
     "make_sender",
 ]
@@ -109,6 +120,12 @@ class _Metrics:
             "gzia_otel_last_success_timestamp_seconds", "When the backend last accepted a batch", registry=registry
         )
         self.up = Gauge("gzia_otel_backend_up", "1 if the last export attempt succeeded, else 0", registry=registry)
+        self.refused = Gauge(
+            "gzia_otel_signal_refused",
+            "1 while the backend refuses (or does not answer) this signal; the other signals go on",
+            ["signal"],
+            registry=registry,
+        )
 
 
 @dataclass
@@ -123,7 +140,25 @@ class ExportSettings:
     retry_max: float = 30.0
     signals: tuple[str, ...] = SIGNALS
     session_idle: float = 30.0
-    """Seconds a session must be quiet before its span is sent (again, when it grew)."""
+    """Seconds a session with no open cycle must be quiet before its span is sent (again, when it grew)."""
+    stale_after: float = 3600.0
+    """Seconds after which a quiet session is final even with cycles that never finished."""
+
+
+@dataclass
+class _Signal:
+    """One signal's health across passes: its retry pause, and what the backend answered while failing."""
+
+    name: str
+    backoff: float = 0.0
+    retry_at: float = 0.0
+    """``time.monotonic()`` before which the signal is not tried again."""
+    outcome: Outcome | None = None
+    """How the last failed attempt went; None while the backend accepts."""
+    answer: str = ""
+    since: float | None = None
+    reported: str | None = None
+    """The answer last logged loudly: each new answer is logged once, not every retry."""
 
 
 @dataclass
@@ -168,29 +203,38 @@ class OtelExporter:
         self._traces: dict[tuple[Path, str], TraceState] = {}
         self._holds: dict[Path, dict[str, int]] = {}
         self._hold_key = root_key(settings.state_dir)
-        self._backoff = 0.0
+        self._signals = {name: _Signal(name) for name in settings.signals}
+        self._status = StatusFile(settings.state_dir)
 
     # --- one pass --------------------------------------------------------------------------------
 
     def run_once(self) -> tuple[int, bool]:
-        """Export what is available now, batch by batch; return (events exported, every batch accepted)."""
+        """Export what is available now, batch by batch; return (events exported, every batch accepted).
+
+        Each signal goes on by itself: one the backend refuses is skipped until its retry pause is
+        over, and never stops the other.
+        """
         exported = 0
         lag_events = 0
         oldest: float | None = None
-        healthy = True
+        now = time.monotonic()
+        allowed = {name: now >= signal.retry_at for name, signal in self._signals.items()}
+        healthy = dict.fromkeys(self._signals, True)
         for root, store in self._stores.items():
             summaries = _summaries(root)
             parents = {sid: summary.parent_session_id for sid, summary in summaries.items()}
             for session_id in sorted(summaries):
                 root_session = _root_of(session_id, parents)
                 behind = _Behind()
-                if "traces" in self.settings.signals:
-                    traced = self._export_traces(root, store, session_id, root_session, summaries[session_id], healthy)
-                    healthy = healthy and traced.healthy
+                if "traces" in self._signals:
+                    allow = allowed["traces"] and healthy["traces"]
+                    traced = self._export_traces(root, store, session_id, root_session, summaries[session_id], allow)
+                    healthy["traces"] = healthy["traces"] and traced.healthy
                     behind = traced
-                if "logs" in self.settings.signals:
-                    logged = self._export_logs(root, store, session_id, root_session, healthy)
-                    healthy = healthy and logged.healthy
+                if "logs" in self._signals:
+                    allow = allowed["logs"] and healthy["logs"]
+                    logged = self._export_logs(root, store, session_id, root_session, allow)
+                    healthy["logs"] = healthy["logs"] and logged.healthy
                     if logged.lag > behind.lag:
                         behind.lag, behind.since = logged.lag, logged.since
                     behind.sent += logged.sent
@@ -201,7 +245,57 @@ class OtelExporter:
             self._hold(root, summaries)
         self.metrics.lag_events.set(lag_events)
         self.metrics.lag_seconds.set(max(0.0, self.clock() - oldest) if oldest is not None else 0.0)
-        return exported, healthy
+        for name, signal in self._signals.items():
+            if allowed[name]:
+                self._settle(signal, healthy=healthy[name])
+        return exported, all(healthy.values())
+
+    def _settle(self, signal: _Signal, *, healthy: bool) -> None:
+        """After a pass that tried ``signal``: reset its pause, or lengthen it and report a new answer once."""
+        refused = self.metrics.refused.labels(signal=signal.name)
+        if healthy:
+            if signal.outcome is not None:
+                log.info("OTLP %s: the backend accepts them again; sending what waited", signal.name)
+                signal.outcome, signal.answer, signal.since, signal.reported = None, "", None, None
+                self._publish()
+            signal.backoff = 0.0
+            refused.set(0)
+            return
+        settings = self.settings
+        signal.backoff = min(settings.retry_max, max(settings.retry_initial, signal.backoff * 2))
+        signal.retry_at = time.monotonic() + signal.backoff
+        refused.set(1)
+        if signal.since is None:
+            signal.since = self.clock()
+        url, answer = self.sender.describe(signal.name)
+        signal.answer = answer
+        if answer != signal.reported:
+            signal.reported = answer
+            others = [name for name in self._signals if name != signal.name]
+            verb = "did not answer" if signal.outcome is Outcome.NO_ANSWER else "REFUSED"
+            hint = f"; if it has no {signal.name} endpoint, run with --signals {','.join(others)}" if others else ""
+            log.error(
+                "OTLP %s %s by %s: %s. Nothing is lost: they wait and are retried (every %.0f s at most)%s%s",
+                signal.name,
+                verb,
+                url,
+                answer or "no details",
+                settings.retry_max,
+                f"; {', '.join(others)} go on" if others else "",
+                hint,
+            )
+            self._publish()
+
+    def _publish(self) -> None:
+        """Write the exporter's status file (what ``gz-ia status`` shows) with each signal's state."""
+        reports = []
+        for name, signal in self._signals.items():
+            url, _ = self.sender.describe(name)
+            state = "ok" if signal.outcome is None else signal.outcome.name.lower().replace("_", " ")
+            reports.append(
+                SignalReport(signal=name, endpoint=url, state=state, answer=signal.answer, since=signal.since)
+            )
+        self._status.write([str(root) for root in self.settings.roots], reports)
 
     def _hold(self, root: Path, sessions: Mapping[str, object]) -> None:
         """Tell retention, through the root's export holds, the first segment each session still needs."""
@@ -230,7 +324,8 @@ class OtelExporter:
             dirs.close()
         self._holds[root] = needed
 
-    def _failed(self, outcome: Outcome) -> None:
+    def _failed(self, signal: str, outcome: Outcome) -> None:
+        self._signals[signal].outcome = outcome
         self.metrics.failures.inc()
         if outcome is Outcome.NO_ANSWER:
             self.metrics.unanswered.inc()
@@ -285,7 +380,7 @@ class OtelExporter:
                 return self._behind(root, session_id, position.seq, fresh, result, healthy=True)
             outcome = self.sender.send_logs([(entry.event, root_session) for entry in fresh])
             if outcome is not Outcome.ACCEPTED:
-                self._failed(outcome)
+                self._failed("logs", outcome)
                 return self._behind(root, session_id, position.seq, fresh, result, healthy=False)
             self._note_gap(session_id, position, fresh[0].event.seq, "logs")
             position.seq = fresh[-1].event.seq
@@ -320,7 +415,7 @@ class OtelExporter:
             if spans:
                 outcome = self.sender.send_spans(spans)
                 if outcome is not Outcome.ACCEPTED:
-                    self._failed(outcome)
+                    self._failed("traces", outcome)
                     return self._behind(root, session_id, state.seq, fresh, result, healthy=False)
                 self.metrics.spans.inc(len(spans))
                 self._accepted()
@@ -330,26 +425,11 @@ class OtelExporter:
             state = self._traces[(root, session_id)] = work
             if end:
                 break
-        if (
-            allow
-            and summary.first_time is not None
-            and summary.last_time is not None
-            and summary.events > state.session_span_events
-            and self.clock() - summary.last_time.timestamp() >= self.settings.session_idle
-        ):
-            info = SessionInfo(
-                session_id=session_id,
-                root_session_id=root_session,
-                parent_session_id=summary.parent_session_id,
-                agent=summary.agent,
-                first_time=summary.first_time,
-                last_time=summary.last_time,
-                events=summary.events,
-                failures=summary.failures,
-            )
-            outcome = self.sender.send_spans([session_span(info)])
+        span = self._final_session_span(state, summary, root_session) if allow else None
+        if span is not None and summary.events > state.session_span_events:
+            outcome = self.sender.send_spans([span])
             if outcome is not Outcome.ACCEPTED:
-                self._failed(outcome)
+                self._failed("traces", outcome)
                 result.healthy = False
                 return result
             self.metrics.spans.inc()
@@ -357,6 +437,67 @@ class OtelExporter:
             state.session_span_events = summary.events
             store.save(state)
         return result
+
+    def _final_session_span(
+        self, state: TraceState, summary: reading.SessionSummary, root_session: str
+    ) -> SpanData | None:
+        """The session's span once the session is final (see the module docstring), else None."""
+        if summary.first_time is None or summary.last_time is None or state.seq < summary.events:
+            return None  # not all of it folded yet (a page limit, a refused batch)
+        quiet = self.clock() - summary.last_time.timestamp()
+        if quiet < (self.settings.stale_after if state.open else self.settings.session_idle):
+            return None
+        info = SessionInfo(
+            session_id=summary.session_id,
+            root_session_id=root_session,
+            parent_session_id=summary.parent_session_id,
+            agent=summary.agent,
+            first_time=summary.first_time,
+            last_time=summary.last_time,
+            events=summary.events,
+            failures=summary.failures,
+            role=state.role,
+        )
+        return session_span(info)
+
+    def resend(self, since: float | None = None) -> tuple[int, bool]:
+        """Send again every span of each session with events at or after ``since`` (all: None), in one pass.
+
+        For a backend that lost what it acknowledged (one that answers before it writes, then
+        crashed): the spans carry the ids they had, so a backend that still holds some keeps one per
+        id. Positions are neither read nor moved; cycles still open and sessions not yet final are
+        left to the running exporter. Returns (spans the backend accepted, every batch accepted).
+        """
+        sent = 0
+        for root in self._stores:
+            summaries = _summaries(root)
+            parents = {sid: summary.parent_session_id for sid, summary in summaries.items()}
+            for session_id in sorted(summaries):
+                summary = summaries[session_id]
+                if since is not None and (summary.last_time is None or summary.last_time.timestamp() < since):
+                    continue
+                root_session = _root_of(session_id, parents)
+                state = TraceState(session_id=session_id)
+                while True:
+                    fresh, end = self._fresh(root, session_id, state)
+                    if not fresh:
+                        break
+                    spans = fold(state, [entry.event for entry in fresh], root_session)
+                    state.cursor = fresh[-1].cursor
+                    final = self._final_session_span(state, summary, root_session) if end else None
+                    spans += [final] if final is not None else []
+                    if spans:
+                        outcome = self.sender.send_spans(spans)
+                        if outcome is not Outcome.ACCEPTED:
+                            self._failed("traces", outcome)
+                            self._settle(self._signals["traces"], healthy=False)
+                            return sent, False
+                        sent += len(spans)
+                        self.metrics.spans.inc(len(spans))
+                        self._accepted()
+                    if end:
+                        break
+        return sent, True
 
     def _behind(
         self,
@@ -385,18 +526,20 @@ class OtelExporter:
         Returns:
             0, or 1 when ``once`` ended with events the backend did not accept.
         """
-        while not stop.is_set():
-            _, healthy = self.run_once()
-            if once:
-                return 0 if healthy else 1
-            if healthy:
-                self._backoff = 0.0
-                stop.wait(self.settings.poll_interval)
-            else:
-                self._backoff = min(self.settings.retry_max, max(self.settings.retry_initial, self._backoff * 2))
-                log.warning("OTLP backend did not accept the batch; retrying in %.1f s", self._backoff)
-                stop.wait(self._backoff)
-        return 0
+        self._publish()
+        try:
+            while not stop.is_set():
+                _, healthy = self.run_once()
+                if once:
+                    return 0 if healthy else 1
+                now = time.monotonic()
+                waits = [signal.retry_at - now for signal in self._signals.values()]
+                # Poll while any signal may be tried; when every one is pausing, sleep to the first retry.
+                pause = self.settings.poll_interval if min(waits) <= 0 else min(waits)
+                stop.wait(max(0.01, min(pause, self.settings.retry_max)))
+            return 0
+        finally:
+            self._status.remove()
 
     def close(self) -> None:
         """Close the sender."""

@@ -25,7 +25,9 @@ from .spans import SpanData, attribute_name, session_span_id, trace_id_of
 
 __all__ = [
     "EVENT_NAME",
+    "EXCEPTION_TYPE",
     "OTEL_EXTRA_HINT",
+    "PROJECT_ATTRIBUTE",
     "SCOPE_NAME",
     "SIGNALS",
     "BatchSender",
@@ -41,6 +43,10 @@ OTEL_EXTRA_HINT: Final = "pip install 'gz-ia-collector[otel]'"
 EVENT_NAME: Final = "gz_ia.stage_event"
 SCOPE_NAME: Final = "gz_ia.collector.otel_export"
 SIGNALS: Final = ("traces", "logs")
+PROJECT_ATTRIBUTE: Final = "openinference.project.name"
+"""The resource attribute that picks the backend's project (Phoenix)."""
+EXCEPTION_TYPE: Final = "gz_ia.ActionFailed"
+"""``exception.type`` of a failed action's ``exception`` event."""
 _DEFAULT_TIMEOUT: Final = 10.0
 
 
@@ -96,6 +102,10 @@ class BatchSender(Protocol):
         """Send finished spans."""
         ...
 
+    def describe(self, signal: str) -> tuple[str, str]:
+        """Return where ``signal`` goes and what the backend last answered to a failed attempt."""
+        ...
+
     def close(self) -> None:
         """Release the connections."""
         ...
@@ -123,20 +133,31 @@ def _watching_session() -> Any:
 
     class _WatchingSession(requests.Session):
         unanswered = False
+        answer = ""
+        """The last answer that was not a success: ``HTTP 405 Method Not Allowed: <body>``, or the error."""
 
         def request(self, *args: Any, **kwargs: Any) -> Any:
             try:
-                return super().request(*args, **kwargs)
-            except requests.exceptions.ConnectTimeout:
+                response = super().request(*args, **kwargs)
+            except requests.exceptions.ConnectTimeout as exc:
+                self.answer = f"no connection in time ({exc})"
                 raise  # never reached the backend
             except requests.exceptions.ConnectionError as exc:
                 reason = getattr(exc.args[0], "reason", None) if exc.args else None
                 if not isinstance(reason, NewConnectionError):  # refused: nothing was sent
                     self.unanswered = True
+                    self.answer = f"the connection broke before an answer ({exc})"
+                else:
+                    self.answer = f"nobody listens ({reason})"
                 raise
             except requests.exceptions.Timeout:
                 self.unanswered = True
+                self.answer = "no answer within the timeout"
                 raise
+            if not response.ok:
+                body = " ".join(response.text.split())[:200] if response.content else ""
+                self.answer = f"HTTP {response.status_code} {response.reason}" + (f": {body}" if body else "")
+            return response
 
     return _WatchingSession()
 
@@ -149,18 +170,22 @@ class _Channel:
     shrinks during a run) until the backend answers in time or ``timeout_max`` is reached.
     """
 
-    def __init__(self, factory: Callable[[float, Any], Any], signal: str, timeout_max: float) -> None:
+    def __init__(self, factory: Callable[[float, Any], Any], signal: str, timeout_max: float, url: str | None) -> None:
         self._factory = factory
         self.signal = signal
+        self.url = url or _default_url(signal)
         self.timeout = _configured_timeout(signal)
         self.timeout_max = max(timeout_max, self.timeout)
         self.session = _watching_session()
         self.exporter: Any = factory(self.timeout, self.session)
+        self.answer = ""
 
     def export(self, batch: Sequence[Any], success: object) -> Outcome:
         self.session.unanswered = False
+        self.session.answer = ""
         if self.exporter.export(batch) == success:
             return Outcome.ACCEPTED
+        self.answer = self.session.answer or "the exporter gave up (see its log above)"
         if not self.session.unanswered:
             return Outcome.REFUSED
         if self.timeout < self.timeout_max:
@@ -174,6 +199,15 @@ class _Channel:
 
     def close(self) -> None:
         self.exporter.shutdown()
+
+
+def _default_url(signal: str) -> str:
+    """The URL the SDK's exporter posts ``signal`` to when no endpoint is given (its variables)."""
+    specific = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    if specific:
+        return specific
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+    return f"{base.rstrip('/')}/v1/{signal}"
 
 
 def _endpoint(base: str | None, signal: str) -> str | None:
@@ -190,7 +224,13 @@ class _OtlpSender:
     """The real :class:`BatchSender`: SDK spans and log records through the OTLP/HTTP protobuf exporters."""
 
     def __init__(
-        self, *, version: str, endpoint: str | None = None, signals: Sequence[str] = SIGNALS, timeout_max: float = 120.0
+        self,
+        *,
+        version: str,
+        endpoint: str | None = None,
+        signals: Sequence[str] = SIGNALS,
+        timeout_max: float = 120.0,
+        project: str | None = None,
     ) -> None:
         try:
             from opentelemetry import trace
@@ -216,13 +256,14 @@ class _OtlpSender:
         self._severity_info = SeverityNumber.INFO
         self._logs_success = LogRecordExportResult.SUCCESS
         self._spans_success = SpanExportResult.SUCCESS
-        self._resource = Resource.create(
-            {
-                "service.name": os.environ.get("OTEL_SERVICE_NAME") or "gz-ia-collector",
-                "service.version": version,
-                "host.name": socket.gethostname(),
-            }
-        )
+        resource: dict[str, str] = {
+            "service.name": os.environ.get("OTEL_SERVICE_NAME") or "gz-ia-collector",
+            "service.version": version,
+            "host.name": socket.gethostname(),
+        }
+        if project:
+            resource[PROJECT_ATTRIBUTE] = project  # Phoenix files the spans under this project
+        self._resource = Resource.create(resource)
         self._scope = InstrumentationScope(SCOPE_NAME, version)
         logs_url, traces_url = _endpoint(endpoint, "logs"), _endpoint(endpoint, "traces")
         self._logs = (
@@ -230,6 +271,7 @@ class _OtlpSender:
                 lambda timeout, session: OTLPLogExporter(endpoint=logs_url, timeout=timeout, session=session),
                 "logs",
                 timeout_max,
+                logs_url,
             )
             if "logs" in signals
             else None
@@ -239,6 +281,7 @@ class _OtlpSender:
                 lambda timeout, session: OTLPSpanExporter(endpoint=traces_url, timeout=timeout, session=session),
                 "traces",
                 timeout_max,
+                traces_url,
             )
             if "traces" in signals
             else None
@@ -272,7 +315,7 @@ class _OtlpSender:
         status = (
             trace.Status(trace.StatusCode.ERROR, data.error)
             if data.error is not None
-            else trace.Status(trace.StatusCode.UNSET)
+            else trace.Status(trace.StatusCode.OK)
         )
         events = []
         for item in data.events:
@@ -282,6 +325,10 @@ class _OtlpSender:
             if item.duration_ms is not None:
                 attributes["gz_ia.duration_ms"] = item.duration_ms
             events.append(self._span_event(item.stage, attributes, timestamp=item.time_ns))
+        if data.exception and data.error is not None:
+            # The standard event backends display as the span's exception, at the failure's time.
+            failure = {"exception.type": EXCEPTION_TYPE, "exception.message": data.error}
+            events.append(self._span_event("exception", failure, timestamp=data.end_ns))
         parent = self._context(data.trace_id, data.parent_span_id) if data.parent_span_id is not None else None
         return self._readable_span(
             name=data.name,
@@ -310,6 +357,10 @@ class _OtlpSender:
             return Outcome.ACCEPTED
         return self._spans.export([self._span(data) for data in spans], self._spans_success)
 
+    def describe(self, signal: str) -> tuple[str, str]:
+        channel = self._logs if signal == "logs" else self._spans
+        return ("", "") if channel is None else (channel.url, channel.answer)
+
     def close(self) -> None:
         for channel in (self._logs, self._spans):
             if channel is not None:
@@ -318,11 +369,16 @@ class _OtlpSender:
 
 
 def make_sender(
-    *, version: str, endpoint: str | None = None, signals: Sequence[str] = SIGNALS, timeout_max: float = 120.0
+    *,
+    version: str,
+    endpoint: str | None = None,
+    signals: Sequence[str] = SIGNALS,
+    timeout_max: float = 120.0,
+    project: str | None = None,
 ) -> BatchSender:
     """Build the OTLP/HTTP sender (standard ``OTEL_EXPORTER_OTLP_*`` settings; ``endpoint`` is the base URL).
 
     Raises:
         MissingExtraError: the ``[otel]`` extra is not installed.
     """
-    return _OtlpSender(version=version, endpoint=endpoint, signals=signals, timeout_max=timeout_max)
+    return _OtlpSender(version=version, endpoint=endpoint, signals=signals, timeout_max=timeout_max, project=project)

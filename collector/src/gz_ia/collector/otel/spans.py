@@ -12,11 +12,19 @@ with its position, so a cycle that started before a restart still ends as one sp
   parent session's span; every session of one tree shares the trace of the tree's root session.
 * Ids are the first bytes of SHA-256 over (root session, session, first seq of the cycle): a span
   sent again after a timeout or a crash carries the same ids, so a backend merges it with the first.
+* Attributes follow what trace backends read: OpenInference's ``openinference.span.kind`` (AGENT for
+  sessions, TOOL for tool calls, CHAIN for an agent's own prompt and session cycles) beside the GenAI
+  conventions' ``gen_ai.operation.name``; ``session.id`` is the tree's root session on every span
+  (backends group a whole tree by it), the gz-ia session is ``gz_ia.session.id``; tokens and model
+  through :func:`usage_attributes`; ``input.value`` / ``output.value`` from the attrs the session
+  stored (which carry what the agent's hook kept, already summarised, never the whole input).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -24,9 +32,18 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import COST_USD, MODEL, TOKEN_KEYS
+from gz_ia.client.usage import (
+    CACHE_CREATION_TOKENS,
+    CACHE_READ_TOKENS,
+    COST_USD,
+    INPUT_TOKENS,
+    MODEL,
+    OUTPUT_TOKENS,
+    TOKEN_KEYS,
+)
 
 __all__ = [
+    "AGENT_CYCLES",
     "MAX_SPAN_EVENTS",
     "OpenCycle",
     "SessionInfo",
@@ -39,12 +56,83 @@ __all__ = [
     "session_span",
     "session_span_id",
     "trace_id_of",
+    "usage_attributes",
 ]
 
 MAX_SPAN_EVENTS: Final = 128
 """Stage events kept per cycle span; the rest are counted in ``gz_ia.dropped_span_events``."""
 
 Attr = str | int | float | bool
+
+AGENT_CYCLES: Final = frozenset({"session", "prompt", "subagent", "compact"})
+"""Actions an agent integration logs for its own cycles (Claude Code's session, prompt, subagent and
+compaction): CHAIN spans, not tool calls, unless an attr names a tool."""
+
+# The reserved usage keys (gz_ia.client.usage) first, then the names agents' own attrs use.
+_INPUT_TOKENS: Final = (INPUT_TOKENS, "input_tokens", "prompt_tokens", "tokens_in")
+_OUTPUT_TOKENS: Final = (OUTPUT_TOKENS, "output_tokens", "completion_tokens", "tokens_out")
+_TOTAL_TOKENS: Final = ("total_tokens", "tokens")
+_CACHE_READ_TOKENS: Final = (CACHE_READ_TOKENS, "cache_read_tokens", "cache_read_input_tokens")
+_CACHE_WRITE_TOKENS: Final = (CACHE_CREATION_TOKENS, "cache_creation_tokens", "cache_creation_input_tokens")
+_MODELS: Final = (MODEL, "model", "request_model", "resolved_model", "resolvedModel")
+_TOOL_INPUTS: Final = ("command", "file_path", "path", "pattern", "url", "query", "description", "subagent_type")
+"""The tool-input summary an agent hook stores in attrs (see the Claude Code integration)."""
+
+
+def _first_int(attrs: Mapping[str, Attr], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = attrs.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def usage_attributes(attrs: Mapping[str, Attr]) -> dict[str, Attr]:
+    """Map the token counts and model a cycle's attrs carry to the attributes backends show as usage.
+
+    Both vocabularies are set: the GenAI conventions' ``gen_ai.usage.*`` / ``gen_ai.request.model``
+    (MLflow, most backends) and OpenInference's ``llm.token_count.*`` / ``llm.model_name`` (Phoenix's
+    token columns). ``tokens`` alone is a total. Counts must be non-negative integers; anything else
+    is left to ``gz_ia.attr.*``.
+    """
+    out: dict[str, Attr] = {}
+    prompt, completion = _first_int(attrs, _INPUT_TOKENS), _first_int(attrs, _OUTPUT_TOKENS)
+    total = _first_int(attrs, _TOTAL_TOKENS)
+    if prompt is not None:
+        out["gen_ai.usage.input_tokens"] = out["llm.token_count.prompt"] = prompt
+    if completion is not None:
+        out["gen_ai.usage.output_tokens"] = out["llm.token_count.completion"] = completion
+    if total is None and prompt is not None and completion is not None:
+        total = prompt + completion
+    if total is not None:
+        out["llm.token_count.total"] = total
+    cache_read, cache_write = _first_int(attrs, _CACHE_READ_TOKENS), _first_int(attrs, _CACHE_WRITE_TOKENS)
+    if cache_read is not None:
+        out["gen_ai.usage.cache_read.input_tokens"] = out["llm.token_count.prompt_details.cache_read"] = cache_read
+    if cache_write is not None:
+        out["gen_ai.usage.cache_creation.input_tokens"] = cache_write
+        out["llm.token_count.prompt_details.cache_write"] = cache_write
+    model = next((value for key in _MODELS if isinstance(value := attrs.get(key), str) and value), None)
+    if model is not None:
+        out["gen_ai.request.model"] = out["llm.model_name"] = model
+    return out
+
+
+def _io_attributes(attrs: Mapping[str, Attr]) -> dict[str, Attr]:
+    """``input.value`` / ``output.value`` from what the session stored: ``input`` / ``output`` attrs, else
+    the tool-input summary as JSON."""
+    out: dict[str, Attr] = {}
+    given = attrs.get("input")
+    if given is not None:
+        out["input.value"] = str(given)
+    else:
+        summary = {key: attrs[key] for key in _TOOL_INPUTS if key in attrs}
+        if summary:
+            out["input.value"] = json.dumps(summary, ensure_ascii=False)
+            out["input.mime_type"] = "application/json"
+    if attrs.get("output") is not None:
+        out["output.value"] = str(attrs["output"])
+    return out
 
 
 def _digest(*parts: str) -> bytes:
@@ -103,6 +191,8 @@ class TraceState(msgspec.Struct, kw_only=True):
     open: dict[str, OpenCycle] = msgspec.field(default_factory=dict)
     session_span_events: int = 0
     """How many events the last session span the backend accepted covered (0: none sent)."""
+    role: str | None = None
+    """The session's role, from its first event that names one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +207,7 @@ class SessionInfo:
     last_time: datetime
     events: int
     failures: int
+    role: str | None = None
 
 
 @dataclass(slots=True)
@@ -132,7 +223,9 @@ class SpanData:
     attributes: dict[str, Attr]
     events: list[SpanEventData] = field(default_factory=list)
     error: str | None = None
-    """Set for a FAILED cycle: the span's status is ERROR with this description."""
+    """Set for a failure: the span's status is ERROR with this description (else OK)."""
+    exception: bool = False
+    """The failure is the action's own: the span carries it as the standard ``exception`` event."""
 
 
 def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> list[SpanData]:
@@ -159,6 +252,8 @@ def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> 
             )
         else:
             cycle.dropped_events += 1
+        if state.role is None and event.role:
+            state.role = event.role
         if event.attrs:  # without the nulls of old lines: OpenTelemetry has no null attribute
             cycle.attrs.update((key, value) for key, value in event.attrs.items() if value is not None)
         if event.stage is Stage.FINISH:
@@ -180,18 +275,38 @@ def attribute_name(key: str) -> str:
     return _COST if key == COST_USD else f"gz_ia.attr.{key}"
 
 
+def _common(root_session_id: str, session_id: str, agent: str) -> dict[str, Attr]:
+    return {
+        "session.id": root_session_id,
+        "gen_ai.conversation.id": root_session_id,
+        "gz_ia.session.id": session_id,
+        "gz_ia.root_session_id": root_session_id,
+        "gen_ai.agent.name": agent,
+    }
+
+
 def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> SpanData:
     session_id = finish.session_id
-    attributes: dict[str, Attr] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": cycle.action,
-        "gen_ai.agent.name": cycle.agent,
-        "session.id": session_id,
+    tool = cycle.attrs.get("tool")
+    is_tool = tool is not None or cycle.action not in AGENT_CYCLES
+    attributes = _common(root_session_id, session_id, cycle.agent)
+    if is_tool:
+        tool_name = str(tool) if tool is not None else cycle.action
+        attributes |= {
+            "openinference.span.kind": "TOOL",
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool_name,
+            "tool.name": tool_name,
+        }
+        if cycle.attrs.get("tool_use_id") is not None:
+            attributes["gen_ai.tool.call.id"] = str(cycle.attrs["tool_use_id"])
+    else:
+        attributes |= {"openinference.span.kind": "CHAIN", "gen_ai.operation.name": "invoke_agent"}
+    attributes |= {
         "gz_ia.action": cycle.action,
         "gz_ia.status": finish.status.value,
         "gz_ia.first_seq": cycle.first_seq,
         "gz_ia.last_seq": finish.seq,
-        "gz_ia.root_session_id": root_session_id,
     }
     if cycle.cycle is not None:
         attributes["gz_ia.cycle"] = cycle.cycle
@@ -204,11 +319,13 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
     failed = finish.status is Status.FAILED
     if failed:
         attributes["error.type"] = "gz_ia.failed"
+    attributes |= usage_attributes(cycle.attrs)
+    attributes |= _io_attributes(cycle.attrs)
     for key, value in cycle.attrs.items():
         attributes[attribute_name(key)] = value
     start = cycle.events[0].time_ns if cycle.events else _ns(finish.timestamp)
     return SpanData(
-        name=f"execute_tool {cycle.action}",
+        name=cycle.action,
         trace_id=trace_id_of(root_session_id),
         span_id=cycle_span_id(root_session_id, session_id, cycle.first_seq),
         parent_span_id=session_span_id(root_session_id, session_id),
@@ -217,30 +334,33 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
         attributes=attributes,
         events=list(cycle.events),
         error=(finish.error or "FAILED") if failed else None,
+        exception=failed,
     )
 
 
 def session_span(info: SessionInfo) -> SpanData:
     """Return the span of a whole session, child of its parent session's span when it has one."""
-    attributes: dict[str, Attr] = {
+    attributes = _common(info.root_session_id, info.session_id, info.agent)
+    attributes |= {
+        "openinference.span.kind": "AGENT",
         "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": info.agent,
-        "session.id": info.session_id,
-        "gz_ia.root_session_id": info.root_session_id,
         "gz_ia.events": info.events,
         "gz_ia.failures": info.failures,
     }
+    if info.role:
+        attributes["gz_ia.role"] = info.role
     parent = None
     if info.parent_session_id and info.root_session_id != info.session_id:
         attributes["gz_ia.parent_session_id"] = info.parent_session_id
         parent = session_span_id(info.root_session_id, info.parent_session_id)
     start = _ns(info.first_time)
     return SpanData(
-        name=f"invoke_agent {info.agent}",
+        name=f"invoke_agent {info.role or info.agent}",
         trace_id=trace_id_of(info.root_session_id),
         span_id=session_span_id(info.root_session_id, info.session_id),
         parent_span_id=parent,
         start_ns=start,
         end_ns=max(start, _ns(info.last_time)),
         attributes=attributes,
+        error=f"{info.failures} of its actions failed" if info.failures else None,
     )
