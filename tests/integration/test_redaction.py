@@ -1,6 +1,7 @@
 """Secrets never reach disk: the corpus of secret shapes sent through every path into a real collector
-(the client, ``gz-ia session log``, the Claude Code command hook, the spools written while no
-collector runs, ``gz-ia export otel``), then every byte under the test's directories searched."""
+(the client, ``gz-ia session log``, the Claude Code command hook, its http hooks, the OTLP receiver,
+the spools written while no collector runs, ``gz-ia export otel``), then every byte under the test's
+directories searched."""
 
 from __future__ import annotations
 
@@ -190,3 +191,33 @@ def test_the_otel_export_carries_no_secret(collector: Any, short_tmp: Path) -> N
         for form in _forms(case["secret"]):
             assert form not in sent, f"{case['rule']} secret exported"
     _assert_no_secret_under(collector.base, short_tmp)
+
+
+def test_the_http_hooks_and_the_otlp_receiver_store_nothing_secret(collector: Any, tmp_path: Path) -> None:
+    """The receivers on the HTTP side redact as the socket does: the corpus in a Bash command and its
+    error posted to ``/hooks/claude-code``, and in the status message of failed OTLP tool spans."""
+    from tests.integration.test_claude_code_http import _post as post_hook
+    from tests.integration.test_otlp import _post as post_otlp
+    from tests.integration.test_otlp import _tool_span_body
+
+    session = "5d0c2b4e-6a1f-4e3b-9c8d-7f6e5d4c3b2a"
+    common = {"session_id": session, "transcript_path": str(tmp_path / "t.jsonl"), "cwd": str(collector.workspace),
+              "permission_mode": "bypassPermissions", "tool_name": "Bash"}  # fmt: skip
+    for index, case in enumerate(SECRETS):
+        call = {**common, "tool_input": {"command": case["text"]}, "tool_use_id": f"toolu_01Http{index:04d}"}
+        failure = {**call, "hook_event_name": "PostToolUseFailure", "error": f"401 for {case['text']}"}
+        for payload in ({**call, "hook_event_name": "PreToolUse"}, failure):
+            assert post_hook(f"{collector.http_url}/hooks/claude-code", payload) == (200, b"{}")
+    trace = "7" * 32
+    for index, case in enumerate(SECRETS):
+        span = json.loads(_tool_span_body(trace, f"{index + 1:016x}", "f" * 16, tool="Bash"))
+        span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["status"] = {"code": 2, "message": case["text"]}
+        body = json.dumps(span).encode()
+        assert post_otlp(collector.http_url + "/v1/traces", body, "application/json")[0] == 200
+    hooked = [line for line in collector.session_lines(session) if line["status"] == "FAILED"]
+    assert len(hooked) == len(SECRETS)
+    assert all("[REDACTED:" in line["error"] for line in hooked)
+    received = [line for lines in collector.all_sessions().values() for line in lines if line.get("cycle")]
+    spanned = [line for line in received if line["status"] == "FAILED" and line["session_id"] != session]
+    assert sorted(line["error"] for line in spanned) == sorted(_redacted(case["text"]) for case in SECRETS)
+    _assert_no_secret_under(collector.base, spool_dir().parent)
