@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.client.usage import usage_attrs
 from gz_ia.collector.otel.spans import TraceState, fold, usage_attributes
 
 
@@ -37,6 +38,28 @@ def test_usage_maps_token_counts_and_model_to_both_vocabularies() -> None:
     }
     assert usage_attributes({"tokens": 812}) == {"llm.token_count.total": 812}
     assert usage_attributes({"input_tokens": -1, "output_tokens": True, "model": 3}) == {}
+
+
+def test_the_usage_records_reserved_keys_reach_both_vocabularies_and_the_cost_its_own_name() -> None:
+    """A usage record (``act.usage``, the OTLP receiver) is exported as the GenAI keys it is stored
+    under, in OpenInference's too, and its cost as ``gz_ia.cost_usd``."""
+    attrs = usage_attrs(input_tokens=120, output_tokens=30, cache_read_tokens=7, model="claude-x", cost_usd=0.25)
+    state = TraceState(session_id="kid")
+    (span,) = fold(state, [event(1, "model claude-x", "READ"), event(2, "model claude-x", "FINISH", attrs=attrs)], "kid")
+    expected = {
+        "gen_ai.usage.input_tokens": 120,
+        "llm.token_count.prompt": 120,
+        "gen_ai.usage.output_tokens": 30,
+        "llm.token_count.completion": 30,
+        "llm.token_count.total": 150,
+        "gen_ai.usage.cache_read.input_tokens": 7,
+        "llm.token_count.prompt_details.cache_read": 7,
+        "gen_ai.request.model": "claude-x",
+        "llm.model_name": "claude-x",
+        "gz_ia.cost_usd": 0.25,
+    }
+    assert {key: span.attributes[key] for key in expected} == expected
+    assert not [key for key in span.attributes if key.startswith("gz_ia.attr.")]
 
 
 def test_cycles_get_their_kind_tool_and_the_root_session() -> None:
