@@ -45,7 +45,8 @@ def test_the_usage_records_reserved_keys_reach_both_vocabularies_and_the_cost_it
     under, in OpenInference's too, and its cost as ``gz_ia.cost_usd``."""
     attrs = usage_attrs(input_tokens=120, output_tokens=30, cache_read_tokens=7, model="claude-x", cost_usd=0.25)
     state = TraceState(session_id="kid")
-    (span,) = fold(state, [event(1, "model claude-x", "READ"), event(2, "model claude-x", "FINISH", attrs=attrs)], "kid")
+    events = [event(1, "model claude-x", "READ"), event(2, "model claude-x", "FINISH", attrs=attrs)]
+    (span,) = fold(state, events, "kid")
     expected = {
         "gen_ai.usage.input_tokens": 120,
         "llm.token_count.prompt": 120,
