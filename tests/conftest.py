@@ -57,7 +57,7 @@ def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.02, mess
     pytest.fail(f"timed out after {timeout} s waiting for {message}")
 
 
-TEST_ONLY_VARIABLES = ("GZ_IA_SOAK_SECONDS", "GZ_IA_CHAOS_SEED", "GZ_IA_TEST_AGENTS")
+TEST_ONLY_VARIABLES = ("GZ_IA_SOAK_SECONDS", "GZ_IA_CHAOS_SEED", "GZ_IA_TEST_AGENTS", "GZ_IA_TEST_BACKENDS")
 """Variables of the test suite that share gz-ia's prefix and are kept from the programs it starts."""
 
 

@@ -99,6 +99,7 @@ def test_version_is_the_distribution_s_and_help_lists_every_command(collector: A
         "session",
         "sessions",
         "status",
+        "ui",
     ]
     assert all(len(line.split()) > 1 for line in commands)  # each with its short help
     top = ("_export", "_gc", "_integrations", "_mcp", "_reading", "_sessions", "_status")

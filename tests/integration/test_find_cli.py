@@ -309,10 +309,14 @@ def test_root_wide_answers_match_the_careful_reader(make_collector: Any) -> None
                 "attrs": {"tool": ("Bash", "Read", "Edit")[index % 5 % 3]},
             }
         )
+    # A few more of s2 so that its active segment holds at least two events whatever rotated before.
+    events += [{"session_id": "s2", "action": f"tail-{n}", "attrs": {"tool": "Read"}} for n in range(3)]
     _send(collector, events)
     collector.stop()
     active = collector.root / "sessions" / "s2.events.jsonl"
     lines = active.read_bytes().splitlines(keepends=True)
+    # Between two events: a reader always decodes a segment's first and last lines, not the others.
+    assert len(lines) >= 2
     active.write_bytes(b"".join([lines[0], b'{"not": "an event", "status":"FAILED"}\n', *lines[1:]]))
     questions = [  # the corrupt line holds "status":"FAILED", not "tool":...
         (["--failed"], 3),

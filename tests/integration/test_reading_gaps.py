@@ -193,11 +193,13 @@ def test_a_missing_root_is_an_error_for_every_reading_command(collector: Any, tm
         assert "-- No entries --" not in result.stderr
 
 
-def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, follow: Any) -> None:
-    """A follower stopped while retention deletes what it had not read: a lagged notice, then the rest, in order."""
+def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, follow: Any, tmp_path: Path) -> None:
+    """A follower of the files (no collector at its socket) stopped while retention deletes what it
+    had not read: a lagged notice, then the rest, in order."""
     collector = make_collector(env=RETAINING)
     _send(collector, "lone", 0, 3)
-    follower = follow(collector, "session", "logs", "lone", "-f", "--json")
+    nowhere = str(tmp_path / "no-collector.sock")
+    follower = follow(collector, "--socket", nowhere, "session", "logs", "lone", "-f", "--json")
     assert [record["seq"] for record in follower.take(3)] == [1, 2, 3]
     follower.proc.send_signal(signal.SIGSTOP)
     try:
@@ -228,6 +230,26 @@ def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, fol
     _code, stderr = follower.finish()
     to_seq = notices[0]["to_seq"]
     assert f"session lone: events seq 4-{to_seq} not shown: deleted by retention" in stderr
+
+
+def test_a_stopped_follower_of_the_stream_misses_nothing_retention_deletes(make_collector: Any, follow: Any) -> None:
+    """The same stopped follower, subscribed to the collector: the stream still holds what retention
+    deleted from the files, so every event is shown, in order, without a notice."""
+    collector = make_collector(env=RETAINING)
+    _send(collector, "lone", 0, 3)
+    follower = follow(collector, "session", "logs", "lone", "-f", "--json")
+    assert [record["seq"] for record in follower.take(3)] == [1, 2, 3]
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        _send(collector, "lone", 3, 200)
+        first = collector.root / "sessions"
+        wait_for(lambda: not list(first.glob("lone.events.000001.*")), message="retention to delete archive 1")
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+    shown = follower.take(200)
+    assert [record.get("seq") for record in shown] == list(range(4, 204))
+    _code, stderr = follower.finish()
+    assert "not shown" not in stderr
 
 
 def test_a_cursor_of_a_rebuilt_root_is_refused(make_collector: Any) -> None:

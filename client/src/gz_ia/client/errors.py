@@ -5,6 +5,7 @@ Hierarchy::
     GzIaError(Exception)
     ├── CollectorUnavailable                    no collector answered on the socket; __cause__ is the OSError
     ├── ProtocolError                           the peer broke the wire protocol (bad frame, oversize, version)
+    │   └── SubscriptionRefused                 live: the collector refused a subscription: .reason, .detail
     ├── EventRejected                           the collector refused an event: .reason, .detail
     ├── FrameTooLarge(ValueError)               protocol: a frame body over MAX_FRAME (the sender's): .size
     └── UntrustedSocket(PermissionError)        trust: the socket's directory or peer is not the user's

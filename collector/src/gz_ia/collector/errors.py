@@ -29,6 +29,7 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── PeerUnknown(PermissionError)     http.peer            the kernel cannot name a connection's owner: refused
     ├── OtlpUnavailable                  otlp.bodies          the [otlp] extra is not installed: answered 501
     ├── BodyUnreadable(ValueError)       otlp.bodies          an OTLP body that is not one (the exporter's): .reason
+    ├── InvalidSince(ValueError)         live.hub             since_seq past the newest frame: the caller's
     ├── _Fallback                        query._scan          private: the fast scan hands over to the careful reader
     ├── _NoAnswer                        oneshot.ledger       private: the collector was reached, gave no verdict
     ├── _NoCollector                     cli._gc              private: nothing listens, gc runs in this process

@@ -31,6 +31,8 @@ import secrets
 from collections.abc import Callable
 from typing import Final
 
+from gz_ia.collector.errors import CollectorError
+
 __all__ = [
     "FRAME_OVERHEAD",
     "RING_BYTES",
@@ -83,7 +85,7 @@ class Lagged:
     epoch_changed: bool = False
 
 
-class InvalidSince(ValueError):
+class InvalidSince(CollectorError, ValueError):
     """A subscriber's fault: its ``since_seq`` (of this epoch) is past the newest frame of the source.
 
     Attributes:

@@ -85,7 +85,11 @@ def _alive(pid: int) -> bool:
 def running_exporters(state_dir: Path) -> list[ExporterReport]:
     """The reports of the exporters that are still running with positions under ``state_dir``."""
     reports = []
-    for path in sorted((state_dir / EXPORTERS_DIR).glob("*.json")):
+    try:
+        paths = sorted((state_dir / EXPORTERS_DIR).glob("*.json"))
+    except OSError:  # not ours to read (status run by another user): no exporter to report
+        return []
+    for path in paths:
         try:
             report = msgspec.json.decode(path.read_bytes(), type=ExporterReport)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
