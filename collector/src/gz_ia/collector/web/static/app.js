@@ -315,7 +315,7 @@ function scheduleRender() {
     const detail = view.detail && view.changed.has(view.detail);
     renderChanged();
     if (detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
-  }, 10);
+  }, 50);
 }
 
 function showDetails(s) {
