@@ -8,12 +8,14 @@ the oldest frame still buffered, again and again, until it has been served ``--r
 ring holds 2,048 frames, so a 10,000-frame replay is several ring-long replays). Reported: p50,
 p90, p99 and max of the live subscriber's latency, and how many replayed frames were served during
 the measurement. With ``--page`` the page itself is measured too: headless Chromium (Playwright,
-Debian's ``/usr/bin/chromium``) shows the producer's session, and a MutationObserver notes when each
-event's row appears in its timeline (at a slower rate: each event is its own action, a new row).
+Debian's ``/usr/bin/chromium``) shows the producer's session, at ``--page-rate`` for ``--page-seconds``
+(each event its own action, a new row) beside the same replay, and a MutationObserver notes, in the
+page's clock (``performance.timeOrigin + performance.now()``, the one ``time.time_ns()`` reads), when
+each event's row is added to its timeline; ``--page-only`` measures the page alone.
 
 The client holds an event logged alone up to its linger (100 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
-(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--linger-ms``, ``--scale``, ``--json FILE``).
+(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--page-only``, ``--linger-ms``, ``--scale``, ``--json FILE``).
 Figures: docs/performance.md ("Against the targets") and bench/results/live.md.
 """
 
