@@ -417,7 +417,7 @@ function openSession(sessionId) {
       addEvent(event, true);
       scheduleRender();
     }
-    if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 500);
+    if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 1000);
   };
   view.source.addEventListener("lagged", () => selectSession(view.selected)); // missed some: reload the window
   view.ticker = setInterval(tick, 1000);
