@@ -43,6 +43,8 @@ from gz_ia.client import Client
 rate, seconds, session, actions = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 client = Client()
 client.log(session_id=session, action="warm-up", stage="READ", agent="bench")
+if actions:  # each probe opens an action of its own: leave the session's limit (10,000 open) to them
+    client.log(session_id=session, action="warm-up", stage="FINISH", status="OK", agent="bench")
 client.flush(10)
 print("ready", flush=True)
 sys.stdin.readline()
