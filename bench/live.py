@@ -8,18 +8,21 @@ the oldest frame still buffered, again and again, until it has been served ``--r
 ring holds 2,048 frames, so a 10,000-frame replay is several ring-long replays). Reported: p50,
 p90, p99 and max of the live subscriber's latency, and how many replayed frames were served during
 the measurement. With ``--page`` the page itself is measured too: headless Chromium (Playwright,
-Debian's ``/usr/bin/chromium``) shows the producer's session, and a MutationObserver notes when each
-event's row appears in its timeline (at a slower rate: each event is its own action, a new row).
+Debian's ``/usr/bin/chromium``) shows the producer's session, at ``--page-rate`` for ``--page-seconds``
+(each event its own action, a new row) beside the same replay, and a MutationObserver notes, in the
+page's clock (``performance.timeOrigin + performance.now()``, the one ``time.time_ns()`` reads), when
+each event's row is added to its timeline; ``--page-only`` measures the page alone.
 
 The client holds an event logged alone up to its linger (100 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
-(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--linger-ms``, ``--scale``, ``--json FILE``).
+(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--page-only``, ``--linger-ms``, ``--scale``, ``--json FILE``).
 Figures: docs/performance.md ("Against the targets") and bench/results/live.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -40,6 +43,8 @@ from gz_ia.client import Client
 rate, seconds, session, actions = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 client = Client()
 client.log(session_id=session, action="warm-up", stage="READ", agent="bench")
+if actions:  # each probe opens an action of its own: leave the session's limit (10,000 open) to them
+    client.log(session_id=session, action="warm-up", stage="FINISH", status="OK", agent="bench")
 client.flush(10)
 print("ready", flush=True)
 sys.stdin.readline()
@@ -162,15 +167,18 @@ def _replayer(base: str, key: str, wanted: int, stop: threading.Event, served: l
             reader.close()
 
 
+def _fill_ring(env: dict[str, str]) -> None:
+    """Fill the ring first, so that the replay has a ring-full of frames to serve from the start."""
+    subprocess.run(
+        [sys.executable, "-c", PRODUCER, "20000", "0.15", "filler", "0"],
+        env=env, input="go\n", capture_output=True, text=True, check=True,
+    )  # fmt: skip
+
+
 def measure_sse(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
     proc, env, base, key = _start_collector(base_dir, args.linger_ms)
     try:
-        # Fill the ring first, so that the replay has a ring-full of frames to serve from the start.
-        filler = subprocess.run(
-            [sys.executable, "-c", PRODUCER, "20000", "0.15", "filler", "0"],
-            env=env, input="go\n", capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        del filler
+        _fill_ring(env)
         live = SseReader(base, f"/live?key={key}&session=bench")
         events = live.events()
         next(events)  # subscribed
@@ -212,21 +220,26 @@ def measure_sse(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
 
 PAGE_PROBE: Final = """
 () => {
+  // Times in the page, in the same clock as the producer's time.time_ns(): the page's origin plus
+  // its monotonic now. Only the rows added are looked at, so the probe costs the page little.
+  const clock = () => performance.timeOrigin + performance.now();
   window.__seen = {};
   window.__arrived = {};
   const handler = view.source.onmessage;
   view.source.onmessage = (message) => {
-    try { window.__arrived[JSON.parse(message.data).action] = Date.now(); } catch (error) {}
+    try { window.__arrived[JSON.parse(message.data).action] = clock(); } catch (error) {}
     handler(message);
   };
   const body = document.querySelector('#timeline tbody');
-  new MutationObserver(() => {
-    const now = Date.now();
-    for (const row of body.querySelectorAll('tr[data-action^="probe-"]')) {
-      const name = row.dataset.action;
-      if (!(name in window.__seen)) window.__seen[name] = now;
+  new MutationObserver((records) => {
+    const now = clock();
+    for (const record of records) {
+      for (const row of record.addedNodes) {
+        const name = row.dataset && row.dataset.action;
+        if (name && name.startsWith('probe-') && !(name in window.__seen)) window.__seen[name] = now;
+      }
     }
-  }).observe(body, { childList: true, subtree: true });
+  }).observe(body, { childList: true });
 }
 """
 
@@ -248,10 +261,13 @@ def _watch(base: str, key: str, count: int, seen: dict[str, float]) -> None:
 
 
 def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
+    """The page at ``--page-rate`` (each event its own action, a new row) beside a ``--replay`` replay."""
     from playwright.sync_api import sync_playwright
 
     proc, env, base, key = _start_collector(base_dir, args.linger_ms)
+    stop = threading.Event()
     try:
+        _fill_ring(env)
         producer = subprocess.Popen(
             [sys.executable, "-c", PRODUCER, str(args.page_rate), str(args.page_seconds), "page", "1"],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -259,6 +275,7 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
         assert producer.stdin is not None
         assert producer.stdout is not None
         assert producer.stdout.readline().strip() == "ready"
+        count = int(args.page_rate * args.page_seconds)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
                 executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"]
@@ -269,28 +286,41 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
             page.locator("#live.on").wait_for(timeout=30_000)
             page.evaluate(PAGE_PROBE)
             beside: dict[str, float] = {}
-            count = int(args.page_rate * args.page_seconds)
             watcher = threading.Thread(target=_watch, args=(base, key, count, beside), daemon=True)
             watcher.start()
+            served = [0]
+            replay = threading.Thread(target=_replayer, args=(base, key, args.replay, stop, served), daemon=True)
             time.sleep(0.5)  # subscribed before the first probe
+            replay.start()
             producer.stdin.write("go\n")
             producer.stdin.flush()
             producer.wait(120)
             watcher.join(60)
-            page.wait_for_function(f"Object.keys(window.__seen).length >= {count}", timeout=60_000)
-            seen: dict[str, int] = page.evaluate("window.__seen")
-            arrived: dict[str, int] = page.evaluate("window.__arrived")
+            replayed_during = served[0]
+            stop.set()
+            replay.join(30)
+            # Whatever did not reach the page within 10 s of the last event's send counts as missed.
+            with contextlib.suppress(Exception):
+                page.wait_for_function(f"Object.keys(window.__seen).length >= {count}", timeout=10_000)
+            seen: dict[str, float] = page.evaluate("window.__seen")
+            arrived: dict[str, float] = page.evaluate("window.__arrived")
+            rows = page.evaluate("document.querySelectorAll('#timeline tbody tr').length")
             browser.close()
         lines = [json.loads(line) for line in (Path(env["GZ_IA_ROOT"]) / "sessions" / "page.events.jsonl").open()]
         sent = {line["action"]: line["attrs"]["sent_ns"] / 1e6 for line in lines if line["action"].startswith("probe-")}
         return {
             "rate": args.page_rate,
             "seconds": args.page_seconds,
+            "logged": count,
+            "stored": len(sent),
+            "replayed_frames_during": replayed_during,
+            "rows_held_at_end": rows,
             "page": _percentiles([seen[name] - sent[name] for name in sent if name in seen]),
             "page_event_source": _percentiles([arrived[name] - sent[name] for name in sent if name in arrived]),
             "sse_beside_page": _percentiles([beside[name] - sent[name] for name in sent if name in beside]),
         }
     finally:
+        stop.set()
         stop_process(proc)
 
 
@@ -353,8 +383,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--replay", type=int, default=10_000)
     parser.add_argument("--page", action="store_true", help="also measure the page in headless Chromium")
-    parser.add_argument("--page-rate", type=float, default=20.0)
-    parser.add_argument("--page-seconds", type=float, default=5.0)
+    parser.add_argument("--page-only", action="store_true", help="measure the page alone (implies --page)")
+    parser.add_argument("--page-rate", type=float, default=1000.0)
+    parser.add_argument("--page-seconds", type=float, default=10.0)
     parser.add_argument(
         "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 100 ms)"
     )
@@ -369,8 +400,9 @@ def main() -> None:
             results["scale"] = measure_scale(args, base / "scale")
             print(json.dumps(results, indent=2))
             return
-        results["sse"] = measure_sse(args, base / "sse")
-        if args.page:
+        if not args.page_only:
+            results["sse"] = measure_sse(args, base / "sse")
+        if args.page or args.page_only:
             results["page"] = measure_page(args, base / "page")
     text = json.dumps(results, indent=2)
     print(text)

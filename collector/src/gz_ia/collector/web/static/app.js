@@ -7,7 +7,7 @@ const params = new URLSearchParams(location.search);
 const ROOT = params.get("root") || "";
 const PAGE = 100;
 const WINDOW = 500;
-const MAX_ROWS = 5000; // timeline rows kept in the page; older spans are dropped past it
+const MAX_ROWS = 1000; // timeline rows kept in the page; older spans are dropped past it
 
 const $ = (selector) => document.querySelector(selector);
 const el = (tag, attrs = {}, ...children) => {
@@ -41,8 +41,12 @@ function liveUrl(query = {}) {
 }
 
 const time = (text) => (text ? new Date(text) : null);
-const clock = (date) => (date ? date.toLocaleTimeString([], { hour12: false }) + "." + String(date.getMilliseconds()).padStart(3, "0") : "");
-const day = (date) => (date ? date.toLocaleString([], { hour12: false }) : "");
+// One formatter each, made once: toLocale*String builds a formatter per call, too slow for a row
+// per event at a thousand events a second.
+const CLOCK = new Intl.DateTimeFormat([], { hour12: false, hour: "2-digit", minute: "2-digit", second: "2-digit" });
+const DAY = new Intl.DateTimeFormat([], { hour12: false, dateStyle: "short", timeStyle: "medium" });
+const clock = (date) => (date ? CLOCK.format(date) + "." + String(date.getMilliseconds()).padStart(3, "0") : "");
+const day = (date) => (date ? DAY.format(date) : "");
 function span(seconds) {
   if (seconds === null || seconds === undefined) return "";
   if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
@@ -141,6 +145,7 @@ function hideListLive() {
 const view = {
   top: null, selected: null, source: null, spans: new Map(), order: [], older: null,
   events: 0, treeTimer: null, ticker: null, detail: null, renderTimer: null,
+  origin: Date.now(), scaleLast: 0, changed: new Set(), freshRows: new Set(),
 };
 
 function spanKey(event) {
@@ -176,6 +181,7 @@ function addEvent(event, fresh) {
   }
   current.last = at;
   current.fresh = current.fresh || fresh;
+  if (fresh) view.changed.add(current);
   view.events += 1;
 }
 
@@ -183,50 +189,122 @@ function hungAfter() {
   return Number($("#hung").value || 300);
 }
 
-function renderTimeline() {
-  if (view.order.length > MAX_ROWS) {
-    for (const dropped of view.order.splice(0, view.order.length - MAX_ROWS)) view.spans.delete(dropped.key);
-  }
-  const spans = view.order;
-  const now = new Date();
-  const first = spans.length ? Math.min(...spans.map((s) => s.start.getTime())) : now.getTime();
-  const last = Math.max(now.getTime(), ...spans.map((s) => (s.end || now).getTime()));
-  const width = Math.max(1, last - first);
-  const pct = (date) => (((date.getTime() - first) / width) * 100).toFixed(2) + "%";
-  const body = $("#timeline tbody");
-  body.replaceChildren(
-    ...spans.map((s) => {
-      const open = !s.finished;
-      const elapsed = ((s.end || now) - s.start) / 1000;
-      const hung = open && elapsed > hungAfter();
-      const state = open ? (hung ? "hung" : "running") : s.status === "FAILED" ? "failed" : "ok";
-      const bar = el("div", { class: "bar" });
-      const piece = (cls, from, to) => {
-        if (!from) return;
-        const part = el("span", { class: cls });
-        part.style.left = pct(from);
-        part.style.width = `max(2px, calc(${pct(to || now)} - ${pct(from)}))`;
-        bar.append(part);
-      };
-      piece("read", s.read, s.pending || s.end || (open ? now : s.last));
-      piece(open ? "open" : "pending", s.pending, s.end || now);
-      if (s.end) piece(`finish ${s.status === "FAILED" ? "failed" : ""}`, s.end, new Date(s.end.getTime() + width / 200));
-      const row = el(
-        "tr",
-        { class: `${state}${s.fresh ? " fresh" : ""}`, "data-action": s.action, "data-state": state },
-        el("td", { title: s.session_id, text: s.action + (s.session_id !== view.selected ? `  (${s.session_id})` : "") }),
-        el("td", {}, bar),
-        el("td", { text: clock(s.start) }),
-        el("td", { class: "num", text: span(s.duration_ms !== undefined && s.duration_ms !== null ? s.duration_ms / 1000 : elapsed) }),
-        el("td", {}, badge(state), s.error ? el("span", { class: "error", text: "  " + s.error }) : ""),
-      );
-      s.fresh = false;
-      row.addEventListener("click", () => showDetails(s));
-      return row;
-    }),
+// The bars are placed by the stylesheet from each piece's times (--from, --to) and the timeline's
+// scale (--first, --width, --now on the table's body), all in ms after view.origin: a new row is
+// drawn alone, and the scale moves every bar at once without the page touching each row.
+function placeBars() {
+  const now = Date.now();
+  let first = now;
+  for (const s of view.order) if (s.start.getTime() < first) first = s.start.getTime();
+  // Slack past now, so that rows arriving before the next tick still fit in the scale.
+  const last = now + Math.max(1000, (now - first) / 20);
+  view.scaleLast = last;
+  const style = $("#timeline tbody").style;
+  style.setProperty("--first", String(first - view.origin));
+  style.setProperty("--width", String(Math.max(1, last - first)));
+  style.setProperty("--now", String(now - view.origin));
+}
+
+function spanState(s) {
+  const open = !s.finished;
+  const elapsed = ((s.end || new Date()) - s.start) / 1000;
+  const hung = open && elapsed > hungAfter();
+  const state = open ? (hung ? "hung" : "running") : s.status === "FAILED" ? "failed" : "ok";
+  const duration = span(s.duration_ms !== undefined && s.duration_ms !== null ? s.duration_ms / 1000 : elapsed);
+  return { state, duration };
+}
+
+function rowOf(s) {
+  const open = !s.finished;
+  const { state, duration } = spanState(s);
+  const bar = el("div", { class: "bar" });
+  // A piece without an end runs to now: the stylesheet's --now, moved by placeBars.
+  const piece = (cls, from, to) => {
+    if (!from) return;
+    const part = el("span", { class: to ? cls : `${cls} to-now` });
+    part.style.setProperty("--from", String(from.getTime() - view.origin));
+    if (to) part.style.setProperty("--to", String(to.getTime() - view.origin));
+    bar.append(part);
+  };
+  piece("read", s.read, s.pending || s.end || (open ? null : s.last));
+  piece(open ? "open" : "pending", s.pending, s.end);
+  if (s.end) piece(`finish ${s.status === "FAILED" ? "failed" : ""}`, s.end, s.end);
+  const row = el(
+    "tr",
+    { class: `${state}${s.fresh ? " fresh" : ""}`, "data-action": s.action, "data-state": state },
+    el("td", { title: s.session_id, text: s.action + (s.session_id !== view.selected ? `  (${s.session_id})` : "") }),
+    el("td", {}, bar),
+    el("td", { text: clock(s.start) }),
+    el("td", { class: "num", text: duration }),
+    el("td", {}, badge(state), s.error ? el("span", { class: "error", text: "  " + s.error }) : ""),
   );
+  if (s.fresh) view.freshRows.add(row);
+  s.fresh = false;
+  row.addEventListener("click", () => showDetails(s));
+  return row;
+}
+
+// Past MAX_ROWS the oldest spans go, rows and events: the page never holds a whole long session.
+function dropOldest() {
+  if (view.order.length <= MAX_ROWS) return;
+  for (const dropped of view.order.splice(0, view.order.length - MAX_ROWS)) {
+    view.spans.delete(dropped.key);
+    view.events -= dropped.events.length;
+    if (dropped.row) dropped.row.remove();
+  }
+}
+
+function windowInfo() {
   $("#window-info").textContent = `${view.events} events shown` + (view.older ? " (older events not loaded)" : "");
   $("#older").hidden = !view.older;
+}
+
+// Every row drawn again: a new window, another hung threshold.
+function renderTimeline() {
+  dropOldest();
+  view.changed.clear();
+  view.freshRows.clear();
+  placeBars();
+  $("#timeline tbody").replaceChildren(...view.order.map((s) => (s.row = rowOf(s))));
+  windowInfo();
+}
+
+// Only the spans live events touched: a new span's row is appended, a changed one's replaced.
+function renderChanged() {
+  dropOldest();
+  const body = $("#timeline tbody");
+  const added = [];
+  let newest = 0;
+  for (const s of view.changed) {
+    if (!view.spans.has(s.key) || view.spans.get(s.key) !== s) continue; // dropped meanwhile
+    const row = rowOf(s);
+    if (s.row) s.row.replaceWith(row);
+    else added.push(row);
+    s.row = row;
+    newest = Math.max(newest, (s.end || s.last).getTime());
+  }
+  view.changed.clear();
+  if (added.length) body.append(...added);
+  if (newest > view.scaleLast) placeBars();
+  windowInfo();
+}
+
+// Once a second: the scale follows now, open rows their elapsed time (and turn hung), and the
+// rows drawn fresh since the last tick lose their highlight.
+function tick() {
+  placeBars();
+  for (const row of view.freshRows) row.classList.remove("fresh");
+  view.freshRows.clear();
+  for (const s of view.order) {
+    if (s.finished || !s.row) continue;
+    const { state, duration } = spanState(s);
+    if (s.row.dataset.state !== state) {
+      s.row.replaceWith((s.row = rowOf(s)));
+      continue;
+    }
+    const cell = s.row.children[3];
+    if (cell.textContent !== duration) cell.textContent = duration;
+  }
 }
 
 // Events that arrive together are drawn together: one render per burst, not one per event.
@@ -234,9 +312,10 @@ function scheduleRender() {
   if (view.renderTimer) return;
   view.renderTimer = setTimeout(() => {
     view.renderTimer = null;
-    renderTimeline();
-    if (view.detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
-  }, 10);
+    const detail = view.detail && view.changed.has(view.detail);
+    renderChanged();
+    if (detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
+  }, 50);
 }
 
 function showDetails(s) {
@@ -338,10 +417,10 @@ function openSession(sessionId) {
       addEvent(event, true);
       scheduleRender();
     }
-    if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 500);
+    if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 1000);
   };
   view.source.addEventListener("lagged", () => selectSession(view.selected)); // missed some: reload the window
-  view.ticker = setInterval(() => view.order.some((s) => !s.finished) && renderTimeline(), 1000);
+  view.ticker = setInterval(tick, 1000);
 }
 
 function closeSession() {
