@@ -184,3 +184,32 @@ def test_storable_writes_an_int_too_long_for_decimal_in_hexadecimal() -> None:
     """Past Python's bound on int-to-decimal conversion, hexadecimal: exact, and never an exception."""
     value = 1 << 20_000
     assert schema.storable(value) == hex(value)
+
+
+@pytest.mark.parametrize(
+    "nanoseconds",
+    [0, 999, 1_000, 999_999_999, 1_700_000_000_000_000_000, 1_700_000_000_999_999_999, 4_102_444_799_999_999_000],
+)
+def test_log_stamps_the_exact_microsecond(nanoseconds: int) -> None:
+    """``log()``'s stamp (a float through ``fromtimestamp``) is the time cut to its microsecond, exactly."""
+    from datetime import timedelta
+
+    from gz_ia.client._client import _timestamp
+
+    exact = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanoseconds // 1000)
+    assert _timestamp(nanoseconds) == exact
+    assert _timestamp(nanoseconds).tzinfo is UTC
+
+
+def test_log_stamps_the_exact_microsecond_across_a_century() -> None:
+    """Spread over 1970-2100, so that a rounding slip in the float path would show."""
+    import random
+    from datetime import timedelta
+
+    from gz_ia.client._client import _timestamp
+
+    draw = random.Random(28)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for _ in range(20_000):
+        nanoseconds = draw.randrange(0, 4_102_444_800 * 10**9)
+        assert _timestamp(nanoseconds) == epoch + timedelta(microseconds=nanoseconds // 1000), nanoseconds

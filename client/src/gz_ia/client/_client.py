@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -84,12 +84,18 @@ LogCall = tuple[Any, ...]
 """The arguments of one ``log()`` call, its time in nanoseconds first, as :func:`_encode_call` takes them."""
 
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_from_timestamp: Final = datetime.fromtimestamp
 
 
 def _timestamp(nanoseconds: int) -> datetime:
-    """The UTC time of ``time.time_ns()``, to the microsecond as ``datetime.now(UTC)`` gives it."""
-    return _EPOCH + timedelta(microseconds=nanoseconds // 1000)
+    """The UTC time of ``time.time_ns()``, to the microsecond as ``datetime.now(UTC)`` gives it.
+
+    One C call, a third cheaper than adding a timedelta to the epoch (the sender runs this for every
+    event): the whole microseconds as a float are within an eighth of a microsecond of the exact
+    value until past the year 2100, and ``fromtimestamp`` rounds to the nearest microsecond, so the
+    result is the exact one (a test compares the two).
+    """
+    return _from_timestamp(nanoseconds // 1000 / 1e6, UTC)
 
 
 def _encode_call(call: LogCall) -> bytes:
