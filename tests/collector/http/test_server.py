@@ -185,3 +185,34 @@ def test_decoded_body_undoes_gzip_within_its_limit_and_refuses_a_bomb() -> None:
         decoded_body(request_with(gzip.compress(b"abc" * 100)[:20], "gzip"), 1000)
     with pytest.raises(ValueError, match="not supported"):
         decoded_body(request_with(b"x", "br"), 100)
+
+
+async def test_bodies_held_past_the_servers_bound_are_answered_429_and_the_count_returns() -> None:
+    """Two requests whose bodies are still arriving: the one that would take the bodies held past
+    the bound is answered 429 with Retry-After; once the first is answered, the bytes are free again."""
+    import os
+
+    counters = Counted()
+    server = HttpServer(routes(), own_uid=os.getuid(), counters=counters, max_bodies_held=1500)
+    await server.start(socket.create_server(("127.0.0.1", 0)))
+    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n"
+    first_reader, first = await asyncio.open_connection("127.0.0.1", server.port)
+    first.write(head + b"a" * 800)  # 800 bytes held, 100 still to come
+    await first.drain()
+    for _ in range(100):
+        if server.bodies_held == 800:
+            break
+        await asyncio.sleep(0.01)
+    assert server.bodies_held == 800
+    refused = await exchange(server.port, head + b"b" * 900)
+    assert refused.startswith(b"HTTP/1.1 429") and b"Retry-After: 1" in refused
+    first.write(b"a" * 100)
+    await first.drain()
+    answer = await first_reader.readuntil(b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200")
+    first.close()
+    assert server.bodies_held == 0
+    again = await exchange(server.port, head.replace(b"Host: x", b"Host: x\r\nConnection: close") + b"c" * 900)
+    assert b'"size": 900' in again and server.bodies_held == 0
+    assert ("echo", 429) in counters.answers
+    await server.close()

@@ -33,6 +33,7 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── _Fallback                        query._scan          private: the fast scan hands over to the careful reader
     ├── _NoAnswer                        oneshot.ledger       private: the collector was reached, gave no verdict
     ├── _NoCollector                     cli._gc              private: nothing listens, gc runs in this process
+    ├── _BodiesFull                      http.server          private: the bodies held at once are at the bound: 429
     └── _Closed                          http.server          private: the client closed, or went silent too long
 
 The four private signals never leave their module. Wrong arguments are programming errors and get

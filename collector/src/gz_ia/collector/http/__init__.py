@@ -8,9 +8,10 @@ it is read (:mod:`.peer`), and anything else is answered 403. Services offer rou
 
 from .messages import Handler, Request, Response, Route, Routes, StreamResponse, decoded_body
 from .peer import PeerUnknown, tcp_peer_uid
-from .server import HttpServer
+from .server import MAX_BODIES_HELD, HttpServer
 
 __all__ = [
+    "MAX_BODIES_HELD",
     "Handler",
     "HttpServer",
     "PeerUnknown",

@@ -1,7 +1,10 @@
 """The server: h11 on asyncio streams, one task per connection, the peer's uid checked first.
 
 Bounded everywhere a client could make it grow: connections held at once, the size of a request's
-head, each route's body, and the time a connection may sit idle or send slowly. Errors of the
+head, each route's body, the bodies of all connections held at once (past it a request is answered
+429 with ``Retry-After`` while its body is still arriving, so a flood of big exports cannot make the
+collector hold connections times the largest body), and the time a connection may sit idle or send
+slowly. Errors of the
 request (a bad head, an unknown path, a body too large) are answered and the connection closed;
 a handler that raises is answered 500 and logged, and the server goes on.
 """
@@ -16,7 +19,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator
 from typing import Final, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 import h11
 
@@ -25,7 +28,7 @@ from gz_ia.collector.errors import CollectorError
 from .messages import Request, Response, Route, Routes, StreamResponse
 from .peer import PeerUnknown, tcp_peer_uid
 
-__all__ = ["HttpCounters", "HttpServer"]
+__all__ = ["MAX_BODIES_HELD", "HttpCounters", "HttpServer"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -35,6 +38,10 @@ _IDLE_TIMEOUT: Final = 30.0
 """Seconds a connection may wait between two reads before it is closed (a slow or idle client)."""
 _CLOSE_GRACE: Final = 2.0
 """Seconds requests in progress get to finish when the server closes."""
+MAX_BODIES_HELD: Final = 64 << 20
+"""Bytes of request bodies the server holds at once, over every connection, from their first byte
+read until their answer is sent."""
+_RETRY_AFTER_BODIES: Final = "1"
 
 
 class HttpCounters(Protocol):
@@ -57,6 +64,10 @@ class _Closed(CollectorError):
     """The client closed the connection, or went silent past the idle timeout."""
 
 
+class _BodiesFull(CollectorError):
+    """The bodies held at once would pass :data:`MAX_BODIES_HELD`: this request waits its turn."""
+
+
 class HttpServer:
     """Serves ``routes`` on one listening TCP socket to processes of ``own_uid`` alone.
 
@@ -65,6 +76,7 @@ class HttpServer:
         own_uid: the only uid heard; any other peer, or one the kernel cannot name, gets 403.
         counters: counts answers and refusals.
         max_connections: connections held at once; past it a new one is answered 503 and closed.
+        max_bodies_held: bytes of request bodies held at once; past it a request is answered 429.
     """
 
     def __init__(
@@ -75,12 +87,16 @@ class HttpServer:
         counters: HttpCounters | None = None,
         max_connections: int = 256,
         idle_timeout: float = _IDLE_TIMEOUT,
+        max_bodies_held: int = MAX_BODIES_HELD,
     ) -> None:
         self.routes = routes
         self.own_uid = own_uid
         self.counters: HttpCounters = counters or _Uncounted()
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
+        self.max_bodies_held = max_bodies_held
+        self.bodies_held = 0
+        """Bytes of the bodies being read or answered now, over every connection."""
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[asyncio.Task[None], bool] = {}
         """Each connection's task → whether it is inside a request (idle ones are cancelled first)."""
@@ -191,37 +207,12 @@ class HttpServer:
                     await self._send_error(conn, writer, 404, f"no such path: {target.path}")
                 return
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in head.headers}
+            held = [0]
             try:
-                body = await self._read_body(conn, reader, route, headers)
-            except h11.RemoteProtocolError as exc:
-                await self._send_error(conn, writer, 400, f"bad request body: {exc}", endpoint=route.endpoint)
-                return
-            if body is None:
-                await self._send_error(
-                    conn, writer, 413, f"body beyond the limit of {route.max_body} bytes", endpoint=route.endpoint
-                )
-                return
-            request = Request(
-                method=route.method,
-                path=target.path,
-                query=parse_qs(target.query),
-                headers=headers,
-                body=body,
-                peer_uid=peer_uid,
-            )
-            try:
-                answer = await route.handler(request)
-            except Exception:
-                log.exception("http: %s %s failed", route.method, target.path)
-                await self._send_error(
-                    conn, writer, 500, "internal error (see the collector's log)", endpoint=route.endpoint
-                )
-                return
-            self.counters.answered(route.endpoint or route.path, answer.status)
-            if isinstance(answer, StreamResponse):
-                await self._stream(conn, reader, writer, answer)
-                return
-            await self._send(conn, writer, answer)
+                if not await self._answer(conn, reader, writer, route, target, headers, peer_uid, held):
+                    return
+            finally:
+                self.bodies_held -= held[0]
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -229,6 +220,63 @@ class HttpServer:
             except h11.LocalProtocolError:
                 return
             self._connections[task] = False
+
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        route: Route,
+        target: SplitResult,
+        headers: dict[str, str],
+        peer_uid: int,
+        held: list[int],
+    ) -> bool:
+        """Read one request's body (counting it in ``held``), call its handler and send the answer;
+        False when the connection is to be closed."""
+        try:
+            body = await self._read_body(conn, reader, route, headers, held)
+        except h11.RemoteProtocolError as exc:
+            await self._send_error(conn, writer, 400, f"bad request body: {exc}", endpoint=route.endpoint)
+            return False
+        except _BodiesFull:
+            await self._send_error(
+                conn, writer, 429, "the collector holds as many request bodies as it takes; retry later",
+                [("Retry-After", _RETRY_AFTER_BODIES)], endpoint=route.endpoint,
+            )  # fmt: skip
+            writer.write_eof()  # drop what the client still sends, briefly, so that it reads the 429
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_until_closed(reader), 1.0)
+            return False
+        if body is None:
+            await self._send_error(
+                conn, writer, 413, f"body beyond the limit of {route.max_body} bytes", endpoint=route.endpoint
+            )
+            return False
+        request = Request(
+            method=route.method,
+            path=target.path,
+            query=parse_qs(target.query),
+            headers=headers,
+            body=body,
+            peer_uid=peer_uid,
+        )
+        try:
+            answer = await route.handler(request)
+        except Exception:
+            log.exception("http: %s %s failed", route.method, target.path)
+            await self._send_error(
+                conn, writer, 500, "internal error (see the collector's log)", endpoint=route.endpoint
+            )
+            return False
+        self.counters.answered(route.endpoint or route.path, answer.status)
+        if isinstance(answer, StreamResponse):
+            self.bodies_held -= held[0]  # a stream outlives its request's body
+            held[0] = 0
+            await self._stream(conn, reader, writer, answer)
+            return False
+        await self._send(conn, writer, answer)
+        return True
 
     async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event:
         """The next event of the request, reading more as h11 needs it."""
@@ -247,9 +295,20 @@ class HttpServer:
             return event
 
     async def _read_body(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, route: Route, headers: dict[str, str]
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        route: Route,
+        headers: dict[str, str],
+        held: list[int],
     ) -> bytes | None:
-        """The whole body, or None when it is beyond ``route.max_body`` (the rest is not read)."""
+        """The whole body, or None when it is beyond ``route.max_body`` (the rest is not read).
+
+        Each part read is counted in ``held`` and :attr:`bodies_held` before it is kept.
+
+        Raises:
+            _BodiesFull: keeping the next part would pass :attr:`max_bodies_held`.
+        """
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > route.max_body:
             return None
@@ -261,6 +320,10 @@ class HttpServer:
                 size += len(event.data)
                 if size > route.max_body:
                     return None
+                if self.bodies_held + len(event.data) > self.max_bodies_held:
+                    raise _BodiesFull
+                self.bodies_held += len(event.data)
+                held[0] += len(event.data)
                 parts.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(parts)

@@ -14,7 +14,9 @@ token and cost counters say again what its ``api_request`` events say.
 With the agent's hooks and telemetry both on, a tool call is one cycle: the hooks' (they come
 first: the agent waits for each hook, and exports its logs every few seconds). A tool result whose
 call id the session already holds (an open cycle, or a line among the session's newest bytes) adds
-nothing.
+nothing. One whose cycle is staged but not yet written (an earlier copy of the same export, still in
+a write pass that has not ended) is answered 503 with ``Retry-After``: a 200 then would come before
+the lines are on the disk.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import enum
 import hashlib
 import json
 import logging
@@ -188,8 +191,14 @@ class OtlpReceiver:
         counted = collector.metrics.otlp_records
         joined = 0
         written_lately: dict[str, bytes] = {}
-        for item in items:
-            if item.join_cycle is not None and _already_held(collector, root, item, written_lately):
+        held: dict[int, _Held] = {}
+        for index, item in enumerate(items):
+            if item.join_cycle is not None:
+                held[index] = _already_held(collector, root, item, written_lately)
+        if _Held.BEING_WRITTEN in held.values():
+            return False  # before anything is staged: the retry finds it written, and joins it
+        for index, item in enumerate(items):
+            if held.get(index) is _Held.YES:
                 joined += 1
                 continue
             events, rejections, raw = _typed(item)
@@ -223,7 +232,17 @@ def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dic
     return events, rejections, raw
 
 
-def _already_held(collector: Collector, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> bool:
+class _Held(enum.Enum):
+    """Whether a session holds a tool call's cycle already."""
+
+    NO = "no"
+    YES = "yes"
+    """Open (its READ staged) or among the session's newest written lines."""
+    BEING_WRITTEN = "being written"
+    """Its lines staged, not yet written: an answer must wait for them."""
+
+
+def _already_held(collector: Collector, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> _Held:
     """Whether the session holds the hooks' cycle of the item's tool call: open, staged or written lately.
 
     ``written_lately`` keeps each session's newest bytes for the rest of the request: its file's
@@ -234,16 +253,16 @@ def _already_held(collector: Collector, root: RootStore, item: Item, written_lat
     try:
         state = collector.writer.session(root, item.session_id)
     except (OSError, ValueError):
-        return False
+        return _Held.NO
     if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
-        return True
+        return _Held.YES
     needle = b'"cycle":' + msgspec.json.encode(cycle)
     if any(needle in line for line in state.pending):
-        return True
+        return _Held.BEING_WRITTEN
     recent = written_lately.get(item.session_id)
     if recent is None:
         recent = written_lately[item.session_id] = _file_tail(root, item.session_id)
-    return needle in recent
+    return _Held.YES if needle in recent else _Held.NO
 
 
 def _file_tail(root: RootStore, session_id: str) -> bytes:
