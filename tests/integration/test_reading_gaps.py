@@ -193,13 +193,11 @@ def test_a_missing_root_is_an_error_for_every_reading_command(collector: Any, tm
         assert "-- No entries --" not in result.stderr
 
 
-def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, follow: Any, tmp_path: Path) -> None:
-    """A follower of the files (no collector at its socket) stopped while retention deletes what it
-    had not read: a lagged notice, then the rest, in order."""
-    collector = make_collector(env=RETAINING)
+def _stopped_while_retention_deletes(collector: Any, follow: Any, *options: str) -> Any:
+    """A follower of session ``lone`` that shows seq 1-3, is stopped while 200 more are sent and
+    retention deletes the first archive, and is then resumed."""
     _send(collector, "lone", 0, 3)
-    nowhere = str(tmp_path / "no-collector.sock")
-    follower = follow(collector, "--socket", nowhere, "session", "logs", "lone", "-f", "--json")
+    follower = follow(collector, *options, "session", "logs", "lone", "-f", "--json")
     assert [record["seq"] for record in follower.take(3)] == [1, 2, 3]
     follower.proc.send_signal(signal.SIGSTOP)
     try:
@@ -210,6 +208,15 @@ def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, fol
         wait_for(lambda: not list(first.glob("lone.events.000001.*")), message="retention to delete archive 1")
     finally:
         follower.proc.send_signal(signal.SIGCONT)
+    return follower
+
+
+def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, follow: Any, tmp_path: Path) -> None:
+    """A follower of the files (no collector at its socket) stopped while retention deletes what it
+    had not read: a lagged notice, then the rest, in order."""
+    collector = make_collector(env=RETAINING)
+    nowhere = str(tmp_path / "no-collector.sock")
+    follower = _stopped_while_retention_deletes(collector, follow, "--socket", nowhere)
     # Every seq is either shown once, in order, or inside a lagged notice that comes where it is missing.
     expected, notices = 4, []
     while expected <= 203:
@@ -236,16 +243,7 @@ def test_a_stopped_follower_of_the_stream_misses_nothing_retention_deletes(make_
     """The same stopped follower, subscribed to the collector: the stream still holds what retention
     deleted from the files, so every event is shown, in order, without a notice."""
     collector = make_collector(env=RETAINING)
-    _send(collector, "lone", 0, 3)
-    follower = follow(collector, "session", "logs", "lone", "-f", "--json")
-    assert [record["seq"] for record in follower.take(3)] == [1, 2, 3]
-    follower.proc.send_signal(signal.SIGSTOP)
-    try:
-        _send(collector, "lone", 3, 200)
-        first = collector.root / "sessions"
-        wait_for(lambda: not list(first.glob("lone.events.000001.*")), message="retention to delete archive 1")
-    finally:
-        follower.proc.send_signal(signal.SIGCONT)
+    follower = _stopped_while_retention_deletes(collector, follow)
     shown = follower.take(200)
     assert [record.get("seq") for record in shown] == list(range(4, 204))
     _code, stderr = follower.finish()

@@ -4,9 +4,8 @@ Bounded everywhere a client could make it grow: connections held at once, the si
 head, each route's body, the bodies of all connections held at once (past it a request is answered
 429 with ``Retry-After`` while its body is still arriving, so a flood of big exports cannot make the
 collector hold connections times the largest body), and the time a connection may sit idle or send
-slowly. Errors of the
-request (a bad head, an unknown path, a body too large) are answered and the connection closed;
-a handler that raises is answered 500 and logged, and the server goes on.
+slowly. Errors of the request (a bad head, an unknown path, a body too large) are answered and the
+connection closed; a handler that raises is answered 500 and logged, and the server goes on.
 """
 
 from __future__ import annotations
@@ -151,11 +150,7 @@ class HttpServer:
                 writer.write(_bare_response(status, reason))
                 with contextlib.suppress(ConnectionError):
                     await writer.drain()
-                    # Read (and drop) what the peer is still sending, briefly: closing with unread
-                    # data would reset the connection before the refusal reaches it.
-                    writer.write_eof()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(_until_closed(reader), 1.0)
+                    await _drop_the_rest(reader, writer)
                 return
             await self._serve(task, reader, writer)
         except (_Closed, ConnectionError, asyncio.IncompleteReadError):
@@ -207,12 +202,8 @@ class HttpServer:
                     await self._send_error(conn, writer, 404, f"no such path: {target.path}")
                 return
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in head.headers}
-            held = [0]
-            try:
-                if not await self._answer(conn, reader, writer, route, target, headers, peer_uid, held):
-                    return
-            finally:
-                self.bodies_held -= held[0]
+            if not await self._answer(conn, reader, writer, route, target, headers, peer_uid):
+                return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -230,12 +221,12 @@ class HttpServer:
         target: SplitResult,
         headers: dict[str, str],
         peer_uid: int,
-        held: list[int],
     ) -> bool:
-        """Read one request's body (counting it in ``held``), call its handler and send the answer;
-        False when the connection is to be closed."""
+        """Read one request's body, call its handler and send the answer; False when the connection
+        is to be closed. The body counts in :attr:`bodies_held` until its answer is sent (a stream's,
+        until the stream begins)."""
         try:
-            body = await self._read_body(conn, reader, route, headers, held)
+            body = await self._read_body(conn, reader, route, headers)
         except h11.RemoteProtocolError as exc:
             await self._send_error(conn, writer, 400, f"bad request body: {exc}", endpoint=route.endpoint)
             return False
@@ -244,9 +235,8 @@ class HttpServer:
                 conn, writer, 429, "the collector holds as many request bodies as it takes; retry later",
                 [("Retry-After", _RETRY_AFTER_BODIES)], endpoint=route.endpoint,
             )  # fmt: skip
-            writer.write_eof()  # drop what the client still sends, briefly, so that it reads the 429
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_until_closed(reader), 1.0)
+            with contextlib.suppress(ConnectionError):
+                await _drop_the_rest(reader, writer)
             return False
         if body is None:
             await self._send_error(
@@ -262,21 +252,22 @@ class HttpServer:
             peer_uid=peer_uid,
         )
         try:
-            answer = await route.handler(request)
-        except Exception:
-            log.exception("http: %s %s failed", route.method, target.path)
-            await self._send_error(
-                conn, writer, 500, "internal error (see the collector's log)", endpoint=route.endpoint
-            )
-            return False
-        self.counters.answered(route.endpoint or route.path, answer.status)
-        if isinstance(answer, StreamResponse):
-            self.bodies_held -= held[0]  # a stream outlives its request's body
-            held[0] = 0
-            await self._stream(conn, reader, writer, answer)
-            return False
-        await self._send(conn, writer, answer)
-        return True
+            try:
+                answer = await route.handler(request)
+            except Exception:
+                log.exception("http: %s %s failed", route.method, target.path)
+                await self._send_error(
+                    conn, writer, 500, "internal error (see the collector's log)", endpoint=route.endpoint
+                )
+                return False
+            self.counters.answered(route.endpoint or route.path, answer.status)
+            if not isinstance(answer, StreamResponse):
+                await self._send(conn, writer, answer)
+                return True
+        finally:
+            self.bodies_held -= len(body)
+        await self._stream(conn, reader, writer, answer)
+        return False
 
     async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event:
         """The next event of the request, reading more as h11 needs it."""
@@ -300,11 +291,11 @@ class HttpServer:
         reader: asyncio.StreamReader,
         route: Route,
         headers: dict[str, str],
-        held: list[int],
     ) -> bytes | None:
         """The whole body, or None when it is beyond ``route.max_body`` (the rest is not read).
 
-        Each part read is counted in ``held`` and :attr:`bodies_held` before it is kept.
+        Each part read is counted in :attr:`bodies_held` before it is kept; a body returned stays
+        counted (the caller gives it back), one given up is given back here.
 
         Raises:
             _BodiesFull: keeping the next part would pass :attr:`max_bodies_held`.
@@ -314,21 +305,26 @@ class HttpServer:
             return None
         parts: list[bytes] = []
         size = 0
-        while True:
-            event = await self._next_event(conn, reader)
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > route.max_body:
-                    return None
-                if self.bodies_held + len(event.data) > self.max_bodies_held:
-                    raise _BodiesFull
-                self.bodies_held += len(event.data)
-                held[0] += len(event.data)
-                parts.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                return b"".join(parts)
-            else:
-                raise _Closed
+        try:
+            while True:
+                event = await self._next_event(conn, reader)
+                if isinstance(event, h11.Data):
+                    if size + len(event.data) > route.max_body:
+                        break
+                    if self.bodies_held + len(event.data) > self.max_bodies_held:
+                        raise _BodiesFull
+                    self.bodies_held += len(event.data)
+                    size += len(event.data)
+                    parts.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    return b"".join(parts)
+                else:
+                    raise _Closed
+        except BaseException:  # the connection goes (a cancellation included): so does its body
+            self.bodies_held -= size
+            raise
+        self.bodies_held -= size
+        return None
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, answer: Response) -> None:
         headers = [
@@ -404,6 +400,14 @@ async def _pump(
             return
         writer.write(conn.send(h11.Data(data=chunk)))
         await writer.drain()
+
+
+async def _drop_the_rest(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a refusal: read (and drop) what the peer is still sending, briefly. Closing with unread
+    data would reset the connection before the refusal reaches it."""
+    writer.write_eof()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_until_closed(reader), 1.0)
 
 
 async def _until_closed(reader: asyncio.StreamReader) -> None:

@@ -172,9 +172,9 @@ class OtlpReceiver:
                 root = collector.open_root(_root_of(request), request.peer_uid)
             except (CollectorError, OSError) as exc:  # someone else's, locked by another collector, ...
                 return self._rejected("root", 400, f"cannot use the session root: {exc}")
-            written = await self._stage(root, signal, items)
-            if not written:
-                return _error(503, "the collector could not write this export; retry later", retry_after="1")
+            not_yet = await self._stage(root, signal, items)
+            if not_yet is not None:
+                return _error(503, f"{not_yet}; retry later", retry_after="1")
             return _ok(protobuf)
         finally:
             self.in_flight -= len(request.body)
@@ -183,8 +183,9 @@ class OtlpReceiver:
         while len(self.sessions) > _SPANS_REMEMBERED:
             self.sessions.popitem(last=False)
 
-    async def _stage(self, root: RootStore, signal: Signal, items: list[Item]) -> bool:
-        """Stage every item (one producer each) and wait for their verdicts; True once all are written."""
+    async def _stage(self, root: RootStore, signal: Signal, items: list[Item]) -> str | None:
+        """Stage every item (one producer each) and wait for their verdicts: None once all are
+        written, or why the export cannot be answered 200 yet."""
         collector = self.collector
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[bool]] = []
@@ -195,8 +196,8 @@ class OtlpReceiver:
         for index, item in enumerate(items):
             if item.join_cycle is not None:
                 held[index] = _already_held(collector, root, item, written_lately)
-        if _Held.BEING_WRITTEN in held.values():
-            return False  # before anything is staged: the retry finds it written, and joins it
+        if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
+            return "a tool call of this export is still being written from its first copy"
         for index, item in enumerate(items):
             if held.get(index) is _Held.YES:
                 joined += 1
@@ -212,9 +213,9 @@ class OtlpReceiver:
         counted.labels(signal.value, "staged").inc(len(futures))
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
-        if not futures:
-            return True
-        return all(await asyncio.gather(*futures))
+        if futures and not all(await asyncio.gather(*futures)):
+            return "the collector could not write this export"
+        return None
 
 
 def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dict[int, bytes]]:
