@@ -199,7 +199,7 @@ def _slow_disk(make_collector: Any, short_tmp: Path) -> Any:
 
 
 @pytest.mark.slow
-def test_a_slow_then_stalled_disk_answers_200_only_once_written_and_429_at_the_bound(slow_disk: Any) -> None:
+def test_a_slow_then_stalled_disk_answers_200_only_once_written_and_429_at_the_bound(slow_disk: Any, soak: Any) -> None:
     """Exporters post logs and traces at once to a collector whose disk is slow, then stalled, then
     fast again: no export is answered 200 before its lines are in the files, stalled or not; once
     the collector holds what it takes the answer is 429 with Retry-After (not a hang past the
@@ -211,10 +211,12 @@ def test_a_slow_then_stalled_disk_answers_200_only_once_written_and_429_at_the_b
         Exporter(collector, _exports(f"{name}", signal, 30, 20), backing=disk.backing)
         for name, signal in (("a1", "traces"), ("b2", "logs"), ("c3", "traces"), ("d4", "logs"))
     ]
-    # Big exports that fill the bytes in flight while the disk is stalled.
+    # Big exports that fill the bytes in flight while the disk is stalled: the first of each, sent
+    # at once, are more than the collector holds; a bounded run (GZ_IA_SOAK_SECONDS) sends no more.
+    per_filler = max(1, int(soak(120.0) / 30))
     fillers = [
-        Exporter(collector, _exports(f"f{index}", "traces", 4, 1000, pad=2000), backing=disk.backing)
-        for index in range(16)  # more than the bytes the collector holds at once
+        Exporter(collector, _exports(f"f{index}", "traces", per_filler, 1000, pad=2000), backing=disk.backing)
+        for index in range(16)
     ]
     for exporter in exporters:
         exporter.start()
@@ -253,7 +255,7 @@ def _vm(pid: int, key: str) -> int:
 
 
 @pytest.mark.slow
-def test_a_flood_of_big_exports_keeps_memory_bounded_and_loses_nothing(collector: CollectorProcess) -> None:
+def test_a_flood_of_big_exports_keeps_memory_bounded_and_loses_nothing(collector: CollectorProcess, soak: Any) -> None:
     """Many exporters at once, each posting exports of a few MB: peak RSS stays within the baseline
     plus the receiver's documented bound, some are answered 429 (and resent), and every export
     answered 200 is stored exactly once."""
@@ -264,7 +266,10 @@ def test_a_flood_of_big_exports_keeps_memory_bounded_and_loses_nothing(collector
     warm.start()
     warm.join(60)
     baseline = _vm(pid, "VmRSS")
-    exporters = [Exporter(collector, _exports(f"e{index}", "traces", 3, 1500, pad=1500)) for index in range(24)]
+    # The first exports of all exporters at once are more than the bounds hold; a bounded run
+    # (GZ_IA_SOAK_SECONDS) sends one each.
+    each = max(1, int(soak(90.0) / 30))
+    exporters = [Exporter(collector, _exports(f"e{index}", "traces", each, 1500, pad=1500)) for index in range(24)]
     size = len(exporters[0].exports[0].body)
     assert 2 << 20 < size < MAX_OTLP_BODY
     for exporter in exporters:
