@@ -29,6 +29,17 @@ pytestmark = [pytest.mark.backends, pytest.mark.timeout(1500)]
 __all__ = ["_mlflow_server", "_phoenix"]  # the session fixtures, imported to be found here
 
 CLI = "from gz_ia.collector.cli import main; main()"
+SPAN_KINDS = {
+    "invoke_agent claude-code": {"AGENT"},
+    "invoke_agent Explore": {"AGENT"},
+    "session": {"CHAIN"},
+    "prompt": {"CHAIN"},
+    "subagent": {"CHAIN"},
+    "Bash": {"TOOL"},
+    "Agent": {"TOOL"},
+    "Read": {"TOOL"},
+}
+"""Each span name of :func:`log_claude_tree`'s export and its kind, as both backends file it."""
 
 
 def _ns(line: dict[str, Any]) -> int:
@@ -157,16 +168,7 @@ def check_phoenix_tree(collector: Any, spans: list[dict[str, Any]], root: str) -
         assert span["attributes"]["session.id"] == root  # the whole tree in one Phoenix session
     assert kid_span["attributes"]["gz_ia.session.id"] == kid
     kinds = {name: {span["span_kind"] for span in group} for name, group in by_name.items()}
-    assert kinds == {
-        "invoke_agent claude-code": {"AGENT"},
-        "invoke_agent Explore": {"AGENT"},
-        "session": {"CHAIN"},
-        "prompt": {"CHAIN"},
-        "subagent": {"CHAIN"},
-        "Bash": {"TOOL"},
-        "Agent": {"TOOL"},
-        "Read": {"TOOL"},
-    }
+    assert kinds == SPAN_KINDS
     read = by_name["Read"][0]
     assert read["parent_id"] == kid_span["context"]["span_id"]
     assert read["attributes"]["tool.name"] == "Read"
@@ -317,16 +319,7 @@ def test_mlflow_shows_the_sessions_as_its_own(collector: Any, mlflow_server: Bac
         _ns(stored["ml1"][-1]),
     )
     types = {name: {_attrs(span)["mlflow.spanType"] for span in group} for name, group in by_name.items()}
-    assert types == {
-        "invoke_agent claude-code": {"AGENT"},
-        "invoke_agent Explore": {"AGENT"},
-        "session": {"CHAIN"},
-        "prompt": {"CHAIN"},
-        "subagent": {"CHAIN"},
-        "Bash": {"TOOL"},
-        "Agent": {"TOOL"},
-        "Read": {"TOOL"},
-    }
+    assert types == SPAN_KINDS
     statuses = sorted(span["status"]["code"] for span in by_name["Bash"])
     assert statuses == ["STATUS_CODE_ERROR", "STATUS_CODE_OK"]
     agent = _attrs(by_name["Agent"][0])

@@ -81,19 +81,19 @@ def _cycles(lines: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [(line["action"], line["stage"], line["status"]) for line in lines]
 
 
+def _run_agents(collector: Any, program: str, *, sessions: int) -> None:
+    """Run ``program`` against the collector and wait for the ``sessions`` it makes."""
+    result = subprocess.run(
+        [sys.executable, "-c", program], env=collector.env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: len(collector.all_sessions()) == sessions, message=f"{sessions} sessions")
+
+
 def test_a_run_with_tools_and_a_handoff_becomes_a_session_tree(collector: Any) -> None:
     """Trace -> session; agent spans -> subagent sessions (the handoff's target under its source);
     tool spans -> cycles with durations, the failing one FAILED with its error."""
-    result = subprocess.run(
-        [sys.executable, "-c", AGENT_PROGRAM],
-        env=collector.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    wait_for(lambda: len(collector.all_sessions()) == 3, message="three sessions")
+    _run_agents(collector, AGENT_PROGRAM, sessions=3)
     sessions = collector.all_sessions()
     (trace_id,) = [sid for sid in sessions if sid.startswith("trace_")]
     planner_id, helper_id = sorted(
@@ -171,16 +171,7 @@ assert result.final_output == "done", result.final_output
 def test_a_model_span_with_usage_becomes_a_usage_record(collector: Any) -> None:
     """A generation span's usage and model become a ``model <name>`` cycle whose FINISH carries the
     tokens, counted in its agent session's totals and rolled up into the trace's session."""
-    result = subprocess.run(
-        [sys.executable, "-c", USAGE_PROGRAM],
-        env=collector.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    wait_for(lambda: len(collector.all_sessions()) == 2, message="two sessions")
+    _run_agents(collector, USAGE_PROGRAM, sessions=2)
     sessions = collector.all_sessions()
     (trace_id,) = [sid for sid in sessions if sid.startswith("trace_")]
     (agent_id,) = [sid for sid in sessions if sid != trace_id]
