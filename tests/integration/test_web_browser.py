@@ -10,6 +10,7 @@ docs/images/ are taken here (``GZ_IA_SCREENSHOTS=1`` writes them).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -119,6 +120,72 @@ def test_the_page_lists_follows_and_drills_down(collector: CollectorProcess, age
     page.locator('#tree li[data-session="ui-top-sub"]').click()
     page.locator('#timeline tr[data-action="run tests"][data-state="failed"]').wait_for()
     assert "3 tests failed" in page.locator('#timeline tr[data-action="run tests"]').inner_text()
+    page.close()
+
+
+ROWS_NEAR_THE_VIEW = 60
+"""More than the rows of an 800 px view and the few drawn above and below it; far fewer than held."""
+
+IN_VIEW = """
+(name) => {
+  const row = document.querySelector(`#timeline tr[data-action="${name}"]`);
+  if (!row) return false;
+  const [r, b] = [row.getBoundingClientRect(), document.querySelector('#timeline-scroll').getBoundingClientRect()];
+  return r.top >= b.top && r.bottom <= b.bottom;
+}
+"""
+
+
+def _steps(session_id: str, numbers: range) -> list[Any]:
+    return [
+        build_event(session_id=session_id, action=f"step-{number:04d}", stage="READ", agent="claude")
+        for number in numbers
+    ]
+
+
+def test_the_timeline_draws_only_the_rows_near_its_view(collector: CollectorProcess, browser: Any) -> None:
+    """A long timeline follows its tail with a bounded number of rows, and load older keeps all it loaded."""
+    from playwright.sync_api import expect
+
+    send_events(collector, _steps("long", range(1_500)))
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(address + "#/s/long")
+    rows = page.locator("#timeline tbody tr[data-action]")
+    page.locator("#live.on").wait_for()
+    page.locator('#timeline tr[data-action="step-1499"]').wait_for()
+    assert page.evaluate(IN_VIEW, "step-1499")  # the newest window opens at its tail
+    assert page.locator("#window-info").inner_text().startswith("500 events shown")
+    assert 20 <= rows.count() <= ROWS_NEAR_THE_VIEW
+
+    # Live events: the view follows the tail, the rows drawn stay few.
+    send_events(collector, _steps("long", range(1_500, 1_600)))
+    page.locator('#timeline tr[data-action="step-1599"]').wait_for()
+    expect(page.locator('#timeline tr[data-action="step-1599"]')).to_be_in_viewport()
+    assert rows.count() <= ROWS_NEAR_THE_VIEW
+
+    # Older events, twice: past the 1,000 rows the page once held, nothing loaded is dropped.
+    page.click("#older")
+    expect(page.locator("#window-info")).to_have_text(re.compile(r"^1100 events"))
+    page.click("#older")
+    expect(page.locator("#window-info")).to_have_text(re.compile(r"^1600 events"))
+    expect(page.locator('#timeline tr[data-action="step-0000"]')).to_be_in_viewport()  # at the top
+    assert rows.count() <= ROWS_NEAR_THE_VIEW
+
+    # Scrolled into the middle: those rows are drawn, and a live event does not move the view.
+    page.evaluate("document.querySelector('#timeline-scroll').scrollTop = 800 * 28")
+    expect(page.locator('#timeline tr[data-action="step-0805"]')).to_be_in_viewport()
+    send_events(collector, _steps("long", range(1_600, 1_610)))
+    expect(page.locator("#window-info")).to_have_text(re.compile(r"^1610 events"))
+    assert page.evaluate(IN_VIEW, "step-0805")
+    assert page.locator('#timeline tr[data-action="step-1609"]').count() == 0  # far below the view
+    assert rows.count() <= ROWS_NEAR_THE_VIEW
+
+    # Back at the end, it follows the tail again.
+    page.evaluate("document.querySelector('#timeline-scroll').scrollTop = 1e9")
+    send_events(collector, _steps("long", range(1_610, 1_620)))
+    expect(page.locator('#timeline tr[data-action="step-1619"]')).to_be_in_viewport()
     page.close()
 
 
