@@ -189,6 +189,27 @@ def test_the_timeline_draws_only_the_rows_near_its_view(collector: CollectorProc
     page.close()
 
 
+def test_a_page_running_no_frames_still_folds_what_it_is_sent(collector: CollectorProcess, browser: Any) -> None:
+    """As in a hidden tab, no animation frame runs: live events are folded anyway, not queued without end."""
+    send_events(collector, _steps("quiet", range(10)))
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(address + "#/s/quiet")
+    page.locator('#timeline tr[data-action="step-0009"]').wait_for()
+    page.locator("#live.on").wait_for()
+    page.evaluate("window.requestAnimationFrame = () => 0")  # the frames a hidden tab does not run
+    send_events(collector, _steps("quiet", range(10, 2_510)))
+    # Polled from here: the page's CSP keeps Playwright from polling a JavaScript predicate in it.
+    for _ in range(TIMEOUT_MS // 100):
+        if page.evaluate("view.order.length + view.pending.length") >= 2_510:
+            break
+        page.wait_for_timeout(100)
+    assert page.evaluate("view.order.length") >= 2_010  # the window's 10, then 2,000 folded at once
+    assert page.evaluate("view.pending.length") < 2_000
+    page.close()
+
+
 def test_another_uids_browser_is_refused(collector: CollectorProcess) -> None:
     """Chromium run as another uid, given the very address with its key, gets the floor's 403."""
     address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()

@@ -12,6 +12,7 @@ const WINDOW = 500;
 const MAX_SPANS = 20000; // spans held; past it, live spans push out the oldest
 const ROW_HEIGHT = 28; // px, each timeline row's height in the stylesheet: the list's unit
 const OVERSCAN = 3; // rows drawn above and below the visible ones, ready for a scroll
+const MAX_PENDING = 2000; // live events queued for the next frame before they are folded without one
 
 const $ = (selector) => document.querySelector(selector);
 const el = (tag, attrs = {}, ...children) => {
@@ -258,6 +259,8 @@ function dropOldest() {
   if (view.order.length <= MAX_SPANS) return;
   for (const dropped of view.order.splice(0, view.order.length - MAX_SPANS)) {
     view.spans.delete(dropped.key);
+    view.changed.delete(dropped);
+    view.freshSpans.delete(dropped);
     view.events -= dropped.events.length;
     if (dropped.row) dropped.row.remove();
     dropped.row = null;
@@ -362,14 +365,21 @@ function tick() {
   }
 }
 
+// Fold the live events queued into the spans, the oldest going past MAX_SPANS.
+function foldPending() {
+  if (!view.windowLoaded) return; // loadWindow draws, then folds what came meanwhile
+  for (const event of view.pending.splice(0)) if (event.seq > view.loadedSeq) addEvent(event, true);
+  dropOldest();
+}
+
 // Events are folded in and drawn once per frame, just before the browser paints: whatever arrived
 // since the last frame is drawn together, and the message handler only parses and queues.
 function scheduleRender() {
   if (view.frame) return;
   view.frame = requestAnimationFrame(() => {
     view.frame = null;
-    if (!view.windowLoaded) return; // loadWindow draws, then folds what came meanwhile
-    for (const event of view.pending.splice(0)) if (event.seq > view.loadedSeq) addEvent(event, true);
+    if (!view.windowLoaded) return;
+    foldPending();
     const detail = view.detail && view.changed.has(view.detail);
     renderChanged();
     if (detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
@@ -483,6 +493,8 @@ function openSession(sessionId) {
     if (event.session_id === view.selected && event.seq > (view.lastSeq || 0)) {
       view.lastSeq = event.seq;
       view.pending.push(event);
+      // A hidden tab runs no frames: fold there too, so that what it holds stays bounded.
+      if (view.pending.length >= MAX_PENDING) foldPending();
       scheduleRender();
     }
     if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 1000);
