@@ -143,6 +143,14 @@ def _steps(session_id: str, numbers: range) -> list[Any]:
     ]
 
 
+def _finished_steps(session_id: str, numbers: range) -> list[Any]:
+    return [
+        build_event(session_id=session_id, action=f"step-{number:04d}", stage=stage, agent="claude")
+        for number in numbers
+        for stage in ("READ", "FINISH")
+    ]
+
+
 def test_the_timeline_draws_only_the_rows_near_its_view(collector: CollectorProcess, browser: Any) -> None:
     """A long timeline follows its tail with a bounded number of rows, and load older keeps all it loaded."""
     from playwright.sync_api import expect
@@ -186,6 +194,34 @@ def test_the_timeline_draws_only_the_rows_near_its_view(collector: CollectorProc
     page.evaluate("document.querySelector('#timeline-scroll').scrollTop = 1e9")
     send_events(collector, _steps("long", range(1_610, 1_620)))
     expect(page.locator('#timeline tr[data-action="step-1619"]')).to_be_in_viewport()
+    page.close()
+
+
+def test_past_the_spans_held_the_oldest_go_and_the_view_stays_put(collector: CollectorProcess, browser: Any) -> None:
+    """Past 20,000 spans held the oldest are dropped; a view scrolled above the tail keeps showing its rows."""
+    from playwright.sync_api import expect
+
+    send_events(collector, _finished_steps("longer", range(500)))  # the window: the newest 250 of them
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(address + "#/s/longer")
+    page.locator('#timeline tr[data-action="step-0499"]').wait_for()
+    page.locator("#live.on").wait_for()
+    page.evaluate("document.querySelector('#timeline-scroll').scrollTop = 200 * 28")  # step-0450 on top
+    expect(page.locator('#timeline tr[data-action="step-0450"]')).to_be_in_viewport()
+    # Live, 500 actions at a time, each batch seen before the next: a subscriber far behind is told it
+    # lagged and reloads its window.
+    held = 250  # the window's
+    for start in range(500, 20_350, 500):
+        end = min(start + 500, 20_350)
+        send_events(collector, _finished_steps("longer", range(start, end)))
+        held = min(20_000, held + end - start)
+        expect(page.locator("#window-info")).to_have_text(re.compile(rf"^{2 * held} events"), timeout=TIMEOUT_MS)
+    assert held == 20_000  # 100 spans dropped
+    assert page.evaluate("view.order[0].action") == "step-0350"
+    assert page.evaluate(IN_VIEW, "step-0450")
+    assert page.locator("#timeline tbody tr[data-action]").count() <= ROWS_NEAR_THE_VIEW
     page.close()
 
 

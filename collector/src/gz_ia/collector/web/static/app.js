@@ -151,7 +151,7 @@ const view = {
   top: null, selected: null, source: null, spans: new Map(), order: [], older: null,
   events: 0, treeTimer: null, ticker: null, detail: null, frame: null, pending: [], loadedSeq: 0,
   origin: Date.now(), scaleLast: 0, changed: new Set(), freshRows: new Set(),
-  freshSpans: new Set(), drawn: [], following: true, gapAbove: null, gapBelow: null,
+  freshSpans: new Set(), drawn: [], following: true, gapAbove: null, gapBelow: null, droppedAbove: 0,
 };
 
 function spanKey(event) {
@@ -257,6 +257,7 @@ function rowOf(s) {
 // a whole long session. Loading older events drops nothing: what the user asked for stays.
 function dropOldest() {
   if (view.order.length <= MAX_SPANS) return;
+  view.droppedAbove += view.order.length - MAX_SPANS;
   for (const dropped of view.order.splice(0, view.order.length - MAX_SPANS)) {
     view.spans.delete(dropped.key);
     view.changed.delete(dropped);
@@ -287,7 +288,10 @@ function drawRows() {
   const box = $("#timeline-scroll");
   const height = box.clientHeight;
   const total = view.order.length;
-  const top = view.following ? Math.max(0, total * ROW_HEIGHT - height) : box.scrollTop;
+  // Spans dropped above the view since the last frame: scrolled back by as much, it stays put.
+  const shift = view.droppedAbove * ROW_HEIGHT;
+  view.droppedAbove = 0;
+  const top = view.following ? Math.max(0, total * ROW_HEIGHT - height) : Math.max(0, box.scrollTop - shift);
   const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
   const last = Math.min(total, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
   const wanted = view.order.slice(first, last);
@@ -313,6 +317,7 @@ function drawRows() {
   view.gapAbove.style.height = `${first * ROW_HEIGHT}px`;
   view.gapBelow.style.height = `${(total - last) * ROW_HEIGHT}px`;
   if (view.following) box.scrollTop = box.scrollHeight;
+  else if (shift) box.scrollTop = top;
 }
 
 // Every row drawn again: a new window, another hung threshold.
@@ -463,6 +468,7 @@ function selectSession(sessionId) {
   view.older = null;
   view.lastSeq = 0;
   view.loadedSeq = 0;
+  view.droppedAbove = 0;
   view.windowLoaded = false;
   view.pending = [];
   view.following = true;
