@@ -11,18 +11,22 @@ the measurement. With ``--page`` the page itself is measured too: headless Chrom
 Debian's ``/usr/bin/chromium``) shows the producer's session, at ``--page-rate`` for ``--page-seconds``
 (each event its own action, a new row) beside the same replay, and a MutationObserver notes, in the
 page's clock (``performance.timeOrigin + performance.now()``, the one ``time.time_ns()`` reads), when
-each event's row is added to its timeline; ``--page-only`` measures the page alone.
+each event is drawn: the page draws only the rows near its view, which follows the tail, so when the
+row of probe N is added every probe up to N is on the page (events are folded in order), drawn or
+scrolled past above it. At the end the bench checks that the newest probe's row is in view.
+``--page-only`` measures the page alone; ``--trace FILE`` writes a Chromium trace of the page's run
+(the main thread's style, layout, paint and script, for Perfetto or chrome://tracing).
 
 The client holds an event logged alone up to its linger (100 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
-(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--page-only``, ``--linger-ms``, ``--scale``, ``--json FILE``).
+(``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--page-only``, ``--linger-ms``, ``--scale``, ``--trace FILE``,
+``--json FILE``).
 Figures: docs/performance.md ("Against the targets") and bench/results/live.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import socket
@@ -230,16 +234,34 @@ PAGE_PROBE: Final = """
     try { window.__arrived[JSON.parse(message.data).action] = clock(); } catch (error) {}
     handler(message);
   };
+  // The page draws only the rows near its view; following the tail, the newest event's row is the
+  // one in view. Events come and are folded in order, so when probe-N's row is added every probe up
+  // to N is on the page: drawn, or scrolled past above it, as a row is in any long table.
   const body = document.querySelector('#timeline tbody');
+  let drawn = -1;
   new MutationObserver((records) => {
     const now = clock();
+    let newest = drawn;
     for (const record of records) {
       for (const row of record.addedNodes) {
         const name = row.dataset && row.dataset.action;
-        if (name && name.startsWith('probe-') && !(name in window.__seen)) window.__seen[name] = now;
+        if (name && name.startsWith('probe-')) newest = Math.max(newest, Number(name.slice(6)));
       }
     }
+    for (let n = drawn + 1; n <= newest; n++) window.__seen['probe-' + n] = now;
+    drawn = newest;
   }).observe(body, { childList: true });
+}
+"""
+
+
+NEWEST_IN_VIEW: Final = """
+(name) => {
+  const row = document.querySelector(`#timeline tr[data-action="${name}"]`);
+  if (!row) return false;
+  const box = row.closest('#timeline-scroll') || document.documentElement;
+  const [r, b] = [row.getBoundingClientRect(), box.getBoundingClientRect()];
+  return r.bottom > b.top && r.top < Math.min(b.bottom, innerHeight);
 }
 """
 
@@ -285,6 +307,8 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
             page.locator('#timeline tr[data-action="warm-up"]').wait_for(timeout=30_000)
             page.locator("#live.on").wait_for(timeout=30_000)
             page.evaluate(PAGE_PROBE)
+            if args.trace is not None:  # the main thread's work, for chrome://tracing or Perfetto
+                browser.start_tracing(page=page, path=str(args.trace), categories=["devtools.timeline"])
             beside: dict[str, float] = {}
             watcher = threading.Thread(target=_watch, args=(base, key, count, beside), daemon=True)
             watcher.start()
@@ -300,11 +324,16 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
             stop.set()
             replay.join(30)
             # Whatever did not reach the page within 10 s of the last event's send counts as missed.
-            with contextlib.suppress(Exception):
-                page.wait_for_function(f"Object.keys(window.__seen).length >= {count}", timeout=10_000)
+            # Polled from here: the page's CSP refuses the eval Playwright's wait_for_function polls with.
+            deadline = time.monotonic() + 10
+            while page.evaluate("Object.keys(window.__seen).length") < count and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if args.trace is not None:
+                browser.stop_tracing()
             seen: dict[str, float] = page.evaluate("window.__seen")
             arrived: dict[str, float] = page.evaluate("window.__arrived")
-            rows = page.evaluate("document.querySelectorAll('#timeline tbody tr').length")
+            rows = page.evaluate("document.querySelectorAll('#timeline tbody tr[data-action]').length")
+            newest_in_view = page.evaluate(NEWEST_IN_VIEW, f"probe-{count - 1}")
             browser.close()
         lines = [json.loads(line) for line in (Path(env["GZ_IA_ROOT"]) / "sessions" / "page.events.jsonl").open()]
         sent = {line["action"]: line["attrs"]["sent_ns"] / 1e6 for line in lines if line["action"].startswith("probe-")}
@@ -314,7 +343,8 @@ def measure_page(args: argparse.Namespace, base_dir: Path) -> dict[str, Any]:
             "logged": count,
             "stored": len(sent),
             "replayed_frames_during": replayed_during,
-            "rows_held_at_end": rows,
+            "rows_in_page_at_end": rows,
+            "newest_row_in_view_at_end": newest_in_view,
             "page": _percentiles([seen[name] - sent[name] for name in sent if name in seen]),
             "page_event_source": _percentiles([arrived[name] - sent[name] for name in sent if name in arrived]),
             "sse_beside_page": _percentiles([beside[name] - sent[name] for name in sent if name in beside]),
@@ -388,6 +418,9 @@ def main() -> None:
     parser.add_argument("--page-seconds", type=float, default=10.0)
     parser.add_argument(
         "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 100 ms)"
+    )
+    parser.add_argument(
+        "--trace", type=Path, default=None, help="write a Chromium trace of the page's run (its figures then differ)"
     )
     parser.add_argument("--scale", action="store_true", help="time the web view's JSON on a large root instead")
     parser.add_argument("--sessions", type=int, default=10_000)

@@ -7,7 +7,12 @@ const params = new URLSearchParams(location.search);
 const ROOT = params.get("root") || "";
 const PAGE = 100;
 const WINDOW = 500;
-const MAX_ROWS = 1000; // timeline rows kept in the page; older spans are dropped past it
+// The timeline is a virtual list: every span held is data, and only the rows in or near the view
+// are in the page, so what a frame costs the browser does not grow with the session.
+const MAX_SPANS = 20000; // spans held; past it, live spans push out the oldest
+const ROW_HEIGHT = 28; // px, each timeline row's height in the stylesheet: the list's unit
+const OVERSCAN = 3; // rows drawn above and below the visible ones, ready for a scroll
+const MAX_PENDING = 2000; // live events queued for the next frame before they are folded without one
 
 const $ = (selector) => document.querySelector(selector);
 const el = (tag, attrs = {}, ...children) => {
@@ -144,8 +149,9 @@ function hideListLive() {
 
 const view = {
   top: null, selected: null, source: null, spans: new Map(), order: [], older: null,
-  events: 0, treeTimer: null, ticker: null, detail: null, renderTimer: null,
+  events: 0, treeTimer: null, ticker: null, detail: null, frame: null, pending: [], loadedSeq: 0,
   origin: Date.now(), scaleLast: 0, changed: new Set(), freshRows: new Set(),
+  freshSpans: new Set(), drawn: [], following: true, gapAbove: null, gapBelow: null, droppedAbove: 0,
 };
 
 function spanKey(event) {
@@ -181,7 +187,10 @@ function addEvent(event, fresh) {
   }
   current.last = at;
   current.fresh = current.fresh || fresh;
-  if (fresh) view.changed.add(current);
+  if (fresh) {
+    view.changed.add(current);
+    view.freshSpans.add(current);
+  }
   view.events += 1;
 }
 
@@ -236,7 +245,7 @@ function rowOf(s) {
     el("td", {}, bar),
     el("td", { text: clock(s.start) }),
     el("td", { class: "num", text: duration }),
-    el("td", {}, badge(state), s.error ? el("span", { class: "error", text: "  " + s.error }) : ""),
+    el("td", {}, badge(state), s.error ? el("span", { class: "error", title: s.error, text: "  " + s.error }) : ""),
   );
   if (s.fresh) view.freshRows.add(row);
   s.fresh = false;
@@ -244,13 +253,18 @@ function rowOf(s) {
   return row;
 }
 
-// Past MAX_ROWS the oldest spans go, rows and events: the page never holds a whole long session.
+// Past MAX_SPANS the oldest spans go, rows and events, as live ones arrive: the page never holds
+// a whole long session. Loading older events drops nothing: what the user asked for stays.
 function dropOldest() {
-  if (view.order.length <= MAX_ROWS) return;
-  for (const dropped of view.order.splice(0, view.order.length - MAX_ROWS)) {
+  if (view.order.length <= MAX_SPANS) return;
+  view.droppedAbove += view.order.length - MAX_SPANS;
+  for (const dropped of view.order.splice(0, view.order.length - MAX_SPANS)) {
     view.spans.delete(dropped.key);
+    view.changed.delete(dropped);
+    view.freshSpans.delete(dropped);
     view.events -= dropped.events.length;
     if (dropped.row) dropped.row.remove();
+    dropped.row = null;
   }
 }
 
@@ -259,33 +273,80 @@ function windowInfo() {
   $("#older").hidden = !view.older;
 }
 
+// A row spanning the table, as tall as the rows it stands for: the scroll height stays that of
+// every span held, the rows themselves are drawn only near the view.
+function gapRow() {
+  const row = el("tr", { class: "gap", "aria-hidden": "true" }, el("td", { colspan: "5" }));
+  row.style.height = "0px"; // through the CSSOM: the CSP allows no inline styles
+  return row;
+}
+
+// Draw the rows in or near the view, between the two gaps; rows already drawn stay as they are.
+// While the view follows the tail (scrolled to the end, as it opens) it stays at the newest row.
+// The sizes are read first, before this frame writes anything, so that reading them costs no layout.
+function drawRows() {
+  const box = $("#timeline-scroll");
+  const height = box.clientHeight;
+  const total = view.order.length;
+  // Spans dropped above the view since the last frame: scrolled back by as much, it stays put.
+  const shift = view.droppedAbove * ROW_HEIGHT;
+  view.droppedAbove = 0;
+  const top = view.following ? Math.max(0, total * ROW_HEIGHT - height) : Math.max(0, box.scrollTop - shift);
+  const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
+  const last = Math.min(total, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
+  const wanted = view.order.slice(first, last);
+  const keep = new Set(wanted);
+  for (const s of view.drawn) {
+    if (!keep.has(s) && s.row) {
+      s.row.remove();
+      s.row = null;
+    }
+  }
+  // The rows kept are in the order wanted: walk them, putting each new row before the next kept one.
+  const body = view.gapAbove.parentNode;
+  let next = view.gapAbove.nextSibling;
+  for (const s of wanted) {
+    if (s.row && s.row === next) {
+      next = next.nextSibling;
+      continue;
+    }
+    if (!s.row) s.row = rowOf(s);
+    body.insertBefore(s.row, next);
+  }
+  view.drawn = wanted;
+  view.gapAbove.style.height = `${first * ROW_HEIGHT}px`;
+  view.gapBelow.style.height = `${(total - last) * ROW_HEIGHT}px`;
+  if (view.following) box.scrollTop = box.scrollHeight;
+  else if (shift) box.scrollTop = top;
+}
+
 // Every row drawn again: a new window, another hung threshold.
 function renderTimeline() {
-  dropOldest();
   view.changed.clear();
   view.freshRows.clear();
+  view.freshSpans.clear();
+  for (const s of view.drawn) s.row = null;
+  view.drawn = [];
+  view.gapAbove = gapRow();
+  view.gapBelow = gapRow();
+  $("#timeline tbody").replaceChildren(view.gapAbove, view.gapBelow);
   placeBars();
-  $("#timeline tbody").replaceChildren(...view.order.map((s) => (s.row = rowOf(s))));
+  drawRows();
   windowInfo();
 }
 
-// Only the spans live events touched: a new span's row is appended, a changed one's replaced.
+// The spans live events touched: a drawn one's row is replaced, and the rows near the view drawn.
 function renderChanged() {
   dropOldest();
-  const body = $("#timeline tbody");
-  const added = [];
   let newest = 0;
   for (const s of view.changed) {
-    if (!view.spans.has(s.key) || view.spans.get(s.key) !== s) continue; // dropped meanwhile
-    const row = rowOf(s);
-    if (s.row) s.row.replaceWith(row);
-    else added.push(row);
-    s.row = row;
+    if (view.spans.get(s.key) !== s) continue; // dropped meanwhile
+    if (s.row) s.row.replaceWith((s.row = rowOf(s)));
     newest = Math.max(newest, (s.end || s.last).getTime());
   }
   view.changed.clear();
-  if (added.length) body.append(...added);
   if (newest > view.scaleLast) placeBars();
+  drawRows();
   windowInfo();
 }
 
@@ -295,7 +356,9 @@ function tick() {
   placeBars();
   for (const row of view.freshRows) row.classList.remove("fresh");
   view.freshRows.clear();
-  for (const s of view.order) {
+  for (const s of view.freshSpans) s.fresh = false; // not drawn meanwhile: not fresh when scrolled to
+  view.freshSpans.clear();
+  for (const s of view.drawn) {
     if (s.finished || !s.row) continue;
     const { state, duration } = spanState(s);
     if (s.row.dataset.state !== state) {
@@ -307,15 +370,25 @@ function tick() {
   }
 }
 
-// Events that arrive together are drawn together: one render per burst, not one per event.
+// Fold the live events queued into the spans, the oldest going past MAX_SPANS.
+function foldPending() {
+  if (!view.windowLoaded) return; // loadWindow draws, then folds what came meanwhile
+  for (const event of view.pending.splice(0)) if (event.seq > view.loadedSeq) addEvent(event, true);
+  dropOldest();
+}
+
+// Events are folded in and drawn once per frame, just before the browser paints: whatever arrived
+// since the last frame is drawn together, and the message handler only parses and queues.
 function scheduleRender() {
-  if (view.renderTimer) return;
-  view.renderTimer = setTimeout(() => {
-    view.renderTimer = null;
+  if (view.frame) return;
+  view.frame = requestAnimationFrame(() => {
+    view.frame = null;
+    if (!view.windowLoaded) return;
+    foldPending();
     const detail = view.detail && view.changed.has(view.detail);
     renderChanged();
     if (detail && view.spans.get(view.detail.key) === view.detail) showDetails(view.detail);
-  }, 50);
+  });
 }
 
 function showDetails(s) {
@@ -366,11 +439,16 @@ async function loadWindow(before) {
     view.order = [];
     view.events = 0;
     for (const event of [...page.events, ...held].sort((a, b) => a.seq - b.seq)) addEvent(event, false);
+    // Show what was just loaded, at the top; the view follows the tail again once scrolled to the end.
+    view.following = false;
+    $("#timeline-scroll").scrollTop = 0;
   } else {
     for (const event of page.events) addEvent(event, false);
   }
   view.older = page.older;
-  view.lastSeq = Math.max(view.lastSeq || 0, ...page.events.map((event) => event.seq));
+  // Live events queued while the window was read may be in it already: those are not folded again.
+  view.loadedSeq = Math.max(view.loadedSeq, ...page.events.map((event) => event.seq));
+  view.lastSeq = Math.max(view.lastSeq || 0, view.loadedSeq);
   const transcript = page.events.find((event) => event.attrs && event.attrs.transcript_path);
   if (transcript) {
     const search = new URLSearchParams(ROOT ? { root: ROOT } : {});
@@ -378,6 +456,8 @@ async function loadWindow(before) {
     $("#transcript").replaceChildren(el("a", { href: `api/transcript?${search}`, target: "_blank", rel: "noopener", title: transcript.attrs.transcript_path, text: "transcript" }));
   }
   renderTimeline();
+  view.windowLoaded = true;
+  if (view.pending.length) scheduleRender();
 }
 
 function selectSession(sessionId) {
@@ -387,7 +467,11 @@ function selectSession(sessionId) {
   view.events = 0;
   view.older = null;
   view.lastSeq = 0;
+  view.loadedSeq = 0;
+  view.droppedAbove = 0;
+  view.windowLoaded = false;
   view.pending = [];
+  view.following = true;
   $("#transcript").replaceChildren();
   $("#timeline-title").textContent = `Timeline of ${sessionId}`;
   for (const item of document.querySelectorAll("#tree li")) item.classList.toggle("selected", item.dataset.session === sessionId);
@@ -414,7 +498,9 @@ function openSession(sessionId) {
     const event = JSON.parse(message.data);
     if (event.session_id === view.selected && event.seq > (view.lastSeq || 0)) {
       view.lastSeq = event.seq;
-      addEvent(event, true);
+      view.pending.push(event);
+      // A hidden tab runs no frames: fold there too, so that what it holds stays bounded.
+      if (view.pending.length >= MAX_PENDING) foldPending();
       scheduleRender();
     }
     if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 1000);
@@ -447,6 +533,12 @@ $("#search").addEventListener("submit", (event) => {
 $("#prev").addEventListener("click", () => ((list.offset = Math.max(0, list.offset - PAGE)), loadList()));
 $("#next").addEventListener("click", () => ((list.offset += PAGE), loadList()));
 $("#older").addEventListener("click", () => loadWindow(view.older));
+$("#timeline-scroll").addEventListener("scroll", () => {
+  // Scrolled to the end (by the user or by drawRows), the view follows the tail; elsewhere it stays.
+  const box = $("#timeline-scroll");
+  view.following = box.scrollTop + box.clientHeight >= box.scrollHeight - ROW_HEIGHT / 2;
+  scheduleRender();
+}, { passive: true });
 $("#details-close").addEventListener("click", () => {
   view.detail = null;
   $("#details").hidden = true;
