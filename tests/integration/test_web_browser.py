@@ -68,6 +68,10 @@ def test_the_page_lists_follows_and_drills_down(collector: CollectorProcess, age
     address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip() + "&hung=2"
     page = browser.new_page(viewport={"width": 1400, "height": 800})
     page.set_default_timeout(TIMEOUT_MS)
+    # What the browser complains of (a request answered 4xx/5xx, a CSP violation, a script error).
+    complaints: list[str] = []
+    page.on("console", lambda message: complaints.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: complaints.append(str(error)))
     page.goto(address)
     assert "key=" not in page.url  # traded for the cookie
     rows = page.locator("#sessions tbody tr")
@@ -122,6 +126,7 @@ def test_the_page_lists_follows_and_drills_down(collector: CollectorProcess, age
     page.locator('#tree li[data-session="ui-top-sub"]').click()
     page.locator('#timeline tr[data-action="run tests"][data-state="failed"]').wait_for()
     assert "3 tests failed" in page.locator('#timeline tr[data-action="run tests"]').inner_text()
+    assert complaints == []
     page.close()
 
 

@@ -10,7 +10,7 @@ import pytest
 STATIC = resources.files("gz_ia.collector.web").joinpath("static")
 
 
-@pytest.mark.parametrize("name", ["index.html", "app.js", "app.css"])
+@pytest.mark.parametrize("name", ["index.html", "app.js", "app.css", "icon.svg"])
 def test_static_files_load_nothing_from_another_origin(name: str) -> None:
     """No http(s) URL, no protocol-relative URL, no inline script or style in the page's files."""
     text = STATIC.joinpath(name).read_text()

@@ -33,6 +33,7 @@ _STATIC: Final = {
     "index.html": ("index.html", "text/html; charset=utf-8"),
     "app.js": ("app.js", "text/javascript; charset=utf-8"),
     "app.css": ("app.css", "text/css; charset=utf-8"),
+    "icon.svg": ("icon.svg", "image/svg+xml"),
 }
 _SECURITY_HEADERS: Final = [
     ("Cache-Control", "no-store"),
