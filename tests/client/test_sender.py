@@ -65,8 +65,29 @@ def test_invalid_arguments_are_counted_not_raised_unless_asked(short_tmp: Path) 
     strict = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", raise_on_error=True)
     with pytest.raises(ValueError, match="non-empty error"):
         strict.log(session_id="s", action="a", stage="FINISH", status="FAILED", agent="agy")
+    with pytest.raises(ValueError, match="stage must be READ, PENDING or FINISH"):
+        strict.log(session_id="s", action="a", stage="WRITING", agent="agy")
+    with pytest.raises(ValueError, match="status must be OK or FAILED"):
+        strict.log(session_id="s", action="a", stage="READ", status="MAYBE", agent="agy")
+    assert strict.stats().invalid == 0
     client.close(timeout=0)
     strict.close(timeout=0)
+
+
+def test_a_bad_call_left_for_the_sender_is_counted_with_its_reason(short_tmp: Path) -> None:
+    """log() leaves a plain call to be judged when the queue is next moved: an unknown stage or
+    status, or FAILED without an error, is counted invalid with its reason by the time stats()
+    returns, and the good calls around it are queued in order."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", linger=3600, spool=False)
+    client.log(session_id="s", action="first", stage="READ", agent="agy")
+    client.log(session_id="s", action="a", stage="READ", status="MAYBE", agent="agy")
+    client.log(session_id="s", action="last", stage="FINISH", agent="agy")
+    stats = client.stats()
+    assert (stats.invalid, stats.queued) == (1, 2)
+    assert "status must be OK or FAILED, not 'MAYBE'" in (stats.last_error or "")
+    actions = [msgspec.msgpack.decode(item.body)["action"] for item in client._sender._events.items]
+    assert actions == ["first", "last"]
+    client.close(timeout=0)
 
 
 def test_log_encodes_the_same_event_as_a_log_event() -> None:

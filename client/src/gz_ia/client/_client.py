@@ -85,6 +85,7 @@ LogCall = tuple[Any, ...]
 
 
 _from_timestamp: Final = datetime.fromtimestamp
+_time_ns: Final = time.time_ns
 
 
 def _timestamp(nanoseconds: int) -> datetime:
@@ -99,9 +100,10 @@ def _timestamp(nanoseconds: int) -> datetime:
 
 
 def _encode_call(call: LogCall) -> bytes:
-    """Build, cut to its limits and encode the event of one ``log()`` call.
+    """Judge, build, cut to its limits and encode the event of one ``log()`` call.
 
     Raises:
+        ValueError: ``stage`` or ``status`` is not a known value, or FAILED comes without ``error``.
         ValueError, TypeError, OverflowError: the event cannot be built (a value of the wrong type,
             an int past 64 bits outside ``attrs``).
     """
@@ -109,6 +111,10 @@ def _encode_call(call: LogCall) -> bytes:
         nanoseconds, session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
         cycle, root_session_id,
     ) = call  # fmt: skip
+    stage = _stage(stage)
+    status = _status(status)
+    if status is FAILED and not error:
+        raise ValueError("status FAILED requires a non-empty error")
     record = _LogRecord(
         _timestamp(nanoseconds),
         session_id,
@@ -264,6 +270,8 @@ class Client:
             encode_call=_encode_call,
         )
         self._raise_on_error = raise_on_error
+        self._defers = not raise_on_error
+        """Whether log() may leave a call to be judged and encoded later (see :meth:`log_fields`)."""
 
     @property
     def socket_path(self) -> Path:
@@ -303,39 +311,64 @@ class Client:
         is not its parent (session scopes set it), so that readers find the tree from its root even
         when the sessions between never log.
         """
-        # The hot path of every agent, cheap even when it runs with cold caches (an agent that logs
-        # every few milliseconds sleeps in between, and its CPU's caches are cold when it wakes):
-        # only what must be judged now (the stage, the status, an error for FAILED) and the time
-        # are taken here. The event is built, cut to its limits and encoded by whichever thread
-        # next moves the queue (_encode_call), in a batch, with warm caches. An event with an
-        # error, attrs or a long action is encoded here, as before: its size must count against
-        # the queue's byte bound at once, and a caller may change its attrs map afterwards.
+        self.log_fields(
+            session_id, action, stage, agent, status, role, parent_session_id, duration_ms, error, attrs, cycle,
+            root_session_id,
+        )  # fmt: skip
+
+    def log_fields(
+        self,
+        session_id: str,
+        action: str,
+        stage: Stage | str,
+        agent: str,
+        status: Status | str,
+        role: str | None,
+        parent_session_id: str | None,
+        duration_ms: int | None,
+        error: str | None,
+        attrs: dict[str, AttrValue] | None,
+        cycle: str | None,
+        root_session_id: str | None,
+    ) -> None:
+        """:meth:`log` with every field given, by position: what scopes call.
+
+        With the CPU's caches cold (an agent that logs every few milliseconds sleeps in between),
+        matching a dozen keywords costs more than all the rest of the call; a call by position to a
+        function without keyword-only parameters is also the one the interpreter runs without a
+        frame of its own in C.
+        """
+        # The hot path of every agent: only the time is taken here. The call is judged (stage,
+        # status, an error for FAILED), built, cut to its limits and encoded by whichever thread
+        # next moves the queue (_encode_call), in a batch; one that cannot be built is counted in
+        # stats().invalid then, which stats() sees, since it moves the queue first. An event with
+        # an error, attrs or a long action is judged and encoded here: its size must count against
+        # the queue's byte bound at once, and a caller may change its attrs map afterwards. So is
+        # every event of a client that raises on errors, which must raise here.
+        call = (
+            _time_ns(), session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
+            cycle, root_session_id,
+        )  # fmt: skip
         try:
-            stage = _STAGES[stage]
-            status = _STATUSES[status]
-            if status is FAILED and not error:
-                raise ValueError("status FAILED requires a non-empty error")
-            call = (
-                time.time_ns(), session_id, action, stage, status, agent, parent_session_id, role,
-                duration_ms, error, attrs, cycle, root_session_id,
-            )  # fmt: skip
-            if self._raise_on_error or error is not None or attrs is not None or len(action) > MAX_ACTION_LENGTH:
-                self._sender.submit(_encode_call(call), session_id)
-                return
-        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+            deferred = error is None and attrs is None and self._defers and len(action) <= MAX_ACTION_LENGTH
+        except TypeError:  # an action without a length: judged below
+            deferred = False
+        if deferred:
+            # The sender's fast path for a call (see Sender): an append and two tests.
+            sender = self._sender
+            inbox = sender.inbox
+            inbox.append(call)
+            if not (sender.ready and len(inbox) < INBOX_EVENTS):
+                sender.take_inbox()
+            return
+        try:
+            body = _encode_call(call)
+        except (ValueError, TypeError, OverflowError) as exc:
             if self._raise_on_error:
-                if isinstance(exc, KeyError):
-                    _stage(stage)
-                    _status(status)
                 raise
             self._sender.count_invalid(exc)
             return
-        # The sender's fast path for a call (see Sender): an append and two tests.
-        sender = self._sender
-        inbox = sender.inbox
-        inbox.append(call)
-        if not (sender.ready and len(inbox) < INBOX_EVENTS):
-            sender.take_inbox()
+        self._sender.submit(body, session_id)
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""
