@@ -13,7 +13,7 @@ Debian's ``/usr/bin/chromium``) shows the producer's session, at ``--page-rate``
 page's clock (``performance.timeOrigin + performance.now()``, the one ``time.time_ns()`` reads), when
 each event's row is added to its timeline; ``--page-only`` measures the page alone.
 
-The client holds an event logged alone up to its linger (100 ms by default) for others to share its
+The client holds an event logged alone up to its linger (250 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
 (``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--page-only``, ``--linger-ms``, ``--scale``, ``--json FILE``).
 Figures: docs/performance.md ("Against the targets") and bench/results/live.md.
@@ -387,14 +387,14 @@ def main() -> None:
     parser.add_argument("--page-rate", type=float, default=1000.0)
     parser.add_argument("--page-seconds", type=float, default=10.0)
     parser.add_argument(
-        "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 100 ms)"
+        "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 250 ms)"
     )
     parser.add_argument("--scale", action="store_true", help="time the web view's JSON on a large root instead")
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--big", type=int, default=1_000_000, help="events of the big session (--scale)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    results: dict[str, Any] = {"linger_ms": args.linger_ms if args.linger_ms is not None else "default (100)"}
+    results: dict[str, Any] = {"linger_ms": args.linger_ms if args.linger_ms is not None else "default (250)"}
     with scratch_dir("gz-live-") as base:
         if args.scale:
             results["scale"] = measure_scale(args, base / "scale")

@@ -162,7 +162,7 @@ def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
     finally:
         collector.proc.send_signal(signal.SIGCONT)
     lagging = 20_000 - _batcher.WINDOW_EVENTS - _sender._LAGGING_EVENTS
-    assert lagging // _sender.INBOX_EVENTS - 1 <= len(turns) <= 20_000 // _sender.INBOX_EVENTS
+    assert lagging // _sender._TURN_EVENTS - 1 <= len(turns) <= 20_000 // _sender._TURN_EVENTS
     assert all(turns)
     assert client.flush(timeout=30)
     assert client.stats().accepted == 20_001

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from ._sender import Sender
 
-INBOX_EVENTS: Final = 256
+INBOX_EVENTS: Final = 128
 """The sender's (``gz_ia.client._sender.INBOX_EVENTS``): held here, where the sockets and threads the
 sender imports are not loaded until a client is made; a test checks that the two agree."""
 
@@ -250,7 +250,7 @@ class Client:
         raise_on_error: raise ``ValueError`` from :meth:`log` for an event that cannot be built,
             instead of counting it in ``stats().invalid``.
         linger: seconds an event logged alone may wait for the next ones to share its frame
-            (``$GZ_IA_LINGER_MS``, 0.1 s by default; 0 sends each event at once). :meth:`send`,
+            (``$GZ_IA_LINGER_MS``, 0.25 s by default; 0 sends each event at once). :meth:`send`,
             :meth:`flush` and :meth:`close` never wait for it.
     """
 
