@@ -74,6 +74,27 @@ def test_invalid_arguments_are_counted_not_raised_unless_asked(short_tmp: Path) 
     strict.close(timeout=0)
 
 
+class _Unhashable(str):
+    """A stage whose hash fails with what no lookup expects: the agent's object, not ours."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash today")
+
+
+def test_a_call_whose_values_fail_in_any_way_is_counted_and_delivery_goes_on(short_tmp: Path) -> None:
+    """Whatever a deferred call's own values raise when the call is judged, that call alone is
+    counted invalid: neither log() nor the thread that moves the queue raises."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", linger=3600, spool=False)
+    client.log(session_id="s", action="a", stage=_Unhashable("READ"), agent="agy")
+    client.log(session_id="s", action="b", stage="READ", agent="agy")
+    stats = client.stats()
+    assert (stats.invalid, stats.queued) == (1, 1)
+    assert "no hash today" in (stats.last_error or "")
+    client.close(timeout=0)
+
+
 def test_a_bad_call_left_for_the_sender_is_counted_with_its_reason(short_tmp: Path) -> None:
     """log() leaves a plain call to be judged when the queue is next moved: an unknown stage or
     status, or FAILED without an error, is counted invalid with its reason by the time stats()

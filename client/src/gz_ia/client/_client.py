@@ -127,7 +127,7 @@ def _encode_call(call: LogCall) -> bytes:
     except (KeyError, TypeError):
         _stage(stage)  # raises the ValueError that names what is wrong
         _status(status)
-        raise
+        raise ValueError(f"stage {stage!r} or status {status!r} is not a known value") from None
     if status is FAILED and not error:
         raise ValueError("status FAILED requires a non-empty error")
     record = _LogRecord(
