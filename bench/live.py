@@ -17,7 +17,7 @@ scrolled past above it. At the end the bench checks that the newest probe's row 
 ``--page-only`` measures the page alone; ``--trace FILE`` writes a Chromium trace of the page's run
 (the main thread's style, layout, paint and script, for Perfetto or chrome://tracing).
 
-The client holds an event logged alone up to its linger (100 ms by default) for others to share its
+The client holds an event logged alone up to its linger (250 ms by default) for others to share its
 frame: ``--linger-ms 0`` measures the path beyond the client. Run ``uv run python -m bench.live``
 (``--rate``, ``--seconds``, ``--replay``, ``--page``, ``--page-only``, ``--linger-ms``, ``--scale``, ``--trace FILE``,
 ``--json FILE``).
@@ -417,7 +417,7 @@ def main() -> None:
     parser.add_argument("--page-rate", type=float, default=1000.0)
     parser.add_argument("--page-seconds", type=float, default=10.0)
     parser.add_argument(
-        "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 100 ms)"
+        "--linger-ms", type=float, default=None, help="the producer's GZ_IA_LINGER_MS (default: the client's, 250 ms)"
     )
     parser.add_argument(
         "--trace", type=Path, default=None, help="write a Chromium trace of the page's run (its figures then differ)"
@@ -427,7 +427,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=1_000_000, help="events of the big session (--scale)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    results: dict[str, Any] = {"linger_ms": args.linger_ms if args.linger_ms is not None else "default (100)"}
+    results: dict[str, Any] = {"linger_ms": args.linger_ms if args.linger_ms is not None else "default (250)"}
     with scratch_dir("gz-live-") as base:
         if args.scale:
             results["scale"] = measure_scale(args, base / "scale")

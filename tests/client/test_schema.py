@@ -188,28 +188,53 @@ def test_storable_writes_an_int_too_long_for_decimal_in_hexadecimal() -> None:
 
 @pytest.mark.parametrize(
     "nanoseconds",
-    [0, 999, 1_000, 999_999_999, 1_700_000_000_000_000_000, 1_700_000_000_999_999_999, 4_102_444_799_999_999_000],
+    [
+        0,
+        999,
+        1_000,
+        999_999_999,
+        1_700_000_000_000_000_000,
+        1_700_000_000_999_999_999,
+        4_102_444_799_999_999_000,
+        -1_000_000,
+        (1 << 34) * 10**9 + 5_000,
+    ],
 )
 def test_log_stamps_the_exact_microsecond(nanoseconds: int) -> None:
-    """``log()``'s stamp (a float through ``fromtimestamp``) is the time cut to its microsecond, exactly."""
+    """``log()``'s stamp reads back as the time cut to its microsecond, in UTC, exactly."""
+    from datetime import timedelta
+
+    exact = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanoseconds // 1000)
+    stamp = _stamp_read_back(nanoseconds)
+    assert stamp == exact
+    assert stamp.utcoffset() == timedelta(0)
+
+
+def _stamp_read_back(nanoseconds: int) -> datetime:
+    from gz_ia.client._client import _timestamp
+
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(_timestamp(nanoseconds)), type=datetime)
+
+
+def test_log_stamps_the_bytes_msgspec_writes_for_the_datetime() -> None:
+    """The stamp made from integers is the MessagePack timestamp msgspec writes for that datetime
+    (its 8-byte form, whenever the time has a fraction of a second)."""
     from datetime import timedelta
 
     from gz_ia.client._client import _timestamp
 
+    nanoseconds = 1_700_000_000_123_456_789
     exact = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanoseconds // 1000)
-    assert _timestamp(nanoseconds) == exact
-    assert _timestamp(nanoseconds).tzinfo is UTC
+    assert msgspec.msgpack.encode(_timestamp(nanoseconds)) == msgspec.msgpack.encode(exact)
 
 
 def test_log_stamps_the_exact_microsecond_across_a_century() -> None:
-    """Spread over 1970-2100, so that a rounding slip in the float path would show."""
+    """Spread over 1970-2100, so that a slip in the arithmetic would show."""
     import random
     from datetime import timedelta
-
-    from gz_ia.client._client import _timestamp
 
     draw = random.Random(28)
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     for _ in range(20_000):
         nanoseconds = draw.randrange(0, 4_102_444_800 * 10**9)
-        assert _timestamp(nanoseconds) == epoch + timedelta(microseconds=nanoseconds // 1000), nanoseconds
+        assert _stamp_read_back(nanoseconds) == epoch + timedelta(microseconds=nanoseconds // 1000), nanoseconds

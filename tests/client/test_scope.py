@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+import msgspec
 import pytest
 
 import gz_ia.client as gz
@@ -279,3 +280,31 @@ def test_ids_of_the_wrong_type_raise_type_error() -> None:
         gz.session("s", agent=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="session id"):
         gz.session(42, agent="a")  # type: ignore[arg-type]
+
+
+def test_a_scope_hands_the_real_client_the_fields_log_would(short_tmp: Any) -> None:
+    """Scopes call the real client by position (Client.log_fields): the event queued is the one
+    Client.log makes of the same fields, the time aside."""
+    client = gz.Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", linger=3600, spool=False)
+    scope = gz.session(
+        "s-1", agent="agy", role="planner", parent_session_id="p-1", root_session_id="r-1", client=client
+    )
+    with scope.action("step", role="tool") as act:
+        act.pending()
+    scope.log("note", "READ", cycle="c1")
+    client.log(session_id="s-1", parent_session_id="p-1", root_session_id="r-1", agent="agy", role="planner",
+               action="note", stage="READ", cycle="c1")  # fmt: skip
+    assert client.stats().queued == 5
+    events = [msgspec.msgpack.decode(item.body) for item in client._sender._events.items]
+    for event in events:
+        del event["timestamp"]
+    read, pending, finish, note, logged = events
+    assert note == logged == {
+        "session_id": "s-1", "parent_session_id": "p-1", "root_session_id": "r-1", "agent": "agy",
+        "role": "planner", "action": "note", "stage": "READ", "status": "OK", "cycle": "c1",
+    }  # fmt: skip
+    assert [(e["stage"], e["role"], e["cycle"]) for e in (read, pending, finish)] == [
+        ("READ", "tool", act.cycle), ("PENDING", "tool", act.cycle), ("FINISH", "tool", act.cycle)
+    ]  # fmt: skip
+    assert "duration_ms" in finish and finish["status"] == "OK"
+    client.close(timeout=0)

@@ -65,8 +65,50 @@ def test_invalid_arguments_are_counted_not_raised_unless_asked(short_tmp: Path) 
     strict = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", raise_on_error=True)
     with pytest.raises(ValueError, match="non-empty error"):
         strict.log(session_id="s", action="a", stage="FINISH", status="FAILED", agent="agy")
+    with pytest.raises(ValueError, match="stage must be READ, PENDING or FINISH"):
+        strict.log(session_id="s", action="a", stage="WRITING", agent="agy")
+    with pytest.raises(ValueError, match="status must be OK or FAILED"):
+        strict.log(session_id="s", action="a", stage="READ", status="MAYBE", agent="agy")
+    assert strict.stats().invalid == 0
     client.close(timeout=0)
     strict.close(timeout=0)
+
+
+class _Unhashable(str):
+    """A stage whose hash fails with what no lookup expects: the agent's object, not ours."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash today")
+
+
+def test_a_call_whose_values_fail_in_any_way_is_counted_and_delivery_goes_on(short_tmp: Path) -> None:
+    """Whatever a deferred call's own values raise when the call is judged, that call alone is
+    counted invalid: neither log() nor the thread that moves the queue raises."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", linger=3600, spool=False)
+    client.log(session_id="s", action="a", stage=_Unhashable("READ"), agent="agy")
+    client.log(session_id="s", action="b", stage="READ", agent="agy")
+    stats = client.stats()
+    assert (stats.invalid, stats.queued) == (1, 1)
+    assert "no hash today" in (stats.last_error or "")
+    client.close(timeout=0)
+
+
+def test_a_bad_call_left_for_the_sender_is_counted_with_its_reason(short_tmp: Path) -> None:
+    """log() leaves a plain call to be judged when the queue is next moved: an unknown stage or
+    status, or FAILED without an error, is counted invalid with its reason by the time stats()
+    returns, and the good calls around it are queued in order."""
+    client = Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", linger=3600, spool=False)
+    client.log(session_id="s", action="first", stage="READ", agent="agy")
+    client.log(session_id="s", action="a", stage="READ", status="MAYBE", agent="agy")
+    client.log(session_id="s", action="last", stage="FINISH", agent="agy")
+    stats = client.stats()
+    assert (stats.invalid, stats.queued) == (1, 2)
+    assert "status must be OK or FAILED, not 'MAYBE'" in (stats.last_error or "")
+    actions = [msgspec.msgpack.decode(item.body)["action"] for item in client._sender._events.items]
+    assert actions == ["first", "last"]
+    client.close(timeout=0)
 
 
 def test_log_encodes_the_same_event_as_a_log_event() -> None:
@@ -141,7 +183,7 @@ def test_an_agent_logging_faster_than_the_sender_sends_gives_it_a_turn(
     finally:
         collector.proc.send_signal(signal.SIGCONT)
     lagging = 20_000 - _batcher.WINDOW_EVENTS - _sender._LAGGING_EVENTS
-    assert lagging // _sender.INBOX_EVENTS - 1 <= len(turns) <= 20_000 // _sender.INBOX_EVENTS
+    assert lagging // _sender._TURN_EVENTS - 1 <= len(turns) <= 20_000 // _sender._TURN_EVENTS
     assert all(turns)
     assert client.flush(timeout=30)
     assert client.stats().accepted == 20_001

@@ -1,15 +1,16 @@
 """The client agents hold: :class:`Client`, for threads and scripts (``AsyncClient`` wraps it for asyncio).
 
-It owns one background :class:`~gz_ia.client._sender.Sender`. ``log()`` judges what must be judged at
-once, stamps the time and hands the call over (the event is built and encoded when the queue is next
-moved, in a batch); ``send()`` builds the event at once and waits for the collector's verdict.
+It owns one background :class:`~gz_ia.client._sender.Sender`. ``log()`` stamps the time and hands
+the call over (the call is judged, built and encoded when the queue is next moved, in a batch);
+``send()`` builds the event at once and waits for the collector's verdict.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from ._sender import Sender
 
-INBOX_EVENTS: Final = 256
+INBOX_EVENTS: Final = 128
 """The sender's (``gz_ia.client._sender.INBOX_EVENTS``): held here, where the sockets and threads the
 sender imports are not loaded until a client is made; a test checks that the two agree."""
 
@@ -84,24 +85,35 @@ LogCall = tuple[Any, ...]
 """The arguments of one ``log()`` call, its time in nanoseconds first, as :func:`_encode_call` takes them."""
 
 
-_from_timestamp: Final = datetime.fromtimestamp
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_time_ns: Final = time.time_ns
+_pack_timestamp64: Final = struct.Struct(">Q").pack
+_TimestampExt: Final = msgspec.msgpack.Ext
+_TIMESTAMP_TYPE: Final = -1
+"""MessagePack's timestamp extension, what msgspec writes for a datetime and reads back as one."""
 
 
-def _timestamp(nanoseconds: int) -> datetime:
-    """The UTC time of ``time.time_ns()``, to the microsecond as ``datetime.now(UTC)`` gives it.
+def _timestamp(nanoseconds: int) -> msgspec.msgpack.Ext | datetime:
+    """The UTC time of ``time.time_ns()`` cut to the microsecond, as ``datetime.now(UTC)`` gives it,
+    ready to encode.
 
-    One C call, a third cheaper than adding a timedelta to the epoch (the sender runs this for every
-    event): the whole microseconds as a float are within an eighth of a microsecond of the exact
-    value until past the year 2100, and ``fromtimestamp`` rounds to the nearest microsecond, so the
-    result is the exact one (a test compares the two).
+    The 8-byte MessagePack timestamp is made from the integers: building a datetime to have
+    msgspec write those same bytes costs more (the sender runs this for every event, and a
+    datetime's machinery is one more thing to bring back into cold caches). Outside 1970-2514,
+    which that form cannot carry, it is a datetime.
     """
-    return _from_timestamp(nanoseconds // 1000 / 1e6, UTC)
+    microseconds = nanoseconds // 1000
+    seconds, fraction = divmod(microseconds, 1_000_000)
+    if 0 <= seconds < 1 << 34:
+        return _TimestampExt(_TIMESTAMP_TYPE, _pack_timestamp64(fraction * 1000 << 34 | seconds))
+    return _EPOCH + timedelta(microseconds=microseconds)
 
 
 def _encode_call(call: LogCall) -> bytes:
-    """Build, cut to its limits and encode the event of one ``log()`` call.
+    """Judge, build, cut to its limits and encode the event of one ``log()`` call.
 
     Raises:
+        ValueError: ``stage`` or ``status`` is not a known value, or FAILED comes without ``error``.
         ValueError, TypeError, OverflowError: the event cannot be built (a value of the wrong type,
             an int past 64 bits outside ``attrs``).
     """
@@ -109,6 +121,15 @@ def _encode_call(call: LogCall) -> bytes:
         nanoseconds, session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
         cycle, root_session_id,
     ) = call  # fmt: skip
+    try:
+        stage = _STAGES[stage]
+        status = _STATUSES[status]
+    except (KeyError, TypeError):
+        _stage(stage)  # raises the ValueError that names what is wrong
+        _status(status)
+        raise ValueError(f"stage {stage!r} or status {status!r} is not a known value") from None
+    if status is FAILED and not error:
+        raise ValueError("status FAILED requires a non-empty error")
     record = _LogRecord(
         _timestamp(nanoseconds),
         session_id,
@@ -229,7 +250,7 @@ class Client:
         raise_on_error: raise ``ValueError`` from :meth:`log` for an event that cannot be built,
             instead of counting it in ``stats().invalid``.
         linger: seconds an event logged alone may wait for the next ones to share its frame
-            (``$GZ_IA_LINGER_MS``, 0.1 s by default; 0 sends each event at once). :meth:`send`,
+            (``$GZ_IA_LINGER_MS``, 0.25 s by default; 0 sends each event at once). :meth:`send`,
             :meth:`flush` and :meth:`close` never wait for it.
     """
 
@@ -264,6 +285,8 @@ class Client:
             encode_call=_encode_call,
         )
         self._raise_on_error = raise_on_error
+        self._defers = not raise_on_error
+        """Whether log() may leave a call to be judged and encoded later (see :meth:`log_fields`)."""
 
     @property
     def socket_path(self) -> Path:
@@ -303,39 +326,64 @@ class Client:
         is not its parent (session scopes set it), so that readers find the tree from its root even
         when the sessions between never log.
         """
-        # The hot path of every agent, cheap even when it runs with cold caches (an agent that logs
-        # every few milliseconds sleeps in between, and its CPU's caches are cold when it wakes):
-        # only what must be judged now (the stage, the status, an error for FAILED) and the time
-        # are taken here. The event is built, cut to its limits and encoded by whichever thread
-        # next moves the queue (_encode_call), in a batch, with warm caches. An event with an
-        # error, attrs or a long action is encoded here, as before: its size must count against
-        # the queue's byte bound at once, and a caller may change its attrs map afterwards.
+        self.log_fields(
+            session_id, action, stage, agent, status, role, parent_session_id, duration_ms, error, attrs, cycle,
+            root_session_id,
+        )  # fmt: skip
+
+    def log_fields(
+        self,
+        session_id: str,
+        action: str,
+        stage: Stage | str,
+        agent: str,
+        status: Status | str,
+        role: str | None,
+        parent_session_id: str | None,
+        duration_ms: int | None,
+        error: str | None,
+        attrs: dict[str, AttrValue] | None,
+        cycle: str | None,
+        root_session_id: str | None,
+    ) -> None:
+        """:meth:`log` with every field given, by position: what scopes call.
+
+        With the CPU's caches cold (an agent that logs every few milliseconds sleeps in between),
+        matching a dozen keywords costs more than all the rest of the call; a call by position to a
+        function without keyword-only parameters is also the one the interpreter runs without a
+        frame of its own in C.
+        """
+        # The hot path of every agent: only the time is taken here. The call is judged (stage,
+        # status, an error for FAILED), built, cut to its limits and encoded by whichever thread
+        # next moves the queue (_encode_call), in a batch; one that cannot be built is counted in
+        # stats().invalid then, which stats() sees, since it moves the queue first. An event with
+        # an error, attrs or a long action is judged and encoded here: its size must count against
+        # the queue's byte bound at once, and a caller may change its attrs map afterwards. So is
+        # every event of a client that raises on errors, which must raise here.
+        call = (
+            _time_ns(), session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
+            cycle, root_session_id,
+        )  # fmt: skip
         try:
-            stage = _STAGES[stage]
-            status = _STATUSES[status]
-            if status is FAILED and not error:
-                raise ValueError("status FAILED requires a non-empty error")
-            call = (
-                time.time_ns(), session_id, action, stage, status, agent, parent_session_id, role,
-                duration_ms, error, attrs, cycle, root_session_id,
-            )  # fmt: skip
-            if self._raise_on_error or error is not None or attrs is not None or len(action) > MAX_ACTION_LENGTH:
-                self._sender.submit(_encode_call(call), session_id)
-                return
-        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+            deferred = error is None and attrs is None and self._defers and len(action) <= MAX_ACTION_LENGTH
+        except TypeError:  # an action without a length: judged below
+            deferred = False
+        if deferred:
+            # The sender's fast path for a call (see Sender): an append and two tests.
+            sender = self._sender
+            inbox = sender.inbox
+            inbox.append(call)
+            if not (sender.ready and len(inbox) < INBOX_EVENTS):
+                sender.take_inbox()
+            return
+        try:
+            body = _encode_call(call)
+        except (ValueError, TypeError, OverflowError) as exc:
             if self._raise_on_error:
-                if isinstance(exc, KeyError):
-                    _stage(stage)
-                    _status(status)
                 raise
             self._sender.count_invalid(exc)
             return
-        # The sender's fast path for a call (see Sender): an append and two tests.
-        sender = self._sender
-        inbox = sender.inbox
-        inbox.append(call)
-        if not (sender.ready and len(inbox) < INBOX_EVENTS):
-            sender.take_inbox()
+        self._sender.submit(body, session_id)
 
     def send_future(self, event: LogEvent) -> concurrent.futures.Future[Verdict]:
         """Queue ``event`` and return a future of the collector's verdict."""

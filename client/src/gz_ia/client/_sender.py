@@ -58,13 +58,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Sender"]
 
-INBOX_EVENTS: Final = 256
-"""Events an agent thread may add without taking the lock before it moves them into the queue itself."""
+INBOX_EVENTS: Final = 128
+"""Events an agent thread may add without taking the lock before it moves them into the queue itself
+(and, while the sender thread lingers, wakes it: see ``_LINGER_EVENTS``)."""
 _LAGGING_EVENTS: Final = 4096
 """Queued events past which an agent thread that moves its inbox into the queue gives the sender
-thread a turn (:func:`_give_way`): once per ``INBOX_EVENTS`` events, while connected."""
+thread a turn (:func:`_give_way`): once per ``_TURN_EVENTS`` events, while connected."""
+_TURN_EVENTS: Final = 256
 _LINGER_EVENTS: Final = INBOX_EVENTS
-"""Queued events that make a frame worth sending without waiting out the linger."""
+"""Queued events that make a frame worth sending without waiting out the linger: few enough that at
+a thousand events a second they go out well before the linger would send them, as the live view
+needs (the agent thread that brings the inbox to this size wakes the lingering sender thread)."""
 _BACKOFF_MIN: Final = 0.05
 _QUEUE_FULL_WAIT: Final = 0.01
 """Seconds between connects while the collector's accept queue is full (see ``Sender._connect``)."""
@@ -79,7 +83,7 @@ def _give_way() -> None:
     """Release the GIL for a moment, so that the other side's thread, waiting for it, runs now.
 
     A busy thread holds the GIL for a whole switch interval (``sys.getswitchinterval()``). An agent
-    thread logging in a busy loop gives the sender thread a turn every ``INBOX_EVENTS`` events while
+    thread logging in a busy loop gives the sender thread a turn every ``_TURN_EVENTS`` events while
     the queue lags (else several such agents would finish logging before delivery began); the sender
     thread gives a ``send()`` it has just woken its turn at once.
     """
@@ -248,7 +252,7 @@ class Sender:
                 losses.drop_oldest_locked(losses.hard_factor)
             if self._thread is None:
                 self._start_locked()
-            lagging = self._unturned >= INBOX_EVENTS and len(queue) >= _LAGGING_EVENTS and self._counters.connected
+            lagging = self._unturned >= _TURN_EVENTS and len(queue) >= _LAGGING_EVENTS and self._counters.connected
             if lagging:
                 self._unturned = 0
             # While the thread waits out a reconnect backoff, new events need not wake it (each

@@ -91,7 +91,7 @@ GZ_IA_EXIT_TIMEOUT: Final = "GZ_IA_EXIT_TIMEOUT"
 
 GZ_IA_LINGER_MS: Final = "GZ_IA_LINGER_MS"
 """Milliseconds a client holds a lone event back so that the events after it share its frame
-(100; 0 sends each at once). See :func:`linger`."""
+(250; 0 sends each at once). See :func:`linger`."""
 
 GZ_IA_AGENT: Final = "GZ_IA_AGENT"
 """The ``--agent`` of ``gz-ia session log`` when the option is not given."""
@@ -348,11 +348,11 @@ def exit_timeout() -> float:
     return float(os.environ.get(GZ_IA_EXIT_TIMEOUT, "2") or 2)
 
 
-DEFAULT_LINGER_MS: Final = 100
+DEFAULT_LINGER_MS: Final = 250
 
 
 def linger() -> float:
-    """Return ``$GZ_IA_LINGER_MS`` in seconds (0.1 when unset or not a number; 0 when negative)."""
+    """Return ``$GZ_IA_LINGER_MS`` in seconds (0.25 when unset or not a number; 0 when negative)."""
     value = os.environ.get(GZ_IA_LINGER_MS, "")
     try:
         milliseconds = float(value) if value else DEFAULT_LINGER_MS
