@@ -172,9 +172,17 @@ class OtlpReceiver:
                 root = collector.open_root(_root_of(request), request.peer_uid)
             except (CollectorError, OSError) as exc:  # someone else's, locked by another collector, ...
                 return self._rejected("root", 400, f"cannot use the session root: {exc}")
-            not_yet = await self._stage(root, signal, items)
-            if not_yet is not None:
-                return _error(503, f"{not_yet}; retry later", retry_after="1")
+            # What staging holds counts against the collector's bound as the body's share of each
+            # event, as a client's batch counts its frame's size.
+            per_event = len(body) // max(1, sum(len(item.events) for item in items))
+            staged = self._stage(root, signal, items, per_event)
+            # What was decompressed and decoded is in the writer's hands now: not held while the write
+            # pass runs, which many exports may wait on at once.
+            del body, message, items
+            if isinstance(staged, str):
+                return _error(503, f"{staged}; retry later", retry_after="1")
+            if staged and not all(await asyncio.gather(*staged)):
+                return _error(503, "the collector could not write this export; retry later", retry_after="1")
             return _ok(protobuf)
         finally:
             self.in_flight -= len(request.body)
@@ -183,9 +191,11 @@ class OtlpReceiver:
         while len(self.sessions) > _SPANS_REMEMBERED:
             self.sessions.popitem(last=False)
 
-    async def _stage(self, root: RootStore, signal: Signal, items: list[Item]) -> str | None:
-        """Stage every item (one producer each) and wait for their verdicts: None once all are
-        written, or why the export cannot be answered 200 yet."""
+    def _stage(
+        self, root: RootStore, signal: Signal, items: list[Item], per_event: int
+    ) -> list[asyncio.Future[bool]] | str:
+        """Stage every item (one producer each): the futures of their verdicts (True once written),
+        or why the export cannot be answered 200 yet (nothing staged then)."""
         collector = self.collector
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[bool]] = []
@@ -208,14 +218,12 @@ class OtlpReceiver:
             collector.metrics.events_received.inc(len(events))
             outcome = collector.ingest.apply(root, producer, decoded)
             future: asyncio.Future[bool] = loop.create_future()
-            collector.enqueue(_Reply(future), outcome, 256 * len(events))  # type: ignore[arg-type]  # a Connection's part
+            collector.enqueue(_Reply(future), outcome, per_event * len(events))  # type: ignore[arg-type]  # a Connection's part
             futures.append(future)
         counted.labels(signal.value, "staged").inc(len(futures))
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
-        if futures and not all(await asyncio.gather(*futures)):
-            return "the collector could not write this export"
-        return None
+        return futures
 
 
 def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dict[int, bytes]]:
