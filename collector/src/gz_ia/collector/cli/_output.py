@@ -85,7 +85,7 @@ def not_found(ctx: click.Context, exc: Exception) -> None:
 
     message = str(exc)
     if isinstance(exc, reading.RootNotFound):
-        message += " (choose one with --root or GZ_IA_ROOT; a collector creates it when it starts)"
+        message += " (choose one with --root or GZ_IA_ROOT; a collector creates it when a client first logs to it)"
     click.echo(f"gz-ia: {message}", err=True)
     ctx.exit(EXIT_NOT_FOUND)
 
