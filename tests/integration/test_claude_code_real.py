@@ -306,9 +306,12 @@ def test_session_end_closes_what_is_still_open_failed_and_says_so(
     api.script("RUN-TERM", Turn(tools=(ToolUse("Bash", {"command": "sleep 20", "description": "long"}, "toolu_long"),)))
     process = claude.start("RUN-TERM: wait")
     wait_for(lambda: bool(_sent(short_tmp, "PreToolUse")), timeout=60, message="the Bash call to start")
+    session = _sent(short_tmp, "PreToolUse")[0]["session_id"]
+    # The call's READ stored before the signal: the hook that sends it may still be running when
+    # the recording hook beside it has written its copy.
+    wait_for(lambda: bool(_of_tool(collector.session_lines(session), "toolu_long")), message="the call's READ")
     process.terminate()
     process.communicate(timeout=60)
-    session = _sent(short_tmp, "PreToolUse")[0]["session_id"]
     lines = _ended(collector, session)
     _, finish = _of_tool(lines, "toolu_long")
     assert (finish["status"], finish["attrs"]) == ("FAILED", {"closed_by": "session end"})

@@ -23,8 +23,10 @@ def test_events_past_the_memory_bound_are_spooled_then_delivered_once(make_colle
     client = collector.client(max_events=50)
     for n in range(600):
         client.log(session_id="spooled", action="work", stage="PENDING", agent="agy", attrs={"n": n})
-        if n % 25 == 0:
-            time.sleep(0.002)  # an agent does other work between events: the sender thread gets to run
+        if n % 10 == 0:
+            # An agent does other work between events: the sender thread gets to run, and spills
+            # the overflow long before the queue reaches the bound past which it drops.
+            time.sleep(0.01)
     assert client.flush(timeout=0.5) is False
     assert list(spool_dir().glob("*.spool")), "the overflow went to the disk spool"
     assert client.stats().dropped == 0
