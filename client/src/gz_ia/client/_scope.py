@@ -232,15 +232,7 @@ class SessionScope:
         cycle: str | None = None,
     ) -> None:
         """Log one event in this session; returns at once (``cycle``: see :meth:`Client.log`)."""
-        # What _log does, written out: one call fewer on every agent's hottest path.
-        client = self.client
-        if type(client) is Client:
-            client.log_fields(
-                self.session_id, action, stage, self.agent, status, role if role is not None else self.role,
-                self.parent_session_id, duration_ms, error, attrs, cycle, self.root_session_id,
-            )  # fmt: skip
-        elif client.enabled:
-            self._log_to_sink(client, action, stage, status, duration_ms, error, role, attrs, cycle)
+        self._log(action, stage, status, duration_ms, error, role, attrs, cycle)
 
     def _log(
         self,
