@@ -25,7 +25,7 @@ pytest.importorskip("opentelemetry.proto")
 pytest.importorskip("mfusepy")
 
 from gz_ia.collector.http import MAX_BODIES_HELD
-from gz_ia.collector.service.otlp_receiver import MAX_IN_FLIGHT_BYTES, MAX_OTLP_BODY
+from gz_ia.collector.service.otlp_receiver import MAX_OTLP_BODY
 
 EXPORTER_TIMEOUT = 10.0
 """The OpenTelemetry SDK's OTLP exporters' default timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``)."""
@@ -211,7 +211,7 @@ def test_a_slow_then_stalled_disk_answers_200_only_once_written_and_429_at_the_b
         Exporter(collector, _exports(f"{name}", signal, 30, 20), backing=disk.backing)
         for name, signal in (("a1", "traces"), ("b2", "logs"), ("c3", "traces"), ("d4", "logs"))
     ]
-    # Big exports that fill the bytes in flight while the disk is stalled: the first of each, sent
+    # Big exports that fill the bodies held while the disk is stalled: the first of each, sent
     # at once, are more than the collector holds; a bounded run (GZ_IA_SOAK_SECONDS) sends no more.
     per_filler = max(1, int(soak(120.0) / 30))
     fillers = [
@@ -282,10 +282,10 @@ def test_a_flood_of_big_exports_keeps_memory_bounded_and_loses_nothing(slow_disk
     peak = _vm(pid, "VmHWM")
     busy = sum(status == 429 for x in exporters for _at, status in x.statuses)
     print(f"flood: baseline {baseline >> 20} MiB, peak {peak >> 20} MiB, +{(peak - baseline) >> 20} MiB, {busy} x 429")
-    # What the collector holds at once: the bodies read (the HTTP side's bound) and the decoded
-    # bodies in flight (the receiver's), each byte at most twice at a moment (the parts read and
-    # the body joined from them; a body and the message decoded from it). Unbounded, the bodies
-    # alone would be six times the first term.
-    assert peak - baseline < 2 * (MAX_BODIES_HELD + MAX_IN_FLIGHT_BYTES)
+    # What the collector holds at once: the bodies read (the HTTP side's bound) and the one export
+    # being decoded (its decompressed body and message), each byte at most twice at a moment (the
+    # parts read and the body joined from them). Unbounded, the bodies alone would be six times
+    # the first term.
+    assert peak - baseline < 2 * (MAX_BODIES_HELD + 2 * MAX_OTLP_BODY)
     collector.stop()
     _assert_stored_once(collector, exporters)

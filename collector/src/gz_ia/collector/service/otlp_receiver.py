@@ -6,7 +6,7 @@ span or the log record): a re-sent export finds its events already written and i
 duplicate, across restarts too, since the watermarks are recovered from the stored lines. The
 answer is 200 only once every item is written with the collector's durability (the verdicts of a
 client batch wait for the same write pass), 429 with ``Retry-After`` while the collector holds as
-much as it takes (staging bound, OTLP bytes in flight), 503 with ``Retry-After`` while writes fail,
+much as it takes (the staging bound; the HTTP side bounds the bodies held), 503 with ``Retry-After`` while writes fail,
 400 for a body it cannot read (counted in ``gzia_otlp_rejected_total`` and logged), 413 beyond
 the body limit. ``/v1/metrics`` is read and answered but its points are dropped: Claude Code's
 token and cost counters say again what its ``api_request`` events say.
@@ -58,8 +58,6 @@ log = logging.getLogger("gz_ia.collector")
 
 MAX_OTLP_BODY: Final = 32 << 20
 """Largest export body read, as sent and once decompressed (beyond: 413)."""
-MAX_IN_FLIGHT_BYTES: Final = 64 << 20
-"""Decompressed OTLP bytes being read and staged at once; past it new exports get 429."""
 ROOT_HEADER: Final = "x-gz-ia-root"
 """The session root to write to (``OTEL_EXPORTER_OTLP_HEADERS=x-gz-ia-root=/path/.harness``);
 without it, the root the collector's own environment finds (``GZ_IA_ROOT``, else the default)."""
@@ -103,12 +101,16 @@ class _Reply:
 
 
 class OtlpReceiver:
-    """The receiver's state: spans seen (for their sessions), bytes in flight, log pacing."""
+    """The receiver's state: spans seen (for their sessions), log pacing.
+
+    Its memory is bounded by the HTTP side's bound on the bodies held at once (until each is
+    answered) and by decoding one export at a time: nothing awaits between reading a body and
+    staging what it holds.
+    """
 
     def __init__(self, collector: Collector) -> None:
         self.collector = collector
         self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
-        self.in_flight = 0
         self._logged_at: dict[str, float] = {}
 
     def routes(self) -> list[Route]:
@@ -142,50 +144,43 @@ class OtlpReceiver:
         collector = self.collector
         if collector.health.failing:
             return _error(503, "the collector cannot write now; retry later", retry_after=_RETRY_AFTER_FAILING)
-        if collector.overloaded or self.in_flight + len(request.body) > MAX_IN_FLIGHT_BYTES:
+        if collector.overloaded:
             collector.metrics.otlp_busy.inc()
             return _error(429, "the collector holds as much as it takes; retry later", retry_after=_RETRY_AFTER_BUSY)
-        self.in_flight += len(request.body)
         try:
-            try:
-                body = decoded_body(request, MAX_OTLP_BODY)
-            except TooLarge as exc:
-                return self._rejected("too_large", 413, str(exc))
-            except ValueError as exc:
-                return self._rejected("encoding", 400, str(exc))
-            self.in_flight += len(body)
-            try:
-                content_type = request.headers.get("content-type", "")
-                message = decode_request(signal, content_type, body)
-            except OtlpUnavailable:
-                return _error(501, OTLP_INSTALL_HINT)
-            except BodyUnreadable as exc:
-                return self._rejected(exc.reason, 400, str(exc))
-            finally:
-                self.in_flight -= len(body)
-            protobuf = not content_type.lower().startswith("application/json")
-            if signal is Signal.METRICS:
-                return _ok(protobuf)
-            items = map_spans(message, self.sessions) if signal is Signal.TRACES else map_logs(message)
-            self._bound_sessions()
-            try:
-                root = collector.open_root(_root_of(request), request.peer_uid)
-            except (CollectorError, OSError) as exc:  # someone else's, locked by another collector, ...
-                return self._rejected("root", 400, f"cannot use the session root: {exc}")
-            # What staging holds counts against the collector's bound as the body's share of each
-            # event, as a client's batch counts its frame's size.
-            per_event = len(body) // max(1, sum(len(item.events) for item in items))
-            staged = self._stage(root, signal, items, per_event)
-            # What was decompressed and decoded is in the writer's hands now: not held while the write
-            # pass runs, which many exports may wait on at once.
-            del body, message, items
-            if isinstance(staged, str):
-                return _error(503, f"{staged}; retry later", retry_after="1")
-            if staged and not all(await asyncio.gather(*staged)):
-                return _error(503, "the collector could not write this export; retry later", retry_after="1")
+            body = decoded_body(request, MAX_OTLP_BODY)
+        except TooLarge as exc:
+            return self._rejected("too_large", 413, str(exc))
+        except ValueError as exc:
+            return self._rejected("encoding", 400, str(exc))
+        try:
+            content_type = request.headers.get("content-type", "")
+            message = decode_request(signal, content_type, body)
+        except OtlpUnavailable:
+            return _error(501, OTLP_INSTALL_HINT)
+        except BodyUnreadable as exc:
+            return self._rejected(exc.reason, 400, str(exc))
+        protobuf = not content_type.lower().startswith("application/json")
+        if signal is Signal.METRICS:
             return _ok(protobuf)
-        finally:
-            self.in_flight -= len(request.body)
+        items = map_spans(message, self.sessions) if signal is Signal.TRACES else map_logs(message)
+        self._bound_sessions()
+        try:
+            root = collector.open_root(_root_of(request), request.peer_uid)
+        except (CollectorError, OSError) as exc:  # someone else's, locked by another collector, ...
+            return self._rejected("root", 400, f"cannot use the session root: {exc}")
+        # What staging holds counts against the collector's bound as the body's share of each
+        # event, as a client's batch counts its frame's size.
+        per_event = len(body) // max(1, sum(len(item.events) for item in items))
+        staged = self._stage(root, signal, items, per_event)
+        # What was decompressed and decoded is in the writer's hands now: not held while the write
+        # pass runs, which many exports may wait on at once.
+        del body, message, items
+        if isinstance(staged, str):
+            return _error(503, f"{staged}; retry later", retry_after="1")
+        if staged and not all(await asyncio.gather(*staged)):
+            return _error(503, "the collector could not write this export; retry later", retry_after="1")
+        return _ok(protobuf)
 
     def _bound_sessions(self) -> None:
         while len(self.sessions) > _SPANS_REMEMBERED:
