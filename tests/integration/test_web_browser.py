@@ -158,18 +158,24 @@ def _finished_steps(session_id: str, numbers: range) -> list[Any]:
     ]
 
 
+def _open_session(collector: CollectorProcess, browser: Any, session_id: str, newest_action: str) -> Any:
+    """A page on the session's timeline, live, once the row of ``newest_action`` is drawn."""
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{address}#/s/{session_id}")
+    page.locator("#live.on").wait_for()
+    page.locator(f'#timeline tr[data-action="{newest_action}"]').wait_for()
+    return page
+
+
 def test_the_timeline_draws_only_the_rows_near_its_view(collector: CollectorProcess, browser: Any) -> None:
     """A long timeline follows its tail with a bounded number of rows, and load older keeps all it loaded."""
     from playwright.sync_api import expect
 
     send_events(collector, _steps("long", range(1_500)))
-    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
-    page = browser.new_page(viewport={"width": 1400, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(address + "#/s/long")
+    page = _open_session(collector, browser, "long", "step-1499")
     rows = page.locator("#timeline tbody tr[data-action]")
-    page.locator("#live.on").wait_for()
-    page.locator('#timeline tr[data-action="step-1499"]').wait_for()
     assert page.evaluate(IN_VIEW, "step-1499")  # the newest window opens at its tail
     assert page.locator("#window-info").inner_text().startswith("500 events shown")
     assert 20 <= rows.count() <= ROWS_NEAR_THE_VIEW
@@ -209,12 +215,7 @@ def test_past_the_spans_held_the_oldest_go_and_the_view_stays_put(collector: Col
     from playwright.sync_api import expect
 
     send_events(collector, _finished_steps("longer", range(500)))  # the window: the newest 250 of them
-    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
-    page = browser.new_page(viewport={"width": 1400, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(address + "#/s/longer")
-    page.locator('#timeline tr[data-action="step-0499"]').wait_for()
-    page.locator("#live.on").wait_for()
+    page = _open_session(collector, browser, "longer", "step-0499")
     page.evaluate("document.querySelector('#timeline-scroll').scrollTop = 200 * 28")  # step-0450 on top
     expect(page.locator('#timeline tr[data-action="step-0450"]')).to_be_in_viewport()
     # Live, 500 actions at a time, each batch seen before the next: a subscriber far behind is told it
@@ -235,12 +236,7 @@ def test_past_the_spans_held_the_oldest_go_and_the_view_stays_put(collector: Col
 def test_a_page_running_no_frames_still_folds_what_it_is_sent(collector: CollectorProcess, browser: Any) -> None:
     """As in a hidden tab, no animation frame runs: live events are folded anyway, not queued without end."""
     send_events(collector, _steps("quiet", range(10)))
-    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
-    page = browser.new_page(viewport={"width": 1400, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(address + "#/s/quiet")
-    page.locator('#timeline tr[data-action="step-0009"]').wait_for()
-    page.locator("#live.on").wait_for()
+    page = _open_session(collector, browser, "quiet", "step-0009")
     page.evaluate("window.requestAnimationFrame = () => 0")  # the frames a hidden tab does not run
     send_events(collector, _steps("quiet", range(10, 2_510)))
     # Polled from here: the page's CSP keeps Playwright from polling a JavaScript predicate in it.
