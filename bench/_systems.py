@@ -127,6 +127,7 @@ class Ours(System):
             sys.executable, "-m", "gz_ia.collector",
             "--socket", str(self.socket),
             "--metrics-address", "off",
+            "--http-address", "off",  # not the user's default port: a collector of theirs may hold it
             "--durability", self.durability,
             "--log-level", "warning",
             *self.extra,
