@@ -308,3 +308,23 @@ def test_a_scope_hands_the_real_client_the_fields_log_would(short_tmp: Any) -> N
     ]  # fmt: skip
     assert "duration_ms" in finish and finish["status"] == "OK"
     client.close(timeout=0)
+
+
+def test_a_scope_judges_its_calls_as_its_client_does(short_tmp: Any) -> None:
+    """A scope leaves a call in the sender's inbox itself only for a client that defers calls: a
+    bad one is counted later, as Client.log's would be, and a client that raises on errors raises
+    from the scope's log() at once."""
+    lenient = gz.Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", linger=3600, spool=False)
+    scope = gz.session("s-1", agent="agy", client=lenient)
+    scope.log("a", "WRITING")
+    scope.log("b", "READ", "MAYBE")
+    scope.log(42, "READ")  # type: ignore[arg-type]
+    stats = lenient.stats()
+    assert (stats.invalid, stats.queued) == (3, 0)
+    assert "status must be OK or FAILED" in (stats.last_error or "")
+    strict = gz.Client(socket_path=short_tmp / "missing.sock", root=short_tmp / ".harness", raise_on_error=True)
+    with pytest.raises(ValueError, match="stage must be READ, PENDING or FINISH"):
+        gz.session("s-1", agent="agy", client=strict).log("a", "WRITING")
+    assert strict.stats().invalid == 0
+    lenient.close(timeout=0)
+    strict.close(timeout=0)
