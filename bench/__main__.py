@@ -253,6 +253,7 @@ def section_pace(suite: Suite) -> None:
         )  # fmt: skip
         sample.note("added µs/event", figures["added_cpu_per_event_us"])
         sample.note("disabled: ratio", figures["null_cpu_ratio"])
+        sample.note("floor µs/event", figures["floor_added_cpu_per_event_us"])
         suite.add(
             f"pace.{name}.added", f"agent CPU gz-ia adds per event at pace {name}", "µs/event",
             figures["added_cpu_per_event_us"], higher=False,

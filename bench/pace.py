@@ -4,16 +4,19 @@ Agents do not log in a tight loop: they do some work, log, and wait. A cost meas
 (events that share one wake-up of the sender thread and one frame) says little about what one event
 costs when it goes out alone, after a sleep, with the CPU's caches cold. This benchmark runs a loop
 of steps, each doing a fixed amount of CPU work or a sleep (see ``PACES``), inside one action scope
-(READ on entry, FINISH on exit) or followed by one ``log()``, in three variants: without gz-ia, with
-the null client (what ``GZ_IA_DISABLED=1`` gives) and with gz-ia delivering to a collector on a
-private socket. For each pace it reports:
+(READ on entry, FINISH on exit) or followed by one ``log()``, in four variants: without gz-ia, with
+the null client (what ``GZ_IA_DISABLED=1`` gives), the floor (each event's fields handed to a thread
+that takes them once per linger period, and nothing more: the least any design that delivers from a
+background thread costs) and with gz-ia delivering to a collector on a private socket. For each
+pace it reports:
 
 * the process CPU per step (``time.process_time``: every thread, the sender's included) with gz-ia
   against the same loop without it, as a ratio, and the same for the null client;
-* the agent CPU per event that gz-ia adds ((with - without) / events), and the calling thread's share;
+* the agent CPU per event that gz-ia adds ((with - without) / events), the calling thread's share,
+  and what the null client and the floor add;
 * for the sleeping paces, where the work itself takes almost no CPU, only the second figure matters.
 
-The three variants run in one process, in blocks of about 0.5 s taken in turn (``--blocks`` of
+The variants run in one process, in blocks of about 0.5 s taken in turn (``--blocks`` of
 each), so that what drifts (the CPU's frequency, the machine's other work) hits them alike; the
 figures are medians over blocks of the calling thread's CPU, and the sender thread's CPU (the
 process's beyond the calling thread's) is added to gz-ia's. Run ``uv run python -m bench.pace``
@@ -43,8 +46,9 @@ PACES: Final = {
 """Each pace: what a step does (CPU work or a sleep), for how long, and how it logs: ``scope``, one
 action scope around the work (READ and FINISH, two events); ``log``, one ``log()`` after it."""
 _EVENTS_PER_STEP: Final = {"scope": 2, "log": 1}
-MODES: Final = ("none", "null", "gz-ia")
-"""Without gz-ia; with it disabled (the null client's scopes, what ``GZ_IA_DISABLED=1`` gives); with it."""
+MODES: Final = ("none", "null", "floor", "gz-ia")
+"""Without gz-ia; with it disabled (the null client's scopes, what ``GZ_IA_DISABLED=1`` gives); the
+floor (each call's fields handed to a thread, and nothing more: see the child's ``hand_over``); with it."""
 
 _BLOCK_SECONDS: Final = 0.5
 """About how long a block of one variant lasts: several times the client's default linger, so that
@@ -80,9 +84,52 @@ def work():
 
 from gz_ia import client as gz
 
+# The floor: the least a design that hands each call to a thread can cost. A step appends the
+# call's fields, as a tuple, to a deque that a thread empties once per linger period; the first
+# call after an empty period wakes that thread (as gz-ia's first event after a quiet spell wakes
+# its sender). Nothing is encoded, framed or sent.
+import collections, threading
+floor_inbox, floor_idle, floor_armed = collections.deque(), [True], threading.Event()
+floor_stop, linger = [False], gz.env.linger()
+
+def drain():
+    while True:
+        floor_armed.wait()
+        if floor_stop[0]:
+            break
+        time.sleep(linger)
+        if floor_inbox:
+            for _ in range(len(floor_inbox)):
+                floor_inbox.popleft()
+        else:
+            floor_armed.clear()
+            floor_idle[0] = True
+
+floor_thread = threading.Thread(target=drain, daemon=True)
+floor_thread.start()
+floor_clock = time.pthread_getcpuclockid(floor_thread.ident)
+
+def hand_over(stage):
+    floor_inbox.append((time.time_ns(), "s-1", "step", stage, "OK", "bench", None, "pace", None, None, None,
+                        None, None))
+    if floor_idle[0]:
+        floor_idle[0] = False
+        floor_armed.set()
+
 def stepper(mode):
     if mode == "none":
         return work
+    if mode == "floor":
+        if shape == "scope":
+            def step():
+                hand_over("READ")
+                work()
+                hand_over("FINISH")
+        else:
+            def step():
+                work()
+                hand_over("READ")
+        return step
     client = gz.NullClient() if mode == "null" else gz.get_client()
     session = gz.session(agent="bench", role="pace", client=client)
     if shape == "scope":
@@ -95,16 +142,16 @@ def stepper(mode):
             session.log("step", "READ")
     return step
 
-steppers = {mode: stepper(mode) for mode in ("none", "null", "gz-ia")}
+steppers = {mode: stepper(mode) for mode in ("none", "null", "floor", "gz-ia")}
 for mode, step in steppers.items():  # warm-up: imports, the first connection, caches
     for _ in range(steps):
         step()
 gz.get_client().flush(10.0)
 # Short blocks of each variant in turn, in one process: what drifts (the CPU's frequency, the
-# machine's other work) hits all three alike. Each block counts the calling thread's CPU; the
+# machine's other work) hits all of them alike. Each block counts the calling thread's CPU; the
 # sender thread's, the process's CPU beyond the calling thread's, all goes to gz-ia's events.
 per_step = {mode: [] for mode in steppers}
-process0, main0 = time.process_time(), time.thread_time()
+process0, main0, floor0 = time.process_time(), time.thread_time(), time.clock_gettime(floor_clock)
 for block in range(blocks):
     for mode, step in steppers.items():
         began = time.thread_time()
@@ -113,11 +160,15 @@ for block in range(blocks):
         per_step[mode].append((time.thread_time() - began) / steps)
 client = gz.get_client()
 client.flush(30.0)
-other_threads = (time.process_time() - process0) - (time.thread_time() - main0)
+floor_thread_cpu = time.clock_gettime(floor_clock) - floor0
+# The process's CPU beyond the calling thread's and the floor's thread is the sender's.
+other_threads = (time.process_time() - process0) - (time.thread_time() - main0) - floor_thread_cpu
+floor_stop[0] = True
+floor_armed.set()
 stats = client.stats()
 with open(out, "w") as f:
-    json.dump({"per_step": per_step, "sender": other_threads, "gz_ia_steps": steps * blocks,
-               "accepted": stats.accepted, "dropped": stats.dropped}, f)
+    json.dump({"per_step": per_step, "sender": other_threads, "floor_thread": floor_thread_cpu,
+               "gz_ia_steps": steps * blocks, "accepted": stats.accepted, "dropped": stats.dropped}, f)
 """
 
 
@@ -138,7 +189,7 @@ def measure(blocks: int, paces: list[str]) -> dict[str, dict[str, float]]:
         }
         env.pop("GZ_IA_DISABLED", None)
         argv = [sys.executable, "-m", "gz_ia.collector", "--socket", str(sock), "--metrics-address", "off",
-                "--log-level", "warning"]  # fmt: skip
+                "--http-address", "off", "--log-level", "warning"]  # fmt: skip
         collector = subprocess.Popen(argv, env=env)
         try:
             wait_until(lambda: socket_accepts(sock), 60, "the collector")
@@ -155,8 +206,9 @@ def measure(blocks: int, paces: list[str]) -> dict[str, dict[str, float]]:
 
 
 def _figures(run: dict[str, Any], events: int) -> dict[str, float]:
-    without, null, thread = (float(statistics.median(run["per_step"][mode])) for mode in MODES)
+    without, null, floor_thread, thread = (float(statistics.median(run["per_step"][mode])) for mode in MODES)
     with_ = thread + run["sender"] / run["gz_ia_steps"]
+    floor = floor_thread + run["floor_thread"] / run["gz_ia_steps"]
     return {
         "cpu_per_step_without_us": without * 1e6,
         "cpu_per_step_with_us": with_ * 1e6,
@@ -165,6 +217,8 @@ def _figures(run: dict[str, Any], events: int) -> dict[str, float]:
         "added_thread_cpu_per_event_us": (thread - without) / events * 1e6,
         "null_cpu_ratio": null / without if without else float("nan"),
         "null_added_cpu_per_event_us": (null - without) / events * 1e6,
+        "floor_added_cpu_per_event_us": (floor - without) / events * 1e6,
+        "floor_added_thread_cpu_per_event_us": (floor_thread - without) / events * 1e6,
         "dropped": float(run["dropped"]),
     }
 
@@ -180,7 +234,7 @@ def main() -> None:
     results = measure(args.blocks, args.pace or list(PACES))
     print(
         f"{'pace':<12} {'CPU/step without':>17} {'with gz-ia':>11} {'ratio':>7} {'added/event':>12}"
-        f" {'(agent thread)':>14} {'disabled: ratio':>16} {'added/event':>12}"
+        f" {'(agent thread)':>14} {'disabled: ratio':>16} {'added/event':>12} {'floor: added/event':>19}"
     )
     for pace, r in results.items():
         print(
@@ -188,6 +242,7 @@ def main() -> None:
             f"{r['cpu_ratio']:>7.3f} {r['added_cpu_per_event_us']:>9.1f} µs"
             f" {r['added_thread_cpu_per_event_us']:>11.1f} µs"
             f" {r['null_cpu_ratio']:>16.3f} {r['null_added_cpu_per_event_us']:>9.1f} µs"
+            f" {r['floor_added_cpu_per_event_us']:>16.1f} µs"
         )
     print(f"({args.blocks} blocks of about {_BLOCK_SECONDS:g} s per variant, {time.perf_counter() - started:.0f} s)")
     if args.json:
