@@ -86,7 +86,7 @@ LogCall = tuple[Any, ...]
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_time_ns: Final = time.time_ns
+time_ns: Final = time.time_ns
 _pack_timestamp64: Final = struct.Struct(">Q").pack
 _TimestampExt: Final = msgspec.msgpack.Ext
 _TIMESTAMP_TYPE: Final = -1
@@ -288,6 +288,11 @@ class Client:
         self._defers = not raise_on_error
         """Whether log() may leave a call to be judged and encoded later (see :meth:`log_fields`)."""
 
+    def deferring_sender(self) -> Sender | None:
+        """The sender whose inbox session scopes may leave calls in themselves, as :meth:`log_fields`
+        does, if this client defers calls (it does unless it raises on errors); else None."""
+        return self._sender if self._defers else None
+
     @property
     def socket_path(self) -> Path:
         """The socket this client sends to."""
@@ -361,7 +366,7 @@ class Client:
         # the queue's byte bound at once, and a caller may change its attrs map afterwards. So is
         # every event of a client that raises on errors, which must raise here.
         call = (
-            _time_ns(), session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
+            time_ns(), session_id, action, stage, status, agent, parent_session_id, role, duration_ms, error, attrs,
             cycle, root_session_id,
         )  # fmt: skip
         try:
@@ -369,7 +374,8 @@ class Client:
         except TypeError:  # an action without a length: judged below
             deferred = False
         if deferred:
-            # The sender's fast path for a call (see Sender): an append and two tests.
+            # The sender's fast path for a call (see Sender): an append and two tests. SessionScope.log
+            # makes the same hand-over itself: a change here is a change there.
             sender = self._sender
             inbox = sender.inbox
             inbox.append(call)
