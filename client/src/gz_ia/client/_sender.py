@@ -73,6 +73,11 @@ _BACKOFF_MIN: Final = 0.05
 _QUEUE_FULL_WAIT: Final = 0.01
 """Seconds between connects while the collector's accept queue is full (see ``Sender._connect``)."""
 _BACKOFF_MAX: Final = 2.0
+_IDLE_WAIT: Final = 10.0
+"""Longest the connected sender thread sleeps with nothing to do. Every event, waiter, spill and
+close that needs it wakes it, and so does the collector's every answer: this bounds the sleep, it is
+not a poll. Kept long: an agent that waits seconds for its model between bursts would pay a cold
+pass through this thread each time it ran out."""
 # Reasons after which retrying the same connection cannot succeed: the events are refused.
 _PERMANENT: Final = frozenset(
     {RejectReason.ROOT_NOT_ALLOWED, RejectReason.PERMISSION_DENIED, RejectReason.UNSUPPORTED_VERSION}
@@ -582,7 +587,7 @@ class Sender:
             return
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._batcher.out else 0)
         selector.modify(sock, wanted)
-        for key, mask in selector.select(0.0 if runnable else 1.0):
+        for key, mask in selector.select(0.0 if runnable else _IDLE_WAIT):
             if key.fd == self._wake_r:
                 self._drain_wake()
                 continue
