@@ -20,7 +20,7 @@ The variants run in one process, in blocks of about 0.5 s taken in turn (``--blo
 each), so that what drifts (the CPU's frequency, the machine's other work) hits them alike; the
 figures are medians over blocks of the calling thread's CPU, and the sender thread's CPU (the
 process's beyond the calling thread's) is added to gz-ia's. Run ``uv run python -m bench.pace``
-(``--pace NAME``, ``--json FILE``); ``bench/run --only pace`` runs it in the suite.
+(``--pace NAME``, ``--block-seconds S``, ``--json FILE``); ``bench/run --only pace`` runs it in the suite.
 """
 
 from __future__ import annotations
@@ -50,9 +50,12 @@ MODES: Final = ("none", "null", "floor", "gz-ia")
 """Without gz-ia; with it disabled (the null client's scopes, what ``GZ_IA_DISABLED=1`` gives); the
 floor (each call's fields handed to a thread, and nothing more: see the child's ``hand_over``); with it."""
 
-_BLOCK_SECONDS: Final = 0.5
-"""About how long a block of one variant lasts: several times the client's default linger, so that
-a block of gz-ia sends about the batches the same pace would send without the other variants."""
+BLOCK_SECONDS: Final = 0.5
+"""About how long a block of one variant lasts by default: several times the client's default linger,
+so that a block of gz-ia sends about the batches the same pace would send without the other
+variants. Each block of gz-ia is a burst, though: its first event wakes the sender thread, whose
+last linger period ends empty once the block is over. Longer blocks (``--block-seconds``) come
+closer to a pace kept up for minutes, with fewer blocks in the same time to even out the drift."""
 
 _CHILD: Final = r"""
 import json, sys, time
@@ -172,7 +175,7 @@ with open(out, "w") as f:
 """
 
 
-def measure(blocks: int, paces: list[str]) -> dict[str, dict[str, float]]:
+def measure(blocks: int, paces: list[str], block_seconds: float = BLOCK_SECONDS) -> dict[str, dict[str, float]]:
     """Run each pace in one process, ``blocks`` short blocks of each variant in turn; return the
     medians over blocks, per step and per event."""
     results: dict[str, dict[str, float]] = {}
@@ -195,7 +198,7 @@ def measure(blocks: int, paces: list[str]) -> dict[str, dict[str, float]]:
             wait_until(lambda: socket_accepts(sock), 60, "the collector")
             for pace in paces:
                 kind, seconds, shape = PACES[pace]
-                steps = max(1, round(_BLOCK_SECONDS / seconds))
+                steps = max(1, round(block_seconds / seconds))
                 out = work / f"{pace}.json"
                 child = [sys.executable, "-c", _CHILD, kind, str(seconds), str(steps), str(blocks), str(out), shape]
                 subprocess.run(child, env=env, check=True, timeout=3600)
@@ -228,10 +231,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=30, help="blocks of each variant, in turn")
     parser.add_argument("--pace", action="append", choices=list(PACES), help="one pace (repeatable); default all")
+    parser.add_argument("--block-seconds", type=float, default=BLOCK_SECONDS, help="about how long each block lasts")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     started = time.perf_counter()
-    results = measure(args.blocks, args.pace or list(PACES))
+    results = measure(args.blocks, args.pace or list(PACES), args.block_seconds)
     print(
         f"{'pace':<12} {'CPU/step without':>17} {'with gz-ia':>11} {'ratio':>7} {'added/event':>12}"
         f" {'(agent thread)':>14} {'disabled: ratio':>16} {'added/event':>12} {'floor: added/event':>19}"
@@ -244,7 +248,9 @@ def main() -> None:
             f" {r['null_cpu_ratio']:>16.3f} {r['null_added_cpu_per_event_us']:>9.1f} µs"
             f" {r['floor_added_cpu_per_event_us']:>16.1f} µs"
         )
-    print(f"({args.blocks} blocks of about {_BLOCK_SECONDS:g} s per variant, {time.perf_counter() - started:.0f} s)")
+    print(
+        f"({args.blocks} blocks of about {args.block_seconds:g} s per variant, {time.perf_counter() - started:.0f} s)"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
