@@ -213,7 +213,9 @@ def _stopped_while_retention_deletes(collector: Any, follow: Any, *options: str)
 
 def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, follow: Any, tmp_path: Path) -> None:
     """A follower of the files (no collector at its socket) stopped while retention deletes what it
-    had not read: a lagged notice, then the rest, in order."""
+    had not read: a lagged notice, then the rest, in order. The file it had open may still hold the
+    first events written after it stopped, archived and deleted since: those it shows, so the gap
+    need not start at seq 4."""
     collector = make_collector(env=RETAINING)
     nowhere = str(tmp_path / "no-collector.sock")
     follower = _stopped_while_retention_deletes(collector, follow, "--socket", nowhere)
@@ -230,13 +232,13 @@ def test_a_lagging_follower_reports_the_gap_and_goes_on(make_collector: Any, fol
         else:
             assert record["seq"] == expected
             expected += 1
-    assert notices and notices[0]["from_seq"] == 4
+    assert notices
     assert follower.proc.poll() is None  # still following
     _send(collector, "lone", 203, 1)
     assert follower.take(1)[0]["seq"] == 204
     _code, stderr = follower.finish()
-    to_seq = notices[0]["to_seq"]
-    assert f"session lone: events seq 4-{to_seq} not shown: deleted by retention" in stderr
+    gap = f"{notices[0]['from_seq']}-{notices[0]['to_seq']}"
+    assert f"session lone: events seq {gap} not shown: deleted by retention" in stderr
 
 
 def test_a_stopped_follower_of_the_stream_misses_nothing_retention_deletes(make_collector: Any, follow: Any) -> None:
