@@ -286,35 +286,21 @@ class SessionScope:
                 self.parent_session_id, duration_ms, error, attrs, cycle, self.root_session_id,
             )  # fmt: skip
         elif client.enabled:
-            self._log_to_sink(client, action, stage, status, duration_ms, error, role, attrs, cycle)
-
-    def _log_to_sink(
-        self,
-        client: EventSink,
-        action: str,
-        stage: Stage | str,
-        status: Status | str,
-        duration_ms: int | None,
-        error: str | None,
-        role: str | None,
-        attrs: dict[str, AttrValue] | None,
-        cycle: str | None,
-    ) -> None:
-        # Any other sink (a test's CapturingClient, one of the agent's own) gets the public call.
-        client.log(
-            session_id=self.session_id,
-            parent_session_id=self.parent_session_id,
-            agent=self.agent,
-            role=role if role is not None else self.role,
-            action=action,
-            stage=stage,
-            status=status,
-            duration_ms=duration_ms,
-            error=error,
-            attrs=attrs,
-            cycle=cycle,
-            root_session_id=self.root_session_id,
-        )
+            # Any other sink (a test's CapturingClient, one of the agent's own) gets the public call.
+            client.log(
+                session_id=self.session_id,
+                parent_session_id=self.parent_session_id,
+                agent=self.agent,
+                role=role if role is not None else self.role,
+                action=action,
+                stage=stage,
+                status=status,
+                duration_ms=duration_ms,
+                error=error,
+                attrs=attrs,
+                cycle=cycle,
+                root_session_id=self.root_session_id,
+            )
 
     @property
     def tree_root(self) -> str:
