@@ -125,9 +125,7 @@ def _encode_call(call: LogCall) -> bytes:
         stage = _STAGES[stage]
         status = _STATUSES[status]
     except (KeyError, TypeError):
-        _stage(stage)  # raises the ValueError that names what is wrong
-        _status(status)
-        raise ValueError(f"stage {stage!r} or status {status!r} is not a known value") from None
+        stage, status = _stage(stage), _status(status)  # one raises the ValueError naming what is wrong
     if status is FAILED and not error:
         raise ValueError("status FAILED requires a non-empty error")
     record = _LogRecord(
