@@ -18,8 +18,9 @@ pace it reports:
 
 The variants run in one process, in blocks of about 0.5 s taken in turn (``--blocks`` of
 each), so that what drifts (the CPU's frequency, the machine's other work) hits them alike; the
-figures are medians over blocks of the calling thread's CPU, and the sender thread's CPU (the
-process's beyond the calling thread's) is added to gz-ia's. Run ``uv run python -m bench.pace``
+figures are medians over blocks of the calling thread's CPU; the sender thread's CPU (the process's
+beyond the calling thread's and the floor's thread's) is added to gz-ia's, the floor's thread's to
+the floor's. Run ``uv run python -m bench.pace``
 (``--pace NAME``, ``--block-seconds S``, ``--json FILE``); ``bench/run --only pace`` runs it in the suite.
 """
 
@@ -152,7 +153,7 @@ for mode, step in steppers.items():  # warm-up: imports, the first connection, c
 gz.get_client().flush(10.0)
 # Short blocks of each variant in turn, in one process: what drifts (the CPU's frequency, the
 # machine's other work) hits all of them alike. Each block counts the calling thread's CPU; the
-# sender thread's, the process's CPU beyond the calling thread's, all goes to gz-ia's events.
+# floor's thread is counted on its own clock, and the rest of the process's CPU is gz-ia's sender's.
 per_step = {mode: [] for mode in steppers}
 process0, main0, floor0 = time.process_time(), time.thread_time(), time.clock_gettime(floor_clock)
 for block in range(blocks):

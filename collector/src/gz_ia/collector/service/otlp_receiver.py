@@ -6,10 +6,11 @@ span or the log record): a re-sent export finds its events already written and i
 duplicate, across restarts too, since the watermarks are recovered from the stored lines. The
 answer is 200 only once every item is written with the collector's durability (the verdicts of a
 client batch wait for the same write pass), 429 with ``Retry-After`` while the collector holds as
-much as it takes (the staging bound; the HTTP side bounds the bodies held), 503 with ``Retry-After`` while writes fail,
-400 for a body it cannot read (counted in ``gzia_otlp_rejected_total`` and logged), 413 beyond
-the body limit. ``/v1/metrics`` is read and answered but its points are dropped: Claude Code's
-token and cost counters say again what its ``api_request`` events say.
+much as it takes (the staging bound; the HTTP side bounds the bodies held), 503 with
+``Retry-After`` while writes fail, 400 for a body it cannot read (counted in
+``gzia_otlp_rejected_total`` and logged), 413 beyond the body limit. ``/v1/metrics`` is read and
+answered but its points are dropped: Claude Code's token and cost counters say again what its
+``api_request`` events say.
 
 With the agent's hooks and telemetry both on, a tool call is one cycle: the hooks' (they come
 first: the agent waits for each hook, and exports its logs every few seconds). A tool result whose
