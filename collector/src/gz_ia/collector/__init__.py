@@ -22,7 +22,8 @@ that share a floor do not import each other (the import-linter contract in the r
 * :mod:`.storage` (the on-disk layout and the single writer) and :mod:`.http` (the loopback HTTP
   server that hears only its user's processes);
 * :mod:`.config` and :mod:`.metrics`: the ground floor;
-* :mod:`.errors`: under it, :class:`~.errors.CollectorError`, the base of every collector exception
+* :mod:`.credentials`: under it, the HTTP side's key and port, drawn once and kept private;
+* :mod:`.errors`: under everything, :class:`~.errors.CollectorError`, the base of every collector exception
   (their tree is drawn in its docstring).
 
 This package's ``__init__`` stays free of heavy imports: ``gz_ia.collector.reading`` must be

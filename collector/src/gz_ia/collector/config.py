@@ -45,8 +45,6 @@ _MAX_SHARDS: Final = 64
 METRICS_PORT_BASE: Final = 20000
 """First port of the per-user metrics range: ``auto`` serves on ``METRICS_PORT_BASE + uid % 10000``."""
 _METRICS_PORT_SPAN: Final = 10000
-HTTP_PORT_BASE: Final = 10000
-"""First port of the per-user HTTP range: ``auto`` serves on ``HTTP_PORT_BASE + uid % 10000``."""
 
 
 def default_metrics_port(uid: int | None = None) -> int:
@@ -55,9 +53,14 @@ def default_metrics_port(uid: int | None = None) -> int:
     return METRICS_PORT_BASE + (os.getuid() if uid is None else uid) % _METRICS_PORT_SPAN
 
 
-def default_http_port(uid: int | None = None) -> int:
-    """The loopback port ``http_address = "auto"`` serves on: one per uid (uid 1000: 11000)."""
-    return HTTP_PORT_BASE + (os.getuid() if uid is None else uid) % _METRICS_PORT_SPAN
+def default_http_port() -> int:
+    """The loopback port ``http_address = "auto"`` serves on: drawn at random the first time and kept
+    with the user's key (:mod:`.credentials`), so that nobody can compute it and take it first."""
+    from gz_ia.client import env
+
+    from .credentials import load_credentials
+
+    return load_credentials(env.state_dir()).port
 
 
 class ConfigError(CollectorError):
@@ -153,7 +156,8 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     (:func:`default_metrics_port`); empty or ``off`` disables it."""
     http_address: str = "auto"
     """``host:port`` of the loopback HTTP side (hooks over HTTP, OTLP, the live view); ``auto``:
-    ``127.0.0.1`` on the user's own port (:func:`default_http_port`); empty or ``off`` disables it.
+    ``127.0.0.1`` on the user's own port, drawn once (:func:`default_http_port`); empty or ``off``
+    disables it.
     Loopback only: the peer's uid is checked on every connection, which only the local kernel knows."""
     allow_uids: list[int] = []
     """Other uids allowed to connect (the collector's own uid always is)."""

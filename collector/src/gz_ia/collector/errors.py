@@ -6,6 +6,7 @@ standard library) catch the builtin. Our exception hierarchy::
 
     CollectorError(Exception)
     ├── ConfigError                      config               unusable configuration (the operator's): names key, source
+    ├── CredentialsUnusable(PermissionError) credentials      the key's file: someone else's, a link, open to others
     ├── LayoutError                      storage.roots        a root cannot be used: missing, a symlink, someone else's
     │   └── LayoutTooNew                 storage.roots        written by a newer gz-ia: .version
     ├── RootLocked                       storage.root_lock    another collector serves the root: .path, .holder
