@@ -135,7 +135,7 @@ def _floor_settings(path: Path, url: str) -> None:
     """gz-ia's http handlers (same headers), every event but SessionStart, posting to ``url``."""
     from gz_ia.collector.integrations.claude_code.settings import COMMAND_ONLY_EVENTS, HOOK_EVENTS, install
 
-    install(path, "unused hook claude-code", http_url=url)
+    install(path, "unused hook claude-code", http_url=url, key="the floor asks for no key")
     for event in COMMAND_ONLY_EVENTS & set(HOOK_EVENTS):
         _settings_without(path, event)
 

@@ -96,11 +96,12 @@ def _client_round(socket_path: Path, root: Path, spans: int, round_number: int) 
         client.close()
 
 
-def _otlp_round(port: int, bodies: list[bytes]) -> None:
+def _otlp_round(port: int, key: str, bodies: list[bytes]) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    headers = {"Content-Type": "application/x-protobuf", "X-Gz-Ia-Key": key}
     try:
         for body in bodies:
-            connection.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+            connection.request("POST", "/v1/traces", body, headers)
             answer = connection.getresponse()
             answer.read()
             if answer.status != 200:
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wait_until(socket_path.exists, 60, "the collector's socket")
             _client_round(socket_path, root, 10, -1)  # the root exists, the code paths are warm
-            _otlp_round(port, _requests(10, 10, 999))
+            key = json.loads((base / "state" / "http.json").read_text())["key"]  # the collector drew it at its start
+            _otlp_round(port, key, _requests(10, 10, 999))
             figures: dict[str, list[tuple[float, float]]] = {"client": [], "otlp": []}
             for number in range(args.rounds):
                 bodies = _requests(args.spans, args.batch, number)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                     if variant == "client":
                         _client_round(socket_path, root, args.spans, number)
                     else:
-                        _otlp_round(port, bodies)
+                        _otlp_round(port, key, bodies)
                     wall = time.perf_counter() - started
                     figures[variant].append((wall, cpu_seconds(proc.pid) - cpu))
         finally:

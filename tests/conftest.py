@@ -86,7 +86,9 @@ class CollectorProcess:
     def env(self) -> dict[str, str]:
         """Environment for agents and CLI commands that should talk to this collector."""
         environment = dict(os.environ)
-        environment.update({"GZ_IA_SOCKET": str(self.socket), "GZ_IA_ROOT": str(self.root)})
+        environment.update(
+            {"GZ_IA_SOCKET": str(self.socket), "GZ_IA_ROOT": str(self.root), "GZ_IA_STATE_DIR": str(self.state_dir)}
+        )
         environment.pop("GZ_IA_PARENT_SESSION_ID", None)
         environment.pop("GZ_IA_PARENT_PID", None)
         # The suite's own settings, which no gz-ia program reads (it would warn of each, rightly).
@@ -114,13 +116,33 @@ class CollectorProcess:
         """The base URL of the collector's loopback HTTP side."""
         return f"http://127.0.0.1:{self.http_port}"
 
+    @property
+    def state_dir(self) -> Path:
+        """The collector's state directory (its key, its known roots), shared with the CLI's ``env``."""
+        named = self.extra_env.get("GZ_IA_STATE_DIR")
+        return Path(named) if named else self.base.parent / f"{self.base.name}-state"
+
+    @property
+    def key(self) -> str:
+        """The user's key the collector's HTTP side asks for (drawn by the collector at its start)."""
+        return str(json.loads((self.state_dir / "http.json").read_text())["key"])
+
+    def http_headers(self, **more: str) -> dict[str, str]:
+        """The headers one of the user's programs sends to the HTTP side: the key, and ``more``."""
+        return {"X-Gz-Ia-Key": self.key, **more}
+
+    def exporter_env(self, *headers: str) -> dict[str, str]:
+        """:attr:`env` for an OTLP exporter pointed at this collector, as docs/user-guide.md sets one
+        up: ``OTEL_EXPORTER_OTLP_HEADERS`` carries the key (and ``headers``, each ``name=value``)."""
+        return {**self.env, "OTEL_EXPORTER_OTLP_HEADERS": ",".join([f"x-gz-ia-key={self.key}", *headers])}
+
     def start(self, *, wait: bool = True) -> None:
         # Its own configuration and state directories (over the test's, see ``_private_state``), unless
         # the test names others in ``env``.
         environment = self.env
         environment["XDG_CONFIG_HOME"] = str(self.base / "config")
         environment["GZ_IA_SHARDS"] = str(self.shards)
-        environment["GZ_IA_STATE_DIR"] = str(self.base.parent / f"{self.base.name}-state")
+        environment["GZ_IA_STATE_DIR"] = str(self.state_dir)
         environment.update(self.extra_env)
         self.starts += 1
         log = self.log_path.open("ab")
@@ -337,13 +359,14 @@ def _private_spool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _private_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Every test, and every process it starts, keeps its state and reads its configuration in its own
-    directories: the known roots (``roots.json``), export positions and ``collector.toml`` of the user's
-    ~/.local/state and ~/.config are shared by every test running at the same time, and a collector
-    takes the lock of each root listed there."""
+    """Every test, and every process it starts, keeps its state and its default root and reads its
+    configuration in its own directories: the known roots (``roots.json``), export positions and
+    ``collector.toml`` of the user's ~/.local/state and ~/.config are shared by every test running at
+    the same time, and a collector takes the lock of each root listed there."""
     monkeypatch.setenv("GZ_IA_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))  # the default root, never the user's
     monkeypatch.delenv("GZ_IA_CONFIG", raising=False)
 
 

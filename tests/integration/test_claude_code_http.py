@@ -37,9 +37,10 @@ def _api() -> Iterator[FakeAnthropic]:
     api.close()
 
 
-def _post(url: str, payload: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+def _post(url: str, payload: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+    """POST a hook payload with ``headers`` (the key among them, as gz-ia's installed hooks send it)."""
     request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json", **headers}
     )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -156,7 +157,7 @@ def test_another_uid_is_refused_on_the_hook_port(collector: CollectorProcess) ->
     status = json.loads(collector.gz_ia("status", "--json", check=True).stdout)
     assert status["endpoints"]["hooks"] == f"{collector.http_url}/hooks/claude-code"
     # The same payload from this uid is logged: the refusal was the uid's, not the payload's.
-    assert _post(f"{collector.http_url}/hooks/claude-code", payload) == (200, b"{}")
+    assert _post(f"{collector.http_url}/hooks/claude-code", payload, collector.http_headers()) == (200, b"{}")
     wait_for(lambda: collector.session_file(payload["session_id"]).exists(), message="the payload from our own uid")
     assert [line["action"] for line in collector.session_lines(payload["session_id"])] == ["prompt"]
 
@@ -164,12 +165,14 @@ def test_another_uid_is_refused_on_the_hook_port(collector: CollectorProcess) ->
 def test_the_route_answers_200_to_what_it_cannot_use_and_counts_it(collector: CollectorProcess) -> None:
     """Not JSON, not a payload, GZ_IA_DISABLED: always 200 {} (a hook never fails Claude Code), counted."""
     url = f"{collector.http_url}/hooks/claude-code"
-    request = urllib.request.Request(url, data=b"{not json", headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=b"{not json", headers={"Content-Type": "application/json", **collector.http_headers()}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert (response.status, response.read()) == (200, b"{}")
-    assert _post(url, {"hook_event_name": "Stop"}) == (200, b"{}")
+    assert _post(url, {"hook_event_name": "Stop"}, collector.http_headers()) == (200, b"{}")
     payload = _captured("B-UserPromptSubmit", collector.workspace)
-    assert _post(url, payload, {"X-Gz-Ia-Disabled": "1"}) == (200, b"{}")
+    assert _post(url, payload, collector.http_headers(**{"X-Gz-Ia-Disabled": "1"})) == (200, b"{}")
     assert collector.metric('gzia_http_hook_payloads_total{outcome="invalid"}') == 2
     assert collector.metric('gzia_http_hook_payloads_total{outcome="disabled"}') == 1
     assert not collector.session_file(payload["session_id"]).exists()
@@ -178,8 +181,10 @@ def test_the_route_answers_200_to_what_it_cannot_use_and_counts_it(collector: Co
 def test_the_root_header_names_the_root_as_gz_ia_root_does(collector: CollectorProcess, short_tmp: Path) -> None:
     """X-Gz-Ia-Root (the hook's $GZ_IA_ROOT) wins over the root found from the payload's cwd."""
     elsewhere = short_tmp / "elsewhere" / ".harness"
+    elsewhere.mkdir(parents=True)
     payload = _captured("B-UserPromptSubmit", collector.workspace)
-    assert _post(f"{collector.http_url}/hooks/claude-code", payload, {"X-Gz-Ia-Root": str(elsewhere)}) == (200, b"{}")
+    headers = collector.http_headers(**{"X-Gz-Ia-Root": str(elsewhere)})
+    assert _post(f"{collector.http_url}/hooks/claude-code", payload, headers) == (200, b"{}")
     session = elsewhere / "sessions" / f"{payload['session_id']}.events.jsonl"
     wait_for(session.exists, message="the session in the root the header names")
     assert not collector.session_file(payload["session_id"]).exists()
@@ -202,11 +207,12 @@ def test_a_collector_restarting_on_held_sockets_loses_nothing_posted_meanwhile(s
         wait_for(lambda: "ready" in holder.log_since_start(), message="the collector")
         names = ["B-UserPromptSubmit", "B-PreToolUse-Bash", "B-PostToolUse-Bash", "B-Stop", "B-SessionEnd"]
         payloads = [_captured(name, workspace) for name in names]
+        headers = {"X-Gz-Ia-Key": json.loads((short_tmp / "state" / "http.json").read_text())["key"]}
         for payload in payloads[:2]:
-            assert _post(url, payload) == (200, b"{}")
+            assert _post(url, payload, headers) == (200, b"{}")
         assert holder.stop() == 0
         answers: list[tuple[int, bytes]] = []
-        poster = threading.Thread(target=lambda: answers.extend(_post(url, p) for p in payloads[2:]))
+        poster = threading.Thread(target=lambda: answers.extend(_post(url, p, headers) for p in payloads[2:]))
         poster.start()  # no collector runs: the connection waits in the held port's queue
         time.sleep(0.5)
         assert poster.is_alive() and not answers

@@ -34,7 +34,7 @@ def _telemetry(collector: Any, protocol: str) -> dict[str, str]:
         "OTEL_METRICS_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-        "OTEL_EXPORTER_OTLP_HEADERS": f"x-gz-ia-root={collector.root}",
+        "OTEL_EXPORTER_OTLP_HEADERS": f"x-gz-ia-key={collector.key},x-gz-ia-root={collector.root}",
         "OTEL_LOGS_EXPORT_INTERVAL": "500",
     }
 

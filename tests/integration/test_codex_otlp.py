@@ -30,7 +30,8 @@ def _with_otel(home: Path, collector: Any, protocol: str) -> None:
     config = home / ".codex" / "config.toml"
     config.write_text(
         config.read_text()
-        + f'\n[otel]\nexporter = {{ otlp-http = {{ endpoint = "{endpoint}/v1/logs", protocol = "{protocol}" }} }}\n'
+        + f'\n[otel]\nexporter = {{ otlp-http = {{ endpoint = "{endpoint}/v1/logs", protocol = "{protocol}", '
+        f'headers = {{ "x-gz-ia-key" = "{collector.key}" }} }} }}\n'
     )
 
 

@@ -29,7 +29,10 @@ def test_gemini_telemetry_makes_tool_cycles_and_usage_records(collector: Any, tm
         settings = json.loads(settings_path.read_text())
         settings["telemetry"] = {"enabled": True, "target": "local", "otlpEndpoint": endpoint, "otlpProtocol": "http"}
         settings_path.write_text(json.dumps(settings))
-        result = run_gemini(collector, home, "run the command", cwd=workspace(collector), api_base_url=api.base_url)
+        key = {"OTEL_EXPORTER_OTLP_HEADERS": f"x-gz-ia-key={collector.key}"}  # as docs/user-guide.md says
+        result = run_gemini(
+            collector, home, "run the command", cwd=workspace(collector), api_base_url=api.base_url, env=key
+        )
     assert_ran(result)
     session = str(json.loads(result.stdout)["session_id"])
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gz_ia.client import env
 from gz_ia.collector.cli import collector_main
 from gz_ia.collector.cli._install import HTTP_SOCKET_NAME, SERVICE_NAME, SOCKET_NAME
 from gz_ia.collector.config import default_http_port
@@ -127,9 +128,10 @@ def test_auto_installs_the_command_hook_until_the_port_is_held_then_http(home: P
     output, hooks = _install_hooks(home)
     assert f"hooks: http hooks: {_units(home) / HTTP_SOCKET_NAME} holds 127.0.0.1:{default_http_port()}" in output
     url = f"http://127.0.0.1:{default_http_port()}/hooks/claude-code"
+    key = json.loads((env.state_dir() / "http.json").read_text())["key"]  # drawn by install: the hooks carry it
     assert hooks["PreToolUse"] == [{"matcher": "*", "hooks": [{
         "type": "http", "url": url, "timeout": 5,
-        "headers": {"X-Gz-Ia-Root": "$GZ_IA_ROOT", "X-Gz-Ia-Disabled": "$GZ_IA_DISABLED"},
+        "headers": {"X-Gz-Ia-Key": key, "X-Gz-Ia-Root": "$GZ_IA_ROOT", "X-Gz-Ia-Disabled": "$GZ_IA_DISABLED"},
         "allowedEnvVars": ["GZ_IA_ROOT", "GZ_IA_DISABLED"],
     }]}]  # fmt: skip
     start = hooks["SessionStart"]

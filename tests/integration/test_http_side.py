@@ -28,8 +28,9 @@ def status(collector: CollectorProcess) -> Any:
     return json.loads(collector.gz_ia("status", "--json", check=True).stdout)
 
 
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as answer:
+def get_json(collector: CollectorProcess, path: str) -> Any:
+    request = urllib.request.Request(collector.http_url + path, headers=collector.http_headers())
+    with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 200
         return json.loads(answer.read())
 
@@ -38,7 +39,7 @@ def test_status_lists_the_http_side_and_it_answers_its_own_user(collector: Colle
     report = status(collector)
     assert report["endpoints"]["http"] == collector.http_url
     assert report["http_error"] is None
-    index = get_json(collector.http_url + "/")
+    index = get_json(collector, "/")
     assert index["service"] == "gz-ia-collector" and index["endpoints"]["http"] == collector.http_url
     assert 'gzia_http_requests_total{code="200",endpoint="/"} 1.0' in collector.metrics()
 
@@ -58,7 +59,7 @@ def test_another_uid_is_refused_and_counted(collector: CollectorProcess) -> None
     assert "only its own user's processes" in body
     assert 'gzia_http_refused_total{reason="other_uid"} 1.0' in collector.metrics()
     assert f"refusing a connection from uid {STRANGER}" in collector.log()
-    assert get_json(collector.http_url + "/")["service"] == "gz-ia-collector"  # the user still is
+    assert get_json(collector, "/")["service"] == "gz-ia-collector"  # the user still is
 
 
 def test_a_busy_port_leaves_the_events_served_and_says_so(make_collector: Any) -> None:

@@ -61,7 +61,7 @@ provider.shutdown()
 def _run_sdk(collector: CollectorProcess, encoding: str) -> tuple[str, str]:
     result = subprocess.run(
         [sys.executable, "-c", SDK_PROGRAM, collector.http_url, encoding],
-        env=collector.env,
+        env=collector.exporter_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -137,9 +137,9 @@ def test_a_re_sent_export_is_not_a_second_cycle(collector: CollectorProcess) -> 
     body = _tool_span_body("abababababababababababababababab", "1111111111111111", "2222222222222222")
     url = collector.http_url + "/v1/traces"
     for _ in range(2):
-        assert _post(url, body, "application/json")[0] == 200
+        assert _post(url, body, "application/json", **collector.http_headers())[0] == 200
     collector.restart()
-    assert _post(url, body, "application/json")[0] == 200
+    assert _post(url, body, "application/json", **collector.http_headers())[0] == 200
     lines = collector.session_lines("2222222222222222")
     assert _cycles(lines) == [("Grep", "READ", "OK"), ("Grep", "FINISH", "OK")]
 
@@ -172,17 +172,37 @@ def test_unreadable_and_oversized_bodies_are_refused_and_nothing_else_is_lost(co
     limit 413 without being expanded, a 10 MB body of junk 400; exports around them are written."""
     url = collector.http_url + "/v1/traces"
     trace = "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"
-    assert _post(url, _tool_span_body(trace, "3333333333333333", "aaaaaaaaaaaaaaaa"), "application/json")[0] == 200
-    status, _headers, answer = _post(url, b"\x0a\xff\xff\xff garbage", "application/x-protobuf")
+    assert (
+        _post(
+            url,
+            _tool_span_body(trace, "3333333333333333", "aaaaaaaaaaaaaaaa"),
+            "application/json",
+            **collector.http_headers(),
+        )[0]
+        == 200
+    )
+    status, _headers, answer = _post(
+        url, b"\x0a\xff\xff\xff garbage", "application/x-protobuf", **collector.http_headers()
+    )
     assert status == 400
     assert b"protobuf" in answer
-    assert _post(url, b"{not json", "application/json")[0] == 400
-    assert _post(url, b"{}", "text/plain")[0] == 400
+    assert _post(url, b"{not json", "application/json", **collector.http_headers())[0] == 400
+    assert _post(url, b"{}", "text/plain", **collector.http_headers())[0] == 400
     bomb = gzip.compress(b"\0" * (40 << 20))
-    assert _post(url, bomb, "application/x-protobuf", **{"Content-Encoding": "gzip"})[0] == 413
+    assert (
+        _post(url, bomb, "application/x-protobuf", **{"Content-Encoding": "gzip"}, **collector.http_headers())[0] == 413
+    )
     junk = bytes(range(256)) * (10 * 4096)
-    assert _post(url, junk, "application/x-protobuf")[0] == 400
-    assert _post(url, _tool_span_body(trace, "4444444444444444", "aaaaaaaaaaaaaaaa"), "application/json")[0] == 200
+    assert _post(url, junk, "application/x-protobuf", **collector.http_headers())[0] == 400
+    assert (
+        _post(
+            url,
+            _tool_span_body(trace, "4444444444444444", "aaaaaaaaaaaaaaaa"),
+            "application/json",
+            **collector.http_headers(),
+        )[0]
+        == 200
+    )
     lines = collector.session_lines("aaaaaaaaaaaaaaaa")
     assert [line["cycle"] for line in lines if line["stage"] == "FINISH"] == ["3333333333333333", "4444444444444444"]
     assert collector.metric('gzia_otlp_rejected_total{reason="protobuf"}') == 2
@@ -197,7 +217,9 @@ def test_status_lists_the_otlp_endpoint_and_metrics_are_answered(collector: Coll
     is answered (its points are not kept)."""
     report = json.loads(collector.gz_ia("status", "--json", check=True).stdout)
     assert report["endpoints"]["otlp"] == collector.http_url
-    status, headers, _answer = _post(collector.http_url + "/v1/metrics", b"", "application/x-protobuf")
+    status, headers, _answer = _post(
+        collector.http_url + "/v1/metrics", b"", "application/x-protobuf", **collector.http_headers()
+    )
     assert status == 200
     assert headers["Content-Type"] == "application/x-protobuf"
 
@@ -229,7 +251,7 @@ def test_the_collector_killed_mid_request_gets_the_exporters_retry_once(collecto
     collector.proc.send_signal(signal.SIGSTOP)  # the request waits, unanswered, in the socket's backlog
     child = subprocess.Popen(
         [sys.executable, "-c", RETRYING_PROGRAM, collector.http_url],
-        env=collector.env,
+        env=collector.exporter_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -276,5 +298,5 @@ def test_another_uid_is_not_heard(collector: CollectorProcess) -> None:
     )  # fmt: skip
     assert probe.stdout.strip() == b"403"
     assert "bbbbbbbbbbbbbbbb" not in collector.all_sessions()
-    assert _post(collector.http_url + "/v1/traces", body, "application/json")[0] == 200
+    assert _post(collector.http_url + "/v1/traces", body, "application/json", **collector.http_headers())[0] == 200
     assert [line["stage"] for line in collector.session_lines("bbbbbbbbbbbbbbbb")] == ["READ", "FINISH"]

@@ -131,7 +131,8 @@ class Exporter:
         """One attempt; status 0 for a timeout or a reset (the exporter resends the same body)."""
         connection = http.client.HTTPConnection("127.0.0.1", self.collector.http_port, timeout=EXPORTER_TIMEOUT)
         try:
-            connection.request("POST", export.path, export.body, {"Content-Type": "application/json"})
+            headers = {"Content-Type": "application/json", **self.collector.http_headers()}
+            connection.request("POST", export.path, export.body, headers)
             answer = connection.getresponse()
             text = answer.read()
             return answer.status, answer.getheader("Retry-After"), text

@@ -207,13 +207,18 @@ def test_the_http_hooks_and_the_otlp_receiver_store_nothing_secret(collector: An
         call = {**common, "tool_input": {"command": case["text"]}, "tool_use_id": f"toolu_01Http{index:04d}"}
         failure = {**call, "hook_event_name": "PostToolUseFailure", "error": f"401 for {case['text']}"}
         for payload in ({**call, "hook_event_name": "PreToolUse"}, failure):
-            assert post_hook(f"{collector.http_url}/hooks/claude-code", payload) == (200, b"{}")
+            assert post_hook(f"{collector.http_url}/hooks/claude-code", payload, collector.http_headers()) == (
+                200,
+                b"{}",
+            )
     trace = "7" * 32
     for index, case in enumerate(SECRETS):
         span = json.loads(_tool_span_body(trace, f"{index + 1:016x}", "f" * 16, tool="Bash"))
         span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["status"] = {"code": 2, "message": case["text"]}
         body = json.dumps(span).encode()
-        assert post_otlp(collector.http_url + "/v1/traces", body, "application/json")[0] == 200
+        assert (
+            post_otlp(collector.http_url + "/v1/traces", body, "application/json", **collector.http_headers())[0] == 200
+        )
     hooked = [line for line in collector.session_lines(session) if line["status"] == "FAILED"]
     assert len(hooked) == len(SECRETS)
     assert all("[REDACTED:" in line["error"] for line in hooked)

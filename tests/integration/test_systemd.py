@@ -306,11 +306,12 @@ def test_collector_serves_under_the_units_constraints(short_tmp: Path, shards: i
             payload["cwd"] = str(collector.workspace)
             post = (
                 "import sys, urllib.request\n"
-                "request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode())\n"
+                "request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), "
+                "headers={'X-Gz-Ia-Key': sys.argv[3]})\n"
                 "print(urllib.request.urlopen(request, timeout=30).status)\n"
             )
             url = f"{collector.http_url}/hooks/claude-code"
-            posted = collector.run_as_user("-c", post, url, json.dumps(payload))
+            posted = collector.run_as_user("-c", post, url, json.dumps(payload), collector.key)
             assert (posted.returncode, posted.stdout.strip()) == (0, "200"), posted.stderr
             wait_for(lambda: collector.session_file(payload["session_id"]).exists(), message="the hook's session")
         assert collector.proc is not None

@@ -57,8 +57,10 @@ def test_ui_address_key_cookie_and_refusals(collector: CollectorProcess, agent: 
     code, headers, _ = request(collector.http_url, f"/ui/?key={key}&root={root}")
     assert code == 303 and "key=" not in headers["location"]
     cookie = headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and key in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and key not in cookie  # derived, not the key
     jar = {"Cookie": cookie.split(";")[0]}
+    # The cookie opens the view's reads and nothing else: a write route still asks for the key.
+    assert request(collector.http_url, "/v1/logs", jar, method="POST")[0] == 401
     code, headers, body = request(collector.http_url, "/ui/", jar)
     assert code == 200 and b"app.js" in body and "default-src 'self'" in headers["content-security-policy"]
     assert request(collector.http_url, "/ui/")[0] == 403  # no key, no cookie

@@ -24,10 +24,9 @@ from .service.log_format import configure_logging
 from .service.systemd import listen_fds
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from prometheus_client import CollectorRegistry
 
+    from .http.server import ServerThread
     from .metrics import Metrics
     from .service.server import Collector
 
@@ -156,8 +155,7 @@ def run(
         uvloop.run(server.serve(sockets))
     finally:
         if http is not None:
-            http.shutdown()
-            http.server_close()
+            http.close()
         if listener is not None:
             listener.close()
         else:
@@ -196,6 +194,7 @@ def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.
     """Give ``collector`` its loopback HTTP side: the socket the service manager holds, else one it
     binds at ``http_address``. A busy port never stops the event service: it is logged and shown
     in ``gz-ia status``, and events are accepted all the same."""
+    from .credentials import load_credentials
     from .hooks_http import http_routes as hook_routes
     from .http import HttpServer
     from .service.http_routes import collector_routes
@@ -211,34 +210,76 @@ def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.create_server((host, port), family=family, backlog=128)
         except OSError as exc:
-            collector.http_error = f"cannot listen on {address}: {exc}"
+            collector.http_error = f"cannot listen on {address}: {exc}{_holder(host, port)}"
             log.error(
                 "http NOT served: %s; events are still accepted (set http_address to a free host:port, or 'off')",
                 collector.http_error,
             )
             return
+    try:
+        key = load_credentials(env.state_dir()).key
+    except OSError as exc:  # CredentialsUnusable among them: a file that cannot be trusted is never used
+        collector.http_error = f"no key for the HTTP side: {exc}"
+        log.error("http NOT served: %s; events are still accepted", collector.http_error)
+        sock.close()
+        return
     routes = collector_routes(collector)
     for route in hook_routes(collector):
         routes.add(route)
-    server = HttpServer(routes, own_uid=os.getuid(), counters=collector.metrics.http)
+    server = HttpServer(routes, own_uid=os.getuid(), key=key, counters=collector.metrics.http)
     collector.attach_http(server, sock)
 
 
-def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> WSGIServer | None:
+def _holder(host: str, port: int) -> str:
+    """Who holds a port the collector could not take, and what that means, for its log and status."""
+    from .http import PeerUnknown, listener_uid
+
+    try:
+        uid = listener_uid(host, port)
+    except PeerUnknown:
+        return ""
+    if uid == os.getuid():
+        return f"; it is held by one of your own processes (uid {uid}): another collector of yours, or another program"
+    return (
+        f"; it is held by uid {uid}, ANOTHER USER: hooks and exporters pointed at {host}:{port} reach them, not "
+        "you. Stop sending there, find out who it is (`ss -ltnpe`), and serve on another port "
+        "(http_address, then `gz-ia install` again)"
+    )
+
+
+def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> ServerThread | None:
     """Start the Prometheus endpoint; return its server, or None when it is off or cannot bind.
 
+    ``/metrics`` is read by Prometheus, which runs as another user, so every uid the kernel can name
+    is heard, each within a bound of its own (one user's connections never take another's place),
+    and the ``Host`` must name this server (a page rebinding its host name to 127.0.0.1 reads
+    nothing). It runs on an event loop of its own thread, so it answers while the collector is busy.
     A busy port (another user's collector, another exporter) never stops the event service: the
     error is logged and shown in ``gz-ia status``, and events are accepted all the same.
     """
-    from prometheus_client import start_http_server
+    from prometheus_client.exposition import choose_encoder
+
+    from .http import Access, HttpServer, Request, Response, Route, Routes
+    from .http.server import ServerThread
 
     endpoint = config.metrics_endpoint()
     if endpoint is None:
         return None
     host, port = endpoint
     metrics.endpoint_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    async def scrape(request: Request) -> Response:
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(200, encode(served), content_type)
+
+    routes = Routes([Route("GET", "/metrics", scrape, endpoint="metrics", access=Access.OPEN)])
+    server = HttpServer(
+        routes, own_uid=os.getuid(), every_uid=True, counters=metrics.http, max_connections=_METRICS_PER_UID,
+        idle_timeout=_METRICS_IDLE_TIMEOUT,
+    )  # fmt: skip
     try:
-        http, _thread = start_http_server(port, addr=host, registry=served)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=128)
     except OSError as exc:
         metrics.endpoint_error = f"cannot listen on {metrics.endpoint_address}: {exc}"
         log.error(
@@ -246,7 +287,9 @@ def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRe
             metrics.endpoint_error,
         )
         return None
-    port = http.server_address[1]  # the port bound, when 0 asked the kernel for any free one
+    door = ServerThread(server, sock, name="gz-ia-metrics")
+    door.start()
+    port = server.port  # the port bound, when 0 asked the kernel for any free one
     metrics.endpoint_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     metrics.endpoint_url = f"http://{metrics.endpoint_address}/metrics"
     log.info("metrics on %s", metrics.endpoint_url)
@@ -255,7 +298,12 @@ def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRe
             "metrics are served beyond loopback on %s: anyone who can reach it reads the collector's metrics",
             metrics.endpoint_address,
         )
-    return http
+    return door
+
+
+_METRICS_PER_UID: Final = 16
+"""Connections one uid may hold on ``/metrics`` at once (Prometheus holds one per scrape)."""
+_METRICS_IDLE_TIMEOUT: Final = 10.0
 
 
 def unmapped_uids(uids: list[int], uid_map: Path = Path("/proc/self/uid_map")) -> list[int]:

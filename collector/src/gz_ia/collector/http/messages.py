@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -9,7 +10,17 @@ from typing import Final
 
 from gz_ia.collector.errors import CollectorError
 
-__all__ = ["Handler", "Request", "Response", "Route", "Routes", "StreamResponse", "TooLarge", "decoded_body"]
+__all__ = [
+    "Access",
+    "Handler",
+    "Request",
+    "Response",
+    "Route",
+    "Routes",
+    "StreamResponse",
+    "TooLarge",
+    "decoded_body",
+]
 
 DEFAULT_MAX_BODY: Final = 1 << 20
 
@@ -64,6 +75,19 @@ class StreamResponse:
 Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
 
 
+class Access(enum.Enum):
+    """What a route asks of a request beyond the server's own checks (its peer's uid, a loopback
+    ``Host``, no browser's cross-site signal), which every route passes first."""
+
+    KEY = "key"
+    """The user's key in a header (:mod:`.key`): every route that writes or answers about sessions.
+    No web page can send one: a custom header needs a CORS preflight, which is never granted."""
+    BROWSER = "browser"
+    """The handler judges the page's own credential (the web view's cookie, got with the key)."""
+    OPEN = "open"
+    """Nothing more: what any admitted uid may read (``/metrics``, which Prometheus scrapes)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """``method path`` → ``handler``.
@@ -74,6 +98,7 @@ class Route:
         endpoint: the name ``gz-ia status --json`` lists this route's URL under (``endpoints``).
         listed: the path listed under ``endpoint`` when it is not ``path`` itself (``""``: the base
             URL, as an OTLP exporter's endpoint takes it).
+        access: what a request must show besides the server's own checks (the key, by default).
     """
 
     method: str
@@ -83,6 +108,7 @@ class Route:
     max_body: int = DEFAULT_MAX_BODY
     endpoint: str | None = None
     listed: str | None = None
+    access: Access = Access.KEY
 
 
 class Routes:

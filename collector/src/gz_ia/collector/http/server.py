@@ -1,11 +1,24 @@
 """The server: h11 on asyncio streams, one task per connection, the peer's uid checked first.
 
-Bounded everywhere a client could make it grow: connections held at once, the size of a request's
-head, each route's body, the bodies of all connections held at once (past it a request is answered
-429 with ``Retry-After`` while its body is still arriving, so a flood of big exports cannot make the
-collector hold connections times the largest body), and the time a connection may sit idle or send
-slowly. Errors of the request (a bad head, an unknown path, a body too large) are answered and the
-connection closed; a handler that raises is answered 500 and logged, and the server goes on.
+Who is heard, in the order it is checked:
+
+1. the peer's uid, from the kernel, while the peer's socket is alive (:mod:`.peer`): another uid
+   (unless the server is open to every uid, as ``/metrics`` is) or one the kernel cannot name is
+   answered 403 before a byte of the request is read;
+2. per request, a ``Host`` that names this server by a loopback name or address (a page that
+   rebinds its own host name to 127.0.0.1 sends that name), and no browser's cross-site signal
+   (``Sec-Fetch-Site: cross-site`` or ``same-site``, an ``Origin`` of another site);
+3. what the route asks (:class:`.messages.Access`): the user's key (:mod:`.key`) for every route
+   that writes or answers about sessions.
+
+Bounded everywhere a client could make it grow, and counted per uid after the uid is known, so that
+another user's connections never take the user's place: connections held at once by each uid,
+refusals being answered at once, the size of a request's head, each route's body, the bodies of all
+connections held at once (past it a request is answered 429 with ``Retry-After`` while its body is
+still arriving, so a flood of big exports cannot make the collector hold connections times the
+largest body), and the time a connection may sit idle or send slowly. Errors of the request (a bad
+head, an unknown path, a body too large) are answered and the connection closed; a handler that
+raises is answered 500 and logged, and the server goes on.
 """
 
 from __future__ import annotations
@@ -13,9 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import ipaddress
 import json
 import logging
 import socket
+import threading
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Final, Protocol
 from urllib.parse import SplitResult, parse_qs, urlsplit
@@ -24,10 +40,11 @@ import h11
 
 from gz_ia.collector.errors import CollectorError
 
-from .messages import Request, Response, Route, Routes, StreamResponse
+from .key import KEY_HEADER, offered_key, same_key
+from .messages import Access, Request, Response, Route, Routes, StreamResponse
 from .peer import PeerUnknown, tcp_peer_uid
 
-__all__ = ["MAX_BODIES_HELD", "HttpCounters", "HttpServer"]
+__all__ = ["MAX_BODIES_HELD", "HttpCounters", "HttpServer", "ServerThread"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -41,6 +58,16 @@ MAX_BODIES_HELD: Final = 64 << 20
 """Bytes of request bodies the server holds at once, over every connection, from their first byte
 read until their answer is sent."""
 _RETRY_AFTER_BODIES: Final = "1"
+_MAX_REFUSING: Final = 64
+"""Refusals being answered at once; past it a refused connection is closed without an answer, so a
+flood of another user's connections costs a bounded amount of work."""
+_CROSS_SITE: Final = frozenset({"cross-site", "same-site"})
+"""``Sec-Fetch-Site`` values a browser sends for a request made by a page of another origin."""
+_REFUSALS: Final = {
+    "other_uid": "this collector serves only its own user's processes",
+    "unknown_peer": "this collector serves only its own user's processes, judged while their connection is open",
+    "busy": "too many connections from your user; retry later",
+}
 
 
 class HttpCounters(Protocol):
@@ -68,13 +95,15 @@ class _BodiesFull(CollectorError):
 
 
 class HttpServer:
-    """Serves ``routes`` on one listening TCP socket to processes of ``own_uid`` alone.
+    """Serves ``routes`` on one listening TCP socket to processes of ``own_uid`` (see the module).
 
     Args:
         routes: what is served.
         own_uid: the only uid heard; any other peer, or one the kernel cannot name, gets 403.
+        key: the user's key, which :attr:`Access.KEY` routes ask for (None: they are refused).
+        every_uid: hear every uid the kernel can name, not ``own_uid`` alone (``/metrics``).
         counters: counts answers and refusals.
-        max_connections: connections held at once; past it a new one is answered 503 and closed.
+        max_connections: connections held at once by one uid; past it its new one is answered 503.
         max_bodies_held: bytes of request bodies held at once; past it a request is answered 429.
     """
 
@@ -83,6 +112,8 @@ class HttpServer:
         routes: Routes,
         *,
         own_uid: int,
+        key: str | None = None,
+        every_uid: bool = False,
         counters: HttpCounters | None = None,
         max_connections: int = 256,
         idle_timeout: float = _IDLE_TIMEOUT,
@@ -90,6 +121,8 @@ class HttpServer:
     ) -> None:
         self.routes = routes
         self.own_uid = own_uid
+        self.key = key
+        self.every_uid = every_uid
         self.counters: HttpCounters = counters or _Uncounted()
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
@@ -99,8 +132,13 @@ class HttpServer:
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[asyncio.Task[None], bool] = {}
         """Each connection's task → whether it is inside a request (idle ones are cancelled first)."""
+        self._by_uid: Counter[int] = Counter()
+        """Connections served now, by their peer's uid."""
+        self._refusing = 0
         self.host = ""
         self.port = 0
+        self._names: frozenset[str] = frozenset()
+        """The host names (and addresses) a request's ``Host`` may give, lower-cased."""
 
     @property
     def base_url(self) -> str:
@@ -117,6 +155,7 @@ class HttpServer:
         """Serve on ``sock`` (bound and listening, or about to be: ``start_server`` listens)."""
         sock.setblocking(False)
         self.host, self.port = sock.getsockname()[:2]
+        self._names = _names_of(self.host)
         self._server = await asyncio.start_server(self._accept, sock=sock, limit=_READ_SIZE)
 
     async def close(self) -> None:
@@ -139,47 +178,84 @@ class HttpServer:
     # --- one connection -------------------------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        uid, refusal = self._judge(writer)
+        if refusal is not None:
+            await self._refuse(reader, writer, refusal)
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = False
+        self._by_uid[uid] += 1
         try:
-            refusal = self._refusal(writer)
-            if refusal is not None:
-                status, reason = refusal
-                self.counters.refused(reason)
-                writer.write(_bare_response(status, reason))
-                with contextlib.suppress(ConnectionError):
-                    await writer.drain()
-                    await _drop_the_rest(reader, writer)
-                return
-            await self._serve(task, reader, writer)
+            await self._serve(task, reader, writer, uid)
         except (_Closed, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             self._connections.pop(task, None)
+            self._by_uid[uid] -= 1
+            if not self._by_uid[uid]:
+                del self._by_uid[uid]
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _refusal(self, writer: asyncio.StreamWriter) -> tuple[int, str] | None:
-        """Why this connection is not served (status, reason), or None."""
-        if len(self._connections) > self.max_connections:
-            return 503, "busy"
+    def _judge(self, writer: asyncio.StreamWriter) -> tuple[int, str | None]:
+        """The connection's peer uid, and why it is not served (None: it is)."""
         sock = writer.get_extra_info("socket")
         try:
             uid = tcp_peer_uid(sock)
         except PeerUnknown as exc:
             log.warning("http: refusing a connection whose owner the kernel cannot name: %s", exc)
-            return 403, "unknown_peer"
-        if uid != self.own_uid:
+            return -1, "unknown_peer"
+        if uid != self.own_uid and not self.every_uid:
             log.warning("http: refusing a connection from uid %d (only uid %d is served)", uid, self.own_uid)
-            return 403, "other_uid"
+            return uid, "other_uid"
+        if self._by_uid[uid] >= self.max_connections:
+            return uid, "busy"
+        return uid, None
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str) -> None:
+        """Answer a refused connection, at most :data:`_MAX_REFUSING` at once (past it: close it bare)."""
+        self.counters.refused(reason)
+        if self._refusing >= _MAX_REFUSING:
+            writer.transport.abort()
+            return
+        self._refusing += 1
+        try:
+            writer.write(_bare_response(503 if reason == "busy" else 403, reason))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+                await _drop_the_rest(reader, writer)
+        finally:
+            self._refusing -= 1
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _request_refusal(self, route: Route, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        """Why a request is not served (status, reason, what to do), or None: checked on its head."""
+        if not self._names_this_server(headers.get("host", "")):
+            return 403, "wrong_host", "the Host header must name this server by a loopback name or address"
+        if headers.get("sec-fetch-site", "").strip().lower() in _CROSS_SITE:
+            return 403, "cross_site", "a page of another site cannot call the collector"
+        origin = headers.get("origin")
+        if origin is not None and not self._names_this_server(urlsplit(origin).netloc):
+            return 403, "cross_site", "a page of another origin cannot call the collector"
+        if route.access is Access.KEY:
+            offered = offered_key(headers)
+            if self.key is None or not same_key(offered, self.key):
+                why = "wrong_key" if offered else "no_key"
+                return 401, why, f"send the user's key in {KEY_HEADER} (gz-ia key prints it; gz-ia install writes it)"
         return None
 
+    def _names_this_server(self, value: str) -> bool:
+        """Whether a ``Host`` (or an ``Origin``'s ``host:port``) names this server."""
+        name, port = _split_host(value.strip().lower())
+        return port == self.port and (name in self._names or _any_literal(name, self._names))
+
     async def _serve(
-        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_uid: int
     ) -> None:
-        peer_uid = self.own_uid
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
         while True:
             try:
@@ -202,6 +278,15 @@ class HttpServer:
                     await self._send_error(conn, writer, 404, f"no such path: {target.path}")
                 return
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in head.headers}
+            refusal = self._request_refusal(route, headers)
+            if refusal is not None:
+                status, reason, message = refusal
+                self.counters.refused(reason)
+                extra = [("X-Gz-Ia-Refused", reason), ("Cache-Control", "no-store")]
+                if status == 401:
+                    extra.append(("WWW-Authenticate", 'Bearer realm="gz-ia"'))
+                await self._send_error(conn, writer, status, message, extra, endpoint=route.endpoint)
+                return
             if not await self._answer(conn, reader, writer, route, target, headers, peer_uid):
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
@@ -427,13 +512,92 @@ def _error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode() + b"\n"
 
 
+def _split_host(value: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) as (host, port); port 80 when not given, -1 when unreadable."""
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        name, _, port = value.rpartition(":") if ":" in value else (value, "", "")
+    if not port:
+        return name, 80
+    return name, int(port) if port.isdigit() else -1
+
+
+def _names_of(host: str) -> frozenset[str]:
+    """The names a ``Host`` may give for a server bound to ``host``: its own address, ``localhost``
+    and the loopback addresses. A page of another site reached through DNS rebinding names its own
+    host, which is none of these."""
+    names = {host.lower(), "localhost", "127.0.0.1", "::1"}
+    if not _is_loopback(host):  # bound beyond loopback (metrics_address): any address, and this machine
+        names.update({socket.gethostname().lower(), socket.getfqdn().lower(), "*"})
+    return frozenset(names)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _any_literal(name: str, names: frozenset[str]) -> bool:
+    """An address literal this server may be reached at: any loopback one, and any at all when it
+    listens beyond loopback (a page's rebound host is a name, never an address)."""
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return address.is_loopback or "*" in names
+
+
 def _bare_response(status: int, reason: str) -> bytes:
     """A whole HTTP/1.1 answer written before any of the request is read (a refused peer)."""
-    body = _error_body(
-        "this collector serves only its own user's processes" if status == 403 else "too many connections"
-    )
+    body = _error_body(_REFUSALS.get(reason, "refused"))
     head = (
         f"HTTP/1.1 {status} {_reason(status).decode()}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Gz-Ia-Refused: {reason}\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+class ServerThread:
+    """An :class:`HttpServer` on an event loop of its own thread.
+
+    For ``/metrics``: it answers while the collector's loop is busy (a scrape then tells why), and its
+    bounds are the server's, not a thread per connection.
+    """
+
+    def __init__(self, server: HttpServer, sock: socket.socket, name: str) -> None:
+        self.server = server
+        self._sock = sock
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Serve, once the socket is listening (raises what starting it raised)."""
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start(self._sock))
+        except BaseException as exc:  # handed to start()'s caller
+            self._failure = exc
+            self._started.set()
+            return
+        self._started.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.server.close())
+        self._loop.close()
+
+    def close(self) -> None:
+        """Stop serving and wait for the thread to end."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)

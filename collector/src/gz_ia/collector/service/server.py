@@ -153,8 +153,9 @@ class Collector(WritePasses, Answers):
             self.served_roots,
             lambda: self.http.base_url if self.http is not None else "",
             in_memory=lambda root: summaries_in_memory(self.writer.roots, root),
+            key=lambda: self.http.key if self.http is not None else None,
         )
-        """The web view on the HTTP side (its page, JSON and ``/live``), with this start's secret."""
+        """The web view on the HTTP side (its page, JSON and ``/live``), opened with the user's key."""
         self.connection_limits = (
             ConnectionLimits(config, metrics.connections_over_limit) if role.limits_connections else None
         )

@@ -18,7 +18,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from gz_ia.collector import reading
-from gz_ia.collector.http import Request, Response, Route, StreamResponse
+from gz_ia.collector.http import Access, Request, Response, Route, StreamResponse
 from gz_ia.collector.live import Hub
 from gz_ia.collector.reading import SessionSummary
 
@@ -61,7 +61,7 @@ class WebView:
         base_url: the HTTP side's base URL, once bound.
         in_memory: the summaries the collector holds in memory for a root (by real path), called on
             the loop (see :mod:`.memory`); None: everything from the files.
-        access: the checks (a fresh secret when not given).
+        key: the user's key, once the HTTP side has one (see :mod:`.access`).
     """
 
     def __init__(
@@ -70,17 +70,18 @@ class WebView:
         roots: Callable[[], Iterable[str]],
         base_url: Callable[[], str],
         in_memory: Callable[[str], dict[str, SessionSummary]] | None = None,
-        access: UiAccess | None = None,
+        key: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.hub = hub
         self._in_memory = in_memory
         self._roots = roots
         self._base_url = base_url
-        self.access = access or UiAccess(base_url)
+        self._key = key
+        self.access = UiAccess(key, base_url)
 
     def url(self, root: str | os.PathLike[str] | None = None) -> str:
         """The address ``gz-ia ui`` opens: the page with the key (and the root to show)."""
-        query = {"key": self.access.secret}
+        query = {"key": self._key() or ""}
         if root is not None:
             query["root"] = os.fspath(root)
         return f"{self._base_url()}/ui/?{urlencode(query)}"
@@ -88,8 +89,8 @@ class WebView:
     def routes(self) -> list[Route]:
         """``/ui/`` (prefix, listed as ``endpoints.ui``) and ``/live`` (``endpoints.live``)."""
         return [
-            Route("GET", "/ui/", self._ui, prefix=True, endpoint="ui"),
-            Route("GET", "/live", self._live, endpoint="live"),
+            Route("GET", "/ui/", self._ui, prefix=True, endpoint="ui", access=Access.BROWSER),
+            Route("GET", "/live", self._live, endpoint="live", access=Access.BROWSER),
         ]
 
     def _root(self, request: Request) -> Path | Response:
