@@ -20,17 +20,17 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from gz_ia.client import env
 from gz_ia.client.protocol import Batch
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.integrations.claude_code.log_events import log_event
 from gz_ia.collector.integrations.claude_code.mapping import check_payload, hook_events
 from gz_ia.collector.integrations.claude_code.state import SessionStates
 from gz_ia.collector.service.connection import Connection, ConnectionHost
+from gz_ia.collector.service.request_roots import default_root, request_root
 from gz_ia.collector.storage.root_lock import RootLocked
 from gz_ia.collector.storage.roots import LayoutError
 
@@ -86,7 +86,13 @@ class ClaudeCodeHooks:
         if request.headers.get(DISABLED_HEADER, "").strip().lower() in _DISABLED_VALUES:
             return "disabled"
         payload = check_payload(msgspec.json.decode(request.body))
-        root = _root_of(payload, request.headers.get(ROOT_HEADER, ""))
+        cwd = payload.get("cwd")
+        where = request_root(
+            request.headers.get(ROOT_HEADER, ""), cwd if isinstance(cwd, str) else None, request.peer_uid, default_root
+        )
+        if where.refused is not None:
+            self._log_once("named root", "Claude Code hook events written under %s: %s", where.path, where.refused)
+        root = where.path
         key = f"{root}\0{payload['session_id']}"
         state = self.sessions.get(key)
         fields = hook_events(payload, state, time.time_ns())
@@ -109,10 +115,6 @@ class ClaudeCodeHooks:
         store = self._roots.get(root)
         if store is None or store.removed:
             try:
-                os.makedirs(root, mode=0o700, exist_ok=True)  # as a client does: a sender makes its root
-            except OSError:
-                pass  # opening it says what is wrong
-            try:
                 store = self.host.open_root(Path(root), uid)
             except (RootLocked, LayoutError, OSError) as exc:
                 self._log_once("root", "Claude Code hook events for root %s not logged: %s", root, exc)
@@ -134,18 +136,6 @@ class ClaudeCodeHooks:
         if now - self._logged_at.get(kind, -_LOG_INTERVAL) >= _LOG_INTERVAL:
             self._logged_at[kind] = now
             log.warning(message, *args)
-
-
-def _root_of(payload: dict[str, Any], explicit: str) -> str:
-    """The root the command hook would find: the hook's ``$GZ_IA_ROOT``, else the nearest
-    ``.harness`` above the payload's ``cwd``, else the default root."""
-    cwd = payload.get("cwd")
-    start = cwd if isinstance(cwd, str) and cwd.startswith("/") else None
-    explicit = explicit.strip()
-    if explicit:  # relative to the agent's directory, as the command hook (run there) takes it
-        return env.normal(explicit if explicit.startswith("/") or start is None else f"{start}/{explicit}")
-    found = env.harness_above(start) if start is not None else None
-    return found or str(env.default_root())  # the collector's own $GZ_IA_ROOT is not the agent's
 
 
 def http_routes(host: ConnectionHost) -> Iterable[Route]:

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from gz_ia.client import env
 from gz_ia.client.protocol import RejectReason, Verdicts
 from gz_ia.client.schema import LogEvent
 from gz_ia.collector.errors import CollectorError
@@ -47,6 +46,8 @@ from gz_ia.collector.ingest.validation import DecodedBatch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
 from gz_ia.collector.storage.names import active_name
+
+from .request_roots import own_root, request_root
 
 if TYPE_CHECKING:
     from gz_ia.collector.storage.sessions import RootStore
@@ -60,8 +61,8 @@ log = logging.getLogger("gz_ia.collector")
 MAX_OTLP_BODY: Final = 32 << 20
 """Largest export body read, as sent and once decompressed (beyond: 413)."""
 ROOT_HEADER: Final = "x-gz-ia-root"
-"""The session root to write to (``OTEL_EXPORTER_OTLP_HEADERS=x-gz-ia-root=/path/.harness``);
-without it, the root the collector's own environment finds (``GZ_IA_ROOT``, else the default)."""
+"""The session root to write to (``OTEL_EXPORTER_OTLP_HEADERS=x-gz-ia-root=/path/.harness``), one
+that exists (:mod:`.request_roots`); without it, the root the collector's own environment finds."""
 _RECENT_BYTES: Final = 1 << 20
 """How far back in a session's active file a tool result looks for the hooks' cycle of its call."""
 _SPANS_REMEMBERED: Final = 100_000
@@ -132,13 +133,17 @@ class OtlpReceiver:
 
     def _rejected(self, reason: str, status: int, detail: str) -> Response:
         self.collector.metrics.otlp_rejected.labels(reason).inc()
-        now = time.monotonic()
-        if now - self._logged_at.get(reason, -_LOG_INTERVAL) >= _LOG_INTERVAL:
-            self._logged_at[reason] = now
-            log.warning(
-                "OTLP export refused (%d, %s): %s (gzia_otlp_rejected_total counts them)", status, reason, detail
-            )
+        self._log_once(
+            reason, "OTLP export refused (%d, %s): %s (gzia_otlp_rejected_total counts them)", status, reason, detail
+        )
         return _error(status, detail)
+
+    def _log_once(self, kind: str, message: str, *args: object) -> None:
+        """Log a problem at most once a minute per kind: an exporter sends every few seconds."""
+        now = time.monotonic()
+        if now - self._logged_at.get(kind, -_LOG_INTERVAL) >= _LOG_INTERVAL:
+            self._logged_at[kind] = now
+            log.warning(message, *args)
 
     async def receive(self, signal: Signal, request: Request) -> Response:
         """Answer one export request (see the module docstring)."""
@@ -166,9 +171,12 @@ class OtlpReceiver:
             return _ok(protobuf)
         items = map_spans(message, self.sessions) if signal is Signal.TRACES else map_logs(message)
         self._bound_sessions()
+        where = request_root(request.headers.get(ROOT_HEADER, ""), None, request.peer_uid, own_root)
+        if where.refused is not None:
+            self._log_once("named root", "OTLP export written under %s: %s", where.path, where.refused)
         try:
-            root = collector.open_root(_root_of(request), request.peer_uid)
-        except (CollectorError, OSError) as exc:  # someone else's, locked by another collector, ...
+            root = collector.open_root(Path(where.path), request.peer_uid)
+        except (CollectorError, OSError) as exc:  # locked by another collector, a disk fault, ...
             return self._rejected("root", 400, f"cannot use the session root: {exc}")
         # What staging holds counts against the collector's bound as the body's share of each
         # event, as a client's batch counts its frame's size.
@@ -281,11 +289,6 @@ def _file_tail(root: RootStore, session_id: str) -> bytes:
         finally:
             os.close(fd)
     return b""
-
-
-def _root_of(request: Request) -> Path:
-    named = request.headers.get(ROOT_HEADER, "").strip()
-    return Path(named) if named else env.find_root()
 
 
 def _ok(protobuf: bool) -> Response:
