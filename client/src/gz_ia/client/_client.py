@@ -271,9 +271,14 @@ class Client:
         # NullClient, a hook that only builds events) never imports sockets, selectors or the spool.
         from ._sender import Sender
 
+        if root is None:
+            passed_over: list[str] = []
+            root = env.find_root(passed_over=passed_over)
+            if passed_over:
+                _say(env.passed_over_warning(passed_over, str(root)))
         self._sender: Sender = Sender(
             Path(socket_path) if socket_path is not None else env.default_socket_path(),
-            Path(root).absolute() if root is not None else env.find_root(),
+            Path(root).absolute(),
             max_events=max_events,
             max_bytes=max_bytes,
             connect_timeout=connect_timeout,
@@ -424,3 +429,13 @@ class Client:
     def stats(self) -> SenderStats:
         """Counters: queued, unacknowledged, accepted, rejected, dropped, invalid, reconnects."""
         return self._sender.stats()
+
+
+def _say(sentence: str) -> None:
+    """One line on stderr, for what the user should know and the agent must not fail over."""
+    import contextlib
+    import sys
+
+    with contextlib.suppress(Exception):  # a closed or broken stderr must not fail the agent
+        sys.stderr.write(sentence + "\n")
+        sys.stderr.flush()

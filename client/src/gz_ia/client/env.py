@@ -55,6 +55,7 @@ __all__ = [
     "locate_spool",
     "normal",
     "parent_session",
+    "passed_over_warning",
     "root_session",
     "state_dir",
     "state_home",
@@ -121,6 +122,8 @@ GZ_IA_REDACTION_DISABLE: Final = "GZ_IA_REDACTION_DISABLE"
 
 HARNESS_DIR: Final = ".harness"
 SOCKET_NAME: Final = "collector.sock"
+_FORMAT: Final = 0o170000
+_DIRECTORY: Final = 0o040000
 
 
 def normal(path: str) -> str:
@@ -190,22 +193,35 @@ def default_root() -> Path:
     return Path(_default_root())
 
 
-def locate_root(start: str | None = None) -> str:
+def locate_root(start: str | None = None, passed_over: list[str] | None = None) -> str:
     """:func:`find_root` as ``str``."""
     explicit = os.environ.get(GZ_IA_ROOT)
     if explicit:
         return absolute(explicit)
-    return harness_above(start) or _default_root()
+    return harness_above(start, passed_over) or _default_root()
 
 
-def harness_above(start: str | None = None) -> str | None:
-    """The nearest ``<ancestor>/.harness`` directory of ``start`` (default: the working directory),
-    or None: :func:`locate_root` without ``$GZ_IA_ROOT`` and the default root."""
+def harness_above(start: str | None = None, passed_over: list[str] | None = None) -> str | None:
+    """The nearest ``<ancestor>/.harness`` directory of ``start`` (default: the working directory)
+    that belongs to this user, or None: :func:`locate_root` without ``$GZ_IA_ROOT`` and the default root.
+
+    A ``.harness`` of another uid is passed over (and appended to ``passed_over``): anyone may make one
+    in a shared directory above a workspace (``/tmp``, a group's tree), where the collector would
+    refuse to write this user's events and a reader would show what someone else put there.
+    """
     here = absolute(start) if start else normal(os.getcwd())
+    me = os.geteuid()
     while True:
         candidate = _join(here, HARNESS_DIR)
-        if os.path.isdir(candidate):
-            return candidate
+        try:
+            info = os.stat(candidate)
+        except OSError:
+            info = None
+        if info is not None and info.st_mode & _FORMAT == _DIRECTORY:
+            if info.st_uid == me:
+                return candidate
+            if passed_over is not None:
+                passed_over.append(candidate)
         parent = here.rsplit("/", 1)[0] or "/"
         if here.startswith("//") and parent == "/":
             parent = "//"
@@ -214,16 +230,26 @@ def harness_above(start: str | None = None) -> str | None:
         here = parent
 
 
-def find_root(start: Path | None = None) -> Path:
+def find_root(start: Path | None = None, passed_over: list[str] | None = None) -> Path:
     """Find the session root the way git finds ``.git``.
 
     ``$GZ_IA_ROOT`` wins; otherwise the nearest ancestor of ``start`` (default: the working directory)
-    holding a ``.harness`` directory gives ``<ancestor>/.harness``; otherwise :func:`default_root`.
-    The result is absolute but symlinks are kept as written: the collector checks them.
+    holding a ``.harness`` directory of this user gives ``<ancestor>/.harness`` (one of another uid
+    is passed over and listed in ``passed_over``); otherwise :func:`default_root`. The result is
+    absolute but symlinks are kept as written: the collector checks them.
     """
     from pathlib import Path
 
-    return Path(locate_root(None if start is None else os.fspath(start)))
+    return Path(locate_root(None if start is None else os.fspath(start), passed_over))
+
+
+def passed_over_warning(passed_over: list[str], root: str) -> str:
+    """The sentence a program prints when it passed over a ``.harness`` of another user."""
+    them = ", ".join(passed_over)
+    return (
+        f"gz-ia: passing over {them}: another user's directory, which may have been made to catch your "
+        f"events; writing and reading {root} instead (set {GZ_IA_ROOT} to choose)"
+    )
 
 
 def _state_home() -> str:

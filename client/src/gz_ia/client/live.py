@@ -113,8 +113,14 @@ class Subscriber:
                 subtree=subtree,
                 matches=list(matches),
             )
-            self._sock.sendall(encode_frame(request))
-            answer = self._next()
+            try:
+                self._sock.sendall(encode_frame(request))
+            except (BrokenPipeError, ConnectionResetError):
+                # A collector that refuses this process (another uid, too many connections) says why
+                # and closes at once, perhaps before the request is even sent: read why.
+                answer = self._said_before_closing()
+            else:
+                answer = self._next()
         except OSError as exc:
             self._sock.close()
             raise CollectorUnavailable(f"cannot subscribe on {path}: {exc}", socket_path=path) from exc
@@ -135,6 +141,13 @@ class Subscriber:
         self._sock.settimeout(None)
         self._path = path
         self._ended = False
+
+    def _said_before_closing(self) -> Subscribed | Frames | Lagged | Ended | Error:
+        """The collector's answer already received on a connection it closed (its refusal)."""
+        try:
+            return self._next()
+        except (OSError, ProtocolError):
+            raise BrokenPipeError("the collector closed the connection without saying why") from None
 
     def _next(self) -> Subscribed | Frames | Lagged | Ended | Error:
         while not self._pending:

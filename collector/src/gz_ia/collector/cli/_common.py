@@ -90,4 +90,10 @@ def socket_path_of(ctx: click.Context) -> Path:
 def root_of(ctx: click.Context) -> Path:
     """The root named by ``gz-ia --root`` / ``GZ_IA_ROOT``, else the one found like ``.git``."""
     value = ctx.find_root().params.get("root")
-    return Path(value).absolute() if value else env.find_root()
+    if value:
+        return Path(value).absolute()
+    passed_over: list[str] = []
+    root = env.find_root(passed_over=passed_over)
+    if passed_over:
+        click.echo(env.passed_over_warning(passed_over, str(root)), err=True)
+    return root
