@@ -62,11 +62,12 @@ def _ours(path: Path) -> dict[str, list[dict[str, object]]]:
 
 
 def test_http_hooks_post_every_event_claude_code_posts_and_forward_session_start(tmp_path: Path) -> None:
-    """With an http URL every event is an http handler with the root and disabled headers, except
+    """With an http URL every event is an http handler with the key, root and disabled headers, except
     SessionStart (Claude Code posts no http hook for it): the command hook forwarding to the URL."""
     path = tmp_path / "settings.json"
-    install(path, COMMAND, http_url=URL)
+    install(path, COMMAND, http_url=URL, key="the-users-key")
     handlers = _ours(path)
+    assert path.stat().st_mode & 0o777 == 0o600  # it holds the key
     assert sorted(handlers) == sorted(HOOK_EVENTS)
     for event, (handler,) in handlers.items():
         if event in COMMAND_ONLY_EVENTS:
@@ -76,7 +77,11 @@ def test_http_hooks_post_every_event_claude_code_posts_and_forward_session_start
                 "type": "http",
                 "url": URL,
                 "timeout": 5,
-                "headers": {"X-Gz-Ia-Root": "$GZ_IA_ROOT", "X-Gz-Ia-Disabled": "$GZ_IA_DISABLED"},
+                "headers": {
+                    "X-Gz-Ia-Key": "the-users-key",
+                    "X-Gz-Ia-Root": "$GZ_IA_ROOT",
+                    "X-Gz-Ia-Disabled": "$GZ_IA_DISABLED",
+                },
                 "allowedEnvVars": ["GZ_IA_ROOT", "GZ_IA_DISABLED"],
             }
 

@@ -84,6 +84,7 @@ def install_claude_code(
 
     from ._hook_transport import choose_transport
 
+    explicit_settings = settings is not None
     if settings is None:
         settings = Path.home() / ".claude" / "settings.json" if scope == "user" else Path(".claude") / "settings.json"
     try:
@@ -99,7 +100,18 @@ def install_claude_code(
             choice = choose_transport(transport)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--hooks") from exc
-        changed = cc.install(settings, hook_command, http_url=choice.http_url)
+        key = ""
+        if choice.http_url is not None:
+            if scope == "project" and not explicit_settings:
+                raise click.UsageError(
+                    "http hooks carry your key, which does not belong in a project's settings that others "
+                    "may read or commit: install them with --user (or --settings a file of your own)"
+                )
+            from gz_ia.client import env
+            from gz_ia.collector.credentials import load_credentials
+
+            key = load_credentials(env.state_dir()).key
+        changed = cc.install(settings, hook_command, http_url=choice.http_url, key=key)
     except cc.SettingsError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"hooks: {choice.reason}")

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import html
+import os
+from pathlib import Path
+from typing import Final
+
 import click
+
+from gz_ia.client import env
 
 from ._common import EXIT_UNAVAILABLE, root_of, socket_path_of
 
@@ -16,9 +23,10 @@ __all__ = ["ui_command"]
 def ui_command(ctx: click.Context, no_browser: bool, timeout: float) -> None:
     """Open the collector's web view of the session root in a browser (or print its address).
 
-    The address holds a key drawn at each collector start, which only the collector's own user
-    can ask for; the page trades it for a cookie. Exits 69 when no collector answers or it serves
-    no HTTP side (http_address = "off").
+    The address holds your key, which the page trades for a cookie. The browser is given a file
+    that only you may read and that leads it there, never the address itself: a command line is
+    visible to every user of the machine. Exits 69 when no collector answers or it serves no HTTP
+    side (http_address = "off").
     """
     from urllib.parse import urlencode
 
@@ -40,6 +48,29 @@ def ui_command(ctx: click.Context, no_browser: bool, timeout: float) -> None:
         return
     import webbrowser
 
-    if not webbrowser.open(address):
-        click.echo("gz-ia: no browser could be started; open this address:", err=True)
-    click.echo(address)
+    page = _redirect_file(address)
+    if not webbrowser.open(page.as_uri()):
+        click.echo(f"gz-ia: no browser could be started; open {page} (it leads to the page with your key)", err=True)
+        return
+    click.echo(f"opened the web view ({url.split('?', 1)[0]}) through {page}")
+
+
+_REDIRECT: Final = """<!doctype html>
+<meta charset="utf-8">
+<meta http-equiv="refresh" content="0;url={address}">
+<title>gz-ia</title>
+<p><a href="{address}">Open the gz-ia web view</a></p>
+"""
+
+
+def _redirect_file(address: str) -> Path:
+    """A page that leads to ``address``, in a file only this user may read (as Jupyter's
+    ``use_redirect_file``): the browser's command line names the file, not the key."""
+    directory = env.state_dir()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / "ui.html"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(_REDIRECT.format(address=html.escape(address, quote=True)))
+    return path

@@ -8,6 +8,7 @@ command grows with the session.
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,7 +115,11 @@ def session_view(
         sys.stdout.write(page)
     else:
         path = Path(output) if output else Path(f"{session_id}.timeline.html")
-        path.write_text(page, encoding="utf-8")
+        # The page holds what the session's files hold, which only their owner may read: so does it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: make it private too
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(page)
         sessions = sum(1 for _ in node.walk())
         drawn = "" if not builder.left_out.cycles else f", {plural(builder.left_out.cycles, 'older cycle')} summed up"
         click.echo(

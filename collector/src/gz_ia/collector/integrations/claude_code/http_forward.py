@@ -2,19 +2,23 @@
 
 Claude Code runs no ``http`` handler for some events (``SessionStart``), so with the ``http``
 transport those run the command hook, which posts the payload to the collector as Claude Code would,
-with the same headers: the collector then holds the whole session's state. When nothing answers
-there the caller logs the payload as the command hook does (the collector's own state then lacks
-what it said).
+with the same headers and the user's key: the collector then holds the whole session's state. It
+sends nothing to a port another uid listens on (a port is first come, first served among a machine's
+users: whoever took it would receive the payload). When nothing of the user's answers there the
+caller logs the payload as the command hook does (the collector's own state then lacks what it said).
 """
 
 from __future__ import annotations
 
 import http.client
 import os
+import sys
 import urllib.parse
 from typing import Final
 
 from gz_ia.client import env
+from gz_ia.collector.credentials import load_credentials
+from gz_ia.collector.http import KEY_HEADER, listener_uid
 
 from .settings import HTTP_ENV_VARS
 
@@ -35,14 +39,29 @@ def forward(raw: bytes, url: str, *, root: str | None = None) -> bool:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         return False
-    headers = {"Content-Type": "application/json"}
+    port = parts.port or 80
+    try:
+        holder = listener_uid(parts.hostname, port)
+    except (OSError, ValueError):  # nothing listens, no socket table: the socket then
+        return False
+    if holder not in (os.geteuid(), 0):
+        sys.stderr.write(
+            f"gz-ia: {parts.hostname}:{port} is held by uid {holder}, not by you: the hook was not sent there "
+            "(logged over the collector's socket instead); see `gz-ia status`\n"
+        )
+        return False
+    try:
+        key = load_credentials(env.state_dir(), create=False).key
+    except OSError:  # no key yet: no collector of this user has served HTTP
+        return False
+    headers = {"Content-Type": "application/json", KEY_HEADER: key}
     for header, variable in HTTP_ENV_VARS.items():
         headers[header] = os.environ.get(variable, "")
     if root is not None:
         headers["X-Gz-Ia-Root"] = root
     elif headers["X-Gz-Ia-Root"]:
         headers["X-Gz-Ia-Root"] = env.absolute(headers["X-Gz-Ia-Root"])  # relative to where the hook runs
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=FORWARD_TIMEOUT)
+    connection = http.client.HTTPConnection(parts.hostname, port, timeout=FORWARD_TIMEOUT)
     try:
         connection.request("POST", parts.path or "/", body=raw, headers=headers)
         response = connection.getresponse()

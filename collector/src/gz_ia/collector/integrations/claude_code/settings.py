@@ -32,6 +32,7 @@ __all__ = [
     "HOOK_EVENTS",
     "HTTP_ENV_VARS",
     "HTTP_HOOK_PATH",
+    "KEY_HEADER_NAME",
     "SPEC",
     "TOOL_EVENTS",
     "SettingsError",
@@ -47,6 +48,8 @@ HTTP_HOOK_PATH: Final = "/hooks/claude-code"
 COMMAND_ONLY_EVENTS: Final = frozenset({"SessionStart"})
 """Events whose ``http`` handlers Claude Code does not run (seen with the real binary: it posts
 every other event, and no SessionStart)."""
+KEY_HEADER_NAME: Final = "X-Gz-Ia-Key"
+"""The header that carries the user's key (the HTTP side refuses a hook without it)."""
 HTTP_ENV_VARS: Final = {"X-Gz-Ia-Root": "GZ_IA_ROOT", "X-Gz-Ia-Disabled": "GZ_IA_DISABLED"}
 """Headers an ``http`` handler sends, each the value of a variable of Claude Code's environment (as
 a command hook would read it; empty when unset)."""
@@ -70,17 +73,18 @@ HOOK_TIMEOUT: Final = 5
 
 @dataclass(frozen=True)
 class ClaudeCodeSpec(HookSpec):
-    """Claude Code's hooks: command handlers, or with ``http_url`` http ones posting there (the
-    command hook forwarding to it where Claude Code posts nothing)."""
+    """Claude Code's hooks: command handlers, or with ``http_url`` http ones posting there with the
+    user's ``key`` (the command hook forwarding to it where Claude Code posts nothing)."""
 
     http_url: str | None = None
+    key: str = ""
 
     def handler(self, event: str, command: str) -> dict[str, Any]:
         if self.http_url is None:
             return super().handler(event, command)
         if event in COMMAND_ONLY_EVENTS:
             return super().handler(event, f"{command} --http {shlex.quote(self.http_url)}")
-        return http_handler(self.http_url)
+        return http_handler(self.http_url, self.key)
 
     def is_ours(self, handler: object) -> bool:
         if isinstance(handler, dict) and handler.get("type") == "http":
@@ -102,29 +106,34 @@ def hook_command() -> str:
     return hook_settings.hook_command(HOOK_ARGS)
 
 
-def http_handler(url: str) -> dict[str, Any]:
-    """gz-ia's ``http`` handler posting to ``url``, with the headers of :data:`HTTP_ENV_VARS`."""
+def http_handler(url: str, key: str) -> dict[str, Any]:
+    """gz-ia's ``http`` handler posting to ``url`` with the user's ``key`` and the headers of
+    :data:`HTTP_ENV_VARS`."""
     return {
         "type": "http",
         "url": url,
         "timeout": HOOK_TIMEOUT,
-        "headers": {header: f"${name}" for header, name in HTTP_ENV_VARS.items()},
+        "headers": {KEY_HEADER_NAME: key, **{header: f"${name}" for header, name in HTTP_ENV_VARS.items()}},
         "allowedEnvVars": list(HTTP_ENV_VARS.values()),
     }
 
 
-def install(path: Path, command: str, *, http_url: str | None = None) -> list[str]:
+def install(path: Path, command: str, *, http_url: str | None = None, key: str = "") -> list[str]:
     """Add (or update) gz-ia's hook handler for each of :data:`HOOK_EVENTS`; return the events changed.
 
     Args:
         path: the settings file.
         command: the command hook's command line.
-        http_url: install ``http`` handlers posting there instead (see :data:`COMMAND_ONLY_EVENTS`).
+        http_url: install ``http`` handlers posting there instead (see :data:`COMMAND_ONLY_EVENTS`),
+            with ``key``; the file is then made readable by its owner alone (it holds the key).
 
     Raises:
         SettingsError: the file is not a settings object; it is left as it is.
     """
-    return hook_settings.install(path, replace(SPEC, http_url=http_url), command)
+    changed = hook_settings.install(path, replace(SPEC, http_url=http_url, key=key), command)
+    if http_url is not None:
+        path.chmod(0o600)
+    return changed
 
 
 def uninstall(path: Path) -> list[str]:
