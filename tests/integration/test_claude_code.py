@@ -231,7 +231,7 @@ def test_install_merges_into_user_settings_idempotently_and_uninstall_restores_t
         again.stdout.splitlines()[0],  # which hooks auto chose, and why (tests/integration/test_hook_transport.py)
         f"gz-ia's hooks are already in {settings}",
     ]
-    assert again.stdout.startswith("hooks: command hook: ")
+    assert again.stdout.startswith("hooks: inbox hook: ")
     assert settings.read_text() == text
     removed = _install(tmp_path, "--user", "--uninstall")
     assert removed.returncode == 0, removed.stderr
@@ -249,6 +249,7 @@ def test_install_into_a_project_and_the_installed_command_logs(collector: Any, t
         ["sh", "-c", command], input=payload, env=_hook_env(collector), capture_output=True, text=True, check=False
     )
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    wait_for(lambda: collector.session_lines(SESSION), message="the inbox's drop to be logged")
     assert _cycles(collector.session_lines(SESSION)) == [("session", "READ", "OK")]
     assert not (tmp_path / "home" / ".claude").exists()
 

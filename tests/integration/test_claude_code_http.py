@@ -15,11 +15,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import SYSTEM_PYTHON, CollectorProcess, wait_for
+from tests.conftest import SYSTEM_PYTHON, CollectorProcess, spool_dir, wait_for
 from tests.fixtures.claude_run import ClaudeCode, scratch_home
 from tests.fixtures.model_apis.anthropic import FakeAnthropic, ToolUse, Turn
 from tests.fixtures.socket_holder import SocketHolder
@@ -96,14 +97,14 @@ def _sessions_of(collector: CollectorProcess, session_id: str, home: Path) -> di
 
 
 @pytest.mark.agents
-def test_http_and_command_hooks_record_the_same_events(
+def test_http_inbox_and_command_hooks_record_the_same_events(
     make_collector: Any, api: FakeAnthropic, short_tmp: Path
 ) -> None:
-    """The same scripted run of the real Claude Code, once with the command hook and once with http
+    """The same scripted run of the real Claude Code with the command hook, the inbox hook and http
     hooks: the same events (times, ids and durations aside), SessionStart included."""
     collector = make_collector()
     recorded: dict[str, Any] = {}
-    for transport in ("command", "http"):
+    for transport in ("command", "inbox", "http"):
         marker = f"scripted run number {len(recorded)}"  # one length: the prompt's is recorded
         _script(api, marker)
         claude = ClaudeCode(
@@ -126,10 +127,58 @@ def test_http_and_command_hooks_record_the_same_events(
         )
         recorded[transport] = _sessions_of(collector, session_id, claude.home)
     assert recorded["http"] == recorded["command"]
+    assert recorded["inbox"] == recorded["command"]
+    assert collector.metric('gzia_hook_drops_total{outcome="logged"}') > 0
     lines = recorded["http"]["<session>"]
     assert any('"action": "session"' in line and '"READ"' in line for line in lines)  # SessionStart, forwarded
     assert sum('"FAILED"' in line for line in lines) >= 3  # the failing Bash, the missing tool, the Read
     assert collector.metric('gzia_http_hook_payloads_total{outcome="staged"}') > 0
+
+
+@pytest.mark.agents
+def test_the_inbox_keeps_every_hook_while_no_collector_runs(
+    make_collector: Any, api: FakeAnthropic, short_tmp: Path
+) -> None:
+    """The inbox hook, as ``gz-ia install claude-code`` writes it where no service manager holds the
+    HTTP port, with the collector stopped: the real Claude Code runs unhindered, every payload waits
+    in the inbox, and the collector started afterwards logs the same events as a run with it up,
+    at the times the hooks ran (not when they were taken)."""
+    collector = make_collector()
+    recorded: dict[str, Any] = {}
+    for state in ("up", "down"):
+        marker = f"inbox run with the collector {state:>4}"  # one length: the prompt's is recorded
+        _script(api, marker)
+        claude = ClaudeCode(scratch_home(short_tmp / state), collector.workspace, api, collector.env)
+        installed = claude.install_hooks()
+        assert installed.stdout.startswith("hooks: inbox hook: no service manager holds"), installed.stdout
+        if state == "down":
+            collector.stop()
+        ran_from = time.time()
+        result = claude.run(marker)
+        ran_until = time.time()
+        assert result.returncode == 0, result.stderr
+        if state == "down":
+            inbox = spool_dir() / "hooks"
+            assert len(list(inbox.glob("*.drop"))) >= 10, "each hook's payload waits in the inbox"
+            assert collector.all_sessions().keys().isdisjoint({result.session_id})
+            time.sleep(1.0)  # so that a time of taking could not pass for a time of running
+            collector.start()
+        session_id = result.session_id
+        wait_for(
+            lambda session_id=session_id: any(
+                line["action"] == "session" and line["stage"] == "FINISH"
+                for line in collector.session_lines(session_id)
+            ),
+            message=f"the run's session to end with the collector {state}",
+        )
+        recorded[state] = _sessions_of(collector, session_id, claude.home)
+        times = [line["timestamp"] for line in collector.session_lines(session_id)]
+        stamps = [datetime.fromisoformat(each.replace("Z", "+00:00")).timestamp() for each in times]
+        assert ran_from - 1 <= min(stamps) and max(stamps) <= ran_until + 1, (state, times)
+    for name in recorded["up"]:
+        assert recorded["down"][name] == recorded["up"][name], name
+    assert recorded["down"].keys() == recorded["up"].keys()
+    assert not list((spool_dir() / "hooks").glob("*.drop"))
 
 
 def test_another_uid_is_refused_on_the_hook_port(collector: CollectorProcess) -> None:

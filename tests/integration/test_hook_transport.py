@@ -118,7 +118,7 @@ def test_auto_installs_the_command_hook_until_the_port_is_held_then_http(home: P
     """No unit, then a unit not enabled: the command hook, saying why; enabled: http hooks (and
     SessionStart the command hook forwarding to them)."""
     output, hooks = _install_hooks(home)
-    assert "hooks: command hook: no service manager holds" in output
+    assert "hooks: inbox hook: no service manager holds" in output
     assert _kind(hooks, "PreToolUse") == "command"
     _install_units()
     output, hooks = _install_hooks(home)

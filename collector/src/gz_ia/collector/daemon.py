@@ -26,6 +26,7 @@ from .service.systemd import listen_fds
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from .hooks_http.inbox import HookInbox
     from .http.server import ServerThread
     from .metrics import Metrics
     from .service.server import Collector
@@ -150,10 +151,13 @@ def run(
         server = _share_collector(config, metrics, version=version, load_config=load_config, share=share)
         served = registry
     http = serve_metrics(config, metrics, served)
+    inbox = take_hook_inbox(config, metrics, sockets[0]) if share is None else None
     _tune_garbage_collector()
     try:
         uvloop.run(server.serve(sockets))
     finally:
+        if inbox is not None:
+            inbox.close()
         if http is not None:
             http.close()
         if listener is not None:
@@ -245,6 +249,21 @@ def _holder(host: str, port: int) -> str:
         "you. Stop sending there, find out who it is (`ss -ltnpe`), and serve on another port "
         "(http_address, then `gz-ia install` again)"
     )
+
+
+def take_hook_inbox(config: CollectorConfig, metrics: Metrics, listening: socket.socket) -> HookInbox | None:
+    """Start taking the hook inbox of the collector's spool directory (see :mod:`.hooks_http.inbox`),
+    through the collector's own socket; None (and why, logged) where it cannot be used."""
+    from .hooks_http.inbox import HookInbox
+
+    spool = config.spool_dir or env.locate_spool()
+    try:
+        inbox = HookInbox(spool, str(listening.getsockname()), metrics)
+    except OSError as exc:
+        log.error("the hook inbox is not taken (Claude Code's hooks fall back to gz-ia hook claude-code): %s", exc)
+        return None
+    inbox.start()
+    return inbox
 
 
 def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> ServerThread | None:

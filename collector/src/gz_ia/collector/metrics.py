@@ -138,6 +138,8 @@ class ActionDurations(Collector):
 
 HTTP_HOOK_OUTCOMES: Final = ("staged", "nothing", "disabled", "refused", "invalid")
 """What became of a hook payload posted over HTTP (``gzia_http_hook_payloads_total{outcome}``)."""
+HOOK_DROP_OUTCOMES: Final = ("logged", "quarantined")
+"""What became of a hook's drop in the inbox (``gzia_hook_drops_total{outcome}``)."""
 
 
 class Metrics:
@@ -295,6 +297,15 @@ class Metrics:
         )
         for outcome in HTTP_HOOK_OUTCOMES:  # a fixed label set, shown at zero from the start
             self.http_hook_payloads.labels(outcome)
+        self.hook_drops = Counter(
+            "gzia_hook_drops_total",
+            "Hook payloads taken from the hook inbox, by outcome: logged (mapped and delivered or spooled "
+            "as the command hook does) or quarantined (damaged: moved into the spool's quarantine).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in HOOK_DROP_OUTCOMES:
+            self.hook_drops.labels(outcome)
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",

@@ -62,12 +62,14 @@ def install() -> None:
 @click.option(
     "--hooks",
     "transport",
-    type=click.Choice(["auto", "http", "command"]),
+    type=click.Choice(["auto", "http", "inbox", "command"]),
     default="auto",
     show_default=True,
-    help="http: Claude Code posts to the collector (no process per hook); command: it runs gz-ia, which "
-    "spools what no collector answers; auto: http where the service manager holds the collector's HTTP "
-    "port across restarts (gz-ia-collector install --user), else command.",
+    help="http: Claude Code posts to the collector (no process per hook; lost while no collector listens); "
+    "inbox: a shell script leaves each payload for the collector, which keeps it until one runs; "
+    "command: gz-ia runs per hook (a Python start each) and spools what no collector answers; "
+    "auto: http where the service manager holds the collector's HTTP port across restarts "
+    "(gz-ia-collector install --user), else inbox.",
 )
 @click.option(
     "--settings",
@@ -111,12 +113,13 @@ def install_claude_code(
             from gz_ia.collector.credentials import load_credentials
 
             key = load_credentials(env.state_dir()).key
-        changed = cc.install(settings, hook_command, http_url=choice.http_url, key=key)
+        script = cc.inbox_script_path() if choice.inbox else None
+        changed = cc.install(settings, hook_command, http_url=choice.http_url, key=key, inbox_script=script)
     except cc.SettingsError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"hooks: {choice.reason}")
     if changed:
-        how = hook_command if choice.http_url is None else choice.http_url
+        how = choice.http_url or (f"{script}, else {hook_command}" if script is not None else hook_command)
         click.echo(f"added gz-ia's hooks for {', '.join(changed)} to {settings}: {how}")
     else:
         click.echo(f"gz-ia's hooks are already in {settings}")

@@ -152,10 +152,10 @@ def count_adoption(metrics: Metrics, done: Adoption) -> None:
 
 
 def quarantined_spools(directory: Path) -> list[dict[str, str]]:
-    """The spool files moved aside under ``directory``, each with why (for ``gz-ia status``)."""
+    """The spool files and hook drops moved aside under ``directory``, each with why (for ``gz-ia status``)."""
     quarantine = directory / QUARANTINE_DIR
     try:
-        paths = sorted(path for path in quarantine.iterdir() if path.name.endswith(".spool"))
+        paths = sorted(path for path in quarantine.iterdir() if path.name.endswith((".spool", ".drop")))
     except OSError:
         return []
     listed = []

@@ -28,9 +28,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["run_hook"]
+__all__ = ["log_payload", "run_hook"]
 
 _TIMEOUT: Final = 2.0
+_LAST_CALL: Final = "last_call"
+"""The ledger's entry naming the last call given a name (``once``)."""
 
 
 def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.PathLike[str] | None) -> int:
@@ -43,17 +45,42 @@ def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.
     """
     if env.tracing_disabled():  # GZ_IA_DISABLED=1: as for every agent, nothing is logged
         return 0
-    spool_dir = env.locate_spool()
+    log_payload(raw, socket_path=socket_path, root=root, spool_dir=env.locate_spool())
+    return 0
+
+
+def log_payload(
+    raw: bytes,
+    *,
+    socket_path: str | os.PathLike[str],
+    root: str | os.PathLike[str] | None,
+    spool_dir: str,
+    ran_ns: int | None = None,
+    once: str | None = None,
+) -> None:
+    """Map one payload against its session's ledger and deliver (or spool) its events; what went
+    wrong is said on stderr and counted, never raised.
+
+    Args:
+        ran_ns: when the hook ran (the inbox takes its drops later); None: now.
+        once: a name for this call: a call of the same session named as the last one does nothing,
+            so a drop taken again after a crash is not logged twice (the name is kept in the
+            session's ledger, which is saved with the delivery).
+    """
     try:
         payload = check_payload(_plain_json.loads(raw))
         root = root_of(payload) if root is None else os.fspath(root)
         with Ledger(
             f"claude-code\0{root}\0{payload['session_id']}", spool_dir=spool_dir, socket_path=socket_path, root=root
         ) as ledger:
+            if once is not None:
+                if ledger.data.get(_LAST_CALL) == once:
+                    return
+                ledger.data[_LAST_CALL] = once
             state = HookState(ledger.data)
-            events = hook_events(payload, state, time.time_ns())
+            events = hook_events(payload, state, time.time_ns() if ran_ns is None else ran_ns)
             if not events:
-                return 0
+                return
             delivery = ledger.deliver([plain_event(**fields) for fields in events], timeout=_TIMEOUT)
             if payload["hook_event_name"] == "SessionEnd" and state.is_empty():
                 ledger.remove()
@@ -65,4 +92,3 @@ def run_hook(raw: bytes, *, socket_path: str | os.PathLike[str], root: str | os.
     except Exception as exc:
         count_invalid("claude-code", spool_dir, exc)
         complain("claude-code", f"payload ignored: {type(exc).__name__}: {exc}")
-    return 0

@@ -10,6 +10,10 @@ transport to the other, and uninstalling removes exactly those handlers (the fil
 before the install put back when nothing else changed), as for every agent
 (:mod:`..hook_settings`).
 
+With the inbox (the default where http hooks are not installed) the command is a shell script that
+leaves the payload for the collector (:mod:`.inbox_drop`), written beside the settings' owner's data
+(:func:`inbox_script_path`) and falling back to ``gz-ia hook claude-code``.
+
 With the ``http`` transport every event is an ``http`` handler posting to the collector, except
 those Claude Code never posts (:data:`COMMAND_ONLY_EVENTS`): there the command hook runs with
 ``--http URL`` and forwards the payload to the same place, so the collector holds all of a session's
@@ -18,6 +22,7 @@ state.
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +30,8 @@ from typing import Any, Final
 
 from gz_ia.collector.integrations import hook_settings
 from gz_ia.collector.integrations.hook_settings import HookSpec, SettingsError
+
+from .inbox_drop import drop_script
 
 __all__ = [
     "COMMAND_ONLY_EVENTS",
@@ -38,8 +45,10 @@ __all__ = [
     "SettingsError",
     "hook_command",
     "http_handler",
+    "inbox_script_path",
     "install",
     "uninstall",
+    "write_inbox_script",
 ]
 
 HOOK_ARGS: Final = "hook claude-code"
@@ -118,7 +127,26 @@ def http_handler(url: str, key: str) -> dict[str, Any]:
     }
 
 
-def install(path: Path, command: str, *, http_url: str | None = None, key: str = "") -> list[str]:
+def inbox_script_path() -> Path:
+    """Where ``gz-ia install claude-code`` writes the inbox hook: ``$XDG_DATA_HOME/gz-ia/claude-code-hook``."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "gz-ia" / "claude-code-hook"
+
+
+def write_inbox_script(script: Path, command: str) -> str:
+    """Write the inbox hook at ``script`` (``0700``), falling back to ``command``; return the command
+    line that runs it (ending in :data:`HOOK_ARGS`, as every gz-ia hook command does)."""
+    script.parent.mkdir(parents=True, exist_ok=True)
+    partial = script.with_name(f".{script.name}.{os.getpid()}")
+    partial.write_text(drop_script(command))
+    partial.chmod(0o700)
+    partial.replace(script)  # a hook running meanwhile reads the old script or the new one, whole
+    return f"{shlex.quote(str(script))} {HOOK_ARGS}"
+
+
+def install(
+    path: Path, command: str, *, http_url: str | None = None, key: str = "", inbox_script: Path | None = None
+) -> list[str]:
     """Add (or update) gz-ia's hook handler for each of :data:`HOOK_EVENTS`; return the events changed.
 
     Args:
@@ -126,10 +154,14 @@ def install(path: Path, command: str, *, http_url: str | None = None, key: str =
         command: the command hook's command line.
         http_url: install ``http`` handlers posting there instead (see :data:`COMMAND_ONLY_EVENTS`),
             with ``key``; the file is then made readable by its owner alone (it holds the key).
+        inbox_script: install the inbox hook, written there, which runs ``command`` where it finds
+            no inbox.
 
     Raises:
         SettingsError: the file is not a settings object; it is left as it is.
     """
+    if inbox_script is not None:
+        command = write_inbox_script(inbox_script, command)
     changed = hook_settings.install(path, replace(SPEC, http_url=http_url, key=key), command)
     if http_url is not None:
         path.chmod(0o600)
