@@ -141,7 +141,8 @@ def replay_session(
     Returns:
         ``(fold, segment_seq, complete)``: the tally, the ``seq`` before the active segment, and
         whether every segment needed could be read. Without a usable checkpoint (missing, damaged,
-        or ahead of the files after a crash) every retained segment is replayed.
+        or ahead of the files after a crash) every retained segment is replayed; ``seq`` then
+        never falls below the one a checkpoint ahead of the files records.
     """
     active_size = active.size if active is not None else 0
     usable = checkpoint is not None and (
@@ -174,6 +175,10 @@ def replay_session(
                 unreadable.append(segment_number)
         finally:
             segment.close()
+    if checkpoint is not None and not usable:
+        # The files hold less than the checkpoint says was written (touched behind the writer's
+        # back): ``seq`` goes on from its high-water mark, never handing a number out twice.
+        fold.seq = max(fold.seq, checkpoint.seq)
     segment_seq = fold.seq
     if active is not None:
         try:

@@ -432,6 +432,8 @@ class Writer:
             try:
                 if target.fd is not None and job.now - target.last_write > IDLE_RECHECK:
                     guarded = self._files.check_unlinked(target)
+                if target.fd is not None:
+                    self._files.check_touched(target)
                 fd = self._files.ensure_open(target)
                 # Released even when write() fails, before anything else touches the buffer.
                 with memoryview(data) as view:
