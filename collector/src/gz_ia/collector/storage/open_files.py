@@ -151,26 +151,27 @@ class OpenFiles:
 
         Editors and ``sed -i`` save by renaming a new file over the old one, and a person may
         truncate or remove a session file: appending to the descriptor held then would put every
-        later event into a file no reader sees (an unlinked inode) or past its end. One ``fstat`` and
-        one ``stat`` per file per write pass (not per event) tell the held file from the one at the
-        path: another inode, no link left, or fewer bytes than written. The file at the path is then
-        used (created afresh when it is gone), a torn last line cut off, and ``size`` follows it.
+        later event into a file no reader sees (an unlinked inode) or past its end. One ``fstat`` per
+        file per write pass (not per event) tells: no link left (replaced or removed), or fewer
+        bytes than written (truncated); only then is the path looked at. The file at the path is
+        then used (created afresh when it is gone), a torn last line cut off, and ``size`` follows.
         """
         fd = target.fd
         assert fd is not None
         held = os.fstat(fd)
+        # A file renamed over ours or ours removed both leave the held inode without a link.
+        if held.st_nlink and held.st_size >= target.size:
+            return
         try:
             named: os.stat_result | None = os.stat(target.name, dir_fd=target.dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             named = None
         if named is None:
             what = "removed"
-        elif named.st_ino != held.st_ino or named.st_dev != held.st_dev or held.st_nlink == 0:
+        elif named.st_ino != held.st_ino or named.st_dev != held.st_dev:
             what = "replaced"
-        elif held.st_size < target.size:
-            what = "truncated"
         else:
-            return
+            what = "truncated"
         self.close(target)
         size = self._adopt(target)
         log.warning(
