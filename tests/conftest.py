@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -492,6 +493,21 @@ FOLLOW_BOUND = 30.0
 """Safety bound (seconds) on waiting for a follower's output; a passing run needs a fraction of it."""
 
 
+def interruptible() -> None:
+    """``preexec_fn`` of a process a test interrupts: SIGINT back to its default action.
+
+    A suite started with SIGINT ignored (``&`` in a non-interactive script, ``nohup``, some CI
+    runners) would otherwise pass that on, and Ctrl-C would not stop the process.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process group ``proc`` leads (started with ``start_new_session``), children included."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 class Follower:
     """A ``gz-ia ... -f`` subprocess whose stdout and stderr lines are collected by threads.
 
@@ -501,6 +517,7 @@ class Follower:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
             env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, preexec_fn=interruptible,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.errors: queue.Queue[str] = queue.Queue()
@@ -545,11 +562,11 @@ class Follower:
     def finish(self, *, kill: bool = True) -> tuple[int, str]:
         """Wait for the process (killing it first with ``kill``); return its exit code and stderr."""
         if kill and self.proc.poll() is None:
-            self.proc.kill()
+            kill_group(self.proc)
         try:
             code = self.proc.wait(FOLLOW_BOUND)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            kill_group(self.proc)
             self.proc.wait()
             pytest.fail("the follower did not exit")
         for thread in self._threads:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import FOLLOW_BOUND, wait_for
+from tests.conftest import FOLLOW_BOUND, interruptible, kill_group, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "user-guide.md"
@@ -182,6 +182,7 @@ class Runner:
             proc = subprocess.Popen(
                 ["bash", "-o", "pipefail", "-c", text],
                 cwd=self.collector.workspace, env=self.env, stdout=stdout, stderr=stderr, start_new_session=True,
+                preexec_fn=interruptible,
             )  # fmt: skip
 
         def shown() -> bool:
@@ -194,7 +195,12 @@ class Runner:
             ended = proc.poll()
             if ended is None:
                 os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(FOLLOW_BOUND)
+            try:
+                proc.wait(FOLLOW_BOUND)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)  # bash -c and the follower under it
+                proc.wait()
+                raise
         output = out.read_text() + err.read_text()
         assert ended in (None, 0), f"$ {text} -> {ended}\n{output}"
         assert out.read_text().strip(), f"$ {text} printed nothing"
