@@ -25,6 +25,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     otel`` processes (positions in $XDG_STATE_HOME/gz-ia/otel) are listed with each signal's state.
     """
     from gz_ia.client.protocol import RejectReason
+    from gz_ia.collector.oneshot.session_log import START_ONE
     from gz_ia.collector.service.status import StatusRefused, StatusUnavailable, query_status
 
     path = socket_path_of(ctx)
@@ -35,7 +36,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
         click.echo(f"gz-ia: the collector at {path} {what}: {exc.detail}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)
     except StatusUnavailable as exc:
-        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}", err=True)
+        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}\n{START_ONE}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)
     exporters = _exporters()
     if as_json:
