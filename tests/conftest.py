@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import pytest
 
@@ -493,13 +493,17 @@ FOLLOW_BOUND = 30.0
 """Safety bound (seconds) on waiting for a follower's output; a passing run needs a fraction of it."""
 
 
-def interruptible() -> None:
-    """``preexec_fn`` of a process a test interrupts: SIGINT back to its default action.
+INTERRUPTIBLE: Final = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])",
+]
+"""Prefix of a command a test interrupts: it runs with SIGINT's default action, as from a terminal.
 
-    A suite started with SIGINT ignored (``&`` in a non-interactive script, ``nohup``, some CI
-    runners) would otherwise pass that on, and Ctrl-C would not stop the process.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+A suite started with SIGINT ignored (``&`` in a non-interactive script, ``nohup``, some CI runners)
+would otherwise pass that on, and Ctrl-C would not stop the process (nor a ``bash -c`` and what it
+runs). An exec'ing prefix, not ``preexec_fn``, which is unsafe in a process with threads.
+"""
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -515,9 +519,8 @@ class Follower:
 
     def __init__(self, collector: Any, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
-            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True, preexec_fn=interruptible,
+            [*INTERRUPTIBLE, sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.errors: queue.Queue[str] = queue.Queue()

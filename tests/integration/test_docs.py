@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import FOLLOW_BOUND, interruptible, kill_group, wait_for
+from tests.conftest import FOLLOW_BOUND, INTERRUPTIBLE, kill_group, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "user-guide.md"
@@ -180,9 +180,8 @@ class Runner:
         out, err = self.collector.base / "follow.out", self.collector.base / "follow.err"
         with out.open("w") as stdout, err.open("w") as stderr:
             proc = subprocess.Popen(
-                ["bash", "-o", "pipefail", "-c", text],
+                [*INTERRUPTIBLE, "bash", "-o", "pipefail", "-c", text],
                 cwd=self.collector.workspace, env=self.env, stdout=stdout, stderr=stderr, start_new_session=True,
-                preexec_fn=interruptible,
             )  # fmt: skip
 
         def shown() -> bool:
