@@ -58,6 +58,9 @@ def _print_report(report: dict[str, Any]) -> None:
     )
     for reason in report.get("reasons", []):
         click.echo(f"  unhealthy: {reason}")
+    refused = report.get("config_reload_refused")
+    if refused:
+        click.echo(f"  config reload refused, the running configuration stays until a reload succeeds: {refused}")
     shares = report.get("shares")
     if isinstance(shares, dict):  # a sharded collector (shards > 1)
         pids = ", ".join("-" if pid is None else str(pid) for pid in shares["pids"])
