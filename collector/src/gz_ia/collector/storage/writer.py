@@ -40,6 +40,7 @@ import msgspec
 
 from gz_ia.collector.config import CollectorConfig
 
+from .archive_tidy import tidy_archives
 from .checkpoints import Checkpoint
 from .durable import DurablePass
 from .names import REJECTS_STEM
@@ -622,7 +623,24 @@ class Writer:
         Run at start for the roots served before, so that a crash's torn line is moved aside before
         any reader or client looks, not only when its session is next written.
         """
-        return repair_root(self.root(path, owner=owner), self._on_torn)
+        store = self.root(path, owner=owner)
+        repaired = repair_root(store, self._on_torn)
+        dirs = store.dirs
+        self._worker.submit(lambda: self._tidy(dirs))
+        return repaired
+
+    def _tidy(self, dirs: RootDirs) -> None:
+        """In the storage worker: settle the archives a kill left in two copies or uncompressed."""
+        report = tidy_archives(dirs, compress=self.rotation.compress)
+        if report:
+            log.warning(
+                "settled the archives a stop left unfinished under %s: %d plain copies removed beside their"
+                " .gz, %d archives compressed, %d temporary files removed",
+                dirs.path,
+                report.plain_removed,
+                report.compressed,
+                report.temporaries_removed,
+            )
 
     # --- rotation ----------------------------------------------------------------------------------
 
