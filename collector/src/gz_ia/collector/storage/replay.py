@@ -8,7 +8,7 @@ from each line (:class:`Trace`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Final
 
@@ -127,6 +127,7 @@ def replay_session(
     active: Segment | None,
     *,
     unreadable: list[int] | None = None,
+    observe: Callable[[int, int], None] | None = None,
 ) -> tuple[SessionFold, int, bool]:
     """Rebuild a session's tally: the checkpoint plus every line after its position.
 
@@ -137,6 +138,8 @@ def replay_session(
         number: the active segment's number.
         active: the open active segment (None when there is none).
         unreadable: given, it gets the number of each segment that could not be read.
+        observe: given, called with ``(seq, segment number)`` of every line folded, in file order
+            (``gz-ia sessions --verify`` checks the sequence with it).
 
     Returns:
         ``(fold, segment_seq, complete)``: the tally, the ``seq`` before the active segment, and
@@ -169,6 +172,8 @@ def replay_session(
         try:
             for trace in _scan_traces(segment, offset if segment_number == first else 0):
                 fold.apply(trace)
+                if observe is not None:
+                    observe(trace.seq, segment_number)
         except SegmentUnreadable:
             complete = False
             if unreadable is not None:
@@ -184,6 +189,8 @@ def replay_session(
         try:
             for trace in _scan_traces(active, offset if first == number else 0):
                 fold.apply(trace)
+                if observe is not None:
+                    observe(trace.seq, number)
         except SegmentUnreadable:
             complete = False
             if unreadable is not None:
