@@ -276,6 +276,20 @@ def test_readme_commands_work(collector: Any) -> None:
     assert runner.checked
 
 
+def test_the_readme_agent_example_leaves_no_session_running(collector: Any) -> None:
+    """The README's first Python example, run as an agent would: every session it starts ends
+    (none stays ``running`` in ``gz-ia sessions``)."""
+    code = next(block.body for block in blocks(README) if block.language == "python")
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=collector.workspace, env=collector.env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    listing = collector.gz_ia("sessions", "--json")
+    statuses = {record["session_id"]: record["status"] for record in map(json.loads, listing.stdout.splitlines())}
+    assert len(statuses) == 2 and "running" not in statuses.values(), statuses
+
+
 def test_guide_mcp_config_snippet_is_valid() -> None:
     """The guide's MCP JSON snippet parses and registers `gz-ia mcp`, a command that exists."""
     snippets = [json.loads(block.body) for block in blocks(GUIDE) if block.language == "json"]
