@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import send_events
+from tests.conftest import send_events, wait_for
 
 from gz_ia.client import build_event
 
@@ -78,12 +80,48 @@ def test_events_after_a_touch_are_kept_and_the_loss_is_named(make_collector: Any
 
 
 def test_a_touch_under_load_loses_no_later_event(make_collector: Any) -> None:
-    """Events keep coming while the file is replaced: every event acknowledged after it is stored."""
+    """A client keeps sending while the file is replaced, truncated and removed, each in turn: every
+    event sent after a touch was done is acknowledged and stored."""
     collector = make_collector()
-    _send(collector, "busy", 50)
+    _send(collector, "busy", 10)
     path = collector.session_file("busy")
-    for touch in (_replace, _truncate, _remove):
-        touch(path)
-        after = _send(collector, "busy", 50)
+    sent: list[tuple[int, float]] = []
+    stop = threading.Event()
+
+    def keep_sending() -> None:
+        client = collector.client()
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                verdict = client.send(build_event(session_id="busy", action="t", stage="READ", agent="a"), timeout=20)
+                sent.append((verdict.seq, started))
+        finally:
+            client.close()
+
+    sender = threading.Thread(target=keep_sending)
+    sender.start()
+    touched: list[float] = []
+
+    def check_since_last_touch() -> None:
+        """Events sent after the last touch are in the file (the next touch takes them, by design)."""
+        after = [seq for seq, started in list(sent) if started > touched[-1]]  # acknowledged, then read
         stored = {line["seq"] for line in collector.session_lines("busy")}
-        assert set(after) <= stored, sorted(set(after) - stored)
+        assert after and set(after) <= stored, sorted(set(after) - stored)
+
+    try:
+        wait_for(lambda: len(sent) > 20, message="events sent before the first touch")
+        for touch in (_replace, _truncate, _remove):
+            if touched:
+                check_since_last_touch()
+            touch(path)
+            touched.append(time.monotonic())
+            wait_for(
+                lambda: sum(started > touched[-1] for _seq, started in list(sent)) > 20,
+                message="events sent after the touch",
+            )
+    finally:
+        stop.set()
+        sender.join(30)
+    check_since_last_touch()
+    assert [seq for seq, _started in sent] == sorted(seq for seq, _started in sent)
+    assert len(collector.log_lines("behind the collector's back")) >= 3, collector.log()
