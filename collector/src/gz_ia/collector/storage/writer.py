@@ -621,7 +621,9 @@ class Writer:
         """Repair the torn last line of every active session file of a root; return how many.
 
         Run at start for the roots served before, so that a crash's torn line is moved aside before
-        any reader or client looks, not only when its session is next written.
+        any reader or client looks, not only when its session is next written. The root's archives
+        are then settled in the storage worker (:mod:`.archive_tidy`): a kill may have left one in
+        two copies, or uncompressed.
         """
         store = self.root(path, owner=owner)
         repaired = repair_root(store, self._on_torn)
