@@ -7,6 +7,10 @@ straight into the session's pending buffer; a write pass (:meth:`Writer.take`, :
 few syscalls instead of one per event, and lines never interleave because this is the only writer.
 A failed write is undone (``ftruncate`` back to the last good size) and the session's in-memory
 state is dropped, to be rebuilt from the files (:mod:`.recovery`), which stay the source of truth.
+Before a pass appends to a file it checks, with one ``fstat``, that the file it holds is still the
+one at the session's name with every byte it wrote: a file replaced, truncated or removed by hand
+is reopened (or created) at its name, so that no later event goes into an unlinked inode
+(:meth:`.open_files.OpenFiles.check_touched`).
 
 Rotation (:mod:`.rotation`): when a session's buffer is detached for a write, an O(1) check against
 the limits decides whether, once written, the active file becomes archive ``n``: it is renamed (never
