@@ -65,3 +65,55 @@ def test_a_kill_mid_compression_leaves_one_copy_of_each_archive_after_start(make
     shown = collector.gz_ia("session", "logs", "arc", "--json")
     assert shown.returncode == 0, shown.stderr
     assert "settled the archives" in collector.log()
+
+
+def test_a_kill_loop_with_small_segments_leaves_every_line_in_one_file(make_collector: Any, soak: Any) -> None:
+    """SIGKILL the collector again and again while it rotates and compresses small segments; after a
+    last start, no archive is left plain or in two copies and every stored line is in one file."""
+    import random
+    import threading
+    import time
+
+    collector = make_collector(env={"GZ_IA_ROTATION_MAX_BYTES": "4096", "GZ_IA_ROTATION_COMPRESS": "true"})
+    stop = threading.Event()
+    acknowledged: list[int] = []
+
+    def keep_sending() -> None:
+        while not stop.is_set():
+            events = [build_event(session_id="loop", action="t", stage="READ", agent="a") for _ in range(20)]
+            try:
+                acknowledged.extend(verdict.seq for verdict in send_events(collector, events, per_batch=20))
+            except Exception:  # killed meanwhile: what was acknowledged is checked, the rest is not
+                time.sleep(0.05)
+
+    sender = threading.Thread(target=keep_sending)
+    sender.start()
+    rng = random.Random()
+    deadline = time.monotonic() + soak(6.0)
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.1, 0.4))
+            collector.kill()
+            collector.start()
+    finally:
+        stop.set()
+        sender.join(60)
+    collector.stop()
+    collector.start()
+    send_events(collector, [build_event(session_id="other", action="t", stage="READ", agent="a")])
+    sessions = collector.root / "sessions"
+    wait_for(
+        lambda: not list(sessions.glob("loop.events.0*.jsonl")) and not list(sessions.glob(".*.tmp")),
+        timeout=20,
+        message="no plain archive left",
+    )
+    loop_seqs = sorted(
+        json.loads(line)["seq"]
+        for path in sessions.glob("loop.events*")
+        for line in (
+            gzip.decompress(path.read_bytes()).decode() if path.name.endswith(".gz") else path.read_text()
+        ).splitlines()
+    )
+    first = loop_seqs[0]  # retention (50 archives) deletes the oldest
+    assert loop_seqs == list(range(first, first + len(loop_seqs))), "a line in two files, or one missing"
+    assert acknowledged and {seq for seq in acknowledged if seq >= first} <= set(loop_seqs)
