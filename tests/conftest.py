@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -17,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import pytest
 
@@ -492,6 +493,25 @@ FOLLOW_BOUND = 30.0
 """Safety bound (seconds) on waiting for a follower's output; a passing run needs a fraction of it."""
 
 
+INTERRUPTIBLE: Final = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])",
+]
+"""Prefix of a command a test interrupts: it runs with SIGINT's default action, as from a terminal.
+
+A suite started with SIGINT ignored (``&`` in a non-interactive script, ``nohup``, some CI runners)
+would otherwise pass that on, and Ctrl-C would not stop the process (nor a ``bash -c`` and what it
+runs). An exec'ing prefix, not ``preexec_fn``, which is unsafe in a process with threads.
+"""
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process group ``proc`` leads (started with ``start_new_session``), children included."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 class Follower:
     """A ``gz-ia ... -f`` subprocess whose stdout and stderr lines are collected by threads.
 
@@ -499,8 +519,8 @@ class Follower:
 
     def __init__(self, collector: Any, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
-            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [*INTERRUPTIBLE, sys.executable, "-c", "from gz_ia.collector.cli import main; main()", *args],
+            env=collector.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.errors: queue.Queue[str] = queue.Queue()
@@ -545,11 +565,11 @@ class Follower:
     def finish(self, *, kill: bool = True) -> tuple[int, str]:
         """Wait for the process (killing it first with ``kill``); return its exit code and stderr."""
         if kill and self.proc.poll() is None:
-            self.proc.kill()
+            kill_group(self.proc)
         try:
             code = self.proc.wait(FOLLOW_BOUND)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            kill_group(self.proc)
             self.proc.wait()
             pytest.fail("the follower did not exit")
         for thread in self._threads:

@@ -111,7 +111,12 @@ def test_bad_config_is_refused_and_the_old_one_kept(limited: CollectorProcess) -
         _reload(limited, "reload refused")
         refusal = next(line for line in limited.log().splitlines() if "reload refused" in line)
         assert "unknown key 'max_open_action'" in refusal
+        assert "did you mean 'max_open_actions'?" in refusal
         assert "keeping the running configuration" in refusal
+        # gz-ia status shows the refusal (text and JSON) until a reload succeeds.
+        assert "unknown key 'max_open_action'" in _status(limited)["config_reload_refused"]
+        shown = limited.gz_ia("status")
+        assert "config reload refused" in shown.stdout and "max_open_action'" in shown.stdout, shown.stdout
         _open(client, "s", "a2")  # the connection is still up and events still land
         with pytest.raises(EventRejected):
             _open(client, "s", "a3")  # the old limit of 2 still holds
@@ -129,6 +134,8 @@ def test_bad_config_is_refused_and_the_old_one_kept(limited: CollectorProcess) -
     finally:
         client.close()
     assert _status(limited)["config"]["max_open_actions"] == 3
+    assert _status(limited)["config_reload_refused"] is None
+    assert "config reload refused" not in limited.gz_ia("status").stdout
     assert _metric(limited, "gzia_config_last_reload_successful") == 1
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import FOLLOW_BOUND, wait_for
+from tests.conftest import FOLLOW_BOUND, INTERRUPTIBLE, kill_group, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "user-guide.md"
@@ -180,7 +180,7 @@ class Runner:
         out, err = self.collector.base / "follow.out", self.collector.base / "follow.err"
         with out.open("w") as stdout, err.open("w") as stderr:
             proc = subprocess.Popen(
-                ["bash", "-o", "pipefail", "-c", text],
+                [*INTERRUPTIBLE, "bash", "-o", "pipefail", "-c", text],
                 cwd=self.collector.workspace, env=self.env, stdout=stdout, stderr=stderr, start_new_session=True,
             )  # fmt: skip
 
@@ -194,7 +194,12 @@ class Runner:
             ended = proc.poll()
             if ended is None:
                 os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(FOLLOW_BOUND)
+            try:
+                proc.wait(FOLLOW_BOUND)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)  # bash -c and the follower under it
+                proc.wait()
+                raise
         output = out.read_text() + err.read_text()
         assert ended in (None, 0), f"$ {text} -> {ended}\n{output}"
         assert out.read_text().strip(), f"$ {text} printed nothing"
@@ -269,6 +274,20 @@ def test_readme_commands_work(collector: Any) -> None:
     runner = run_document(README, collector, python=False)
     assert runner.ran
     assert runner.checked
+
+
+def test_the_readme_agent_example_leaves_no_session_running(collector: Any) -> None:
+    """The README's first Python example, run as an agent would: every session it starts ends
+    (none stays ``running`` in ``gz-ia sessions``)."""
+    code = next(block.body for block in blocks(README) if block.language == "python")
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=collector.workspace, env=collector.env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    listing = collector.gz_ia("sessions", "--json")
+    statuses = {record["session_id"]: record["status"] for record in map(json.loads, listing.stdout.splitlines())}
+    assert len(statuses) == 2 and "running" not in statuses.values(), statuses
 
 
 def test_guide_mcp_config_snippet_is_valid() -> None:

@@ -184,3 +184,20 @@ def test_reading_into_a_closed_pipe_ends_quietly(make_collector: Any) -> None:
     assert len(pipeline.stdout.splitlines()) == 2
     assert (collector.base / "status.txt").read_text().strip() == "0"
     assert "Traceback" not in (collector.base / "err.txt").read_text()
+
+
+def test_ctrl_c_stops_a_follower_of_a_suite_started_with_sigint_ignored(make_collector: Any, follow: Any) -> None:
+    """A suite started with ``&`` from a script runs with SIGINT ignored: the follow fixture gives its
+    followers SIGINT's default action back, as a terminal would, so Ctrl-C still stops them."""
+    import signal
+
+    collector = make_collector()
+    _send(collector, "s1", 0, 3)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        follower = follow(collector, "session", "logs", "s1", "-f", "--json", "-n", "1")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert follower.take(1)[0]["seq"] == 3
+    code, stderr = follower.interrupt()
+    assert code == 0, stderr

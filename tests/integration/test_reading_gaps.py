@@ -475,3 +475,43 @@ def test_an_intact_archive_whose_mtime_changed_is_not_damaged(make_collector: An
         summary = json.loads(listing.stdout)
         assert summary["incomplete"] is False and summary["events"] == 120
         assert listing.stderr == ""
+
+
+def _rewrite_lines(path: Path, change: Any) -> None:
+    """Edit a stored file by hand, as a person would: plain or gzip, its lines passed to ``change``."""
+    import gzip
+
+    packed = path.name.endswith(".gz")
+    data = gzip.decompress(path.read_bytes()) if packed else path.read_bytes()
+    lines = change(data.splitlines(keepends=True))
+    path.write_bytes(gzip.compress(b"".join(lines)) if packed else b"".join(lines))
+
+
+def test_verify_names_a_line_missing_a_seq_twice_and_out_of_order_in_active_files_and_archives(
+    make_collector: Any,
+) -> None:
+    """sessions --verify reads every line: a line deleted by hand, one pasted twice, two swapped,
+    in the active file or in an archive, each named with its file; exit 3; a clean session passes."""
+    collector = make_collector(env=ROTATING)
+    for session_id in ("clean", "miss", "dup", "swap", "arc"):
+        _send(collector, session_id, 0, 60)
+    collector.stop()
+    sessions = collector.root / "sessions"
+    _rewrite_lines(sessions / "miss.events.jsonl", lambda lines: lines[:1] + lines[2:])
+    _rewrite_lines(sessions / "dup.events.jsonl", lambda lines: lines[:2] + lines[1:])
+    _rewrite_lines(sessions / "swap.events.jsonl", lambda lines: [lines[1], lines[0], *lines[2:]])
+    archive = _archives(collector, "arc")[0]
+    _rewrite_lines(archive, lambda lines: lines[:3] + lines[4:])
+    firsts = {
+        session_id: json.loads((sessions / f"{session_id}.events.jsonl").read_text().splitlines()[0])["seq"]
+        for session_id in ("miss", "dup", "swap")
+    }
+    listing = collector.gz_ia("sessions", "--json", "--verify")
+    assert listing.returncode == 3, listing.stderr
+    damage = {record["session_id"]: record["damage"] for record in map(json.loads, listing.stdout.splitlines())}
+    assert damage["clean"] == []
+    assert damage["miss"] == [f"seq {firsts['miss'] + 1} missing (before the next line of miss.events.jsonl)"]
+    assert damage["dup"] == [f"seq {firsts['dup'] + 1} appears twice (again in dup.events.jsonl)"]
+    assert damage["swap"] == [f"seq {firsts['swap'] - 1} out of order in swap.events.jsonl"]
+    assert damage["arc"] == [f"seq 4 missing (before the next line of {archive.name})"]
+    assert f"session arc: seq 4 missing (before the next line of {archive.name})" in listing.stderr

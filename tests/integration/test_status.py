@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +78,53 @@ def test_status_text_is_readable(busy: CollectorProcess) -> None:
 
 
 def test_status_without_collector_exits_69(short_tmp: Path, collector: CollectorProcess) -> None:
-    """With nothing listening on the socket, gz-ia status (text or --json) exits 69 and says so."""
+    """With nothing listening on the socket, gz-ia status (text or --json) and gz-ia ui exit 69, say
+    so, and say both ways to start a collector, as gz-ia session log does."""
     missing = short_tmp / "nobody-here.sock"
-    for extra in ((), ("--json",)):
-        result = collector.gz_ia("--socket", str(missing), "status", *extra)
-        assert result.returncode == EXIT_UNAVAILABLE
+    for command in (
+        ("status",),
+        ("status", "--json"),
+        ("ui", "--no-browser"),
+        ("session", "log", "s", "--action", "a", "--stage", "READ", "--agent", "a"),
+    ):
+        result = collector.gz_ia("--socket", str(missing), *command)
+        assert result.returncode in (EXIT_UNAVAILABLE, 75), (command, result.stderr)
         assert result.stdout == ""
         assert f"no collector is reachable at {missing}" in result.stderr
+        assert "Start one with `gz-ia-collector` or `systemctl --user start gz-ia-collector.socket`." in result.stderr
+
+
+def test_a_fresh_empty_root_has_no_sessions_for_every_command(short_tmp: Path, collector: CollectorProcess) -> None:
+    """``mkdir .harness`` (as the guide suggests) is a root with no sessions: nothing fails on it, and
+    disk-usage into a closed pipe ends quietly, as the readers do."""
+    root = short_tmp / "fresh" / ".harness"
+    root.mkdir(parents=True)
+    env = {**collector.env, "GZ_IA_ROOT": str(root), "GZ_IA_SOCKET": str(short_tmp / "nobody-here.sock")}
+    for command in (["disk-usage"], ["disk-usage", "--json"], ["gc", "--dry-run"], ["sessions"], ["logs"]):
+        result = collector.gz_ia(*command, env=env)
+        assert result.returncode == 0, (command, result.stderr)
+        assert "cannot open" not in result.stderr
+    assert "0 session(s)" in collector.gz_ia("disk-usage", env=env).stdout
+
+
+def test_disk_usage_into_a_closed_pipe_ends_quietly(collector: CollectorProcess) -> None:
+    """``gz-ia disk-usage | head -1`` exits 0 with no traceback, as the readers do (more sessions
+    than a pipe's buffer holds, so the write meets the closed pipe)."""
+    from tests.conftest import send_events
+
+    events = [build_event(session_id=f"s{index:05d}", action="a", stage="READ", agent="a") for index in range(1500)]
+    send_events(collector, events)
+    command = f"{sys.executable} -c 'from gz_ia.collector.cli import main; main()' disk-usage | head -1"
+    piped = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        env=collector.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "Traceback" not in piped.stderr
 
 
 def test_status_after_collector_stopped_exits_69(collector: CollectorProcess) -> None:

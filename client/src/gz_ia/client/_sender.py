@@ -186,6 +186,8 @@ class Sender:
         inbox (see :meth:`_update_ready_locked`)."""
         self._closing = False
         self._closed = False
+        self._spooled_said = 0
+        """Spooled events already named on stderr: a second close (the exit handler's) names only new ones."""
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -368,11 +370,12 @@ class Sender:
         burst within the exit timeout). A line at exit explains events that appear only then.
         """
         with self._lock:
-            spooled = self._counters.spooled
+            spooled = self._counters.spooled - self._spooled_said
+            self._spooled_said = self._counters.spooled
             if spooled:
-                self._counters.last_error = f"{spooled} event(s) left in the spool at close"
-        if not spooled or self._losses.spool is None:
-            return
+                self._counters.last_error = f"{self._counters.spooled} event(s) left in the spool at close"
+        if spooled <= 0 or self._losses.spool is None:
+            return  # none, or named by an earlier close (``close()`` and then the exit handler)
         within = "" if timeout is None else f" within {round(timeout, 1):g} s"
         with contextlib.suppress(Exception):  # a closed or broken stderr must not fail the agent's exit
             sys.stderr.write(

@@ -369,8 +369,10 @@ def _explain(exc: msgspec.ValidationError, path: Path, layers: list[tuple[str, M
     unknown = _UNKNOWN.search(message)
     if unknown:
         key = f"{where}.{unknown['field']}" if where else unknown["field"]
-        known = ", ".join(name for name, _ in config_keys())
-        return f"unknown key {key!r} in config file {path} (known keys: {known})"
+        names = [name for name, _ in config_keys()]
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown key {key!r} in config file {path}{hint} (known keys: {', '.join(names)})"
     # Checks in __post_init__ start their message with the key they refuse.
     first = message.split(" ", 1)[0]
     key = first if first in dict(config_keys()) else where

@@ -369,6 +369,8 @@ class Metrics:
             registry=registry,
         )
         self.config_last_reload_successful.set(1)
+        self.reload_refused = ""
+        """Why the last configuration reload was refused ("" once one is applied): ``gz-ia status``."""
         # Create every labelled child up front so that zeros are exported before the first event.
         for stage in Stage:
             for status in Status:
@@ -459,10 +461,11 @@ class Metrics:
         """This process's metrics in the Prometheus text format (what a sharded collector's front merges)."""
         return generate_latest(self.registry).decode()
 
-    def count_reload(self, *, applied: bool) -> None:
-        """Count one configuration reload and remember whether it was applied."""
+    def count_reload(self, *, applied: bool, refused: str = "") -> None:
+        """Count one configuration reload and remember whether it was applied (else, why not)."""
         self.config_reloads.labels(RELOAD_RESULTS[0] if applied else RELOAD_RESULTS[1]).inc()
         self.config_last_reload_successful.set(1 if applied else 0)
+        self.reload_refused = "" if applied else refused
 
     def mark_written(self, clock: Callable[[], float] = time.time) -> None:
         """Set the freshness gauge to now."""

@@ -8,6 +8,7 @@ answer, is busy or is restarting a share: nothing was deleted.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import click
 from gz_ia.collector.errors import CollectorError
 
 from ._common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, root_of, socket_path_of
+from ._output import quietly
 
 __all__ = ["disk_usage_command", "gc_command"]
 
@@ -184,8 +186,8 @@ def _collect_here(ctx: click.Context, root: Path, config_path: Path | None, requ
     """No collector answers: delete from this process, going by the files' mtimes, holding the
     root's writer lock so that no collector writes it meanwhile (and none that does is overruled)."""
     from gz_ia.collector.config import ConfigError, load_config
-    from gz_ia.collector.service.gc_report import collect_locally
-    from gz_ia.collector.storage.retention import RetentionPolicy
+    from gz_ia.collector.service.gc_report import collect_locally, gc_report
+    from gz_ia.collector.storage.retention import RetentionPolicy, RetentionReport
     from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
     from gz_ia.collector.storage.roots import LayoutError, open_root
 
@@ -193,14 +195,17 @@ def _collect_here(ctx: click.Context, root: Path, config_path: Path | None, requ
         config = load_config(config_path)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    try:
-        dirs = open_root(root, owner=None, create=False)
-    except LayoutError as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)
     policy = RetentionPolicy(config.retention).tightened(
         max_root_bytes=request.vacuum_bytes, max_age_seconds=request.vacuum_seconds
     )
+    try:
+        dirs = open_root(root, owner=None, create=False)
+    except LayoutError as exc:
+        if _fresh_root(root, exc):
+            nothing = RetentionReport()
+            return gc_report(root, policy, nothing, nothing, kept_live=[], dry_run=request.dry_run, by="gz-ia")
+        click.echo(f"gz-ia: {exc}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
     locks = RootLocks(pid=os.getpid(), sockets=[])
     try:
         if not request.dry_run:
@@ -244,24 +249,28 @@ def _print_gc(report: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the usage as JSON (sizes in bytes).")
 @click.option("-n", "--lines", type=int, default=None, help="Show only the N largest sessions.")
 @click.pass_context
+@quietly
 def disk_usage_command(ctx: click.Context, as_json: bool, lines: int | None) -> None:
     """Show what the root's sessions and rejects files take on disk, per session, largest first.
 
     Sizes are the files' sizes, as retention's max_root_bytes and gc --vacuum-size count them.
     """
-    from gz_ia.collector.storage.retention import disk_usage
+    from gz_ia.collector.storage.retention import RootUsage, disk_usage
     from gz_ia.collector.storage.roots import LayoutError, open_root
 
     root = root_of(ctx)
     try:
         dirs = open_root(root, owner=None, create=False)
     except LayoutError as exc:
-        click.echo(f"gz-ia: {exc}", err=True)
-        ctx.exit(EXIT_NOT_FOUND)
-    try:
-        usage = disk_usage(dirs)
-    finally:
-        dirs.close()
+        if not _fresh_root(root, exc):
+            click.echo(f"gz-ia: {exc}", err=True)
+            ctx.exit(EXIT_NOT_FOUND)
+        usage = RootUsage()
+    else:
+        try:
+            usage = disk_usage(dirs)
+        finally:
+            dirs.close()
     ranked = sorted(usage.sessions.items(), key=lambda item: (-item[1].bytes, item[0]))
     if lines is not None:
         ranked = ranked[: max(0, lines)]
@@ -301,6 +310,19 @@ def disk_usage_command(ctx: click.Context, as_json: bool, lines: int | None) -> 
         )
     if usage.rejects_bytes:
         click.echo(f"{human_size(usage.rejects_bytes):>8} rejects files")
+
+
+def _fresh_root(root: Path, exc: Exception) -> bool:
+    """Tell whether ``root`` is a directory no collector has written to yet (``mkdir .harness``, as
+    the guide suggests): a root with no sessions, not an error."""
+    cause = exc.__cause__
+    return (
+        isinstance(cause, OSError)
+        and cause.errno == errno.ENOENT
+        and root.is_dir()
+        and not root.is_symlink()
+        and not os.path.lexists(root / "sessions")
+    )
 
 
 def _utc(timestamp: float) -> str:

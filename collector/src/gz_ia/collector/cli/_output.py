@@ -124,5 +124,6 @@ def summary_json(summary: Any, tree: tuple[tuple[int, int, int, int], float] | N
         "segments": summary.segments,
         "incomplete": summary.incomplete,
         "unreadable": list(summary.unreadable),
+        "damage": list(summary.damage),
         **usage,
     }

@@ -123,9 +123,15 @@ def sessions_command(
             if summary.unreadable
             else "some stored events cannot be read"
         )
+        if summary.damage and not summary.unreadable:
+            for finding in summary.damage:
+                click.echo(f"gz-ia: warning: session {session_id}: {finding}", err=True)
+            continue
         click.echo(
             f"gz-ia: warning: session {session_id}: {what} (gz-ia session logs {session_id} says which events)",
             err=True,
         )
+        for finding in summary.damage:
+            click.echo(f"gz-ia: warning: session {session_id}: {finding}", err=True)
     if damaged:
         ctx.exit(EXIT_GAP)

@@ -25,6 +25,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     otel`` processes (positions in $XDG_STATE_HOME/gz-ia/otel) are listed with each signal's state.
     """
     from gz_ia.client.protocol import RejectReason
+    from gz_ia.collector.oneshot.session_log import START_ONE
     from gz_ia.collector.service.status import StatusRefused, StatusUnavailable, query_status
 
     path = socket_path_of(ctx)
@@ -35,7 +36,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
         click.echo(f"gz-ia: the collector at {path} {what}: {exc.detail}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)
     except StatusUnavailable as exc:
-        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}", err=True)
+        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}\n{START_ONE}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)
     exporters = _exporters()
     if as_json:
@@ -57,6 +58,9 @@ def _print_report(report: dict[str, Any]) -> None:
     )
     for reason in report.get("reasons", []):
         click.echo(f"  unhealthy: {reason}")
+    refused = report.get("config_reload_refused")
+    if refused:
+        click.echo(f"  config reload refused, the running configuration stays until a reload succeeds: {refused}")
     shares = report.get("shares")
     if isinstance(shares, dict):  # a sharded collector (shards > 1)
         pids = ", ".join("-" if pid is None else str(pid) for pid in shares["pids"])

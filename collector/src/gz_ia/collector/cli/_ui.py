@@ -30,13 +30,14 @@ def ui_command(ctx: click.Context, no_browser: bool, timeout: float) -> None:
     """
     from urllib.parse import urlencode
 
+    from gz_ia.collector.oneshot.session_log import START_ONE
     from gz_ia.collector.service.status import StatusUnavailable, query
 
     path = socket_path_of(ctx)
     try:
         report = query(path, timeout=timeout, what="ui")
     except StatusUnavailable as exc:
-        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}", err=True)
+        click.echo(f"gz-ia: no collector is reachable at {path}: {exc}\n{START_ONE}", err=True)
         ctx.exit(EXIT_UNAVAILABLE)
     url = report.get("ui")
     if not isinstance(url, str):

@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 
     from gz_ia.client.schema import LogEvent
 
-__all__ = ["EXIT_REFUSED", "EXIT_REJECTED", "EXIT_SPOOLED", "EXIT_UNAVAILABLE", "attr_scalar", "log_event"]
+__all__ = ["EXIT_REFUSED", "EXIT_REJECTED", "EXIT_SPOOLED", "EXIT_UNAVAILABLE", "START_ONE", "attr_scalar", "log_event"]
 
 EXIT_REJECTED: Final = 1
 EXIT_REFUSED: Final = 1
 """The collector refused the connection (root not allowed, permission, protocol version)."""
 EXIT_UNAVAILABLE: Final = 69
 """``EX_UNAVAILABLE`` from sysexits.h: no collector answered and the event could not be spooled."""
+START_ONE: Final = "Start one with `gz-ia-collector` or `systemctl --user start gz-ia-collector.socket`."
+"""What every command that cannot reach a collector tells the user to do (both ways to start one)."""
 EXIT_SPOOLED: Final = 75
 """``EX_TEMPFAIL`` from sysexits.h: no collector answered; the event is spooled and will be written
 when a collector adopts the spool (at its start, then every 30 s)."""
@@ -86,15 +88,14 @@ def log_event(
     if delivery.outcome == Outcome.REFUSED:
         print(f"gz-ia: refused by the collector at {socket_path} ({delivery.detail})", file=sys.stderr)
         return EXIT_REFUSED
-    start_one = "Start one with `gz-ia-collector` or `systemctl --user start gz-ia-collector.socket`."
     if delivery.outcome == Outcome.SPOOLED:
         print(
             f"gz-ia: spooled: no collector is reachable at {socket_path} ({delivery.detail}); the event "
-            f"will be written when a collector starts (spool: {delivery.spool}).\n{start_one}",
+            f"will be written when a collector starts (spool: {delivery.spool}).\n{START_ONE}",
             file=sys.stderr,
         )
         return EXIT_SPOOLED
-    print(f"gz-ia: not delivered: no collector is reachable at {socket_path} ({delivery.detail}).\n{start_one}",
+    print(f"gz-ia: not delivered: no collector is reachable at {socket_path} ({delivery.detail}).\n{START_ONE}",
           file=sys.stderr)  # fmt: skip
     return EXIT_UNAVAILABLE
 

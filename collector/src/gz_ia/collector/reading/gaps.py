@@ -85,11 +85,20 @@ class Holes:
         self.gaps.append(Gap(self.view.session_id, first, last, "; ".join(reasons), lagged=lagged))
 
     def trailing(self, first: int | None) -> None:
-        """The read ended: report damage after the last event read (up to the checkpoint's ``seq``)."""
-        if len(self.view.problems) == self.seen:
-            return
+        """The read ended: report damage after the last event read (up to the checkpoint's ``seq``).
+
+        Without damage seen, events the checkpoint says were written but no file holds any more (a
+        session file truncated, replaced or removed by hand) are reported too: the checkpoint never
+        covers a line before it is in the file.
+        """
         checkpoint = self.view.checkpoint
         known = checkpoint.seq if checkpoint is not None and checkpoint.seq >= (first or 1) else None
+        if len(self.view.problems) == self.seen:
+            if known is not None:
+                reason = f"not in the stored lines (seq {known} was written)"
+                self.gaps.append(Gap(self.view.session_id, first, known, reason))
+                self.view.incomplete = True
+            return
         reasons = self._take()
         lagged = all(reason == DELETED for reason in reasons)
         if lagged and (first is None or known is None or first > known):

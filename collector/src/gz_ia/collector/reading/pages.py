@@ -245,6 +245,7 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
         return Page(entries, last.encode(epoch) if last else None, view.incomplete, end=False, gaps=tuple(holes.gaps))
     if mark is not None:
         position = mark
+    oldest = 0
     if position is None:
         oldest = view.oldest()
         lines = view.forward(oldest, 0)
@@ -252,7 +253,8 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
     else:
         lines = view.forward(position.segment, position.offset)
         last = position
-    expected = position.seq + 1 if position is not None else None
+    # From the first segment the first seq is 1: anything before it was lost, not retained away.
+    expected = position.seq + 1 if position is not None else (1 if oldest == 1 else None)
     for number, start, end, raw in lines:
         try:
             event = _decoder.decode(raw)
@@ -268,7 +270,7 @@ def page_of(view: SessionView, position: Position | None, limit: int, reverse: b
             if len(entries) >= limit:
                 break
     else:
-        holes.trailing(expected)
+        holes.trailing(expected if last is not None else None)
         next_cursor = last.encode(epoch) if last else None
         return Page(entries, next_cursor, view.incomplete, end=True, gaps=tuple(holes.gaps))
     return Page(entries, last.encode(epoch), view.incomplete, end=False, gaps=tuple(holes.gaps))
@@ -402,8 +404,10 @@ def copy_lines(
     """
     with root_view(root, session_id) as view:
         holes = Holes(view)
-        expected: int | None = None
-        for number in range(view.oldest(), view.active_number + 1):
+        oldest = view.oldest()
+        expected: int | None = 1 if oldest == 1 else None
+        read_any = False
+        for number in range(oldest, view.active_number + 1):
             segment = view.segment(number)
             if segment is None:
                 if view.get(number) is MISSING and number < view.active_number:
@@ -424,12 +428,13 @@ def copy_lines(
                 newest = first_seq(lines_backward(segment, end))
                 if newest is not None:
                     expected = newest + 1
+                    read_any = True
             except SegmentUnreadable as exc:
                 view.note(str(exc))
                 continue
             finally:
                 view.release(number)
-        holes.trailing(expected)
+        holes.trailing(expected if read_any else None)
         if on_gap is not None:
             for gap in holes.gaps:
                 on_gap(gap)

@@ -32,10 +32,11 @@ from gz_ia.collector.storage.names import (
 )
 from gz_ia.collector.storage.replay import SessionFold, replay_session
 from gz_ia.collector.storage.roots import RootDirs
-from gz_ia.collector.storage.segments import SegmentUnreadable
+from gz_ia.collector.storage.segments import SegmentUnreadable, segment_exists
 from gz_ia.collector.storage.tally import SessionTally
 
 from .segments import SessionNotFound, SessionView, open_dirs, require_root
+from .verify import SeqCheck
 
 __all__ = [
     "MAX_TREE_DEPTH",
@@ -68,6 +69,9 @@ class SessionSummary(msgspec.Struct, frozen=True):
     unreadable: tuple[str, ...] = ()
     """The files found unreadable or changed, when the listing can name them (an archive whose seal
     broke; with ``verify``, every segment that failed to read)."""
+    damage: tuple[str, ...] = ()
+    """With ``verify``: what the ``seq`` sequence inside the files shows (a line missing, a seq
+    twice, a seq out of order), each naming the file (see :mod:`.verify`)."""
     root_session_id: str | None = None
     """The top of the session's tree, when its first event names one other than its parent."""
     ended_failed: bool | None = None
@@ -284,6 +288,19 @@ def _summary(
         # Verifying replays every retained segment (decompressing each archive) instead of
         # trusting the checkpoint, so that damage anywhere shows as `incomplete`.
         numbers: list[int] = []
+        check = None
+        if verify:
+            active_number = view.active_number
+
+            def name_of(number: int) -> str:
+                if listing is not None:
+                    return listing.segment_name(session_id, number, active_number)
+                return (
+                    active_name(session_id) if number == active_number else session_archive(session_id, number)(False)
+                )
+
+            first_kept = active_number == 1 or segment_exists(dirs.sessions_fd, session_archive(session_id, 1))
+            check = SeqCheck(name_of, starts_at_one=first_kept)
         fold, _segment_seq, complete = replay_session(
             dirs.sessions_fd,
             session_id,
@@ -291,12 +308,18 @@ def _summary(
             view.active_number,
             view.active,
             unreadable=numbers,
+            observe=check,
         )
     finally:
         view.close()
     if view.active_unreadable:
         numbers.append(view.active_number)
-    summary = _summary_of(session_id, fold, segments=view.active_number, incomplete=not complete or bool(numbers))
+    damage = tuple(check.finish(view.checkpoint.seq if view.checkpoint is not None else 0)) if check else ()
+    summary = _summary_of(
+        session_id, fold, segments=view.active_number, incomplete=not complete or bool(numbers) or bool(damage)
+    )
+    if damage:
+        summary = msgspec.structs.replace(summary, damage=damage)
     if listing is not None and numbers:
         names = tuple(listing.segment_name(session_id, number, view.active_number) for number in sorted(set(numbers)))
         summary = msgspec.structs.replace(summary, unreadable=names)

@@ -57,7 +57,7 @@ def begin_reload(
     try:
         new = load()
     except ConfigError as exc:
-        metrics.count_reload(applied=False)
+        metrics.count_reload(applied=False, refused=str(exc))
         log.error("reload refused, keeping the running configuration: %s", exc)
         notifier.notify("READY=1", "STATUS=reload refused (see the log); running configuration kept")
         return None

@@ -128,6 +128,7 @@ class Answers:
             "uptime_seconds": round(time.time() - self.started, 3),
             "durability": self.config.durability,
             "config": msgspec.to_builtins(self.config),
+            "config_reload_refused": self.metrics.reload_refused or None,
             "limits": self.limits(),
             "metrics_endpoint": self.metrics.endpoint_report(),
             "endpoints": self.http.endpoints() if self.http is not None and self.http.port else {},

@@ -274,6 +274,7 @@ class Front:
         ``healthy`` false.
         """
         merged = merge_reports(reports)
+        merged["config_reload_refused"] = self.metrics.reload_refused or None  # the front reloads
         down = self.shares.down()
         if down or len(reports) < self.shares.count:
             merged["healthy"] = False

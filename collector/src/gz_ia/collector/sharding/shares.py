@@ -39,7 +39,8 @@ files takes a while."""
 _STOP_TIMEOUT: Final = 30.0
 _RESTART_DELAY: Final = 1.0
 """Seconds before a share that exited is started again, doubled for each exit in a row that came
-soon after its start (a share that crashes at once), up to ``_RESTART_DELAY_MAX``."""
+soon after its start (a share that crashes at once), up to ``_RESTART_DELAY_MAX``; a share killed
+from outside after it served starts again after this delay every time."""
 _RESTART_DELAY_MAX: Final = 30.0
 _START_ATTEMPTS: Final = 5
 """Exits in a row while starting after which a share is taken as unable to start (the collector
@@ -168,7 +169,7 @@ class Shares:
                 if self._stopping or process is None or process.poll() is None:
                     continue
                 self.restarts += 1
-                delay = self._restart_delay(share)
+                delay = self._restart_delay(share, killed=self._ready[share] and _killed(process.returncode))
                 log.error("share %d exited with status %s; restarting it in %.0f s", share, process.returncode, delay)
                 await asyncio.sleep(delay)
                 if self._stopping:
@@ -191,9 +192,13 @@ class Shares:
                     return
                 log.warning("%s; still waiting for it", exc)
 
-    def _restart_delay(self, share: int) -> float:
-        """How long to wait before starting ``share`` again, which just exited (see _RESTART_DELAY)."""
-        if time.monotonic() - self._started[share] >= _STABLE_AFTER:
+    def _restart_delay(self, share: int, *, killed: bool = False) -> float:
+        """How long to wait before starting ``share`` again, which just exited (see _RESTART_DELAY).
+
+        ``killed``: it served, then a signal from outside ended it (an OOM kill, a person's ``kill``):
+        nothing in it is broken, so it comes back after the shortest delay however often that happens.
+        """
+        if killed or time.monotonic() - self._started[share] >= _STABLE_AFTER:
             self._quick_exits[share] = 0
         delay = restart_delay(self._quick_exits[share])
         self._quick_exits[share] += 1
@@ -267,6 +272,11 @@ class Shares:
                 process.kill()
                 process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _killed(returncode: int | None) -> bool:
+    """Whether a share was ended by a signal sent from outside, not by a failure of its own."""
+    return returncode is not None and -returncode in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def restart_delay(quick_exits: int) -> float:

@@ -15,15 +15,14 @@ import fcntl
 import logging
 import os
 import stat
-from typing import Final
+
+from .flags import FILE_FLAGS, REPAIR_FLAGS
+from .names import session_id_of
+from .torn import repair_torn_tail
 
 __all__ = ["FILE_FLAGS", "AppendFile", "OpenFiles"]
 
 log = logging.getLogger("gz_ia.collector")
-
-FILE_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-"""O_NONBLOCK: a FIFO put under a session file's name would otherwise hold the writer, and with it
-every session, in ``open`` until something reads it (a regular file writes the same either way)."""
 
 
 class AppendFile:
@@ -84,6 +83,13 @@ class OpenFiles:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO that has a reader, a device: not ours
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file", target.name)
+        if target.size and os.fstat(fd).st_size < target.size:
+            # Touched while closed: the next append lands after what is there, not after what was written.
+            os.close(fd)
+            size = self._adopt(target)
+            log.warning("%s holds fewer bytes than were written to it (%d of %d)", target.name, size, target.size)
+            target.size = size
+            fd = os.open(target.name, FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
         target.fd = fd
         self._open[target] = None
         return fd
@@ -139,3 +145,56 @@ class OpenFiles:
             target.size = 0
             return None
         return fd
+
+    def check_touched(self, target: AppendFile) -> None:
+        """Before a write pass appends to ``target``: reopen it if someone touched it since the last pass.
+
+        Editors and ``sed -i`` save by renaming a new file over the old one, and a person may
+        truncate or remove a session file: appending to the descriptor held then would put every
+        later event into a file no reader sees (an unlinked inode) or past its end. One ``fstat`` per
+        file per write pass (not per event) tells: no link left (replaced or removed), or fewer
+        bytes than written (truncated); only then is the path looked at. The file at the path is
+        then used (created afresh when it is gone), a torn last line cut off, and ``size`` follows.
+        """
+        fd = target.fd
+        assert fd is not None
+        held = os.fstat(fd)
+        # A file renamed over ours or ours removed both leave the held inode without a link.
+        if held.st_nlink and held.st_size >= target.size:
+            return
+        try:
+            named: os.stat_result | None = os.stat(target.name, dir_fd=target.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            named = None
+        if named is None:
+            what = "removed"
+        elif named.st_ino != held.st_ino or named.st_dev != held.st_dev:
+            what = "replaced"
+        else:
+            what = "truncated"
+        self.close(target)
+        size = self._adopt(target)
+        log.warning(
+            "%s was %s behind the collector's back (%d bytes written, %d there now); writing on to the file"
+            " at its name: readers name the events it no longer holds",
+            target.name,
+            what,
+            target.size,
+            size,
+        )
+        target.size = size
+
+    def _adopt(self, target: AppendFile) -> int:
+        """Open the file now at ``target``'s name (creating it) and return its good size: a last line
+        without its newline (cut by a truncation) is moved aside, as recovery does after a crash."""
+        fd = os.open(target.name, REPAIR_FLAGS | os.O_CREAT, 0o600, dir_fd=target.dir_fd)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", target.name)
+            session_id = session_id_of(target.name)
+            if session_id is None:
+                return info.st_size
+            return repair_torn_tail(target.dir_fd, session_id, fd, info.st_size, None)
+        finally:
+            os.close(fd)

@@ -14,26 +14,19 @@ import logging
 import os
 import stat
 from collections.abc import Callable
-from typing import Final
 
 from .checkpoints import read_checkpoint
-from .names import REJECTS_STATE_SUFFIX, rejects_archive, session_archive, session_id_of, state_name, torn_name
-from .open_files import FILE_FLAGS
+from .flags import REPAIR_FLAGS
+from .names import REJECTS_STATE_SUFFIX, rejects_archive, session_archive, session_id_of, state_name
 from .replay import replay_session
 from .roots import list_names
 from .segments import Segment, segment_exists
 from .sessions import RootStore, SessionState
+from .torn import OnTorn, repair_torn_tail
 
 __all__ = ["recover_rejects", "recover_session", "repair_root"]
 
 log = logging.getLogger("gz_ia.collector")
-
-_SCAN_CHUNK: Final = 1 << 20
-_REPAIR_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-"""An active file opened to cut its torn tail: never through a symlink, never waiting on a FIFO."""
-
-OnTorn = Callable[[int], None] | None
-"""Called with the number of bytes cut off when a torn line is repaired."""
 
 
 def recover_session(state: SessionState, clock: Callable[[], float], on_torn: OnTorn) -> None:
@@ -45,7 +38,7 @@ def recover_session(state: SessionState, clock: Callable[[], float], on_torn: On
         number += 1
     state.segment = number
     try:
-        fd: int | None = os.open(state.name, _REPAIR_FLAGS, dir_fd=state.dir_fd)
+        fd: int | None = os.open(state.name, REPAIR_FLAGS, dir_fd=state.dir_fd)
     except FileNotFoundError:
         fd = None
     try:
@@ -100,7 +93,7 @@ def repair_root(store: RootStore, on_torn: OnTorn) -> int:
         if session_id is None or session_id in store.sessions:
             continue
         try:
-            fd = os.open(name, _REPAIR_FLAGS, dir_fd=store.dirs.sessions_fd)
+            fd = os.open(name, REPAIR_FLAGS, dir_fd=store.dirs.sessions_fd)
         except OSError:
             continue
         try:
@@ -110,29 +103,3 @@ def repair_root(store: RootStore, on_torn: OnTorn) -> int:
         finally:
             os.close(fd)
     return repaired
-
-
-def repair_torn_tail(dir_fd: int, session_id: str, fd: int, size: int, on_torn: OnTorn) -> int:
-    """Cut a last line without its newline off into the torn file; return the good size."""
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    end = size
-    while end > 0:
-        start = max(0, end - _SCAN_CHUNK)
-        chunk = os.pread(fd, end - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            end = start + newline + 1
-            break
-        end = start
-    fragment = os.pread(fd, size - end, end)
-    torn = os.open(torn_name(session_id), FILE_FLAGS, 0o600, dir_fd=dir_fd)
-    try:
-        os.write(torn, fragment + b"\n")
-        os.fsync(torn)
-    finally:
-        os.close(torn)
-    os.ftruncate(fd, end)
-    if on_torn is not None:
-        on_torn(len(fragment))
-    return end

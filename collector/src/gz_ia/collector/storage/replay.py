@@ -8,7 +8,7 @@ from each line (:class:`Trace`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Final
 
@@ -127,6 +127,7 @@ def replay_session(
     active: Segment | None,
     *,
     unreadable: list[int] | None = None,
+    observe: Callable[[int, int], None] | None = None,
 ) -> tuple[SessionFold, int, bool]:
     """Rebuild a session's tally: the checkpoint plus every line after its position.
 
@@ -137,11 +138,14 @@ def replay_session(
         number: the active segment's number.
         active: the open active segment (None when there is none).
         unreadable: given, it gets the number of each segment that could not be read.
+        observe: given, called with ``(seq, segment number)`` of every line folded, in file order
+            (``gz-ia sessions --verify`` checks the sequence with it).
 
     Returns:
         ``(fold, segment_seq, complete)``: the tally, the ``seq`` before the active segment, and
         whether every segment needed could be read. Without a usable checkpoint (missing, damaged,
-        or ahead of the files after a crash) every retained segment is replayed.
+        or ahead of the files after a crash) every retained segment is replayed; ``seq`` then
+        never falls below the one a checkpoint ahead of the files records.
     """
     active_size = active.size if active is not None else 0
     usable = checkpoint is not None and (
@@ -168,17 +172,25 @@ def replay_session(
         try:
             for trace in _scan_traces(segment, offset if segment_number == first else 0):
                 fold.apply(trace)
+                if observe is not None:
+                    observe(trace.seq, segment_number)
         except SegmentUnreadable:
             complete = False
             if unreadable is not None:
                 unreadable.append(segment_number)
         finally:
             segment.close()
+    if checkpoint is not None and not usable:
+        # The files hold less than the checkpoint says was written (touched behind the writer's
+        # back): ``seq`` goes on from its high-water mark, never handing a number out twice.
+        fold.seq = max(fold.seq, checkpoint.seq)
     segment_seq = fold.seq
     if active is not None:
         try:
             for trace in _scan_traces(active, offset if first == number else 0):
                 fold.apply(trace)
+                if observe is not None:
+                    observe(trace.seq, number)
         except SegmentUnreadable:
             complete = False
             if unreadable is not None:

@@ -5,9 +5,12 @@ in the active segment, ``seq`` at its start, the UTC day it was started). The ro
 (:func:`rotate_session`, :func:`rotate_rejects`) is a ``rename(2)`` of the active file to
 ``<id>.events.<n>.jsonl`` followed by an atomic checkpoint write; both happen on the event loop and
 cost a few microseconds. Compression runs later in the writer's
-worker thread (:func:`compress_archive`): it writes ``.<name>.gz.tmp``, syncs it, renames it to
-``<id>.events.<n>.jsonl.gz`` and only then unlinks the plain archive, so a reader always finds at
-least one complete copy (both for a moment, which it handles).
+worker thread (:func:`compress_archive`): it writes ``.<name>.gz.<pid>.tmp``, syncs it, renames it
+to ``<id>.events.<n>.jsonl.gz`` and only then unlinks the plain archive, so a reader always finds at
+least one complete copy (both for a moment, which it handles). A kill in between leaves both, or a
+plain archive never compressed: start-up finishes the job (:mod:`.archive_tidy`). Two processes
+compressing the same archive at once (a share restarted beside the others) each write their own
+temporary file and end with the same result.
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
     """
     plain = name_of(False)
     packed = name_of(True)
-    temporary = f".{packed}.tmp"
+    temporary = f".{packed}.{os.getpid()}.tmp"
     try:
         source = os.open(plain, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -179,7 +182,8 @@ def compress_archive(dir_fd: int, name_of: Callable[[bool], str]) -> int:
         os.close(source)
     os.rename(temporary, packed, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     os.fsync(dir_fd)
-    os.unlink(plain, dir_fd=dir_fd)
+    with contextlib.suppress(FileNotFoundError):  # another process finished the same archive
+        os.unlink(plain, dir_fd=dir_fd)
     return max(0, info.st_size - packed_size)
 
 

@@ -7,6 +7,10 @@ straight into the session's pending buffer; a write pass (:meth:`Writer.take`, :
 few syscalls instead of one per event, and lines never interleave because this is the only writer.
 A failed write is undone (``ftruncate`` back to the last good size) and the session's in-memory
 state is dropped, to be rebuilt from the files (:mod:`.recovery`), which stay the source of truth.
+Before a pass appends to a file it checks, with one ``fstat``, that the file it holds is still the
+one at the session's name with every byte it wrote: a file replaced, truncated or removed by hand
+is reopened (or created) at its name, so that no later event goes into an unlinked inode
+(:meth:`.open_files.OpenFiles.check_touched`).
 
 Rotation (:mod:`.rotation`): when a session's buffer is detached for a write, an O(1) check against
 the limits decides whether, once written, the active file becomes archive ``n``: it is renamed (never
@@ -40,6 +44,7 @@ import msgspec
 
 from gz_ia.collector.config import CollectorConfig
 
+from .archive_tidy import tidy_archives
 from .checkpoints import Checkpoint
 from .durable import DurablePass
 from .names import REJECTS_STEM
@@ -432,6 +437,8 @@ class Writer:
             try:
                 if target.fd is not None and job.now - target.last_write > IDLE_RECHECK:
                     guarded = self._files.check_unlinked(target)
+                if target.fd is not None:
+                    self._files.check_touched(target)
                 fd = self._files.ensure_open(target)
                 # Released even when write() fails, before anything else touches the buffer.
                 with memoryview(data) as view:
@@ -618,9 +625,28 @@ class Writer:
         """Repair the torn last line of every active session file of a root; return how many.
 
         Run at start for the roots served before, so that a crash's torn line is moved aside before
-        any reader or client looks, not only when its session is next written.
+        any reader or client looks, not only when its session is next written. The root's archives
+        are then settled in the storage worker (:mod:`.archive_tidy`): a kill may have left one in
+        two copies, or uncompressed.
         """
-        return repair_root(self.root(path, owner=owner), self._on_torn)
+        store = self.root(path, owner=owner)
+        repaired = repair_root(store, self._on_torn)
+        dirs = store.dirs
+        self._worker.submit(lambda: self._tidy(dirs))
+        return repaired
+
+    def _tidy(self, dirs: RootDirs) -> None:
+        """In the storage worker: settle the archives a kill left in two copies or uncompressed."""
+        report = tidy_archives(dirs, compress=self.rotation.compress)
+        if report:
+            log.warning(
+                "settled the archives a stop left unfinished under %s: %d plain copies removed beside their"
+                " .gz, %d archives compressed, %d temporary files removed",
+                dirs.path,
+                report.plain_removed,
+                report.compressed,
+                report.temporaries_removed,
+            )
 
     # --- rotation ----------------------------------------------------------------------------------
 
