@@ -14,14 +14,14 @@ of events it is fed, so that a page of a million-event session costs what a page
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import TOKEN_KINDS, usage_of
+from gz_ia.client.usage import TOKEN_KINDS, recorded_usage
 from gz_ia.collector import reading
 
 __all__ = [
@@ -62,6 +62,8 @@ class ActionSpan:
     last_seq: int = 0
     events: int = 0
     drawn: bool = True
+    tool: str | None = None
+    """The tool its events' attrs name (``tool``), when one does: what tells two calls of one action apart."""
 
     @property
     def is_open(self) -> bool:
@@ -173,8 +175,9 @@ class TimelineBuilder:
         if node is None:
             node = self.nodes[session_id] = SessionNode(session_id)
         node.events += 1
-        if event.attrs is not None:
-            used = usage_of(event.attrs)
+        attrs = event.attrs
+        if attrs is not None:
+            used = recorded_usage(attrs)
             if used is not None:
                 counts, cost, model = used
                 for index, count in enumerate(counts):
@@ -206,6 +209,10 @@ class TimelineBuilder:
             if stage is not Stage.FINISH:
                 self._follow(key, span)
         span.events += 1
+        if attrs is not None and span.tool is None:
+            tool = attrs.get("tool")
+            if isinstance(tool, str):
+                span.tool = tool
         if stamp > span.end:  # noqa: PLR1730
             span.end = stamp
         span.last_seq = seq
@@ -302,12 +309,26 @@ def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode
     return builder.finish()
 
 
-def _load_one(root: Path, session_id: str) -> SessionNode:
-    return build_session(session_id, (entry.event for entry in reading.iter_events(root, session_id)))
+def _load_one(root: Path, session_id: str, observe: Callable[[StoredEvent], None] | None) -> SessionNode:
+    events = (entry.event for entry in reading.iter_events(root, session_id))
+    if observe is None:
+        return build_session(session_id, events)
+
+    def observed() -> Iterable[StoredEvent]:
+        for event in events:
+            observe(event)
+            yield event
+
+    return build_session(session_id, observed())
 
 
-def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
+def load_tree(
+    root: Path, session_id: str, *, tree: bool = True, observe: Callable[[StoredEvent], None] | None = None
+) -> SessionNode:
     """Load ``session_id`` and, with ``tree``, every subagent session below it.
+
+    ``observe`` sees each event as it is folded (for what a cycle does not keep, such as the time of
+    each usage record), so that a reader needing more than the fold reads the files once.
 
     The tree is the reader's (:func:`gz_ia.collector.reading.session_tree`), the one
     ``gz-ia session tree`` and ``--tree`` show: a session known only as a parent is its top.
@@ -316,12 +337,12 @@ def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
         SessionNotFound: the session has no file under ``root`` (and, with ``tree``, is nobody's parent).
     """
     if not tree:
-        return _load_one(root, session_id)
+        return _load_one(root, session_id, observe)
     top = reading.session_tree(root, session_id)
 
     def load(item: Any) -> SessionNode:  # as deep as the reader's tree: at most MAX_TREE_DEPTH
         try:
-            node = _load_one(root, item.session_id)
+            node = _load_one(root, item.session_id, observe)
         except reading.SessionNotFound:
             node = build_session(item.session_id, ())  # known only as a parent
         node.children = [load(child) for child in item.children]
