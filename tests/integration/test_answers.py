@@ -154,3 +154,42 @@ def test_diff_aligns_two_runs_and_names_where_they_part(collector: Any) -> None:
     assert same["first_divergence"] is None
     text = collector.gz_ia("session", "diff", "run-a", "run-b")
     assert "first divergence at step 2" in text.stdout
+
+
+def scrape(collector: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The collector's /metrics, parsed by Prometheus's own client parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{collector.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_give_the_oldest_open_cycle_by_agent_and_the_hung_count(make_collector: Any) -> None:
+    """`--hung-after 1s`: a cycle a process left open counts as hung once a second old; the oldest
+    open cycle's age is by agent; a finished cycle is in neither."""
+    collector = make_collector("--hung-after", "1s")
+    run_agent(
+        collector,
+        """
+        with session("stuck-m", agent="claude", client=client) as agent:
+            agent.log("long tool call", "PENDING")
+        with session("done-m", agent="codex", client=client) as agent:
+            with agent.action("edit"):
+                pass
+        """,
+    )
+    young = scrape(collector)
+    assert young[("gzia_hung_actions", ())] == 0
+    assert 0 <= young[("gzia_oldest_open_action_seconds", (("agent", "claude"),))] < 1
+    time.sleep(1.2)
+    old = scrape(collector)
+    assert old[("gzia_hung_actions", ())] == 1
+    assert old[("gzia_oldest_open_action_seconds", (("agent", "claude"),))] >= 1
+    assert not any(name == "gzia_oldest_open_action_seconds" and labels == (("agent", "codex"),) for name, labels in old)

@@ -10,6 +10,7 @@ files): the routes run them in a thread.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ import msgspec
 
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.views.answers import OpenCycle, OpenCycleIndex
 
 __all__ = [
     "MAX_EVENTS",
@@ -27,6 +29,7 @@ __all__ = [
     "SCANNED_EVENTS",
     "SESSION_FIELDS",
     "event_window",
+    "open_cycles",
     "session_family",
     "session_page",
     "session_tree",
@@ -48,6 +51,9 @@ and the ones being written come fresh from memory at every call (``known``)."""
 _EPOCH_START: Final = datetime.min.replace(tzinfo=UTC)
 _listings: dict[str, tuple[float, list[SessionSummary]]] = {}
 _usage: dict[tuple[str, str, int], dict[str, Any]] = {}
+_open_index = OpenCycleIndex()
+_open_lock = threading.Lock()
+"""The page's threads and the metrics server's share the index."""
 
 
 def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSummary]:
@@ -63,6 +69,17 @@ def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSum
     merged = {summary.session_id: summary for summary in cached[1]}
     merged.update(known)
     return list(merged.values())
+
+
+def open_cycles(root: Path, known: Mapping[str, SessionSummary]) -> dict[str, tuple[OpenCycle, ...]]:
+    """The open cycles of every session of the root that has any, by session id.
+
+    The listing is the page's (cached for the idle sessions); of the sessions it says have open
+    cycles, only those with new events since the last call are read again.
+    """
+    listed = [(summary.session_id, summary.events) for summary in _listing(root, known) if summary.open_actions]
+    with _open_lock:
+        return _open_index.cycles(root, listed)
 
 
 def _status(summary: SessionSummary) -> str:
