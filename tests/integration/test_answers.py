@@ -192,4 +192,6 @@ def test_metrics_give_the_oldest_open_cycle_by_agent_and_the_hung_count(make_col
     old = scrape(collector)
     assert old[("gzia_hung_actions", ())] == 1
     assert old[("gzia_oldest_open_action_seconds", (("agent", "claude"),))] >= 1
-    assert not any(name == "gzia_oldest_open_action_seconds" and labels == (("agent", "codex"),) for name, labels in old)
+    assert not any(
+        name == "gzia_oldest_open_action_seconds" and labels == (("agent", "codex"),) for name, labels in old
+    )
