@@ -21,7 +21,7 @@ import msgspec
 
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
-from gz_ia.collector.views.answers import OpenCycle, OpenCycleIndex
+from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, why
 
 __all__ = [
     "MAX_EVENTS",
@@ -29,6 +29,7 @@ __all__ = [
     "SCANNED_EVENTS",
     "SESSION_FIELDS",
     "event_window",
+    "first_failure",
     "open_cycles",
     "session_family",
     "session_page",
@@ -172,8 +173,10 @@ def session_page(
     text: str,
     matches: Iterable[str],
     known: Mapping[str, SessionSummary] | None = None,
+    hung_after: float = DEFAULT_HUNG_AFTER,
 ) -> dict[str, Any]:
-    """A page of the root's sessions, the most recently active first, filtered.
+    """A page of the root's sessions, the most recently active first, filtered; each with ``hung``,
+    its cycles open at least ``hung_after`` seconds (``status`` ``hung`` when there are any).
 
     Raises:
         ValueError: a ``FIELD=VALUE`` of a field sessions do not have.
@@ -200,8 +203,27 @@ def session_page(
         roles = wanted["role"]
         kept = [summary for summary in kept if (_usage_of(root, summary)["role"] or "") in roles]
     page = kept[offset : offset + limit]
-    sessions = [{**_summary_dict(summary), **_usage_of(root, summary)} for summary in page]
-    return {"total": len(kept), "offset": offset, "limit": limit, "sessions": sessions}
+    now = datetime.now(UTC)
+    opened = open_cycles(root, known or {}) if any(summary.open_actions for summary in page) else {}
+    sessions = []
+    for summary in page:
+        stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after)]
+        row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        if stuck:
+            row["status"] = "hung"
+        sessions.append(row)
+    hung_total = sum(1 for cycles in opened.values() if hung(cycles, now, hung_after))
+    return {"total": len(kept), "offset": offset, "limit": limit, "sessions": sessions, "hung_sessions": hung_total}
+
+
+def first_failure(root: Path, session_id: str) -> dict[str, Any]:
+    """The first failure of the session's tree and what came after (``first_failure`` null: none).
+
+    Raises:
+        SessionNotFound: no such session (nor anyone's parent).
+    """
+    answer = why(root, session_id)
+    return {"first_failure": None, "chain": [], "after": None} if answer is None else answer.as_json()
 
 
 def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> dict[str, Any]:
