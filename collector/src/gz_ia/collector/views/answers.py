@@ -16,8 +16,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Final
 
-from gz_ia.client.schema import Status, StoredEvent
-from gz_ia.client.usage import recorded_usage
+from gz_ia.client.schema import Status
 from gz_ia.collector import reading
 
 from .timeline import ActionSpan, SessionNode, load_tree
@@ -149,6 +148,7 @@ class After:
     duration_ms: int
     """From the failing FINISH to the tree's last event."""
     tokens: int
+    """Tokens (every kind) of the cycles whose usage was recorded after it (at their last usage record)."""
     cost_usd: float
 
 
@@ -181,29 +181,57 @@ class Why:
         }
 
 
-Usage = list[tuple[datetime, int, float]]
-"""Each usage record of a tree: when it was stamped, its tokens (every kind) and its cost."""
-
-
 def why(root: Path, session_id: str) -> Why | None:
     """The first failure of ``session_id``'s tree and what came after it; None when nothing failed.
+
+    Reads in two steps what the answer needs: first the sessions whose tally counts a FAILED event
+    (the first failure is among them; none: the tree never failed, and nothing else is read), then
+    the others that have events after that failure. A session that ended before it adds nothing.
 
     Raises:
         SessionNotFound: nothing stored for the session.
     """
-    usage: Usage = []
+    top = reading.session_tree(root, session_id)
+    items = [item for _, item in top.walk()]
+    folded: dict[str, SessionNode] = {}
 
-    def note_usage(event: StoredEvent) -> None:
-        if event.attrs is not None:
-            used = recorded_usage(event.attrs)
-            if used is not None:
-                usage.append((event.timestamp, sum(used[0]), used[1]))
+    def fold(session: str) -> None:
+        try:
+            folded[session] = load_tree(root, session, tree=False)
+        except reading.SessionNotFound:
+            folded[session] = SessionNode(session)  # known only as a parent, or removed since
 
-    return why_of(load_tree(root, session_id, observe=note_usage), usage)
+    for item in items:
+        if item.summary.failures or item.summary.incomplete:
+            fold(item.session_id)
+    failure = _first_failure(folded.values())
+    if failure is None:
+        return None
+    for item in items:
+        last = item.summary.last_time
+        if item.session_id not in folded and last is not None and last > failure:
+            fold(item.session_id)
+
+    def node_of(item: Any) -> SessionNode:  # as deep as the reader's tree: at most MAX_TREE_DEPTH
+        node = folded.get(item.session_id) or SessionNode(item.session_id)
+        node.children = [node_of(child) for child in item.children]
+        return node
+
+    return why_of(node_of(top))
 
 
-def why_of(top: SessionNode, usage: Usage) -> Why | None:
-    """:func:`why` of a folded tree and its usage records."""
+def _first_failure(nodes: Iterable[SessionNode]) -> datetime | None:
+    stamps = [
+        span.finished_at
+        for node in nodes
+        for span in node.actions
+        if span.status is Status.FAILED and span.finished_at is not None
+    ]
+    return min(stamps) if stamps else None
+
+
+def why_of(top: SessionNode) -> Why | None:
+    """:func:`why` of a folded tree (the sessions left out of it must have nothing after its first failure)."""
     parent_of: dict[str, str] = {}
     first: tuple[datetime, int, SessionNode, ActionSpan] | None = None
     last: datetime | None = None
@@ -223,9 +251,12 @@ def why_of(top: SessionNode, usage: Usage) -> Why | None:
     chain = [failed_node.session_id]
     while chain[-1] != top.session_id and chain[-1] in parent_of and len(chain) <= len(parent_of):
         chain.append(parent_of[chain[-1]])
+    after = [
+        span for _, node in top.walk() for span in node.actions if span.usage_at is not None and span.usage_at > stamp
+    ]
     actions = sum(1 for _, node in top.walk() for span in node.actions if _begun(span) > stamp)
-    tokens = sum(count for when, count, _ in usage if when > stamp)
-    cost = sum(spent for when, _, spent in usage if when > stamp)
+    tokens = sum(span.tokens for span in after)
+    cost = sum(span.cost_usd for span in after)
     wall = max(0, int(((last or stamp) - stamp).total_seconds() * 1000))
     return Why(
         Failure(failed_node.session_id, failed_span.action, failed_span.error, stamp),
@@ -265,6 +296,8 @@ def _cycle_json(span: ActionSpan) -> dict[str, Any]:
         "status": span.status.value if span.status is not None else None,
         "started": _iso(_begun(span)),
         "duration_ms": span.elapsed_ms,
+        "tokens": span.tokens,
+        "cost_usd": round(span.cost_usd, 6),
     }
 
 

@@ -14,7 +14,7 @@ of events it is fed, so that a page of a million-event session costs what a page
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -64,6 +64,11 @@ class ActionSpan:
     drawn: bool = True
     tool: str | None = None
     """The tool its events' attrs name (``tool``), when one does: what tells two calls of one action apart."""
+    tokens: int = 0
+    """Tokens (every kind) of the usage records among its events."""
+    cost_usd: float = 0.0
+    usage_at: datetime | None = None
+    """When its last usage record was stamped (None: it has none)."""
 
     @property
     def is_open(self) -> bool:
@@ -176,6 +181,7 @@ class TimelineBuilder:
             node = self.nodes[session_id] = SessionNode(session_id)
         node.events += 1
         attrs = event.attrs
+        used = None
         if attrs is not None:
             used = recorded_usage(attrs)
             if used is not None:
@@ -209,10 +215,15 @@ class TimelineBuilder:
             if stage is not Stage.FINISH:
                 self._follow(key, span)
         span.events += 1
-        if attrs is not None and span.tool is None:
-            tool = attrs.get("tool")
-            if isinstance(tool, str):
-                span.tool = tool
+        if attrs is not None:
+            if span.tool is None:
+                tool = attrs.get("tool")
+                if isinstance(tool, str):
+                    span.tool = tool
+            if used is not None:
+                span.tokens += sum(used[0])
+                span.cost_usd += used[1]
+                span.usage_at = stamp
         if stamp > span.end:  # noqa: PLR1730
             span.end = stamp
         span.last_seq = seq
@@ -309,26 +320,12 @@ def build_session(session_id: str, events: Iterable[StoredEvent]) -> SessionNode
     return builder.finish()
 
 
-def _load_one(root: Path, session_id: str, observe: Callable[[StoredEvent], None] | None) -> SessionNode:
-    events = (entry.event for entry in reading.iter_events(root, session_id))
-    if observe is None:
-        return build_session(session_id, events)
-
-    def observed() -> Iterable[StoredEvent]:
-        for event in events:
-            observe(event)
-            yield event
-
-    return build_session(session_id, observed())
+def _load_one(root: Path, session_id: str) -> SessionNode:
+    return build_session(session_id, (entry.event for entry in reading.iter_events(root, session_id)))
 
 
-def load_tree(
-    root: Path, session_id: str, *, tree: bool = True, observe: Callable[[StoredEvent], None] | None = None
-) -> SessionNode:
+def load_tree(root: Path, session_id: str, *, tree: bool = True) -> SessionNode:
     """Load ``session_id`` and, with ``tree``, every subagent session below it.
-
-    ``observe`` sees each event as it is folded (for what a cycle does not keep, such as the time of
-    each usage record), so that a reader needing more than the fold reads the files once.
 
     The tree is the reader's (:func:`gz_ia.collector.reading.session_tree`), the one
     ``gz-ia session tree`` and ``--tree`` show: a session known only as a parent is its top.
@@ -337,12 +334,12 @@ def load_tree(
         SessionNotFound: the session has no file under ``root`` (and, with ``tree``, is nobody's parent).
     """
     if not tree:
-        return _load_one(root, session_id, observe)
+        return _load_one(root, session_id)
     top = reading.session_tree(root, session_id)
 
     def load(item: Any) -> SessionNode:  # as deep as the reader's tree: at most MAX_TREE_DEPTH
         try:
-            node = _load_one(root, item.session_id, observe)
+            node = _load_one(root, item.session_id)
         except reading.SessionNotFound:
             node = build_session(item.session_id, ())  # known only as a parent
         node.children = [load(child) for child in item.children]
