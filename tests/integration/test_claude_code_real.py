@@ -321,3 +321,31 @@ def test_session_end_closes_what_is_still_open_failed_and_says_so(
     end = lines[-1]
     assert (end["action"], end["status"], end["attrs"]["failed_because"]) == ("session", "FAILED", "cycles left open")
     assert _tree(collector, session)["status"] == "failed"
+
+
+def test_why_on_the_root_names_the_failing_call_of_its_subagent(
+    claude: ClaudeCode, api: FakeAnthropic, collector: Any
+) -> None:
+    """A subagent's Bash call fails, the subagent and its parent carry on: `gz-ia session why` on the
+    parent finds that call in the child session, with the chain down to it."""
+    task = {"description": "Check a dir", "prompt": "SUBFAIL-MARKER: list it", "subagent_type": "general-purpose"}
+    api.script("RUN-SUBFAIL", Turn(tools=(ToolUse("Agent", task, "toolu_agent"),)), Turn(text="parent done"))
+    api.script(
+        "SUBFAIL-MARKER",
+        Turn(tools=(ToolUse("Bash", {"command": "ls /nonexistent-dir", "description": "fail"}, "toolu_subfail"),)),
+        Turn(text="Subagent done."),
+    )
+    session = _ran(claude.run("RUN-SUBFAIL: use a subagent"))
+    lines = _ended(collector, session)
+    _, finish = _of_tool(lines, "toolu_agent")
+    child_id = finish["attrs"]["child_session_id"]
+    answered = collector.gz_ia("session", "why", session, "--json")
+    assert answered.returncode == 0, answered.stderr
+    answer = json.loads(answered.stdout)
+    failure = answer["first_failure"]
+    assert (failure["session_id"], failure["action"]) == (child_id, "Bash")
+    assert "No such file or directory" in failure["error"]
+    assert answer["chain"] == [session, child_id]
+    assert answer["after"]["duration_ms"] >= 0
+    stored = next(line for line in collector.session_lines(child_id) if line.get("cycle") == "toolu_subfail")
+    assert stored["action"] == "Bash"

@@ -1,0 +1,73 @@
+"""The answers read off a folded session (views.answers), on events built in memory: the cases a
+real run makes only by chance (a step replaced, a failure's own usage, ties)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from gz_ia.client import build_event
+from gz_ia.client.schema import StoredEvent
+from gz_ia.collector.cli._answers import parse_age
+from gz_ia.collector.views.answers import diff_sessions, open_cycles, why_of
+from gz_ia.collector.views.timeline import build_session
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def run(session_id: str, steps: list[tuple[str, str, float, dict[str, Any]]]) -> Any:
+    """Fold ``steps`` (action, stage, seconds after T0, more fields) as one session's stored events."""
+    events = []
+    for seq, (action, stage, at, fields) in enumerate(steps, start=1):
+        event = build_event(
+            session_id=session_id, action=action, stage=stage, agent="a", timestamp=T0 + timedelta(seconds=at), **fields
+        )
+        events.append(msgspec.convert({**msgspec.to_builtins(event), "seq": seq}, StoredEvent))
+    return build_session(session_id, events)
+
+
+def test_a_replaced_step_diverges_where_it_is_and_the_rest_aligns() -> None:
+    a = run("a", [("call", "FINISH", 1, {"attrs": {"tool": t}}) for t in ("Read", "Bash", "Edit")])
+    b = run("b", [("call", "FINISH", 1, {"attrs": {"tool": t}}) for t in ("Read", "Grep", "Edit")])
+    answer = diff_sessions(a, b)
+    assert [tag for tag, _, _ in answer.rows] == ["=", "~", "="]
+    assert answer.first_divergence is not None
+    index, left, right = answer.first_divergence
+    assert (index, left and left.tool, right and right.tool) == (1, "Bash", "Grep")
+
+
+def test_the_failures_own_usage_is_not_after_it_and_open_cycles_keep_their_stage() -> None:
+    node = run(
+        "s",
+        [
+            ("x", "READ", 0, {}),
+            ("x", "FINISH", 1, {"status": "FAILED", "error": "e", "attrs": {"input_tokens": 5}}),
+            ("y", "PENDING", 2, {}),
+            ("y", "FINISH", 3, {"attrs": {"gen_ai.usage.output_tokens": 4, "gz-ia.cost_usd": 0.1}}),
+            ("z", "READ", 4, {}),
+            ("w", "PENDING", 5, {}),
+        ],
+    )
+    answer = why_of(node)
+    assert answer is not None
+    assert (answer.first_failure.action, answer.chain) == ("x", ("s",))
+    assert (answer.after.actions, answer.after.tokens, answer.after.cost_usd, answer.after.duration_ms) == (
+        3,
+        4,
+        0.1,
+        4000,
+    )
+    assert [(cycle.action, cycle.stage) for cycle in open_cycles(node)] == [("z", "READ"), ("w", "PENDING")]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("5m", 300), ("1.5h", 5400), ("300", 300), ("250ms", 0.25)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds
+
+
+def test_a_bad_duration_is_refused() -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_age("soon")
