@@ -12,7 +12,7 @@ import pytest
 from gz_ia.client import build_event
 from gz_ia.client.schema import StoredEvent
 from gz_ia.collector.cli._answers import parse_age
-from gz_ia.collector.views.answers import diff_sessions, open_cycles, why_of
+from gz_ia.collector.views.answers import diff_sessions, hung, open_cycles, why_of
 from gz_ia.collector.views.timeline import build_session
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -39,7 +39,7 @@ def test_a_replaced_step_diverges_where_it_is_and_the_rest_aligns() -> None:
     assert (index, left and left.tool, right and right.tool) == (1, "Bash", "Grep")
 
 
-def test_the_failures_own_usage_is_not_after_it_and_open_cycles_keep_their_stage() -> None:
+def test_the_failures_own_usage_is_not_after_it_and_the_open_cycle_is_where_activity_stopped() -> None:
     node = run(
         "s",
         [
@@ -60,7 +60,17 @@ def test_the_failures_own_usage_is_not_after_it_and_open_cycles_keep_their_stage
         0.1,
         4000,
     )
-    assert [(cycle.action, cycle.stage) for cycle in open_cycles(node)] == [("z", "READ"), ("w", "PENDING")]
+    # z is open too, but w began inside it: z holds the work on, w is where the session stopped.
+    assert [(cycle.action, cycle.stage) for cycle in open_cycles(node)] == [("w", "PENDING")]
+
+
+def test_a_cycle_waiting_on_a_subagent_that_still_logs_is_not_hung() -> None:
+    node = run("parent", [("Agent", "PENDING", 0, {})])
+    (waiting,) = open_cycles(node)
+    now = T0 + timedelta(seconds=600)
+    assert hung([waiting], now, 300) == [waiting]
+    assert hung([waiting], now, 300, {"parent": T0 + timedelta(seconds=500)}) == []  # its subagent logged 100 s ago
+    assert hung([waiting], now, 300, {"parent": T0 + timedelta(seconds=200)}) == [waiting]  # quiet for 400 s
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("5m", 300), ("1.5h", 5400), ("300", 300), ("250ms", 0.25)])

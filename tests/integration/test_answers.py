@@ -31,12 +31,15 @@ def run_agent(collector: Any, body: str) -> None:
 
 
 def test_hung_lists_a_cycle_a_process_left_open(collector: Any) -> None:
-    """A READ without FINISH, older than --after, is listed with its action, stage and age; a
-    finished session and a cycle open for less than --after are not."""
+    """A READ without FINISH, older than --after, is listed with its action, stage and age (the open
+    cycle it began inside is not: activity stopped in the inner one); a finished session and a cycle
+    open for less than --after are not."""
     run_agent(
         collector,
         """
         with session("stuck-1", agent="claude", client=client) as agent:
+            agent.log("session", "READ")  # a container: open while the agent works inside it
+            time.sleep(0.01)
             agent.log("wait for build", "READ")
         with session("done-1", agent="codex", client=client) as agent:
             with agent.action("edit"):

@@ -122,7 +122,7 @@ def sessions_command(
         every = reading.list_sessions(root, verify=verify)
         rolled = reading.tree_usage(every)
         summaries = select_sessions(every, query, role_of)
-        stuck = _hung(root, summaries, now, after) if hung else {}
+        stuck = _hung(root, summaries, every, now, after) if hung else {}
     except reading.RootNotFound as exc:
         not_found(ctx, exc)
     except reading.LayoutError as exc:
@@ -173,14 +173,17 @@ def sessions_command(
         ctx.exit(EXIT_GAP)
 
 
-def _hung(root: Path, summaries: list[SessionSummary], now: datetime, after: float) -> dict[str, list[OpenCycle]]:
-    """The cycles of ``summaries`` open at least ``after`` seconds, by session (only those with any)."""
-    from gz_ia.collector.views.answers import OpenCycleIndex, hung
+def _hung(
+    root: Path, summaries: list[SessionSummary], every: list[SessionSummary], now: datetime, after: float
+) -> dict[str, list[OpenCycle]]:
+    """The hung cycles of ``summaries`` (of the root's ``every``), by session (only those with any)."""
+    from gz_ia.collector.views.answers import OpenCycleIndex, hung, last_below
 
     listed = [(summary.session_id, summary.events) for summary in summaries if summary.open_actions]
     found = {}
+    busy = last_below(every)
     for session_id, cycles in OpenCycleIndex().cycles(root, listed).items():
-        stuck = hung(cycles, now, after)
+        stuck = hung(cycles, now, after, busy)
         if stuck:
             found[session_id] = stuck
     return found

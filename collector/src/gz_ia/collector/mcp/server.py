@@ -64,7 +64,7 @@ from gz_ia.client.schema import Status
 from gz_ia.collector import query, reading
 from gz_ia.collector.live.follow import subscribe_or_none
 from gz_ia.collector.oneshot.typed_event import TypedEventError, typed_event
-from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycleIndex, hung, why
+from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycleIndex, hung, last_below, why
 from gz_ia.collector.views.timeline import load_tree, summarize
 
 __all__ = ["TABLE", "TOOLS", "Tool", "ToolContext", "build_server", "serve"]
@@ -549,6 +549,7 @@ def hung_actions(
     that stopped answering."""
     try:
         summaries = reading.list_sessions(context.root)
+        busy = last_below(summaries)
         if session_id is not None:
             tree = reading.session_tree(context.root, session_id)
             family = {node.session_id for _, node in tree.walk()}
@@ -560,7 +561,7 @@ def hung_actions(
     found = OpenCycleIndex().cycles(context.root, listed)
     rows: list[HungSession] = []
     for summary in summaries:
-        stuck = hung(found.get(summary.session_id, ()), now, after_seconds)
+        stuck = hung(found.get(summary.session_id, ()), now, after_seconds, busy)
         if stuck:
             rows.append(
                 {

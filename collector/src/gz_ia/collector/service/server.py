@@ -31,6 +31,7 @@ from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 from gz_ia.collector.storage.roots import LayoutError
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.views import answers
 from gz_ia.collector.web import WebView
 from gz_ia.collector.web.api import open_cycles
 from gz_ia.collector.web.memory import summaries_in_memory
@@ -200,14 +201,13 @@ class Collector(WritePasses, Answers):
         hung = 0
         for root in self.served_roots():
             try:
-                found = open_cycles(Path(root), summaries_in_memory(self.writer.roots, root))
+                found, busy = open_cycles(Path(root), summaries_in_memory(self.writer.roots, root))
             except (OSError, LayoutError):
                 continue  # a root gone or unreadable has nothing to say here
             for cycles in found.values():
                 for cycle in cycles:
-                    age = cycle.open_for_s(now)
-                    oldest[cycle.agent] = max(oldest.get(cycle.agent, 0.0), age)
-                    hung += age >= after
+                    oldest[cycle.agent] = max(oldest.get(cycle.agent, 0.0), cycle.open_for_s(now))
+                hung += len(answers.hung(cycles, now, after, busy))
         return oldest, hung
 
     def served_roots(self) -> list[str]:

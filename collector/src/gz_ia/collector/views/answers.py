@@ -9,7 +9,7 @@ cannot disagree on what a cycle, a failure or a token is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from difflib import SequenceMatcher
@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from gz_ia.client.schema import Status
 from gz_ia.collector import reading
+from gz_ia.collector.reading import SessionSummary
 
 from .timeline import ActionSpan, SessionNode, load_tree
 
@@ -32,6 +33,7 @@ __all__ = [
     "Why",
     "diff_sessions",
     "hung",
+    "last_below",
     "open_cycles",
     "why",
     "why_of",
@@ -74,22 +76,64 @@ class OpenCycle:
 
 
 def open_cycles(node: SessionNode) -> list[OpenCycle]:
-    """The open cycles of a folded session tree, the oldest first."""
-    found = [
-        OpenCycle(
-            current.session_id, current.agent, span.action, "PENDING" if span.pending_at else "READ", _begun(span)
-        )
-        for _, current in node.walk()
-        for span in current.actions
-        if span.is_open
-    ]
+    """The open cycles of a folded session tree where each session's activity stopped, the oldest first.
+
+    A cycle inside which later cycles of its session began is a container (an agent's session, a
+    turn waiting while its tool calls run and return): it is open as long as the agent works and
+    says nothing about being stuck. Only the open cycles that no cycle of their session began after
+    are kept; several when they began together.
+    """
+    found = []
+    for _, current in node.walk():
+        latest = max((_begun(span) for span in current.actions), default=None)
+        found += [
+            OpenCycle(current.session_id, current.agent, span.action, "PENDING" if span.pending_at else "READ", begun)
+            for span in current.actions
+            if span.is_open and (begun := _begun(span)) == latest
+        ]
     found.sort(key=lambda cycle: cycle.since)
     return found
 
 
-def hung(cycles: Iterable[OpenCycle], now: datetime, after: float) -> list[OpenCycle]:
-    """The cycles open at least ``after`` seconds at ``now``."""
-    return [cycle for cycle in cycles if cycle.open_for_s(now) >= after]
+def hung(
+    cycles: Iterable[OpenCycle], now: datetime, after: float, busy_below: Mapping[str, datetime] | None = None
+) -> list[OpenCycle]:
+    """The cycles open at least ``after`` seconds at ``now`` whose subagents have been quiet as long.
+
+    ``busy_below``: by session, the last event of any session below it (:func:`last_below`); a
+    session waiting on a subagent that still logs is not stuck, the subagent is where to look.
+    """
+    quiet_since = now.timestamp() - after
+    kept = []
+    for cycle in cycles:
+        if cycle.open_for_s(now) < after:
+            continue
+        below = busy_below.get(cycle.session_id) if busy_below is not None else None
+        if below is not None and below.timestamp() > quiet_since:
+            continue
+        kept.append(cycle)
+    return kept
+
+
+def last_below(summaries: Iterable[SessionSummary]) -> dict[str, datetime]:
+    """For each session with subagents, the time of the newest last event of any session below it."""
+    parents: dict[str, str] = {}
+    lasts: list[tuple[str, datetime]] = []
+    for summary in summaries:
+        if summary.parent_session_id:
+            parents[summary.session_id] = summary.parent_session_id
+        if summary.last_time is not None:
+            lasts.append((summary.session_id, summary.last_time))
+    found: dict[str, datetime] = {}
+    for session_id, last in lasts:
+        above = parents.get(session_id)
+        seen = {session_id}
+        while above is not None and above not in seen and len(seen) <= reading.MAX_TREE_DEPTH:
+            seen.add(above)
+            if above not in found or found[above] < last:
+                found[above] = last
+            above = parents.get(above)
+    return found
 
 
 class OpenCycleIndex:

@@ -21,7 +21,7 @@ import msgspec
 
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
-from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, why
+from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
 __all__ = [
     "MAX_EVENTS",
@@ -72,15 +72,20 @@ def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSum
     return list(merged.values())
 
 
-def open_cycles(root: Path, known: Mapping[str, SessionSummary]) -> dict[str, tuple[OpenCycle, ...]]:
-    """The open cycles of every session of the root that has any, by session id.
+def open_cycles(
+    root: Path, known: Mapping[str, SessionSummary]
+) -> tuple[dict[str, tuple[OpenCycle, ...]], dict[str, datetime]]:
+    """The open cycles of every session of the root that has any, by session id (where each
+    session's activity stopped: :func:`~gz_ia.collector.views.answers.open_cycles`), and the last
+    event below each session with subagents (:func:`~gz_ia.collector.views.answers.last_below`).
 
     The listing is the page's (cached for the idle sessions); of the sessions it says have open
     cycles, only those with new events since the last call are read again.
     """
-    listed = [(summary.session_id, summary.events) for summary in _listing(root, known) if summary.open_actions]
+    listing = _listing(root, known)
+    listed = [(summary.session_id, summary.events) for summary in listing if summary.open_actions]
     with _open_lock:
-        return _open_index.cycles(root, listed)
+        return _open_index.cycles(root, listed), last_below(listing)
 
 
 def _status(summary: SessionSummary) -> str:
@@ -204,15 +209,15 @@ def session_page(
         kept = [summary for summary in kept if (_usage_of(root, summary)["role"] or "") in roles]
     page = kept[offset : offset + limit]
     now = datetime.now(UTC)
-    opened = open_cycles(root, known or {}) if any(summary.open_actions for summary in page) else {}
+    opened, busy = open_cycles(root, known or {})
     sessions = []
     for summary in page:
-        stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after)]
+        stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
         row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
-    hung_total = sum(1 for cycles in opened.values() if hung(cycles, now, hung_after))
+    hung_total = sum(1 for cycles in opened.values() if hung(cycles, now, hung_after, busy))
     return {"total": len(kept), "offset": offset, "limit": limit, "sessions": sessions, "hung_sessions": hung_total}
 
 
