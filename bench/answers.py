@@ -14,7 +14,8 @@ Every FINISH carries a usage record. Each command runs as a process, in turn, on
 ``--repeat`` rounds (the files are in the page cache, as for a user asking twice); the figures are
 medians of wall time, and the ratios the medians of each round's ratio to ``gz-ia sessions --json``
 (run under the same load). The answers are checked: ``--hung`` lists the open sessions, ``why``
-names the failing subagent.
+names the failing subagent; ``why_never_failed`` asks about a subagent that did not fail (exit 1),
+which reads the listing alone.
 
 Usage::
 
@@ -116,11 +117,11 @@ def build(root: Path, sessions: int, per_session: int) -> dict[str, object]:
     return {"hung": sorted(hung), "failing": failing}
 
 
-def _run(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+def _run(args: list[str], env: dict[str, str], expect: int = 0) -> tuple[float, str]:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", CLI, *args], env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
-    if done.returncode != 0:
+    if done.returncode != expect:
         raise SystemExit(f"gz-ia {' '.join(args)} exited {done.returncode}: {done.stderr}")
     return elapsed, done.stdout
 
@@ -133,11 +134,12 @@ def measure(root: Path, expected: dict[str, object], repeat: int) -> dict[str, o
         "sessions": ["sessions", "--json"],
         "hung": ["sessions", "--hung", "--json"],
         "why": ["session", "why", TOP, "--json"],
+        "why_never_failed": ["session", "why", "sub-000001", "--json"],
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
     for round_number in range(repeat + 1):
         for name, args in commands.items():
-            elapsed, out = _run(args, env)
+            elapsed, out = _run(args, env, expect=1 if name == "why_never_failed" else 0)
             if name == "hung":
                 listed = sorted(json.loads(line)["session_id"] for line in out.splitlines())
                 assert listed == expected["hung"], (listed[:5], expected["hung"])
