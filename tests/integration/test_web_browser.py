@@ -200,6 +200,7 @@ def test_the_list_flags_hung_sessions_and_a_tree_shows_its_first_failure(
     assert stuck_row.locator(".badge").inner_text() == "hung"
     assert "wait for build PENDING" in (stuck_row.locator("td").first.get_attribute("title") or "")
     assert page.locator('tr[data-session="pg-root"] .badge').inner_text() == "ok"
+    assert "1,234" in page.locator('tr[data-session="pg-root"]').inner_text()  # usage in the reserved keys
     assert "1 hung" in page.locator("#page-info").inner_text()
     page.locator('tr[data-session="pg-root"]').click()
     why = page.locator("#why")

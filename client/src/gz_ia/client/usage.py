@@ -22,6 +22,7 @@ __all__ = [
     "INPUT_TOKENS",
     "MODEL",
     "OUTPUT_TOKENS",
+    "PLAIN_KEYS",
     "TOKEN_KEYS",
     "TOKEN_KINDS",
     "recorded_usage",

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
+from gz_ia.client.usage import COST_USD, PLAIN_KEYS, TOKEN_KEYS, recorded_usage
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
@@ -43,8 +44,8 @@ SCANNED_EVENTS: Final = 2000
 MAX_TRANSCRIPT: Final = 8 << 20
 SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
 """What a ``FIELD=VALUE`` of the sessions list may name."""
-_TOKEN_KEYS: Final = ("input_tokens", "output_tokens", "tokens")
-_COST_KEYS: Final = ("cost_usd",)
+_TOKEN_KEYS: Final = (*TOKEN_KEYS, *PLAIN_KEYS)
+_COST_KEYS: Final = (COST_USD, "cost_usd")
 _LIST_TTL: Final = 3.0
 """Seconds a root's listing of the sessions not in the collector's memory is reused: those are idle,
 and the ones being written come fresh from memory at every call (``known``)."""
@@ -112,16 +113,18 @@ def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
             scanned += 1
             attrs = event.attrs
             if attrs:
-                for name in _TOKEN_KEYS:
-                    value = attrs.get(name)
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        tokens += value
+                used = recorded_usage(attrs)
+                if used is not None:
+                    counts, spent, _model = used
+                    tokens += sum(counts)
+                    cost += spent
+                    known_tokens = known_tokens or any(key in attrs for key in _TOKEN_KEYS)
+                    known_cost = known_cost or any(key in attrs for key in _COST_KEYS)
+                else:
+                    total = attrs.get("tokens")  # a bare total, as some hand-written attrs give it
+                    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+                        tokens += total
                         known_tokens = True
-                for name in _COST_KEYS:
-                    value = attrs.get(name)
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        cost += float(value)
-                        known_cost = True
                 path = attrs.get("transcript_path")
                 if isinstance(path, str):
                     transcript = path
