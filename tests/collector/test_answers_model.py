@@ -81,3 +81,33 @@ def test_durations(text: str, seconds: float) -> None:
 def test_a_bad_duration_is_refused() -> None:
     with pytest.raises(ValueError, match="is not a duration"):
         parse_age("soon")
+
+
+def tools(session_id: str, names: str) -> Any:
+    """One FINISH-only cycle per letter of ``names``, each a tool of that name."""
+    return run(session_id, [("call", "FINISH", index, {"attrs": {"tool": name}}) for index, name in enumerate(names)])
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "tags", "index"),
+    [
+        ("abc", "abc", "===", None),
+        ("ab", "abcd", "==++", 2),
+        ("xabc", "abc", "-===", 0),
+        ("abxyc", "abzc", "==~-=", 2),
+    ],
+)
+def test_alignments(left: str, right: str, tags: str, index: int | None) -> None:
+    answer = diff_sessions(tools("a", left), tools("b", right))
+    assert "".join(tag for tag, _, _ in answer.rows) == tags
+    assert (answer.first_divergence[0] if answer.first_divergence else None) == index
+
+
+def test_past_the_bound_the_middle_is_paired_by_position(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common start and end stay aligned; the middle, too long to search, goes position by position."""
+    from gz_ia.collector.views import answers
+
+    monkeypatch.setattr(answers, "MAX_ALIGNED", 2)
+    answer = diff_sessions(tools("a", "sxyzwe"), tools("b", "sxqzwvve"))
+    assert "".join(tag for tag, _, _ in answer.rows) == "==~==++="
+    assert answer.first_divergence is not None and answer.first_divergence[0] == 2

@@ -24,6 +24,7 @@ from .timeline import ActionSpan, SessionNode, load_tree
 
 __all__ = [
     "DEFAULT_HUNG_AFTER",
+    "MAX_ALIGNED",
     "After",
     "Failure",
     "OpenCycle",
@@ -386,39 +387,66 @@ class SessionDiff:
         }
 
 
+MAX_ALIGNED: Final = 4_000
+"""Cycles a side past their common start and end that the alignment searches; past it the rest is
+paired position by position (the search costs up to the product of the two sides)."""
+
+Opcode = tuple[str, int, int, int, int]
+
+
+def _opcodes(keys_a: list[tuple[str, str | None]], keys_b: list[tuple[str, str | None]]) -> list[Opcode]:
+    """The alignment of two key lists: their common start and end as they are, the middle by
+    :class:`difflib.SequenceMatcher` when it is small enough, else position by position."""
+    head = 0
+    while head < len(keys_a) and head < len(keys_b) and keys_a[head] == keys_b[head]:
+        head += 1
+    tail = 0
+    while tail < len(keys_a) - head and tail < len(keys_b) - head and keys_a[-1 - tail] == keys_b[-1 - tail]:
+        tail += 1
+    end_a, end_b = len(keys_a) - tail, len(keys_b) - tail
+    codes: list[Opcode] = [("equal", 0, head, 0, head)] if head else []
+    middle_a, middle_b = keys_a[head:end_a], keys_b[head:end_b]
+    if max(len(middle_a), len(middle_b)) <= MAX_ALIGNED:
+        matcher = SequenceMatcher(None, middle_a, middle_b, autojunk=False)
+        codes += [(tag, a1 + head, a2 + head, b1 + head, b2 + head) for tag, a1, a2, b1, b2 in matcher.get_opcodes()]
+    else:
+        paired = min(len(middle_a), len(middle_b))
+        for step in range(paired):
+            tag = "equal" if middle_a[step] == middle_b[step] else "replace"
+            codes.append((tag, head + step, head + step + 1, head + step, head + step + 1))
+        if len(middle_a) > paired:
+            codes.append(("delete", head + paired, end_a, end_b, end_b))
+        elif len(middle_b) > paired:
+            codes.append(("insert", end_a, end_a, head + paired, end_b))
+    if tail:
+        codes.append(("equal", end_a, len(keys_a), end_b, len(keys_b)))
+    return codes
+
+
 def diff_sessions(a: SessionNode, b: SessionNode) -> SessionDiff:
     """Align the cycles of two folded sessions by ``(action, tool)``, each in the order they began.
 
     The alignment is a longest common subsequence (:class:`difflib.SequenceMatcher`, with no
-    heuristic dropping frequent keys: an agent's commonest tool is the one most worth aligning);
+    heuristic dropping frequent keys: an agent's commonest tool is the one most worth aligning) of
+    what lies between the runs' common start and end, up to :data:`MAX_ALIGNED` cycles a side;
     the first divergence is its first opcode that is not ``equal``, and its index is the number of
     cycles the two runs share before it.
     """
     spans_a = sorted(a.actions, key=_begun)
     spans_b = sorted(b.actions, key=_begun)
-    matcher = SequenceMatcher(
-        None,
-        [(span.action, span.tool) for span in spans_a],
-        [(span.action, span.tool) for span in spans_b],
-        autojunk=False,
-    )
+    codes = _opcodes([(span.action, span.tool) for span in spans_a], [(span.action, span.tool) for span in spans_b])
     rows: list[tuple[str, ActionSpan | None, ActionSpan | None]] = []
     first: tuple[int, ActionSpan | None, ActionSpan | None] | None = None
-    for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+    for tag, a1, a2, b1, b2 in codes:
         if tag != "equal" and first is None:
             first = (a1, spans_a[a1] if a1 < a2 else None, spans_b[b1] if b1 < b2 else None)
         if tag == "equal":
             rows += [("=", spans_a[a1 + step], spans_b[b1 + step]) for step in range(a2 - a1)]
         elif tag == "replace":
-            width = max(a2 - a1, b2 - b1)
-            rows += [
-                (
-                    "~",
-                    spans_a[a1 + step] if a1 + step < a2 else None,
-                    spans_b[b1 + step] if b1 + step < b2 else None,
-                )
-                for step in range(width)
-            ]
+            for step in range(max(a2 - a1, b2 - b1)):
+                left = spans_a[a1 + step] if a1 + step < a2 else None
+                right = spans_b[b1 + step] if b1 + step < b2 else None
+                rows.append(("~" if left and right else "-" if left else "+", left, right))
         elif tag == "delete":
             rows += [("-", span, None) for span in spans_a[a1:a2]]
         else:
