@@ -31,7 +31,8 @@ __all__ = ["sessions_command"]
 @click.option(
     "--hung",
     is_flag=True,
-    help="Only sessions with an action cycle open (READ or PENDING without FINISH) longer than --after.",
+    help="Only sessions with an action cycle open (READ or PENDING without FINISH) longer than --after, where "
+    "the session's activity stopped.",
 )
 @click.option(
     "--after",
