@@ -74,18 +74,29 @@ def test_hung_lists_a_cycle_a_process_left_open(collector: Any) -> None:
     assert collector.gz_ia("sessions", "--hung", "--after", "soon").returncode == 2
 
 
-WHY_RUN = """
-with session("why-root", agent="claude", client=client) as root:
-    with root.action("plan"):
-        time.sleep(0.01)
-    child = root.subagent(role="tester", session_id="why-child")
+SUBAGENT = """
+import os, time
+from gz_ia.client import Client, session
+client = Client(socket_path=os.environ["GZ_IA_SOCKET"])
+with session("why-child", agent="codex", role="tester", client=client) as child:  # parent: from the env
     with child.action("run tests") as act:
         act.fail("3 tests failed")
     time.sleep(0.01)
-    with root.action("retry") as act:
-        act.usage(input_tokens=100, output_tokens=20, cost_usd=0.5)
     with child.action("rerun") as act:
         act.set(input_tokens=7, output_tokens=3)  # the plain key family, as hand-written attrs have it
+assert client.flush(10)
+client.close()
+"""
+
+WHY_RUN = f"""
+import subprocess, sys
+with session("why-root", agent="claude", client=client) as root:
+    with root.action("plan"):
+        time.sleep(0.01)
+    # The subagent is another process, told its parent through the environment.
+    subprocess.run([sys.executable, "-c", {SUBAGENT!r}], env=root.child_env(), check=True)
+    with root.action("retry") as act:
+        act.usage(input_tokens=100, output_tokens=20, cost_usd=0.5)
 """
 
 
