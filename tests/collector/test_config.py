@@ -125,6 +125,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "redaction.enabled": "false",
         "redaction.patterns": "internal-id=itk_[0-9a-f]{32}\nticket=TCK-(?P<value>[0-9]{6})",
         "redaction.disable": "jwt, stripe-key",
+        "alerts.hung_after": "9",
     }
     assert sorted(values) == sorted(key for key, _ in config_keys())
     config_file.write_text("")

@@ -272,14 +272,32 @@ def test_every_metric_is_documented(metrics: Metrics, registry: CollectorRegistr
         if family.type == "histogram" and family.name.startswith("gzia_")
     }
     # gzia_root_size_bytes has a series per root served, none before; gzia_http_requests_total one
-    # per endpoint answered; the usage counters one per agent that reported usage.
+    # per endpoint answered; the usage counters one per agent that reported usage; the oldest open
+    # cycle one per agent with an open cycle.
     assert documented == exported | {
         "gzia_shares_answering",
         "gzia_root_size_bytes",
         "gzia_http_requests_total",
         "gzia_tokens_total",
         "gzia_cost_usd_total",
+        "gzia_oldest_open_action_seconds",
     }
+
+
+def test_open_cycle_gauges_bound_the_agent_label(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """The ages come from the source the service sets; agents past the bound share 'other' (their oldest)."""
+    ages = {f"agent-{number:02d}": float(number) for number in range(MAX_AGENT_LABELS + 3)}
+    metrics.open_cycles.source = lambda: (ages, 4)
+    samples = {
+        (sample.name, sample.labels.get("agent")): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+        if sample.name in ("gzia_oldest_open_action_seconds", "gzia_hung_actions")
+    }
+    assert samples[("gzia_hung_actions", None)] == 4
+    assert samples[("gzia_oldest_open_action_seconds", "agent-00")] == 0
+    assert samples[("gzia_oldest_open_action_seconds", "other")] == MAX_AGENT_LABELS + 2
+    assert len(samples) == MAX_AGENT_LABELS + 2
 
 
 def test_usage_is_counted_by_kind_and_a_bounded_set_of_agents(metrics: Metrics, registry: CollectorRegistry) -> None:

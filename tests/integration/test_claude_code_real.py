@@ -321,3 +321,62 @@ def test_session_end_closes_what_is_still_open_failed_and_says_so(
     end = lines[-1]
     assert (end["action"], end["status"], end["attrs"]["failed_because"]) == ("session", "FAILED", "cycles left open")
     assert _tree(collector, session)["status"] == "failed"
+
+
+def test_why_on_the_root_names_the_failing_call_of_its_subagent(
+    claude: ClaudeCode, api: FakeAnthropic, collector: Any
+) -> None:
+    """A subagent's Bash call fails, the subagent and its parent carry on: `gz-ia session why` on the
+    parent finds that call in the child session, with the chain down to it."""
+    task = {"description": "Check a dir", "prompt": "SUBFAIL-MARKER: list it", "subagent_type": "general-purpose"}
+    api.script("RUN-SUBFAIL", Turn(tools=(ToolUse("Agent", task, "toolu_agent"),)), Turn(text="parent done"))
+    api.script(
+        "SUBFAIL-MARKER",
+        Turn(tools=(ToolUse("Bash", {"command": "ls /nonexistent-dir", "description": "fail"}, "toolu_subfail"),)),
+        Turn(text="Subagent done."),
+    )
+    session = _ran(claude.run("RUN-SUBFAIL: use a subagent"))
+    lines = _ended(collector, session)
+    _, finish = _of_tool(lines, "toolu_agent")
+    child_id = finish["attrs"]["child_session_id"]
+    answered = collector.gz_ia("session", "why", session, "--json")
+    assert answered.returncode == 0, answered.stderr
+    answer = json.loads(answered.stdout)
+    failure = answer["first_failure"]
+    assert (failure["session_id"], failure["action"]) == (child_id, "Bash")
+    assert "No such file or directory" in failure["error"]
+    assert answer["chain"] == [session, child_id]
+    assert answer["after"]["duration_ms"] >= 0
+    stored = next(line for line in collector.session_lines(child_id) if line.get("cycle") == "toolu_subfail")
+    assert stored["action"] == "Bash"
+
+
+def test_a_tool_call_still_running_is_listed_hung_and_no_more_once_it_returns(
+    claude: ClaudeCode, api: FakeAnthropic, collector: Any
+) -> None:
+    """While a Bash call sleeps, its PreToolUse has no PostToolUse yet: `gz-ia sessions --hung --after
+    1s` lists it, PENDING; once it returns, the cycle is closed and the list is empty."""
+    slow = ToolUse("Bash", {"command": "sleep 4; echo woke", "description": "wait"}, "toolu_sleep")
+    api.script("RUN-SLEEP", Turn(tools=(slow,)), Turn(text="awake"))
+    running = claude.start("RUN-SLEEP: wait a while")
+    try:
+        found: list[dict[str, Any]] = []
+
+        def listed() -> bool:
+            out = collector.gz_ia("sessions", "--hung", "--after", "1s", "--json").stdout
+            found[:] = [json.loads(line) for line in out.splitlines()]
+            return bool(found)
+
+        wait_for(listed, timeout=30, interval=0.2, message="the running Bash listed hung")
+        (session,) = found
+        assert [(cycle["action"], cycle["stage"]) for cycle in session["hung"]] == [("Bash", "PENDING")]
+        assert 1 <= session["hung"][0]["open_for_s"] < 30
+        _, stderr = running.communicate(timeout=120)
+        assert running.returncode == 0, stderr
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    lines = _ended(collector, session["session_id"])
+    assert ("Bash", "FINISH", "OK") in _cycles(lines)
+    assert collector.gz_ia("sessions", "--hung", "--after", "0s", "--json").stdout == ""

@@ -37,7 +37,16 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str,
     return result.structured_content
 
 
-READING = ("read_session", "get_event", "events_since", "failed_events", "list_sessions", "session_summary")
+READING = (
+    "read_session",
+    "get_event",
+    "events_since",
+    "failed_events",
+    "list_sessions",
+    "session_summary",
+    "why_failed",
+    "hung_actions",
+)
 
 
 async def test_tools_are_listed_with_typed_schemas_and_annotations(collector: Any) -> None:
@@ -302,3 +311,40 @@ def test_mcp_without_the_extra_exits_2_naming_it(collector: Any) -> None:
     )
     assert result.returncode == 2
     assert "pip install 'gz-ia-collector[mcp]'" in result.stderr
+
+
+async def test_an_agent_asks_why_its_tree_failed_and_what_hangs(collector: Any) -> None:
+    """why_failed names the subagent's failure with the chain and what came after; hung_actions, in
+    the session's own tree, the subagent's cycle left open; a tree that never failed says so."""
+    from gz_ia.client import session
+
+    client = collector.client()
+    with session("mcp-root", agent="claude", client=client) as root:
+        child = root.subagent(session_id="mcp-child")
+        with child.action("run tests") as act:
+            act.fail("2 tests failed")
+        time.sleep(0.01)
+        with root.action("retry") as act:
+            act.usage(input_tokens=40, output_tokens=2, cost_usd=0.25)
+        child.log("wait on the build", "PENDING")
+    with session("mcp-fine", agent="codex", client=client) as fine:
+        fine.log("stuck elsewhere", "READ")
+    assert client.flush(10)
+    client.close()
+    async with mcp_session(collector) as agent:
+        why = await call(agent, "why_failed", session_id="mcp-root")
+        none = await call(agent, "why_failed", session_id="mcp-fine")
+        mine = await call(agent, "hung_actions", session_id="mcp-root", after_seconds=0)
+        everyone = await call(agent, "hung_actions", after_seconds=0)
+        later = await call(agent, "hung_actions")
+    assert why["failed"] is True
+    assert (why["first_failure"]["session_id"], why["first_failure"]["error"]) == ("mcp-child", "2 tests failed")
+    assert why["chain"] == ["mcp-root", "mcp-child"]
+    assert (why["after"]["actions"], why["after"]["tokens"], why["after"]["cost_usd"]) == (2, 42, 0.25)
+    assert none == {"failed": False, "message": "no cycle of session mcp-fine or its subagents failed"}
+    assert [row["session_id"] for row in mine["sessions"]] == ["mcp-child"]
+    assert [(cycle["action"], cycle["stage"]) for cycle in mine["sessions"][0]["hung"]] == [
+        ("wait on the build", "PENDING")
+    ]
+    assert {row["session_id"] for row in everyone["sessions"]} == {"mcp-child", "mcp-fine"}
+    assert later == {"after_seconds": 300.0, "sessions": []}

@@ -77,7 +77,8 @@ def test_the_page_lists_follows_and_drills_down(collector: CollectorProcess, age
     rows = page.locator("#sessions tbody tr")
     rows.first.wait_for()
     assert rows.count() == 14
-    assert page.locator('tr[data-session="ui-top"] .badge').inner_text() == "running"
+    # Its open action may pass the page's hung threshold (2 s) before the list is drawn.
+    assert page.locator('tr[data-session="ui-top"] .badge').inner_text() in ("running", "hung")
     assert page.locator('tr[data-session="ui-top-sub"] .badge').inner_text() == "failed"
     assert "planner" in page.locator('tr[data-session="ui-top"]').inner_text()
     assert "1,500" in page.locator('tr[data-session="ui-top"]').inner_text()  # tokens from attrs
@@ -167,6 +168,48 @@ def _open_session(collector: CollectorProcess, browser: Any, session_id: str, ne
     page.locator("#live.on").wait_for()
     page.locator(f'#timeline tr[data-action="{newest_action}"]').wait_for()
     return page
+
+
+def test_the_list_flags_hung_sessions_and_a_tree_shows_its_first_failure(
+    collector: CollectorProcess, browser: Any
+) -> None:
+    """A session whose cycle is open past the page's threshold is `hung` in the list; a tree whose
+    subagent failed shows that failure and what came after at the top of its view."""
+    from gz_ia.client import session
+
+    client = collector.client()
+    with session("pg-root", agent="claude", client=client) as root:
+        child = root.subagent(session_id="pg-child")
+        with child.action("run tests") as act:
+            act.fail("3 tests failed")
+        with root.action("retry") as act:
+            act.usage(input_tokens=1200, output_tokens=34, cost_usd=0.5)
+    with session("pg-stuck", agent="codex", client=client) as stuck:
+        stuck.log("wait for build", "PENDING")
+    assert client.flush(10)
+    client.close()
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip() + "&hung=1"
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    complaints: list[str] = []
+    page.on("pageerror", lambda error: complaints.append(str(error)))
+    page.wait_for_timeout(1100)  # the open cycle passes the 1 s threshold
+    page.goto(address)
+    stuck_row = page.locator('tr[data-session="pg-stuck"]')
+    stuck_row.wait_for()
+    assert stuck_row.locator(".badge").inner_text() == "hung"
+    assert "wait for build PENDING" in (stuck_row.locator("td").first.get_attribute("title") or "")
+    assert page.locator('tr[data-session="pg-root"] .badge').inner_text() == "ok"
+    assert "1,234" in page.locator('tr[data-session="pg-root"]').inner_text()  # usage in the reserved keys
+    assert "1 hung" in page.locator("#page-info").inner_text()
+    page.locator('tr[data-session="pg-root"]').click()
+    why = page.locator("#why")
+    why.wait_for()
+    text = why.inner_text()
+    assert "First failure: run tests in pg-child" in text and "3 tests failed" in text
+    assert "After it: 1 actions" in text and "1,234 tokens" in text and "$0.5000" in text
+    assert "pg-root \u203a pg-child" in text  # the chain, joined by a single angle quote
+    assert not complaints
 
 
 def test_the_timeline_draws_only_the_rows_near_its_view(collector: CollectorProcess, browser: Any) -> None:

@@ -22,8 +22,10 @@ __all__ = [
     "INPUT_TOKENS",
     "MODEL",
     "OUTPUT_TOKENS",
+    "PLAIN_KEYS",
     "TOKEN_KEYS",
     "TOKEN_KINDS",
+    "recorded_usage",
     "usage_attrs",
     "usage_of",
 ]
@@ -108,3 +110,29 @@ def usage_of(attrs: Mapping[str, object] | None) -> tuple[tuple[int, int, int, i
         cost_usd = float(cost)
     model = attrs.get(MODEL)
     return (tokens[0], tokens[1], tokens[2], tokens[3]), cost_usd, model if isinstance(model, str) else ""
+
+
+PLAIN_KEYS: Final = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
+"""The token keys agents' own attrs use, in the order of :data:`TOKEN_KINDS` (stored by hand-written
+instrumentation before the reserved keys existed); their cost key is ``cost_usd``, their model ``model``."""
+
+
+def recorded_usage(attrs: Mapping[str, object] | None) -> tuple[tuple[int, int, int, int], float, str] | None:
+    """Return the usage an event records in either key family that exists on disk, or None.
+
+    The reserved keys (:func:`usage_of`) win; an event with none of them is read through
+    :data:`PLAIN_KEYS`, ``cost_usd`` and ``model``, so that a reader adds both families up alike and an
+    event holding both is counted once.
+    """
+    used = usage_of(attrs)
+    if used is not None or not attrs:
+        return used
+    plain = {key: attrs[key] for key in (*PLAIN_KEYS, "cost_usd", "model") if key in attrs}
+    if not plain:
+        return None
+    renamed = {reserved: plain[key] for reserved, key in zip(TOKEN_KEYS, PLAIN_KEYS, strict=True) if key in plain}
+    if "cost_usd" in plain:
+        renamed[COST_USD] = plain["cost_usd"]
+    if "model" in plain and len(plain) > 1:  # a model alone names no usage
+        renamed[MODEL] = plain["model"]
+    return usage_of(renamed)

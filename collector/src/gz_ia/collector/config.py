@@ -23,6 +23,7 @@ from gz_ia.client.redaction import DEFAULT_RULES, Redactor, Rule, checked_rule, 
 from gz_ia.collector.errors import CollectorError
 
 __all__ = [
+    "AlertsConfig",
     "CollectorConfig",
     "ConfigError",
     "RedactionConfig",
@@ -142,6 +143,18 @@ class RedactionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return Redactor(rules, disable=self.disable, on_redacted=on_redacted)
 
 
+class AlertsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the collector's gauges count as a problem (the rules in deploy/prometheus/ alert on them)."""
+
+    hung_after: float = 300.0
+    """Seconds an action cycle stays open (READ or PENDING without FINISH) before ``gzia_hung_actions``
+    counts it."""
+
+    def __post_init__(self) -> None:
+        if not self.hung_after > 0:
+            raise ValueError("alerts.hung_after must be > 0 seconds")
+
+
 class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Every setting of the collector, with its default."""
 
@@ -185,6 +198,7 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     rotation: RotationConfig = RotationConfig()
     retention: RetentionConfig = RetentionConfig()
     redaction: RedactionConfig = RedactionConfig()
+    alerts: AlertsConfig = AlertsConfig()
 
     def __post_init__(self) -> None:
         if self.max_open_files < 4:
@@ -263,6 +277,7 @@ _SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
     "rotation": RotationConfig,
     "retention": RetentionConfig,
     "redaction": RedactionConfig,
+    "alerts": AlertsConfig,
 }
 
 

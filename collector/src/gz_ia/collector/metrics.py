@@ -30,7 +30,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.metrics_core import HistogramMetricFamily
+from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from gz_ia.client.protocol import RejectReason
@@ -48,6 +48,7 @@ __all__ = [
     "WRITE_ERROR_KINDS",
     "ActionDurations",
     "Metrics",
+    "OpenCycleGauges",
     "root_id",
     "write_error_kind",
 ]
@@ -140,6 +141,37 @@ HTTP_HOOK_OUTCOMES: Final = ("staged", "nothing", "disabled", "refused", "invali
 """What became of a hook payload posted over HTTP (``gzia_http_hook_payloads_total{outcome}``)."""
 HOOK_DROP_OUTCOMES: Final = ("logged", "quarantined")
 """What became of a hook's drop in the inbox (``gzia_hook_drops_total{outcome}``)."""
+
+
+class OpenCycleGauges(Collector):
+    """``gzia_oldest_open_action_seconds{agent}`` and ``gzia_hung_actions``, computed when scraped.
+
+    The ages come from the sessions, which this floor does not read: the service sets :attr:`source`,
+    which returns the age of each agent's oldest open cycle and how many cycles are open longer than
+    ``hung_after``. Past :data:`MAX_AGENT_LABELS` agents, the rest share ``other`` (their oldest).
+    """
+
+    def __init__(self) -> None:
+        self.source: Callable[[], tuple[dict[str, float], int]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Ask :attr:`source` once and yield both gauges."""
+        ages, hung = self.source() if self.source is not None else ({}, 0)
+        oldest = GaugeMetricFamily(
+            "gzia_oldest_open_action_seconds",
+            "Age of the agent's oldest open action cycle (READ or PENDING without FINISH).",
+            labels=["agent"],
+        )
+        bounded: dict[str, float] = {}
+        for index, agent in enumerate(sorted(ages)):
+            label = agent if index < MAX_AGENT_LABELS else OTHER_AGENT
+            bounded[label] = max(bounded.get(label, 0.0), ages[agent])
+        for agent, age in sorted(bounded.items()):
+            oldest.add_metric([agent], age)
+        yield oldest
+        yield GaugeMetricFamily(
+            "gzia_hung_actions", "Action cycles open longer than alerts.hung_after (default 300 s).", value=hung
+        )
 
 
 class Metrics:
@@ -270,6 +302,8 @@ class Metrics:
             "gzia_action_duration_seconds", "duration_ms of FINISH events, in seconds.", _DURATION_BUCKETS
         )
         registry.register(self.action_duration)
+        self.open_cycles = OpenCycleGauges()
+        registry.register(self.open_cycles)
         self.last_event = Gauge(
             "gzia_last_event_timestamp_seconds",
             "Unix time of the last event written (for staleness alerts).",

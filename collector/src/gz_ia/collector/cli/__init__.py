@@ -56,10 +56,12 @@ def main(socket: str | None, root: str | None) -> None:
 @main.group(
     cls=LazyGroup,
     lazy_commands={
+        "diff": "._answers:session_diff_command",
         "log": "._session:session_log",
         "logs": "._reading:session_logs",
         "tree": "._tree:session_tree_command",
         "view": "._view:session_view",
+        "why": "._answers:session_why_command",
     },
 )
 def session() -> None:

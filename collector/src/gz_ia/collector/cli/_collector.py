@@ -35,6 +35,12 @@ def _serve_options(function: Any) -> Any:
         ),
         click.option("--max-open-files", type=int, default=None, help="Session files kept open at once."),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None),
+        click.option(
+            "--hung-after",
+            default=None,
+            metavar="DURATION",
+            help="How long an action cycle is open before gzia_hung_actions counts it (90s, 5m) [alerts.hung_after].",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -70,8 +76,16 @@ def _serve(flags: dict[str, Any]) -> int:
     from gz_ia.collector.config import ConfigError, load_config
     from gz_ia.collector.daemon import run
 
+    from ._answers import parse_age
+
     flags = dict(flags)
     config_path = flags.pop("config_path", None)
+    hung_after = flags.pop("hung_after", None)
+    if hung_after is not None:
+        try:
+            flags["alerts"] = {"hung_after": parse_age(hung_after)}
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--hung-after") from exc
     try:
         config = load_config(config_path, flags=flags)
     except ConfigError as exc:

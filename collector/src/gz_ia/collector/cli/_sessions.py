@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +13,10 @@ from ._common import EXIT_GAP, EXIT_NOT_FOUND, root_of
 from ._log_options import parse_time
 from ._output import Output, not_found, quietly, summary_json, use_colour
 from ._pager import paged
+
+if TYPE_CHECKING:
+    from gz_ia.collector.reading import SessionSummary
+    from gz_ia.collector.views.answers import OpenCycle
 
 __all__ = ["sessions_command"]
 
@@ -22,6 +28,20 @@ __all__ = ["sessions_command"]
 @click.option("-U", "--until", default=None, help="Only sessions active before T (as in gz-ia logs).")
 @click.option("--failed", is_flag=True, help="Only sessions with a FAILED event.")
 @click.option("--open", "open_", is_flag=True, help="Only sessions with open actions (running).")
+@click.option(
+    "--hung",
+    is_flag=True,
+    help="Only sessions with an action cycle open (READ or PENDING without FINISH) longer than --after, where "
+    "the session's activity stopped.",
+)
+@click.option(
+    "--after",
+    "hung_after",
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="With --hung: how long a cycle is open before it counts (90s, 5m, 2h).",
+)
 @click.option(
     "-n", "--lines", "limit", type=click.IntRange(min=0), default=None, help="Only the N most recently active."
 )
@@ -46,6 +66,8 @@ def sessions_command(
     until: str | None,
     failed: bool,
     open_: bool,
+    hung: bool,
+    hung_after: str,
     limit: int | None,
     reverse: bool,
     as_json: bool,
@@ -68,7 +90,13 @@ def sessions_command(
     from gz_ia.collector.query import SessionQuery, select_sessions
     from gz_ia.collector.views.terminal import format_sessions
 
+    from ._answers import parse_age
+
     now = datetime.now(UTC)
+    try:
+        after = parse_age(hung_after)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--after") from exc
     try:
         query = SessionQuery(
             agents=frozenset(agent),
@@ -76,8 +104,8 @@ def sessions_command(
             since=parse_time(since, now=now, utc=utc) if since else None,
             until=parse_time(until, now=now, utc=utc) if until else None,
             failed=failed,
-            open=open_,
-            limit=limit,
+            open=open_ or hung,
+            limit=None if hung else limit,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since/--until") from exc
@@ -95,17 +123,32 @@ def sessions_command(
         every = reading.list_sessions(root, verify=verify)
         rolled = reading.tree_usage(every)
         summaries = select_sessions(every, query, role_of)
+        stuck = _hung(root, summaries, every, now, after) if hung else {}
     except reading.RootNotFound as exc:
         not_found(ctx, exc)
     except reading.LayoutError as exc:
         click.echo(f"gz-ia: {exc}", err=True)
         ctx.exit(EXIT_NOT_FOUND)
+    if hung:
+        summaries = [summary for summary in summaries if summary.session_id in stuck]
+        if limit is not None:
+            summaries = summaries[-limit:] if limit else []
     if reverse:
         summaries.reverse()
     out = Output(flush_each=False)
     if as_json:
         for summary in summaries:
-            out.line(json.dumps(summary_json(summary, rolled.get(summary.session_id))))
+            fields = summary_json(summary, rolled.get(summary.session_id))
+            if hung:
+                fields["hung"] = [cycle.as_json(now) for cycle in stuck[summary.session_id]]
+            out.line(json.dumps(fields))
+    elif hung and summaries:
+        for summary in summaries:
+            for cycle in stuck[summary.session_id]:
+                out.line(
+                    f"{_age(cycle.open_for_s(now)):>8}  {cycle.stage:<7}  {cycle.action}  "
+                    f"{summary.agent}  {summary.session_id}"
+                )
     elif summaries:
         colour = use_colour(color, out.stream)
         with paged(pager):
@@ -135,3 +178,29 @@ def sessions_command(
             click.echo(f"gz-ia: warning: session {session_id}: {finding}", err=True)
     if damaged:
         ctx.exit(EXIT_GAP)
+
+
+def _hung(
+    root: Path, summaries: list[SessionSummary], every: list[SessionSummary], now: datetime, after: float
+) -> dict[str, list[OpenCycle]]:
+    """The hung cycles of ``summaries`` (of the root's ``every``), by session (only those with any)."""
+    from gz_ia.collector.views.answers import OpenCycleIndex, hung, last_below
+
+    listed = [(summary.session_id, summary.events) for summary in summaries if summary.open_actions]
+    found = {}
+    busy = last_below(every)
+    for session_id, cycles in OpenCycleIndex().cycles(root, listed).items():
+        stuck = hung(cycles, now, after, busy)
+        if stuck:
+            found[session_id] = stuck
+    return found
+
+
+def _age(seconds: float) -> str:
+    """``4s``, ``12m3s``, ``5h2m``: how long a cycle has been open, short."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60}s"
+    return f"{whole // 3600}h{whole % 3600 // 60}m"

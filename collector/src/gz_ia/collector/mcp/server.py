@@ -20,6 +20,12 @@ every parameter is described, stages and statuses are enums):
     The sessions under the root, most recently active first, with agent, parent and counts.
 ``session_summary``
     A session's subagent tree and its summary: counts, failures, open actions, durations.
+``why_failed``
+    The first FAILED cycle of a session's tree (subagents included), the chain of sessions down to
+    it, and what the tree did after it (``gz-ia session why``).
+``hung_actions``
+    The action cycles open longer than a time, across the root or in one session's tree
+    (``gz-ia sessions --hung``).
 
 Every tool but ``log_event`` is annotated read-only; ``log_event`` only ever adds (not destructive)
 and is not idempotent (each call logs an event). The server reports the collector's version.
@@ -39,7 +45,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple, NotRequired
@@ -58,6 +64,7 @@ from gz_ia.client.schema import Status
 from gz_ia.collector import query, reading
 from gz_ia.collector.live.follow import subscribe_or_none
 from gz_ia.collector.oneshot.typed_event import TypedEventError, typed_event
+from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycleIndex, hung, last_below, why
 from gz_ia.collector.views.timeline import load_tree, summarize
 
 __all__ = ["TABLE", "TOOLS", "Tool", "ToolContext", "build_server", "serve"]
@@ -190,6 +197,41 @@ class SessionTree(TypedDict):
 
     tree: TreeNode
     summary: Annotated[dict[str, Any], Field(description="Counts, failures, open actions, durations, tokens and cost.")]
+
+
+class FailureAnswer(TypedDict):
+    """What why_failed answers."""
+
+    failed: Annotated[bool, Field(description="Whether any cycle of the tree failed.")]
+    first_failure: NotRequired[
+        Annotated[
+            dict[str, Any], Field(description="session_id, action, error and timestamp of the first FAILED FINISH.")
+        ]
+    ]
+    chain: NotRequired[Annotated[list[str], Field(description="The session ids from the top down to the failing one.")]]
+    after: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Field(description="actions started after it, duration_ms to the tree's last event, tokens and cost_usd."),
+        ]
+    ]
+    message: NotRequired[Annotated[str, Field(description="Why there is no failure to show.")]]
+
+
+class HungSession(TypedDict):
+    """A session with cycles open longer than asked."""
+
+    session_id: str
+    agent: str
+    parent_session_id: str | None
+    hung: Annotated[list[dict[str, Any]], Field(description="Each open cycle: action, stage, open_for_s.")]
+
+
+class HungList(TypedDict):
+    """What hung_actions answers."""
+
+    after_seconds: float
+    sessions: list[HungSession]
 
 
 class ToolContext:
@@ -479,6 +521,59 @@ def session_summary(
     return {"tree": _tree_dict(node), "summary": summarize(node)}
 
 
+def why_failed(context: ToolContext, session_id: SessionIdArg) -> FailureAnswer:
+    """Return the first FAILED cycle in a session's tree, subagents included, in time order: where it
+    failed (the chain of session ids down to it), its error, and what the tree did after it (actions,
+    wall time, tokens, cost). Use it on your own session to see which subagent failed first."""
+    try:
+        answer = why(context.root, session_id)
+    except reading.SessionNotFound as exc:
+        raise ToolError(str(exc)) from exc
+    if answer is None:
+        return {"failed": False, "message": f"no cycle of session {session_id} or its subagents failed"}
+    found = answer.as_json()
+    return {"failed": True, "first_failure": found["first_failure"], "chain": found["chain"], "after": found["after"]}
+
+
+def hung_actions(
+    context: ToolContext,
+    session_id: Annotated[
+        str | None, Field(description="Only this session and its subagents; none: every session of the root.")
+    ] = None,
+    after_seconds: Annotated[
+        float, Field(description="How long a cycle must have been open (READ or PENDING without FINISH).", ge=0)
+    ] = DEFAULT_HUNG_AFTER,
+) -> HungList:
+    """Return the sessions with an action cycle open longer than after_seconds, each with the open
+    action, its stage and how long it has been open: a tool call that never returned, a subagent
+    that stopped answering."""
+    try:
+        summaries = reading.list_sessions(context.root)
+        busy = last_below(summaries)
+        if session_id is not None:
+            tree = reading.session_tree(context.root, session_id)
+            family = {node.session_id for _, node in tree.walk()}
+            summaries = [summary for summary in summaries if summary.session_id in family]
+    except (reading.SessionNotFound, reading.LayoutError) as exc:
+        raise ToolError(str(exc)) from exc
+    now = datetime.now(UTC)
+    listed = [(summary.session_id, summary.events) for summary in summaries if summary.open_actions]
+    found = OpenCycleIndex().cycles(context.root, listed)
+    rows: list[HungSession] = []
+    for summary in summaries:
+        stuck = hung(found.get(summary.session_id, ()), now, after_seconds, busy)
+        if stuck:
+            rows.append(
+                {
+                    "session_id": summary.session_id,
+                    "agent": summary.agent,
+                    "parent_session_id": summary.parent_session_id,
+                    "hung": [cycle.as_json(now) for cycle in stuck],
+                }
+            )
+    return {"after_seconds": after_seconds, "sessions": rows}
+
+
 class Tool(NamedTuple):
     """One row of :data:`TABLE`: a tool's name, its function (the docstring is its description), title, hints."""
 
@@ -507,6 +602,8 @@ TABLE: Final = (
     Tool("failed_events", failed_events, "Failed events across sessions", _READ_ONLY),
     Tool("list_sessions", list_sessions, "List sessions", _READ_ONLY),
     Tool("session_summary", session_summary, "Summarise a session tree", _READ_ONLY),
+    Tool("why_failed", why_failed, "First failure of a session tree", _READ_ONLY),
+    Tool("hung_actions", hung_actions, "Actions open too long", _READ_ONLY),
 )
 """Every tool the server offers; each function takes the :class:`ToolContext` first, then its arguments."""
 TOOLS: Final = tuple(tool.name for tool in TABLE)

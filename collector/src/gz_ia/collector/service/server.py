@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +31,9 @@ from gz_ia.collector.storage.root_lock import RootLocked, RootLocks
 from gz_ia.collector.storage.roots import LayoutError
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.writer import Writer
+from gz_ia.collector.views import answers
 from gz_ia.collector.web import WebView
+from gz_ia.collector.web.api import open_cycles
 from gz_ia.collector.web.memory import summaries_in_memory
 
 from .admission import ConnectionLimits, descriptor_limit, socket_reserve
@@ -185,6 +188,27 @@ class Collector(WritePasses, Answers):
         metrics.backlog_batches.set_function(lambda: sum(c.awaiting for c in list(self.connections)))
         metrics.sessions_known.set_function(lambda: writer.sessions_known)
         metrics.sessions_active.set_function(lambda: writer.sessions_active)
+        if self.role.root_wide:  # one process of a sharded collector reads the roots for them all
+            metrics.open_cycles.source = self.open_cycle_ages
+
+    def open_cycle_ages(self) -> tuple[dict[str, float], int]:
+        """The age of each agent's oldest open cycle over the served roots, and how many cycles are
+        open longer than ``alerts.hung_after`` (run on the metrics server's thread: it reads the
+        files, and what memory holds through copies)."""
+        now = datetime.now(UTC)
+        after = self.config.alerts.hung_after
+        oldest: dict[str, float] = {}
+        hung = 0
+        for root in self.served_roots():
+            try:
+                found, busy = open_cycles(Path(root), summaries_in_memory(self.writer.roots, root))
+            except (OSError, LayoutError):
+                continue  # a root gone or unreadable has nothing to say here
+            for cycles in found.values():
+                for cycle in cycles:
+                    oldest[cycle.agent] = max(oldest.get(cycle.agent, 0.0), cycle.open_for_s(now))
+                hung += len(answers.hung(cycles, now, after, busy))
+        return oldest, hung
 
     def served_roots(self) -> list[str]:
         """The real paths of the session roots this collector writes, or wrote before (its own uid's)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import TOKEN_KINDS, usage_of
+from gz_ia.client.usage import TOKEN_KINDS, recorded_usage
 from gz_ia.collector import reading
 
 __all__ = [
@@ -62,6 +62,13 @@ class ActionSpan:
     last_seq: int = 0
     events: int = 0
     drawn: bool = True
+    tool: str | None = None
+    """The tool its events' attrs name (``tool``), when one does: what tells two calls of one action apart."""
+    tokens: int = 0
+    """Tokens (every kind) of the usage records among its events."""
+    cost_usd: float = 0.0
+    usage_at: datetime | None = None
+    """When its last usage record was stamped (None: it has none)."""
 
     @property
     def is_open(self) -> bool:
@@ -173,8 +180,10 @@ class TimelineBuilder:
         if node is None:
             node = self.nodes[session_id] = SessionNode(session_id)
         node.events += 1
-        if event.attrs is not None:
-            used = usage_of(event.attrs)
+        attrs = event.attrs
+        used = None
+        if attrs is not None:
+            used = recorded_usage(attrs)
             if used is not None:
                 counts, cost, model = used
                 for index, count in enumerate(counts):
@@ -206,6 +215,15 @@ class TimelineBuilder:
             if stage is not Stage.FINISH:
                 self._follow(key, span)
         span.events += 1
+        if attrs is not None:
+            if span.tool is None:
+                tool = attrs.get("tool")
+                if isinstance(tool, str):
+                    span.tool = tool
+            if used is not None:
+                span.tokens += sum(used[0])
+                span.cost_usd += used[1]
+                span.usage_at = stamp
         if stamp > span.end:  # noqa: PLR1730
             span.end = stamp
         span.last_seq = seq

@@ -10,6 +10,7 @@ files): the routes run them in a thread.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -18,8 +19,10 @@ from typing import Any, Final
 
 import msgspec
 
+from gz_ia.client.usage import COST_USD, PLAIN_KEYS, TOKEN_KEYS, recorded_usage
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
 __all__ = [
     "MAX_EVENTS",
@@ -27,6 +30,8 @@ __all__ = [
     "SCANNED_EVENTS",
     "SESSION_FIELDS",
     "event_window",
+    "first_failure",
+    "open_cycles",
     "session_family",
     "session_page",
     "session_tree",
@@ -39,8 +44,8 @@ SCANNED_EVENTS: Final = 2000
 MAX_TRANSCRIPT: Final = 8 << 20
 SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
 """What a ``FIELD=VALUE`` of the sessions list may name."""
-_TOKEN_KEYS: Final = ("input_tokens", "output_tokens", "tokens")
-_COST_KEYS: Final = ("cost_usd",)
+_TOKEN_KEYS: Final = (*TOKEN_KEYS, *PLAIN_KEYS)
+_COST_KEYS: Final = (COST_USD, "cost_usd")
 _LIST_TTL: Final = 3.0
 """Seconds a root's listing of the sessions not in the collector's memory is reused: those are idle,
 and the ones being written come fresh from memory at every call (``known``)."""
@@ -48,6 +53,9 @@ and the ones being written come fresh from memory at every call (``known``)."""
 _EPOCH_START: Final = datetime.min.replace(tzinfo=UTC)
 _listings: dict[str, tuple[float, list[SessionSummary]]] = {}
 _usage: dict[tuple[str, str, int], dict[str, Any]] = {}
+_open_index = OpenCycleIndex()
+_open_lock = threading.Lock()
+"""The page's threads and the metrics server's share the index."""
 
 
 def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSummary]:
@@ -63,6 +71,22 @@ def _listing(root: Path, known: Mapping[str, SessionSummary]) -> list[SessionSum
     merged = {summary.session_id: summary for summary in cached[1]}
     merged.update(known)
     return list(merged.values())
+
+
+def open_cycles(
+    root: Path, known: Mapping[str, SessionSummary]
+) -> tuple[dict[str, tuple[OpenCycle, ...]], dict[str, datetime]]:
+    """The open cycles of every session of the root that has any, by session id (where each
+    session's activity stopped: :func:`~gz_ia.collector.views.answers.open_cycles`), and the last
+    event below each session with subagents (:func:`~gz_ia.collector.views.answers.last_below`).
+
+    The listing is the page's (cached for the idle sessions); of the sessions it says have open
+    cycles, only those with new events since the last call are read again.
+    """
+    listing = _listing(root, known)
+    listed = [(summary.session_id, summary.events) for summary in listing if summary.open_actions]
+    with _open_lock:
+        return _open_index.cycles(root, listed), last_below(listing)
 
 
 def _status(summary: SessionSummary) -> str:
@@ -89,16 +113,18 @@ def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
             scanned += 1
             attrs = event.attrs
             if attrs:
-                for name in _TOKEN_KEYS:
-                    value = attrs.get(name)
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        tokens += value
+                used = recorded_usage(attrs)
+                if used is not None:
+                    counts, spent, _model = used
+                    tokens += sum(counts)
+                    cost += spent
+                    known_tokens = known_tokens or any(key in attrs for key in _TOKEN_KEYS)
+                    known_cost = known_cost or any(key in attrs for key in _COST_KEYS)
+                else:
+                    total = attrs.get("tokens")  # a bare total, as some hand-written attrs give it
+                    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+                        tokens += total
                         known_tokens = True
-                for name in _COST_KEYS:
-                    value = attrs.get(name)
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        cost += float(value)
-                        known_cost = True
                 path = attrs.get("transcript_path")
                 if isinstance(path, str):
                     transcript = path
@@ -155,8 +181,10 @@ def session_page(
     text: str,
     matches: Iterable[str],
     known: Mapping[str, SessionSummary] | None = None,
+    hung_after: float = DEFAULT_HUNG_AFTER,
 ) -> dict[str, Any]:
-    """A page of the root's sessions, the most recently active first, filtered.
+    """A page of the root's sessions, the most recently active first, filtered; each with ``hung``,
+    its cycles open at least ``hung_after`` seconds (``status`` ``hung`` when there are any).
 
     Raises:
         ValueError: a ``FIELD=VALUE`` of a field sessions do not have.
@@ -183,8 +211,27 @@ def session_page(
         roles = wanted["role"]
         kept = [summary for summary in kept if (_usage_of(root, summary)["role"] or "") in roles]
     page = kept[offset : offset + limit]
-    sessions = [{**_summary_dict(summary), **_usage_of(root, summary)} for summary in page]
-    return {"total": len(kept), "offset": offset, "limit": limit, "sessions": sessions}
+    now = datetime.now(UTC)
+    opened, busy = open_cycles(root, known or {})
+    sessions = []
+    for summary in page:
+        stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
+        row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        if stuck:
+            row["status"] = "hung"
+        sessions.append(row)
+    hung_total = sum(1 for cycles in opened.values() if hung(cycles, now, hung_after, busy))
+    return {"total": len(kept), "offset": offset, "limit": limit, "sessions": sessions, "hung_sessions": hung_total}
+
+
+def first_failure(root: Path, session_id: str) -> dict[str, Any]:
+    """The first failure of the session's tree and what came after (``first_failure`` null: none).
+
+    Raises:
+        SessionNotFound: no such session (nor anyone's parent).
+    """
+    answer = why(root, session_id)
+    return {"first_failure": None, "chain": [], "after": None} if answer is None else answer.as_json()
 
 
 def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> dict[str, Any]:

@@ -151,8 +151,11 @@ class WebView:
                     text=query.get("q", [""])[0],
                     matches=query.get("match", []),
                     known=self._known(root),
+                    hung_after=_number(query, "hung", 300),
                 )
                 return _json(data)
+            if name == "api/why":
+                return _json(await asyncio.to_thread(api.first_failure, root, session))
             if name == "api/tree":
                 return _json(await asyncio.to_thread(api.session_tree, root, session, self._known(root)))
             if name == "api/events":

@@ -71,7 +71,7 @@ function liveState(on) {
 
 // --- sessions list ---------------------------------------------------------------------------
 
-const list = { offset: 0, total: 0, source: null, timer: null };
+const list = { offset: 0, total: 0, hung: 0, source: null, timer: null };
 
 function listQuery() {
   const words = $("#query").value.trim().split(/\s+/).filter(Boolean);
@@ -84,9 +84,10 @@ function listQuery() {
 async function loadList() {
   const { match, q } = listQuery();
   try {
-    const page = await api("sessions", { offset: list.offset, limit: PAGE, q, match });
+    const page = await api("sessions", { offset: list.offset, limit: PAGE, q, match, hung: hungAfter() });
     $("#list-error").hidden = true;
     list.total = page.total;
+    list.hung = page.hung_sessions;
     renderList(page.sessions);
   } catch (error) {
     $("#list-error").textContent = error.message;
@@ -101,7 +102,7 @@ function renderList(sessions) {
       const row = el(
         "tr",
         { class: s.status, "data-session": s.session_id },
-        el("td", {}, badge(s.status)),
+        el("td", { title: (s.hung || []).map((c) => `${c.action} ${c.stage} for ${span(c.open_for_s)}`).join("\n") }, badge(s.status)),
         el("td", { class: "id", title: s.session_id, text: (s.parent_session_id ? "↳ " : "") + s.session_id }),
         el("td", { text: s.agent || "" }),
         el("td", { text: s.role || "" }),
@@ -118,7 +119,8 @@ function renderList(sessions) {
     }),
   );
   const last = Math.min(list.offset + sessions.length, list.total);
-  $("#page-info").textContent = list.total ? `${list.offset + 1}–${last} of ${list.total}` : "no sessions";
+  $("#page-info").textContent =
+    (list.total ? `${list.offset + 1}–${last} of ${list.total}` : "no sessions") + (list.hung ? ` · ${list.hung} hung` : "");
   $("#prev").disabled = list.offset === 0;
   $("#next").disabled = last >= list.total;
 }
@@ -412,7 +414,39 @@ function showDetails(s) {
   );
 }
 
+// The tree's first failure and what it cost after, at the top of the view (gz-ia session why).
+async function loadWhy() {
+  const box = $("#why");
+  try {
+    const answer = await api("why", { session: view.top });
+    if (!answer.first_failure) {
+      box.hidden = true;
+      box.replaceChildren();
+      return;
+    }
+    const failure = answer.first_failure;
+    const after = answer.after;
+    const where = el("a", { href: "#", text: failure.session_id });
+    where.addEventListener("click", (event) => (event.preventDefault(), selectSession(failure.session_id)));
+    box.replaceChildren(
+      el("strong", { text: "First failure: " }),
+      `${failure.action} in `,
+      where,
+      ` at ${clock(time(failure.timestamp))}${failure.error ? ": " + failure.error : ""}`,
+      el("br"),
+      el("span", {
+        class: "muted",
+        text: `After it: ${after.actions} actions, ${span(after.duration_ms / 1000) || "0 ms"}, ${after.tokens.toLocaleString()} tokens, $${after.cost_usd.toFixed(4)} · ${answer.chain.join(" › ")}`,
+      }),
+    );
+    box.hidden = false;
+  } catch (error) {
+    box.hidden = true;
+  }
+}
+
 async function loadTree() {
+  loadWhy();
   try {
     const tree = await api("tree", { session: view.top });
     const items = tree.nodes.map((node) => {
