@@ -8,10 +8,13 @@ slows them alike, each with a fresh HOME and the same hook events installed:
 
 * ``none``: no hooks (the baseline);
 * ``true``: a ``true`` command hook (Claude Code's own cost of a command hook: the floor);
-* ``gz-ia up``: ``gz-ia hook claude-code`` as ``gz-ia install claude-code`` writes it, from a
-  user's install (wheels, compiled bytecode, as ``bench/_cli_cost.py`` builds it), with a collector
-  running;
-* ``gz-ia down``: the same with no collector (every event spooled).
+* ``gz-ia up``: ``gz-ia hook claude-code`` as ``gz-ia install claude-code --hooks command`` writes
+  it, from a user's install (wheels, compiled bytecode, as ``bench/_cli_cost.py`` builds it), with a
+  collector running;
+* ``gz-ia down``: the same with no collector (every event spooled);
+* ``gz-ia inbox``: the inbox hook, as ``gz-ia install claude-code`` writes it by default where no
+  service manager holds the HTTP port (a shell script leaving each payload for the collector);
+* ``gz-ia inbox down``: the same with no collector (every payload kept in the inbox).
 
 * ``http floor``: gz-ia's ``http`` handlers (the same URL shape and headers) posting to a trivial
   server that answers ``200 {}`` at once (Claude Code's own cost of an http hook: the http floor);
@@ -85,9 +88,22 @@ def _gz_ia(scratch: Path) -> dict[str, Any]:
     the ``gz-ia`` of a user's install (wheels, compiled bytecode: :func:`bench._cli_cost.user_install`)."""
     home = scratch / "install-home"
     home.mkdir(exist_ok=True)
+    return _installed(home, "--hooks", "command")
+
+
+def _gz_ia_inbox(scratch: Path) -> dict[str, Any]:
+    """The inbox hook as ``gz-ia install claude-code`` writes it where no service manager holds the
+    HTTP port (its script in the throwaway home's data directory)."""
+    home = scratch / "install-home-inbox"
+    home.mkdir(exist_ok=True)
+    return _installed(home, "--hooks", "inbox")
+
+
+def _installed(home: Path, *options: str) -> dict[str, Any]:
     command = f"{shlex.quote(str(user_install() / 'gz-ia'))} hook claude-code"
-    subprocess.run([*GZ_IA, "install", "claude-code", "--user", "--command", command],
-                   env={**os.environ, "HOME": str(home)}, check=True, capture_output=True)  # fmt: skip
+    environment = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data")}
+    subprocess.run([*GZ_IA, "install", "claude-code", "--user", "--command", command, *options],
+                   env=environment, check=True, capture_output=True)  # fmt: skip
     hooks: dict[str, Any] = json.loads((home / ".claude" / "settings.json").read_text())["hooks"]
     return hooks
 
@@ -99,7 +115,7 @@ FLOOR_PORT = _free_port()
 
 def _http_floor(_scratch: Path) -> dict[str, Any]:
     """gz-ia's http handlers, posting to the trivial server on :data:`FLOOR_PORT`."""
-    handler = _http_handler(f"http://127.0.0.1:{FLOOR_PORT}/hooks/claude-code")
+    handler = _http_handler(f"http://127.0.0.1:{FLOOR_PORT}/hooks/claude-code", "a-key-the-floor-ignores")
     return {event: groups for event, groups in _hooks(handler).items() if event not in COMMAND_ONLY_EVENTS}
 
 
@@ -109,7 +125,8 @@ def _gz_ia_http(scratch: Path) -> dict[str, Any]:
     home = scratch / "install-home-http"
     home.mkdir(exist_ok=True)
     subprocess.run([*GZ_IA, "install", "claude-code", "--user", "--hooks", "http"],
-                   env={**os.environ, "HOME": str(home), "GZ_IA_HTTP_ADDRESS": f"127.0.0.1:{HTTP_PORT}"},
+                   env={**os.environ, "HOME": str(home), "GZ_IA_HTTP_ADDRESS": f"127.0.0.1:{HTTP_PORT}",
+                        "GZ_IA_STATE_DIR": str(scratch / "state")},
                    check=True, capture_output=True)  # fmt: skip
     hooks: dict[str, Any] = json.loads((home / ".claude" / "settings.json").read_text())["hooks"]
     return {event: groups for event, groups in hooks.items() if event not in COMMAND_ONLY_EVENTS}
@@ -120,6 +137,8 @@ VARIANTS: dict[str, tuple[Callable[[Path], dict[str, Any]] | None, bool]] = {
     "true": (_command("true"), True),
     "gz-ia up": (_gz_ia, True),
     "gz-ia down": (_gz_ia, False),
+    "gz-ia inbox": (_gz_ia_inbox, True),
+    "gz-ia inbox down": (_gz_ia_inbox, False),
     "http floor": (_http_floor, True),
     "gz-ia http": (_gz_ia_http, True),
 }
@@ -193,6 +212,7 @@ class Bench:
         (home / ".claude").mkdir(parents=True)
         (home / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks} if hooks else {}))
         shutil.rmtree(self.scratch / "spool-down", ignore_errors=True)  # each down run starts unspooled
+        (self.scratch / "spool-down" / "hooks").mkdir(mode=0o700, parents=True)  # an inbox a collector made
         command = [str(self.claude), "-p", f"{MARKER}: read the notes", "--output-format", "stream-json",
                    "--verbose", "--dangerously-skip-permissions"]  # fmt: skip
         started = time.perf_counter()
@@ -249,6 +269,10 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
         "gz_ia_over_true_floor_ms": {n: added[n] - added["true"] for n in added if n.startswith("gz-ia")},
         "gz_ia_http_over_http_floor_ms": added["gz-ia http"] - added["http floor"],
         "down_over_up": added["gz-ia down"] / added["gz-ia up"] if added["gz-ia up"] > 0 else None,
+        # What the issue's bound is about: a tool call's cost over Claude Code's own floor for a hook.
+        "over_http_floor_ms_per_tool_call": {
+            name: (medians[name] - medians["http floor"]) / calls * 1000 for name in medians if name.startswith("gz-ia")
+        },
         "walls_s": walls,
     }
     return report
@@ -264,12 +288,14 @@ def main() -> None:
     print(f"{report['hook_calls_per_run']} hook calls per run, {args.rounds} rounds, load {report['load_average']:.1f}")
     for name, wall in report["median_wall_s"].items():
         print(
-            f"  {name:<12} median {wall:6.2f} s   added per hook call {report['added_ms_per_hook_call'][name]:7.1f} ms"
+            f"  {name:<16} median {wall:6.2f} s   added per hook call {report['added_ms_per_hook_call'][name]:7.1f} ms"
         )
     for name, over in report["gz_ia_over_true_floor_ms"].items():
         print(f"  {name} over the `true` floor: {over:.1f} ms per hook call")
     print(f"  gz-ia added cost, collector down / up: {report['down_over_up']:.2f}x")
     print(f"  gz-ia http over the http floor: {report['gz_ia_http_over_http_floor_ms']:.1f} ms per hook call")
+    for name, over in report["over_http_floor_ms_per_tool_call"].items():
+        print(f"  {name} over the http floor: {over:.1f} ms per tool call")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -33,6 +33,7 @@ __all__ = ["collector_main", "main"]
         "gc": "._gc:gc_command",
         "hook": "._integrations:hook",
         "install": "._integrations:install",
+        "key": "._key:key_command",
         "logs": "._reading:all_logs",
         "mcp": "._mcp:mcp_command",
         "sessions": "._sessions:sessions_command",
