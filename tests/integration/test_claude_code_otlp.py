@@ -96,6 +96,32 @@ def test_hooks_and_telemetry_make_one_cycle_per_call_and_usage_per_request(
     assert collector.rejects() == []
 
 
+def test_telemetry_finds_the_workspace_its_hooks_use_with_the_documented_setup(
+    make_collector: Any, api: FakeAnthropic, short_tmp: Path
+) -> None:
+    """The collector started as a service starts it (no GZ_IA_ROOT), Claude Code in a workspace with
+    gz-ia's hooks as installed and its telemetry set up exactly as docs/user-guide.md says (the key,
+    no root header): the telemetry's usage and joins land in the session the hooks made in the
+    workspace's root, and no other root holds any of that session."""
+    collector = make_collector(env={"GZ_IA_ROOT": ""})
+    as_user = {**collector.env, "GZ_IA_ROOT": ""}
+    claude = ClaudeCode(short_tmp / "home", collector.workspace, api, as_user)
+    claude.install_hooks()
+    _script(api, collector.workspace, "AS-DOCUMENTED")
+    telemetry = _telemetry(collector, "http/protobuf")
+    telemetry["OTEL_EXPORTER_OTLP_HEADERS"] = f"x-gz-ia-key={collector.key}"  # the docs' snippet
+    result = claude.run("AS-DOCUMENTED: read and run", env=telemetry)
+    assert result.returncode == 0, result.stderr
+    session = result.session_id
+    wait_for(lambda: _usage(collector, session).get("tokens", {}).get("output", 0) >= 40, message="the usage records")
+    assert (_usage(collector, session)["tokens"]["input"], _usage(collector, session)["tokens"]["output"]) == (2700, 40)
+    for tool_use_id in ("toolu_read1", "toolu_fail"):
+        lines = _tool_lines(collector, session, tool_use_id)
+        assert [line["stage"] for line in lines] == [lines[0]["stage"], "FINISH"], lines
+    elsewhere = [path for path in collector.base.rglob(f"*{session}*") if collector.root not in path.parents]
+    assert elsewhere == []
+
+
 def test_telemetry_alone_makes_the_tool_cycles(collector: Any, api: FakeAnthropic, short_tmp: Path) -> None:
     """Without hooks, Claude Code's tool_result events are the cycles: READ for Read, PENDING for
     Bash, FINISH with its duration_ms, FAILED for the failing call; in the session the hooks would use."""

@@ -171,25 +171,50 @@ class OtlpReceiver:
             return _ok(protobuf)
         items = map_spans(message, self.sessions) if signal is Signal.TRACES else map_logs(message)
         self._bound_sessions()
-        where = request_root(request.headers.get(ROOT_HEADER, ""), None, request.peer_uid, own_root)
+        named = request.headers.get(ROOT_HEADER, "")
+        where = request_root(named, None, request.peer_uid, own_root)
         if where.refused is not None:
             self._log_once("named root", "OTLP export written under %s: %s", where.path, where.refused)
-        try:
-            root = collector.open_root(Path(where.path), request.peer_uid)
-        except (CollectorError, OSError) as exc:  # locked by another collector, a disk fault, ...
-            return self._rejected("root", 400, f"cannot use the session root: {exc}")
+        # Without a root named, each session goes where the collector already writes it (its
+        # agent's hooks made it in the workspace's root), else to the collector's own root.
+        by_root: dict[str, list[Item]] = {}
+        for item in items:
+            found = None if named else self._root_holding(item.session_id, request.peer_uid)
+            by_root.setdefault(found or where.path, []).append(item)
         # What staging holds counts against the collector's bound as the body's share of each
         # event, as a client's batch counts its frame's size.
         per_event = len(body) // max(1, sum(len(item.events) for item in items))
-        staged = self._stage(root, signal, items, per_event)
-        # What was decompressed and decoded is in the writer's hands now: not held while the write
-        # pass runs, which many exports may wait on at once.
+        # What was decompressed and decoded is in the writer's hands once staged: not held while
+        # the write pass runs, which many exports may wait on at once.
         del body, message, items
-        if isinstance(staged, str):
-            return _error(503, f"{staged}; retry later", retry_after="1")
+        staged: list[asyncio.Future[bool]] = []
+        for path, grouped in by_root.items():
+            try:
+                root = collector.open_root(Path(path), request.peer_uid)
+            except (CollectorError, OSError) as exc:  # locked by another collector, a disk fault, ...
+                return self._rejected("root", 400, f"cannot use the session root: {exc}")
+            done = self._stage(root, signal, grouped, per_event)
+            if isinstance(done, str):
+                return _error(503, f"{done}; retry later", retry_after="1")
+            staged.extend(done)
         if staged and not all(await asyncio.gather(*staged)):
             return _error(503, "the collector could not write this export; retry later", retry_after="1")
         return _ok(protobuf)
+
+    def _root_holding(self, session_id: str, uid: int) -> str | None:
+        """The root of ``uid``'s open ones that holds ``session_id`` (or, for a Claude Code subagent's
+        ``<session>.<agent>``, its session), in memory or on disk; None when none does."""
+        wanted = (session_id, session_id.partition(".")[0])
+        roots = [root for root in self.collector.writer.roots if root.dirs.uid == uid and not root.removed]
+        for root in roots:
+            if any(each in root.sessions for each in wanted):
+                return str(root.path)
+        for root in roots:
+            for each in wanted:
+                with contextlib.suppress(OSError, ValueError):
+                    os.stat(active_name(each), dir_fd=root.dirs.sessions_fd, follow_symlinks=False)
+                    return str(root.path)
+        return None
 
     def _bound_sessions(self) -> None:
         while len(self.sessions) > _SPANS_REMEMBERED:
