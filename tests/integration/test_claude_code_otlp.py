@@ -122,6 +122,38 @@ def test_telemetry_finds_the_workspace_its_hooks_use_with_the_documented_setup(
     assert elsewhere == []
 
 
+def test_a_subagents_call_is_stored_once_in_the_subagents_session(
+    collector: Any, api: FakeAnthropic, short_tmp: Path
+) -> None:
+    """Hooks and telemetry on, a subagent that runs Bash: Claude Code's tool_result for the subagent's
+    call carries the main session's id; it joins the cycle the hooks logged in the subagent's
+    session, and the main session holds no copy of it."""
+    claude = ClaudeCode(short_tmp / "home", collector.workspace, api, collector.env)
+    claude.install_hooks()
+    task = {"description": "Run a check", "prompt": "SUB-OTLP-MARKER: run echo", "subagent_type": "general-purpose"}
+    api.script("RUN-SUB-OTLP", Turn(tools=(ToolUse("Agent", task, "toolu_agent"),)), Turn(text="parent done"))
+    api.script(
+        "SUB-OTLP-MARKER",
+        Turn(tools=(ToolUse("Bash", {"command": "echo from-subagent"}, "toolu_subcall"),)),
+        Turn(text="Subagent done."),
+    )
+    result = claude.run("RUN-SUB-OTLP: use a subagent", env=_telemetry(collector, "http/protobuf"))
+    assert result.returncode == 0, result.stderr
+    session = result.session_id
+    wait_for(
+        lambda: 'gzia_otlp_records_total{outcome="joined",signal="logs"} 2.0' in collector.metrics(),
+        message="both tool results joined to the hooks' cycles",
+    )
+    stored = {
+        name: [line["stage"] for line in lines if line.get("cycle") == "toolu_subcall"]
+        for name, lines in collector.all_sessions().items()
+        if name.startswith(session)
+    }
+    assert {name: stages for name, stages in stored.items() if stages} == {
+        next(name for name in stored if name.startswith(f"{session}.")): ["PENDING", "FINISH"]
+    }
+
+
 def test_telemetry_alone_makes_the_tool_cycles(collector: Any, api: FakeAnthropic, short_tmp: Path) -> None:
     """Without hooks, Claude Code's tool_result events are the cycles: READ for Read, PENDING for
     Bash, FINISH with its duration_ms, FAILED for the failing call; in the session the hooks would use."""

@@ -281,26 +281,35 @@ class _Held(enum.Enum):
 
 
 def _already_held(collector: Collector, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> _Held:
-    """Whether the session holds the hooks' cycle of the item's tool call: open, staged or written lately.
+    """Whether the session, or one of its subagents' sessions, holds the hooks' cycle of the item's
+    tool call: open, staged or written lately.
 
-    ``written_lately`` keeps each session's newest bytes for the rest of the request: its file's
-    tail is read once, however many tool results the export holds.
+    Claude Code's record of a subagent's tool call carries its main session's id and no agent id,
+    while its hooks log the call in the subagent's session (``<session>.<agent id>``): so those
+    sessions, as this collector holds them, are looked in too. ``written_lately`` keeps each
+    session's newest bytes for the rest of the request: its file's tail is read once, however many
+    tool results the export holds.
     """
     cycle = item.join_cycle
     assert cycle is not None
-    try:
-        state = collector.writer.session(root, item.session_id)
-    except (OSError, ValueError):
-        return _Held.NO
-    if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
-        return _Held.YES
     needle = b'"cycle":' + msgspec.json.encode(cycle)
-    if any(needle in line for line in state.pending):
-        return _Held.BEING_WRITTEN
-    recent = written_lately.get(item.session_id)
-    if recent is None:
-        recent = written_lately[item.session_id] = _file_tail(root, item.session_id)
-    return _Held.YES if needle in recent else _Held.NO
+    prefix = item.session_id + "."
+    candidates = [item.session_id, *(each for each in list(root.sessions) if each.startswith(prefix))]
+    for session_id in candidates:
+        try:
+            state = collector.writer.session(root, session_id)
+        except (OSError, ValueError):
+            continue
+        if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
+            return _Held.YES
+        if any(needle in line for line in state.pending):
+            return _Held.BEING_WRITTEN
+        recent = written_lately.get(session_id)
+        if recent is None:
+            recent = written_lately[session_id] = _file_tail(root, session_id)
+        if needle in recent:
+            return _Held.YES
+    return _Held.NO
 
 
 def _file_tail(root: RootStore, session_id: str) -> bytes:
