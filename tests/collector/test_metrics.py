@@ -18,6 +18,7 @@ from gz_ia.client.protocol import RejectReason
 from gz_ia.client.redaction import DEFAULT_RULES
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
+    HOOK_DROP_OUTCOMES,
     HTTP_HOOK_OUTCOMES,
     HTTP_REFUSALS,
     MAX_AGENT_LABELS,
@@ -63,7 +64,7 @@ ALLOWED_LABELS = {
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
-    "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES) | {"staged", "joined"},
+    "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES) | set(HOOK_DROP_OUTCOMES) | {"staged", "joined"},
     "pattern": {*DEFAULT_RULES, "other"},
     "signal": {"traces", "logs"},
 }

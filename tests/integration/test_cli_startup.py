@@ -94,6 +94,7 @@ def test_version_is_the_distribution_s_and_help_lists_every_command(collector: A
         "gc",
         "hook",
         "install",
+        "key",
         "logs",
         "mcp",
         "session",

@@ -423,8 +423,10 @@ def test_once_exits_1_while_the_backend_refuses(collector: Any, receiver: Receiv
 def test_export_without_the_extra_exits_2_naming_it(collector: Any, tmp_path: Path) -> None:
     """Without OpenTelemetry importable, `gz-ia export otel` exits 2 naming `pip install 'gz-ia-collector[otel]'`."""
     blocked = "import sys; sys.modules['opentelemetry'] = None; " + CLI
+    state = tmp_path / "export-state"
+    state.mkdir()
     result = subprocess.run(
-        [sys.executable, "-c", blocked, "export", "otel", "--state-dir", str(tmp_path), "--once"],
+        [sys.executable, "-c", blocked, "export", "otel", "--state-dir", str(state), "--once"],
         env={**collector.env, "PYTHONWARNINGS": "ignore"},
         capture_output=True,
         text=True,
@@ -433,7 +435,7 @@ def test_export_without_the_extra_exits_2_naming_it(collector: Any, tmp_path: Pa
     )
     assert result.returncode == 2, result.stderr
     assert "pip install 'gz-ia-collector[otel]'" in result.stderr
-    assert not os.listdir(tmp_path)
+    assert not os.listdir(state)
 
 
 def _hex(value: int, size: int) -> str:

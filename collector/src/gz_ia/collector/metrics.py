@@ -506,8 +506,8 @@ class Metrics:
         self.last_event.set(clock())
 
 
-HTTP_REFUSALS: Final = ("other_uid", "unknown_peer", "busy")
-"""Why the HTTP side refuses a connection (``gzia_http_refused_total{reason}``)."""
+HTTP_REFUSALS: Final = ("other_uid", "unknown_peer", "busy", "wrong_host", "cross_site", "no_key", "wrong_key")
+"""Why the HTTP side refuses a connection or a request (``gzia_http_refused_total{reason}``)."""
 
 
 class HttpMetrics:
@@ -522,8 +522,10 @@ class HttpMetrics:
         )
         self.refused_connections = Counter(
             "gzia_http_refused_total",
-            "HTTP connections refused before any request was read: another uid (other_uid), an owner the "
-            "kernel could not name (unknown_peer), or too many connections (busy).",
+            "HTTP connections and requests refused: another uid (other_uid), an owner the kernel could not "
+            "name (unknown_peer), too many connections of that uid (busy), a Host that does not name this "
+            "server (wrong_host: DNS rebinding), a browser's cross-site request (cross_site), a writing "
+            "request without the user's key or with another (no_key, wrong_key).",
             ["reason"],
             registry=registry,
         )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from gz_ia.collector.errors import CollectorError
+
 __all__ = ["END", "INBOX_DIR", "MAGIC", "STALE_AFTER", "Drop", "DropDamaged", "drop_script", "inbox_dir", "read_drop"]
 
 INBOX_DIR: Final = "hooks"
@@ -91,7 +93,7 @@ def inbox_dir(spool_dir: str | os.PathLike[str]) -> Path:
     return inbox
 
 
-class DropDamaged(ValueError):
+class DropDamaged(CollectorError, ValueError):
     """A drop that will never be complete: not a drop, or cut off by its writer's end."""
 
 
