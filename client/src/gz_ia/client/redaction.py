@@ -20,7 +20,6 @@ are searched one by one after the defaults.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 
@@ -127,6 +126,15 @@ def _key_before(anchor: str) -> str:
 
 _TOKEN_CHARS: Final = r"(?P<value>[A-Za-z0-9._~+/\-]{8,}=*)"  # noqa: S105 - a pattern, not a password
 _VALUE: Final = _NOT_MARKED + r"(?P<value>[^\s\"'&;,)}\]>]{1,512})"
+_AWS_SECRET: Final = r"['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)['\"]?(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"  # noqa: S105 - a pattern, not a password
+"""After an AWS secret key's name: ``=``, ``:`` or blanks, quotes, then the 40 characters of the key."""
+_COOKIE_PAIRS: Final = (
+    r"(?P<value>[^\s\"';=\[]{1,256}=[^\s\"';]{0,4096}(?:;[ \t]*[^\s\"';=]{1,256}=[^\s\"';]{0,4096}){0,64})"
+)
+"""A cookie header's or ``curl -b``'s ``name=value; name=value``: a name and ``=`` are required, so
+a cookie jar's file name (``-b cookies.txt``) and prose (``cookie: it expires``) stay."""
+_P_FLAG: Final = r"\b[^\n|;&]{0,256}?[ \t]-p['\"]?(?P<value>[^\s'\"]{1,512})"
+"""A MySQL client's ``-pPASSWORD`` (glued to ``-p``: ``-p`` alone, or ``-p db``, prompts for one)."""
 _ANCHORED: Final = (
     _Anchored(
         Rule(
@@ -138,9 +146,13 @@ _ANCHORED: Final = (
         "-",
     ),
     _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "-"),
-    _Anchored(Rule("openai-key", r"(?<=\bsk-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "-"),
+    _Anchored(
+        Rule("openai-key", r"(?<=\bsk-)(?!ant-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "-"
+    ),
     _Anchored(Rule("slack-token", r"(?<=\bxox[abeoprs]-)(?P<value>[A-Za-z0-9\-]{10,})"), "-"),
     _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "-"),
+    _Anchored(Rule("pypi-token", r"(?<=\bpypi-)AgEIcHlwaS5vcmc(?P<value>[A-Za-z0-9_\-]{50,1000})"), "-"),
+    _Anchored(Rule("aws-secret-key", r"(?<=(?i:secret-access)-)(?i:key)" + _AWS_SECRET), "-"),
     _Anchored(
         Rule(
             "credential-pair",
@@ -149,12 +161,34 @@ _ANCHORED: Final = (
         "-",
     ),
     _Anchored(Rule("user-password", r"(?<!\S-)(?:u|-user)[ =]['\"]?[^\s:'\"]{1,128}:" + _VALUE), "-"),
+    _Anchored(Rule("cookie", r"(?<!\S-)(?:b|-cookie)[ =]['\"]?" + _COOKIE_PAIRS), "-"),
     _Anchored(Rule("github-token", r"(?<=\bgh[pousr]_)(?P<value>[A-Za-z0-9]{20,})"), "_"),
     _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "_"),
     _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "_"),
+    _Anchored(Rule("npm-token", r"(?<=\bnpm_)(?P<value>[A-Za-z0-9]{36})\b"), "_"),
+    _Anchored(Rule("huggingface-token", r"(?<=\bhf_)(?P<value>[A-Za-z0-9]{34,})\b"), "_"),
+    _Anchored(Rule("aws-secret-key", r"(?<=(?i:secret_access)_)(?i:key)" + _AWS_SECRET), "_"),
     _Anchored(Rule("aws-access-key", r"(?<=\bA)[KS]IA(?P<value>[A-Z0-9]{16})\b"), "A"),
     _Anchored(Rule("google-api-key", r"(?<=\bA)Iza(?P<value>[0-9A-Za-z_\-]{35})"), "A"),
     _Anchored(Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "J"),
+    _Anchored(
+        Rule("sendgrid-key", r"(?<=\bSG\.)(?P<value>[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])"), "."
+    ),
+    _Anchored(
+        Rule(
+            "slack-webhook",
+            r"(?<=\bhooks\.)slack\.com/(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9+/_\-]{20,})",
+        ),
+        ".",
+    ),
+    _Anchored(
+        Rule(
+            "discord-webhook",
+            r"(?:(?<=\bdiscord\.)|(?<=\bdiscordapp\.))com/api(?:/v[0-9]{1,2})?/webhooks/[0-9]{5,30}/"
+            r"(?P<value>[A-Za-z0-9_\-]{30,})",
+        ),
+        ".",
+    ),
     _Anchored(
         Rule("url-credentials", r"(?<=[A-Za-z0-9]:)//[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
         ":",
@@ -169,10 +203,24 @@ _ANCHORED: Final = (
         ),
         ":",
     ),
+    _Anchored(
+        Rule(
+            "cookie",
+            r"(?:(?<=[Cc]ookie:)|(?<=COOKIE:)|(?<=[Cc]ookie[\"']:)|(?<=COOKIE[\"']:))[ \t]*[\"']?" + _COOKIE_PAIRS,
+        ),
+        ":",
+    ),
+    _Anchored(Rule("telegram-bot-token", r"(?<=[0-9]{5}:)(?P<value>[A-Za-z0-9_\-]{35})(?![A-Za-z0-9_\-])"), ":"),
     _Anchored(Rule("credential-pair", _key_before(":") + r"[ \t]*[\"']?" + _VALUE), ":"),
+    _Anchored(Rule("azure-key", r"(?:(?<=AccountKey=)|(?<=SharedAccessKey=))(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "="),
     _Anchored(Rule("credential-pair", _key_before("=") + r"[ \t]*[\"']?" + _VALUE), "="),
     _Anchored(Rule("bearer-token", r"(?:earer|EARER)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "B"),
     _Anchored(Rule("bearer-token", r"(?<=\bb)earer[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "b"),
+    _Anchored(Rule("password-argument", r"(?<![\w.-]mysql)(?:dump|admin|sh)?" + _P_FLAG), "mysql"),
+    _Anchored(Rule("password-argument", r"(?<![\w.-]mariadb)(?:-dump|-admin)?" + _P_FLAG), "mariadb"),
+    _Anchored(
+        Rule("password-argument", r"(?<![\w.-]sshpass)[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]{1,512})"), "sshpass"
+    ),
 )
 """The default rules, each with its anchor: the pattern is what follows that character."""
 
@@ -181,6 +229,38 @@ DEFAULT_RULES: Final = tuple(dict.fromkeys(anchored.rule.name for anchored in _A
 
 # A mark already in a text (redacted by a client before it spooled): counted, never replaced.
 _MARKED: Final = r"REDACTED:(?P<marked>[a-z][a-z0-9-]{0,39})\]"
+
+
+_MARKS: Final = re.compile(r"\[REDACTED:[a-z][a-z0-9-]{0,39}\]")
+
+
+class _Searched:
+    """One rule as the redactor searches it alone: a text without its anchor is not searched."""
+
+    __slots__ = ("anchor", "has_value", "name", "pattern")
+
+    def __init__(self, name: str, pattern: re.Pattern[str], anchor: str) -> None:
+        self.name = name
+        self.pattern = pattern
+        self.anchor = anchor
+        self.has_value = "value" in pattern.groupindex
+
+
+def _outside(spans: list[tuple[int, int, int, str]], marks: list[tuple[int, int]]) -> list[tuple[int, int, int, str]]:
+    """``spans`` less the marks already in the text: a mark is kept as it is, never masked again."""
+    kept = []
+    for start, index, end, name in spans:
+        for mark_start, mark_end in marks:
+            if mark_end <= start or mark_start >= end:
+                continue
+            if start < mark_start:
+                kept.append((start, index, mark_start, name))
+            start = max(start, mark_end)
+            if start >= end:
+                break
+        if start < end:
+            kept.append((start, index, end, name))
+    return kept
 
 
 def parse_rules(text: str) -> list[Rule]:
@@ -246,20 +326,23 @@ class Redactor:
         extra = list(extra)
         self.known = frozenset(DEFAULT_RULES) | {rule.name for rule in extra}
         """Rule names a mark found in a text is counted under (any other mark counts as ``other``)."""
-        self._names: list[str] = []
+        kept = [anchored for anchored in _ANCHORED if anchored.rule.name not in left_out]
         by_anchor: dict[str, list[str]] = {"[": [_MARKED]}
-        for anchored in _ANCHORED:
-            if anchored.rule.name in left_out:
-                continue
-            group = f"r{len(self._names)}"
-            self._names.append(anchored.rule.name)
-            body = anchored.rule.pattern.replace("(?P<value>", f"(?P<{group}>")
-            by_anchor.setdefault(anchored.anchor, []).append(body)
+        for anchored in kept:
+            by_anchor.setdefault(anchored.anchor, []).append(anchored.rule.pattern.replace("(?P<value>", "(?:"))
         # Every branch starts with its anchor as a literal, so the search skips in C to the next
-        # anchor character instead of trying each branch at each position.
-        combined = "|".join(f"{re.escape(anchor)}(?:{'|'.join(bodies)})" for anchor, bodies in by_anchor.items())
-        self._defaults = re.compile(combined)
-        self._extra = [(rule.name, re.compile(rule.pattern)) for rule in extra]
+        # anchor character instead of trying each branch at each position. It only says whether a
+        # text holds anything: most hold nothing, and are done after this one search.
+        self._any = re.compile(
+            "|".join(f"{re.escape(anchor)}(?:{'|'.join(bodies)})" for anchor, bodies in by_anchor.items())
+        )
+        self._rules = [
+            _Searched(
+                anchored.rule.name, re.compile(re.escape(anchored.anchor) + anchored.rule.pattern), anchored.anchor
+            )
+            for anchored in kept
+        ] + [_Searched(rule.name, re.compile(rule.pattern), "") for rule in extra]
+        self._defaults_only = not extra
         self._clean: set[str] = set()
 
     def text(self, value: str) -> str:
@@ -267,31 +350,57 @@ class Redactor:
         clean = self._clean
         if value in clean:
             return value
-        redacted = self._defaults.sub(self._replace_default, value)
-        for name, pattern in self._extra:
-            redacted = pattern.sub(functools.partial(self._replace, name=name, group="value"), redacted)
-        if redacted == value and _MARK not in value:
-            if len(clean) >= _CLEAN_KEPT:
-                clean.clear()
-            clean.add(value)
-        return redacted
+        if self._defaults_only and self._any.search(value) is None:
+            self._remember_clean(value)
+            return value
+        return self._masked(value)
 
-    def _replace_default(self, match: re.Match[str]) -> str:
-        group = match.lastgroup
-        if group == "marked":
-            name = match["marked"]
+    def _remember_clean(self, value: str) -> None:
+        clean = self._clean
+        if len(clean) >= _CLEAN_KEPT:
+            clean.clear()
+        clean.add(value)
+
+    def _masked(self, value: str) -> str:
+        """Every rule's matches over ``value`` as it came, their union masked.
+
+        Rules are searched one by one, each over the original text, so that one rule's match
+        cannot hide another's (a key id taken for ``curl -u``'s user name is still a key id);
+        overlapping matches become one mark, named by the rule whose match starts first.
+        """
+        spans: list[tuple[int, int, int, str]] = []
+        for index, searched in enumerate(self._rules):
+            if searched.anchor not in value:
+                continue
+            for match in searched.pattern.finditer(value):
+                start, end = match.span("value") if searched.has_value and match.start("value") >= 0 else match.span()
+                if start < end:
+                    spans.append((start, index, end, searched.name))
+        marks = [match.span() for match in _MARKS.finditer(value)] if _MARK in value else []
+        for start, end in marks:
+            name = value[start + len(_MARK) : end - 1]
             self._count(name if name in self.known else "other")
-            return match.group()
-        assert group is not None  # every default branch has its one group
-        return self._replace(match, self._names[int(group[1:])], group)
-
-    def _replace(self, match: re.Match[str], name: str, group: str) -> str:
-        self._count(name)
-        whole = match.group()
-        if group not in match.re.groupindex or match.start(group) < 0:
-            return f"{_MARK}{name}]"
-        start, end = match.start(group) - match.start(), match.end(group) - match.start()
-        return f"{whole[:start]}{_MARK}{name}]{whole[end:]}"
+        if marks and spans:
+            spans = _outside(spans, marks)
+        if not spans:
+            if not marks:
+                self._remember_clean(value)
+            return value
+        spans.sort()
+        pieces: list[str] = []
+        done = 0
+        merged_start, _, merged_end, merged_name = spans[0]
+        for start, _, end, name in spans[1:]:
+            if start < merged_end:
+                merged_end = max(merged_end, end)
+                continue
+            pieces += (value[done:merged_start], _MARK, merged_name, "]")
+            self._count(merged_name)
+            done = merged_end
+            merged_start, merged_end, merged_name = start, end, name
+        pieces += (value[done:merged_start], _MARK, merged_name, "]", value[merged_end:])
+        self._count(merged_name)
+        return "".join(pieces)
 
     def _count(self, name: str) -> None:
         if self.on_redacted is not None:
