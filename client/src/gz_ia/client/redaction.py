@@ -9,13 +9,17 @@ client. docs/user-guide.md lists what the defaults cover.
 A match is replaced by a mark naming its rule, ``[REDACTED:github-token]``. Where a rule names a
 part (a ``value`` group), only that part is replaced, so ``password=hunter2`` becomes
 ``password=[REDACTED:credential-pair]`` and ``ghp_…`` keeps its ``ghp_``: what kind of secret was
-there stays readable, the secret does not. Redacting a redacted text changes nothing.
+there stays readable, the secret does not. Every rule is searched on its own over the text as it
+came and the union of what they found is masked, so that one rule's match never hides another's
+(``curl -u AKIA…:x``: the user-password rule takes the key id for a user name, the key id is masked
+all the same); overlapping matches become one mark. Redacting a redacted text changes nothing.
 
-Speed: every default rule starts at one of a few characters that ordinary text holds rarely
-(``- _ : = @ A B b J [``), so the combined expression's search skips the rest of a text in C; a
-text found clean is remembered (a bounded set), since the same action name comes with each event of
-its cycle. Rules of the user's own (``GZ_IA_REDACTION_PATTERNS``, the collector's ``[redaction]``)
-are searched one by one after the defaults.
+Speed: most texts hold no secret. Every default rule starts at a literal (a character such as
+``- _ : = . A B b J [``, or a command's name), so one search of all of them combined skips in C from
+one such literal to the next and tells a clean text apart; only a text it finds something in is
+searched rule by rule. A text found clean is remembered (a bounded set), since the same action name
+comes with each event of its cycle. Rules of the user's own (``GZ_IA_REDACTION_PATTERNS``, the
+collector's ``[redaction]``) have no such literal: with any, every text is searched rule by rule.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ __all__ = [
     "Redactor",
     "Rule",
     "checked_rule",
+    "default_patterns",
     "parse_rules",
     "spool_redactor",
 ]
@@ -133,65 +138,71 @@ _COOKIE_PAIRS: Final = (
 )
 """A cookie header's or ``curl -b``'s ``name=value; name=value``: a name and ``=`` are required, so
 a cookie jar's file name (``-b cookies.txt``) and prose (``cookie: it expires``) stay."""
+_USER_PASSWORD: Final = r"[^\s:'\"]{1,128}:" + _VALUE
+"""``curl -u``'s ``user:password``: the password is the part masked."""
 _P_FLAG: Final = r"\b[^\n|;&]{0,256}?[ \t]-p['\"]?(?P<value>[^\s'\"]{1,512})"
 """A MySQL client's ``-pPASSWORD`` (glued to ``-p``: ``-p`` alone, or ``-p db``, prompts for one)."""
 _ANCHORED: Final = (
     _Anchored(
         Rule(
             "private-key",
-            r"----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            + _NOT_MARKED
-            + r"(?P<value>[\s\S]+?)(?=-----END|\Z)",
+            r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----" + _NOT_MARKED + r"(?P<value>[\s\S]+?)(?=-----END|\Z)",
         ),
-        "-",
+        "-----BEGIN",
     ),
-    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "-"),
+    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "sk-"),
     _Anchored(
-        Rule("openai-key", r"(?<=\bsk-)(?!ant-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "-"
+        Rule("openai-key", r"(?<=\bsk-)(?!ant-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "sk-"
     ),
-    _Anchored(Rule("slack-token", r"(?<=\bxox[abeoprs]-)(?P<value>[A-Za-z0-9\-]{10,})"), "-"),
-    _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "-"),
-    _Anchored(Rule("pypi-token", r"(?<=\bpypi-)AgEIcHlwaS5vcmc(?P<value>[A-Za-z0-9_\-]{50,1000})"), "-"),
-    _Anchored(Rule("aws-secret-key", r"(?<=(?i:secret-access)-)(?i:key)" + _AWS_SECRET), "-"),
+    _Anchored(Rule("slack-token", r"(?<=\bxox)[abeoprs]-(?P<value>[A-Za-z0-9\-]{10,})"), "xox"),
+    _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "glpat-"),
+    _Anchored(
+        Rule("pypi-token", r"(?<=\bpypi-AgEIcHlwaS5vcmc)(?P<value>[A-Za-z0-9_\-]{50,1000})"), "pypi-AgEIcHlwaS5vcmc"
+    ),
+    _Anchored(Rule("aws-secret-key", _AWS_SECRET), "secret-access-key"),
     _Anchored(
         Rule(
             "credential-pair",
-            r"(?<!\S-)-(?:" + "|".join(_any_case(word) for word in _KEY_WORDS) + r")[ =]['\"]?" + _VALUE,
+            r"(?<!\S--)(?:" + "|".join(_any_case(word) for word in _KEY_WORDS) + r")[ =]['\"]?" + _VALUE,
         ),
-        "-",
+        "--",
     ),
-    _Anchored(Rule("user-password", r"(?<!\S-)(?:u|-user)[ =]['\"]?[^\s:'\"]{1,128}:" + _VALUE), "-"),
-    _Anchored(Rule("cookie", r"(?<!\S-)(?:b|-cookie)[ =]['\"]?" + _COOKIE_PAIRS), "-"),
-    _Anchored(Rule("github-token", r"(?<=\bgh[pousr]_)(?P<value>[A-Za-z0-9]{20,})"), "_"),
-    _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "_"),
-    _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "_"),
-    _Anchored(Rule("npm-token", r"(?<=\bnpm_)(?P<value>[A-Za-z0-9]{36})\b"), "_"),
-    _Anchored(Rule("huggingface-token", r"(?<=\bhf_)(?P<value>[A-Za-z0-9]{34,})\b"), "_"),
-    _Anchored(Rule("aws-secret-key", r"(?<=(?i:secret_access)_)(?i:key)" + _AWS_SECRET), "_"),
+    _Anchored(Rule("user-password", r"(?<!\S--)user[ =]['\"]?" + _USER_PASSWORD), "--"),
+    _Anchored(Rule("user-password", r"(?<!\S-u)[ =]['\"]?" + _USER_PASSWORD), "-u"),
+    _Anchored(Rule("cookie", r"(?<!\S--)cookie[ =]['\"]?" + _COOKIE_PAIRS), "--"),
+    _Anchored(Rule("cookie", r"(?<!\S-b)[ =]['\"]?" + _COOKIE_PAIRS), "-b"),
+    _Anchored(Rule("github-token", r"(?<=\bgh)[pousr]_(?P<value>[A-Za-z0-9]{20,})"), "gh"),
+    _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "github_pat_"),
+    _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "k_live_"),
+    _Anchored(Rule("npm-token", r"(?<=\bnpm_)(?P<value>[A-Za-z0-9]{36})\b"), "npm_"),
+    _Anchored(Rule("huggingface-token", r"(?<=\bhf_)(?P<value>[A-Za-z0-9]{34,})\b"), "hf_"),
+    _Anchored(Rule("aws-secret-key", _AWS_SECRET), "secret_access_key"),
+    _Anchored(Rule("aws-secret-key", _AWS_SECRET), "SECRET_ACCESS_KEY"),
     _Anchored(Rule("aws-access-key", r"(?<=\bA)[KS]IA(?P<value>[A-Z0-9]{16})\b"), "A"),
     _Anchored(Rule("google-api-key", r"(?<=\bA)Iza(?P<value>[0-9A-Za-z_\-]{35})"), "A"),
-    _Anchored(Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "J"),
     _Anchored(
-        Rule("sendgrid-key", r"(?<=\bSG\.)(?P<value>[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])"), "."
+        Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "eyJ"
+    ),
+    _Anchored(
+        Rule("sendgrid-key", r"(?<=\bSG\.)(?P<value>[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])"), "SG."
     ),
     _Anchored(
         Rule(
             "slack-webhook",
-            r"(?<=\bhooks\.)slack\.com/(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9+/_\-]{20,})",
+            r"(?<=\bhooks\.slack\.com/)(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9+/_\-]{20,})",
         ),
-        ".",
+        "hooks.slack.com/",
     ),
     _Anchored(
         Rule(
             "discord-webhook",
-            r"(?:(?<=\bdiscord\.)|(?<=\bdiscordapp\.))com/api(?:/v[0-9]{1,2})?/webhooks/[0-9]{5,30}/"
-            r"(?P<value>[A-Za-z0-9_\-]{30,})",
+            r"(?<=\bdiscord)(?:app)?\.com/api(?:/v[0-9]{1,2})?/webhooks/[0-9]{5,30}/(?P<value>[A-Za-z0-9_\-]{30,})",
         ),
-        ".",
+        "discord",
     ),
     _Anchored(
-        Rule("url-credentials", r"(?<=[A-Za-z0-9]:)//[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
-        ":",
+        Rule("url-credentials", r"(?<=[A-Za-z0-9]://)[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
+        "://",
     ),
     _Anchored(
         Rule(
@@ -212,37 +223,41 @@ _ANCHORED: Final = (
     ),
     _Anchored(Rule("telegram-bot-token", r"(?<=[0-9]{5}:)(?P<value>[A-Za-z0-9_\-]{35})(?![A-Za-z0-9_\-])"), ":"),
     _Anchored(Rule("credential-pair", _key_before(":") + r"[ \t]*[\"']?" + _VALUE), ":"),
-    _Anchored(Rule("azure-key", r"(?:(?<=AccountKey=)|(?<=SharedAccessKey=))(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "="),
+    _Anchored(Rule("azure-key", r"(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "AccountKey="),
+    _Anchored(Rule("azure-key", r"(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "SharedAccessKey="),
     _Anchored(Rule("credential-pair", _key_before("=") + r"[ \t]*[\"']?" + _VALUE), "="),
-    _Anchored(Rule("bearer-token", r"(?:earer|EARER)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "B"),
-    _Anchored(Rule("bearer-token", r"(?<=\bb)earer[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "b"),
+    _Anchored(Rule("bearer-token", r"(?:(?<=Bearer)|(?<=\bbearer))[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "earer"),
+    _Anchored(Rule("bearer-token", r"(?<=BEARER)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "EARER"),
     _Anchored(Rule("password-argument", r"(?<![\w.-]mysql)(?:dump|admin|sh)?" + _P_FLAG), "mysql"),
     _Anchored(Rule("password-argument", r"(?<![\w.-]mariadb)(?:-dump|-admin)?" + _P_FLAG), "mariadb"),
     _Anchored(
         Rule("password-argument", r"(?<![\w.-]sshpass)[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]{1,512})"), "sshpass"
     ),
 )
-"""The default rules, each with its anchor: the pattern is what follows that character."""
+"""The default rules, each with its anchor: a literal every match starts with; the pattern is what
+follows it. Overlapping matches are marked with the first rule's name in this order."""
 
 DEFAULT_RULES: Final = tuple(dict.fromkeys(anchored.rule.name for anchored in _ANCHORED))
-"""The names of the default rules, in the order they are tried."""
+"""The names of the default rules (where matches overlap, the mark names the first in this order)."""
 
-# A mark already in a text (redacted by a client before it spooled): counted, never replaced.
-_MARKED: Final = r"REDACTED:(?P<marked>[a-z][a-z0-9-]{0,39})\]"
+
+def default_patterns() -> tuple[Rule, ...]:
+    """Each default rule's expression as it is searched alone (a name may have several)."""
+    return tuple(Rule(anchored.rule.name, re.escape(anchored.anchor) + anchored.rule.pattern) for anchored in _ANCHORED)
 
 
 _MARKS: Final = re.compile(r"\[REDACTED:[a-z][a-z0-9-]{0,39}\]")
 
 
 class _Searched:
-    """One rule as the redactor searches it alone: a text without its anchor is not searched."""
+    """One rule as the redactor searches it alone; ``index`` orders the rules (whose mark wins)."""
 
-    __slots__ = ("anchor", "has_value", "name", "pattern")
+    __slots__ = ("has_value", "index", "name", "pattern")
 
-    def __init__(self, name: str, pattern: re.Pattern[str], anchor: str) -> None:
+    def __init__(self, index: int, name: str, pattern: re.Pattern[str]) -> None:
+        self.index = index
         self.name = name
         self.pattern = pattern
-        self.anchor = anchor
         self.has_value = "value" in pattern.groupindex
 
 
@@ -327,33 +342,43 @@ class Redactor:
         self.known = frozenset(DEFAULT_RULES) | {rule.name for rule in extra}
         """Rule names a mark found in a text is counted under (any other mark counts as ``other``)."""
         kept = [anchored for anchored in _ANCHORED if anchored.rule.name not in left_out]
-        by_anchor: dict[str, list[str]] = {"[": [_MARKED]}
-        for anchored in kept:
-            by_anchor.setdefault(anchored.anchor, []).append(anchored.rule.pattern.replace("(?P<value>", "(?:"))
-        # Every branch starts with its anchor as a literal, so the search skips in C to the next
-        # anchor character instead of trying each branch at each position. It only says whether a
-        # text holds anything: most hold nothing, and are done after this one search.
-        self._any = re.compile(
-            "|".join(f"{re.escape(anchor)}(?:{'|'.join(bodies)})" for anchor, bodies in by_anchor.items())
-        )
-        self._rules = [
-            _Searched(
-                anchored.rule.name, re.compile(re.escape(anchored.anchor) + anchored.rule.pattern), anchored.anchor
+        searched = [
+            _Searched(index, anchored.rule.name, re.compile(re.escape(anchored.anchor) + anchored.rule.pattern))
+            for index, anchored in enumerate(kept)
+        ]
+        by_anchor: dict[str, list[int]] = {}
+        for index, anchored in enumerate(kept):
+            by_anchor.setdefault(anchored.anchor, []).append(index)
+        # One search per anchor, and only in a text that holds the anchor: each expression then
+        # starts with one literal, which the search skips to in C, where one expression of every
+        # rule would try each of them at each character of a few common ones.
+        self._groups = [
+            (
+                anchor,
+                re.compile(
+                    re.escape(anchor)
+                    + "(?:"
+                    + "|".join(kept[index].rule.pattern.replace("(?P<value>", "(?:") for index in indexes)
+                    + ")"
+                ),
+                [searched[index] for index in indexes],
             )
-            for anchored in kept
-        ] + [_Searched(rule.name, re.compile(rule.pattern), "") for rule in extra]
-        self._defaults_only = not extra
+            for anchor, indexes in by_anchor.items()
+        ]
+        self._extra = [
+            _Searched(len(kept) + index, rule.name, re.compile(rule.pattern)) for index, rule in enumerate(extra)
+        ]
         self._clean: set[str] = set()
 
     def text(self, value: str) -> str:
         """Return ``value`` with every secret replaced by its mark (``value`` itself when clean)."""
-        clean = self._clean
-        if value in clean:
+        if value in self._clean:
             return value
-        if self._defaults_only and self._any.search(value) is None:
-            self._remember_clean(value)
-            return value
-        return self._masked(value)
+        found = [rules for anchor, pattern, rules in self._groups if anchor in value and pattern.search(value)]
+        if found or self._extra or _MARK in value:
+            return self._masked(value, [rule for rules in found for rule in rules] + self._extra)
+        self._remember_clean(value)
+        return value
 
     def _remember_clean(self, value: str) -> None:
         clean = self._clean
@@ -361,21 +386,20 @@ class Redactor:
             clean.clear()
         clean.add(value)
 
-    def _masked(self, value: str) -> str:
-        """Every rule's matches over ``value`` as it came, their union masked.
+    def _masked(self, value: str, rules: list[_Searched]) -> str:
+        """Every rule's matches over ``value`` as it came (``rules``: those that may match), their
+        union masked.
 
         Rules are searched one by one, each over the original text, so that one rule's match
         cannot hide another's (a key id taken for ``curl -u``'s user name is still a key id);
         overlapping matches become one mark, named by the rule whose match starts first.
         """
         spans: list[tuple[int, int, int, str]] = []
-        for index, searched in enumerate(self._rules):
-            if searched.anchor not in value:
-                continue
-            for match in searched.pattern.finditer(value):
-                start, end = match.span("value") if searched.has_value and match.start("value") >= 0 else match.span()
+        for rule in rules:
+            for match in rule.pattern.finditer(value):
+                start, end = match.span("value") if rule.has_value and match.start("value") >= 0 else match.span()
                 if start < end:
-                    spans.append((start, index, end, searched.name))
+                    spans.append((start, rule.index, end, rule.name))
         marks = [match.span() for match in _MARKS.finditer(value)] if _MARK in value else []
         for start, end in marks:
             name = value[start + len(_MARK) : end - 1]
