@@ -202,3 +202,29 @@ def _occurrences(text: str, part: str) -> list[int]:
         found.append(start)
         start = text.find(part, start + 1)
     return found
+
+
+def test_a_batch_is_redacted_as_its_events_one_by_one() -> None:
+    """``events`` gives what ``event`` gives each event (None stays None), counts the same, and a
+    clean agent remembered from one event does not let a mark in another's agent go uncounted."""
+    secret = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # noqa: S105 - a fake, shaped like a real one
+    batch: list[LogEvent | None] = [
+        _event(),
+        None,
+        _event(action=f"push {secret}"),
+        _event(),
+        _event(agent="[REDACTED:made-up]"),
+        _event(agent="[REDACTED:made-up]"),
+        _event(role="planner"),
+        _event(attrs={"cmd": f"export T={secret}"}),
+        _event(),
+    ]
+    one_by_one: list[str] = []
+    single = Redactor(on_redacted=one_by_one.append)
+    expected = [None if event is None else single.event(event) for event in batch]
+    counted: list[str] = []
+    redacted = Redactor(on_redacted=counted.append).events(batch)
+    assert redacted == expected
+    assert counted == one_by_one == ["github-token", "other", "other", "github-token"]
+    assert redacted[0] is batch[0]
+    assert redacted[1] is None

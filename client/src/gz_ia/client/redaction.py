@@ -151,16 +151,16 @@ _ANCHORED: Final = (
         ),
         "-----BEGIN",
     ),
-    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "sk-"),
+    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "k-"),
     _Anchored(
-        Rule("openai-key", r"(?<=\bsk-)(?!ant-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "sk-"
+        Rule("openai-key", r"(?<=\bsk-)(?!ant-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "k-"
     ),
     _Anchored(Rule("slack-token", r"(?<=\bxox)[abeoprs]-(?P<value>[A-Za-z0-9\-]{10,})"), "xox"),
     _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "glpat-"),
     _Anchored(
         Rule("pypi-token", r"(?<=\bpypi-AgEIcHlwaS5vcmc)(?P<value>[A-Za-z0-9_\-]{50,1000})"), "pypi-AgEIcHlwaS5vcmc"
     ),
-    _Anchored(Rule("aws-secret-key", _AWS_SECRET), "secret-access-key"),
+    _Anchored(Rule("aws-secret-key", r"(?<=secret-access-key)" + _AWS_SECRET), "-access-key"),
     _Anchored(
         Rule(
             "credential-pair",
@@ -172,18 +172,16 @@ _ANCHORED: Final = (
     _Anchored(Rule("user-password", r"(?<!\S-u)[ =]['\"]?" + _USER_PASSWORD), "-u"),
     _Anchored(Rule("cookie", r"(?<!\S--)cookie[ =]['\"]?" + _COOKIE_PAIRS), "--"),
     _Anchored(Rule("cookie", r"(?<!\S-b)[ =]['\"]?" + _COOKIE_PAIRS), "-b"),
-    _Anchored(Rule("github-token", r"(?<=\bgh)[pousr]_(?P<value>[A-Za-z0-9]{20,})"), "gh"),
-    _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "github_pat_"),
-    _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "k_live_"),
-    _Anchored(Rule("npm-token", r"(?<=\bnpm_)(?P<value>[A-Za-z0-9]{36})\b"), "npm_"),
-    _Anchored(Rule("huggingface-token", r"(?<=\bhf_)(?P<value>[A-Za-z0-9]{34,})\b"), "hf_"),
-    _Anchored(Rule("aws-secret-key", _AWS_SECRET), "secret_access_key"),
-    _Anchored(Rule("aws-secret-key", _AWS_SECRET), "SECRET_ACCESS_KEY"),
+    _Anchored(Rule("github-token", r"(?<=\bgh[pousr]_)(?P<value>[A-Za-z0-9]{20,})"), "_"),
+    _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "_"),
+    _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "_"),
+    _Anchored(Rule("npm-token", r"(?<=\bnpm_)(?P<value>[A-Za-z0-9]{36})\b"), "_"),
+    _Anchored(Rule("huggingface-token", r"(?<=\bhf_)(?P<value>[A-Za-z0-9]{34,})\b"), "_"),
+    _Anchored(Rule("aws-secret-key", r"(?<=secret_access_key)" + _AWS_SECRET), "_access_key"),
+    _Anchored(Rule("aws-secret-key", r"(?<=SECRET_ACCESS_KEY)" + _AWS_SECRET), "_ACCESS_KEY"),
     _Anchored(Rule("aws-access-key", r"(?<=\bA)[KS]IA(?P<value>[A-Z0-9]{16})\b"), "A"),
     _Anchored(Rule("google-api-key", r"(?<=\bA)Iza(?P<value>[0-9A-Za-z_\-]{35})"), "A"),
-    _Anchored(
-        Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "eyJ"
-    ),
+    _Anchored(Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "J"),
     _Anchored(
         Rule("sendgrid-key", r"(?<=\bSG\.)(?P<value>[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])"), "SG."
     ),
@@ -192,14 +190,15 @@ _ANCHORED: Final = (
             "slack-webhook",
             r"(?<=\bhooks\.slack\.com/)(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9+/_\-]{20,})",
         ),
-        "hooks.slack.com/",
+        ".slack.com/",
     ),
     _Anchored(
         Rule(
             "discord-webhook",
-            r"(?<=\bdiscord)(?:app)?\.com/api(?:/v[0-9]{1,2})?/webhooks/[0-9]{5,30}/(?P<value>[A-Za-z0-9_\-]{30,})",
+            r"(?:(?<=\bdiscord\.com/api)|(?<=\bdiscordapp\.com/api))(?:/v[0-9]{1,2})?/webhooks/[0-9]{5,30}/"
+            r"(?P<value>[A-Za-z0-9_\-]{30,})",
         ),
-        "discord",
+        ".com/api",
     ),
     _Anchored(
         Rule("url-credentials", r"(?<=[A-Za-z0-9]://)[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
@@ -227,12 +226,13 @@ _ANCHORED: Final = (
     _Anchored(Rule("azure-key", r"(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "AccountKey="),
     _Anchored(Rule("azure-key", r"(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "SharedAccessKey="),
     _Anchored(Rule("credential-pair", _key_before("=") + r"[ \t]*[\"']?" + _VALUE), "="),
-    _Anchored(Rule("bearer-token", r"(?:(?<=Bearer)|(?<=\bbearer))[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "earer"),
-    _Anchored(Rule("bearer-token", r"(?<=BEARER)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "EARER"),
+    _Anchored(Rule("bearer-token", r"[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "Bearer"),
+    _Anchored(Rule("bearer-token", r"(?<=\bbearer)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "bearer"),
+    _Anchored(Rule("bearer-token", r"[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "BEARER"),
     _Anchored(Rule("password-argument", r"(?<![\w.-]mysql)(?:dump|admin|sh)?" + _P_FLAG), "mysql"),
     _Anchored(Rule("password-argument", r"(?<![\w.-]mariadb)(?:-dump|-admin)?" + _P_FLAG), "mariadb"),
     _Anchored(
-        Rule("password-argument", r"(?<![\w.-]sshpass)[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]{1,512})"), "sshpass"
+        Rule("password-argument", r"(?<=sshpass -p)(?<![\w.-]sshpass -p)[ \t]*['\"]?(?P<value>[^\s'\"]{1,512})"), "-p"
     ),
 )
 """The default rules, each with its anchor: a literal every match starts with; the pattern is what
@@ -347,24 +347,31 @@ class Redactor:
             _Searched(index, anchored.rule.name, re.compile(re.escape(anchored.anchor) + anchored.rule.pattern))
             for index, anchored in enumerate(kept)
         ]
-        by_anchor: dict[str, list[int]] = {}
+        # Grouped by the first character of their anchor: one search per group, and only in a text
+        # that holds that character. Each expression starts with that literal, which the search
+        # skips to in C, and each branch with the rest of its anchor, which fails fast; one
+        # expression of every rule would instead try every branch at each of many characters.
+        by_first: dict[str, dict[str, list[int]]] = {}
         for index, anchored in enumerate(kept):
-            by_anchor.setdefault(anchored.anchor, []).append(index)
-        # One search per anchor, and only in a text that holds the anchor: each expression then
-        # starts with one literal, which the search skips to in C, where one expression of every
-        # rule would try each of them at each character of a few common ones.
+            by_first.setdefault(anchored.anchor[0], {}).setdefault(anchored.anchor[1:], []).append(index)
         self._groups = [
             (
-                anchor,
+                first,
                 re.compile(
-                    re.escape(anchor)
+                    re.escape(first)
                     + "(?:"
-                    + "|".join(kept[index].rule.pattern.replace("(?P<value>", "(?:") for index in indexes)
+                    + "|".join(
+                        re.escape(rest)
+                        + "(?:"
+                        + "|".join(kept[index].rule.pattern.replace("(?P<value>", "(?:") for index in indexes)
+                        + ")"
+                        for rest, indexes in rests.items()
+                    )
                     + ")"
                 ),
-                [searched[index] for index in indexes],
+                [searched[index] for indexes in rests.values() for index in indexes],
             )
-            for anchor, indexes in by_anchor.items()
+            for first, rests in by_first.items()
         ]
         self._extra = [
             _Searched(len(kept) + index, rule.name, re.compile(rule.pattern)) for index, rule in enumerate(extra)
