@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
+import string
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gz_ia.client.limits import MAX_ACTION_LENGTH
-from gz_ia.client.redaction import DEFAULT_RULES, Redactor, Rule, parse_rules, spool_redactor
+from gz_ia.client.redaction import DEFAULT_RULES, Redactor, Rule, default_patterns, parse_rules, spool_redactor
 from gz_ia.client.schema import LogEvent
 
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "secrets" / "corpus.json").read_text())
@@ -130,3 +134,97 @@ def test_the_spool_redactor_follows_the_environment() -> None:
     unparsable = spool_redactor({"GZ_IA_REDACTION_PATTERNS": "no name"})
     assert unparsable is not None
     assert unparsable.text("ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8") == "ghp_[REDACTED:github-token]"
+
+
+OVERLAPPING: list[dict[str, Any]] = CORPUS["overlapping"]
+
+
+@pytest.mark.parametrize("case", OVERLAPPING, ids=[str(index) for index in range(len(OVERLAPPING))])
+def test_overlapping_matches_leave_no_part_of_any_in_clear(case: dict[str, Any]) -> None:
+    """Where rules' matches overlap, their union is masked (one mark, named by the match that starts
+    first); matches that only touch keep a mark each. Each mark written is counted once."""
+    counted: list[str] = []
+    redacted = Redactor(on_redacted=counted.append).text(case["text"])
+    assert redacted == case["redacted"]
+    for secret in case["secrets"]:
+        assert secret not in redacted
+    assert counted == re.findall(r"\[REDACTED:([a-z0-9-]+)\]", case["redacted"])
+    assert Redactor().text(redacted) == redacted
+
+
+_SECRET_TEXTS = [case["text"] for case in SECRETS] + [case["text"] for case in OVERLAPPING]
+_JOINS = st.sampled_from(["", " ", "\n", ":", "=", "-", "_", "'", '"', "/", "@", ";", "&", "--", " -u ", "A"])
+_NOISE = st.text(alphabet=string.ascii_letters + string.digits + " -_:=/.@'\"\n", max_size=30)
+
+
+@st.composite
+def _mixed_texts(draw: st.DrawFn) -> str:
+    """Secrets of every default rule among noise and each other: overlapping, adjacent, prefixed."""
+    pieces = draw(st.lists(st.one_of(st.sampled_from(_SECRET_TEXTS), _NOISE), min_size=1, max_size=5))
+    text = pieces[0]
+    for piece in pieces[1:]:
+        text += draw(_JOINS) + piece
+    return text
+
+
+_PATTERNS = [(rule.name, re.compile(rule.pattern)) for rule in default_patterns()]
+
+
+@given(_mixed_texts())
+def test_nothing_any_single_rule_matches_survives(text: str) -> None:
+    """Whatever the mix, each default rule searched alone over the original finds nothing that
+    the redacted text still holds; and redacting the result again changes nothing."""
+    redacted = Redactor().text(text)
+    covered = [
+        match.span("value") if match.start("value") >= 0 else match.span()
+        for _, pattern in _PATTERNS
+        for match in pattern.finditer(text)
+    ]
+    for name, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            value = match["value"] if match.start("value") >= 0 else match.group()
+            if len(value) < 8:
+                continue
+            # The same characters may stand elsewhere in the text outside every match (a piece
+            # cut from its prefix): only those may be left.
+            clear = sum(
+                1
+                for start in _occurrences(text, value)
+                if not any(start < end and start + len(value) > begin for begin, end in covered)
+            )
+            assert len(_occurrences(redacted, value)) <= clear, f"{name} match {value!r} survived in {redacted!r}"
+    assert Redactor().text(redacted) == redacted
+
+
+def _occurrences(text: str, part: str) -> list[int]:
+    found, start = [], text.find(part)
+    while start >= 0:
+        found.append(start)
+        start = text.find(part, start + 1)
+    return found
+
+
+def test_a_batch_is_redacted_as_its_events_one_by_one() -> None:
+    """``events`` gives what ``event`` gives each event (None stays None), counts the same, and a
+    clean agent remembered from one event does not let a mark in another's agent go uncounted."""
+    secret = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # noqa: S105 - a fake, shaped like a real one
+    batch: list[LogEvent | None] = [
+        _event(),
+        None,
+        _event(action=f"push {secret}"),
+        _event(),
+        _event(agent="[REDACTED:made-up]"),
+        _event(agent="[REDACTED:made-up]"),
+        _event(role="planner"),
+        _event(attrs={"cmd": f"export T={secret}"}),
+        _event(),
+    ]
+    one_by_one: list[str] = []
+    single = Redactor(on_redacted=one_by_one.append)
+    expected = [None if event is None else single.event(event) for event in batch]
+    counted: list[str] = []
+    redacted = Redactor(on_redacted=counted.append).events(batch)
+    assert redacted == expected
+    assert counted == one_by_one == ["github-token", "other", "other", "github-token"]
+    assert redacted[0] is batch[0]
+    assert redacted[1] is None

@@ -20,6 +20,8 @@ from gz_ia.client.redaction import Redactor
 
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "secrets" / "corpus.json").read_text())
 SECRETS: list[dict[str, str]] = CORPUS["secrets"]
+OVERLAPPING: list[dict[str, Any]] = CORPUS["overlapping"]
+ORDINARY: list[str] = CORPUS["ordinary"]
 CLAUDE_SESSION = "bbad7d3b-4734-436d-be3e-20221d9f8019"
 
 
@@ -86,6 +88,27 @@ def test_the_clients_events_are_stored_redacted_and_counted(collector: Any, sche
     status = collector.gz_ia("status", check=True).stdout
     assert f"  redacted github-token: {expected['github-token']}" in status.splitlines()
     assert _assert_no_secret_under(collector.base, spool_dir().parent) > 0
+
+
+def test_overlapping_secrets_are_masked_whole_and_ordinary_text_stored_as_sent(collector: Any) -> None:
+    """A Bash command in attrs, over the socket into a real collector and read back from the session
+    file: where rules' matches overlap nothing is left in clear, and ordinary text is kept as sent."""
+    client = collector.client()
+    for index, case in enumerate(OVERLAPPING):
+        client.log(session_id="redact-overlap", action=f"Bash {index}", stage="READ", agent="claude",
+                   attrs={"command": case["text"]})  # fmt: skip
+    for index, text in enumerate(ORDINARY):
+        client.log(session_id="redact-ordinary", action=f"Bash {index}", stage="READ", agent="claude",
+                   attrs={"command": text})  # fmt: skip
+    client.flush()
+    client.close()
+    overlapping = collector.session_lines("redact-overlap")
+    assert [line["attrs"]["command"] for line in overlapping] == [case["redacted"] for case in OVERLAPPING]
+    assert [line["attrs"]["command"] for line in collector.session_lines("redact-ordinary")] == ORDINARY
+    stored = b"".join(path.read_bytes() for path in collector.base.rglob("*") if path.is_file())
+    for case in OVERLAPPING:
+        for secret in case["secrets"]:
+            assert secret.encode() not in stored
 
 
 def test_session_log_and_the_claude_code_hook_store_nothing_secret(collector: Any, tmp_path: Path) -> None:

@@ -9,18 +9,25 @@ client. docs/user-guide.md lists what the defaults cover.
 A match is replaced by a mark naming its rule, ``[REDACTED:github-token]``. Where a rule names a
 part (a ``value`` group), only that part is replaced, so ``password=hunter2`` becomes
 ``password=[REDACTED:credential-pair]`` and ``ghp_…`` keeps its ``ghp_``: what kind of secret was
-there stays readable, the secret does not. Redacting a redacted text changes nothing.
+there stays readable, the secret does not. Every rule is searched on its own over the text as it
+came and the union of what they found is masked, so that one rule's match never hides another's
+(``curl -u AKIA…:x``: the user-password rule takes the key id for a user name, the key id is masked
+all the same); overlapping matches become one mark. Redacting a redacted text changes nothing.
 
-Speed: every default rule starts at one of a few characters that ordinary text holds rarely
-(``- _ : = @ A B b J [``), so the combined expression's search skips the rest of a text in C; a
-text found clean is remembered (a bounded set), since the same action name comes with each event of
-its cycle. Rules of the user's own (``GZ_IA_REDACTION_PATTERNS``, the collector's ``[redaction]``)
-are searched one by one after the defaults.
+Speed: most texts hold no secret, and most events no attrs and an action already seen. Every
+default rule starts at a literal, its anchor (``--``, ``_``, ``:``, ``AccountKey=``, ``mysql``, …);
+rules are grouped by their anchor's first character, and a text is searched once per group whose
+character it holds, each expression skipping in C to that character and failing fast on the rest
+of the anchor. Only a text a group finds something in is searched rule by rule, and only with that
+group's rules. A text found clean is remembered (a bounded set), since the same action name comes
+with each event of its cycle; :meth:`Redactor.events` takes a whole batch, so that the usual event
+(no attrs, no error, the agent and role of the last clean one, a known action) costs no call. Rules
+of the user's own (``GZ_IA_REDACTION_PATTERNS``, the collector's ``[redaction]``) have no anchor:
+with any, every text is searched with them too.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 
@@ -41,6 +48,7 @@ __all__ = [
     "Redactor",
     "Rule",
     "checked_rule",
+    "default_patterns",
     "parse_rules",
     "spool_redactor",
 ]
@@ -50,6 +58,7 @@ _NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
 _MARK: Final = "[REDACTED:"
 _NOT_MARKED: Final = r"(?!\[REDACTED:)"
 _CLEAN_KEPT: Final = 65_536
+_NOTHING_YET: Final = object()
 
 
 class Rule:
@@ -127,37 +136,77 @@ def _key_before(anchor: str) -> str:
 
 _TOKEN_CHARS: Final = r"(?P<value>[A-Za-z0-9._~+/\-]{8,}=*)"  # noqa: S105 - a pattern, not a password
 _VALUE: Final = _NOT_MARKED + r"(?P<value>[^\s\"'&;,)}\]>]{1,512})"
+_AWS_SECRET: Final = r"['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)['\"]?(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"  # noqa: S105 - a pattern, not a password
+"""After an AWS secret key's name: ``=``, ``:`` or blanks, quotes, then the 40 characters of the key."""
+_COOKIE_PAIRS: Final = (
+    r"(?P<value>[^\s\"';=\[]{1,256}=[^\s\"';]{0,4096}(?:;[ \t]*[^\s\"';=]{1,256}=[^\s\"';]{0,4096}){0,64})"
+)
+"""A cookie header's or ``curl -b``'s ``name=value; name=value``: a name and ``=`` are required, so
+a cookie jar's file name (``-b cookies.txt``) and prose (``cookie: it expires``) stay."""
+_USER_PASSWORD: Final = r"[^\s:'\"]{1,128}:" + _VALUE
+"""``curl -u``'s ``user:password``: the password is the part masked."""
+_P_FLAG: Final = r"\b[^\n|;&]{0,256}?[ \t]-p['\"]?(?P<value>[^\s'\"]{1,512})"
+"""A MySQL client's ``-pPASSWORD`` (glued to ``-p``: ``-p`` alone, or ``-p db``, prompts for one)."""
 _ANCHORED: Final = (
     _Anchored(
         Rule(
             "private-key",
-            r"----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            + _NOT_MARKED
-            + r"(?P<value>[\s\S]+?)(?=-----END|\Z)",
+            r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----" + _NOT_MARKED + r"(?P<value>[\s\S]+?)(?=-----END|\Z)",
         ),
-        "-",
+        "-----BEGIN",
     ),
-    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "-"),
-    _Anchored(Rule("openai-key", r"(?<=\bsk-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "-"),
-    _Anchored(Rule("slack-token", r"(?<=\bxox[abeoprs]-)(?P<value>[A-Za-z0-9\-]{10,})"), "-"),
-    _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "-"),
+    _Anchored(Rule("anthropic-key", r"(?<=\bsk-)ant-(?P<value>[A-Za-z0-9_\-]{16,})"), "k-"),
+    _Anchored(
+        Rule("openai-key", r"(?<=\bsk-)(?!ant-)(?P<value>(?=[A-Za-z0-9_\-]{0,200}[0-9])[A-Za-z0-9_\-]{20,})"), "k-"
+    ),
+    _Anchored(Rule("slack-token", r"(?<=\bxox)[abeoprs]-(?P<value>[A-Za-z0-9\-]{10,})"), "xox"),
+    _Anchored(Rule("gitlab-token", r"(?<=\bglpat-)(?P<value>[A-Za-z0-9_\-]{20,})"), "glpat-"),
+    _Anchored(
+        Rule("pypi-token", r"(?<=\bpypi-AgEIcHlwaS5vcmc)(?P<value>[A-Za-z0-9_\-]{50,1000})"), "pypi-AgEIcHlwaS5vcmc"
+    ),
+    _Anchored(Rule("aws-secret-key", r"(?<=secret-access-key)" + _AWS_SECRET), "-access-key"),
     _Anchored(
         Rule(
             "credential-pair",
-            r"(?<!\S-)-(?:" + "|".join(_any_case(word) for word in _KEY_WORDS) + r")[ =]['\"]?" + _VALUE,
+            r"(?<!\S--)(?:" + "|".join(_any_case(word) for word in _KEY_WORDS) + r")[ =]['\"]?" + _VALUE,
         ),
-        "-",
+        "--",
     ),
-    _Anchored(Rule("user-password", r"(?<!\S-)(?:u|-user)[ =]['\"]?[^\s:'\"]{1,128}:" + _VALUE), "-"),
+    _Anchored(Rule("user-password", r"(?<!\S--)user[ =]['\"]?" + _USER_PASSWORD), "--"),
+    _Anchored(Rule("user-password", r"(?<!\S-u)[ =]['\"]?" + _USER_PASSWORD), "-u"),
+    _Anchored(Rule("cookie", r"(?<!\S--)cookie[ =]['\"]?" + _COOKIE_PAIRS), "--"),
+    _Anchored(Rule("cookie", r"(?<!\S-b)[ =]['\"]?" + _COOKIE_PAIRS), "-b"),
     _Anchored(Rule("github-token", r"(?<=\bgh[pousr]_)(?P<value>[A-Za-z0-9]{20,})"), "_"),
     _Anchored(Rule("github-token", r"(?<=\bgithub_pat_)(?P<value>[A-Za-z0-9_]{20,})"), "_"),
     _Anchored(Rule("stripe-key", r"(?<=\b[rs]k_live_)(?P<value>[A-Za-z0-9]{16,})"), "_"),
+    _Anchored(Rule("npm-token", r"(?<=\bnpm_)(?P<value>[A-Za-z0-9]{36})\b"), "_"),
+    _Anchored(Rule("huggingface-token", r"(?<=\bhf_)(?P<value>[A-Za-z0-9]{34,})\b"), "_"),
+    _Anchored(Rule("aws-secret-key", r"(?<=secret_access_key)" + _AWS_SECRET), "_access_key"),
+    _Anchored(Rule("aws-secret-key", r"(?<=SECRET_ACCESS_KEY)" + _AWS_SECRET), "_ACCESS_KEY"),
     _Anchored(Rule("aws-access-key", r"(?<=\bA)[KS]IA(?P<value>[A-Z0-9]{16})\b"), "A"),
     _Anchored(Rule("google-api-key", r"(?<=\bA)Iza(?P<value>[0-9A-Za-z_\-]{35})"), "A"),
     _Anchored(Rule("jwt", r"(?<=\beyJ)[A-Za-z0-9_\-]{8,}\.eyJ(?P<value>[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"), "J"),
     _Anchored(
-        Rule("url-credentials", r"(?<=[A-Za-z0-9]:)//[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
-        ":",
+        Rule("sendgrid-key", r"(?<=\bSG\.)(?P<value>[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])"), "SG."
+    ),
+    _Anchored(
+        Rule(
+            "slack-webhook",
+            r"(?<=\bhooks\.slack\.com/)(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9+/_\-]{20,})",
+        ),
+        ".slack.com/",
+    ),
+    _Anchored(
+        Rule(
+            "discord-webhook",
+            r"(?:(?<=\bdiscord\.com/api)|(?<=\bdiscordapp\.com/api))(?:/v[0-9]{1,2})?/webhooks/[0-9]{5,30}/"
+            r"(?P<value>[A-Za-z0-9_\-]{30,})",
+        ),
+        ".com/api",
+    ),
+    _Anchored(
+        Rule("url-credentials", r"(?<=[A-Za-z0-9]://)[^\s:/@]{1,128}:" + _NOT_MARKED + r"(?P<value>[^\s/@]{1,256})@"),
+        "://",
     ),
     _Anchored(
         Rule(
@@ -169,18 +218,70 @@ _ANCHORED: Final = (
         ),
         ":",
     ),
+    _Anchored(
+        Rule(
+            "cookie",
+            r"(?:(?<=[Cc]ookie:)|(?<=COOKIE:)|(?<=[Cc]ookie[\"']:)|(?<=COOKIE[\"']:))[ \t]*[\"']?" + _COOKIE_PAIRS,
+        ),
+        ":",
+    ),
+    _Anchored(Rule("telegram-bot-token", r"(?<=[0-9]{5}:)(?P<value>[A-Za-z0-9_\-]{35})(?![A-Za-z0-9_\-])"), ":"),
     _Anchored(Rule("credential-pair", _key_before(":") + r"[ \t]*[\"']?" + _VALUE), ":"),
+    _Anchored(Rule("azure-key", r"(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "AccountKey="),
+    _Anchored(Rule("azure-key", r"(?P<value>[A-Za-z0-9+/]{20,}={0,2})"), "SharedAccessKey="),
     _Anchored(Rule("credential-pair", _key_before("=") + r"[ \t]*[\"']?" + _VALUE), "="),
-    _Anchored(Rule("bearer-token", r"(?:earer|EARER)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "B"),
-    _Anchored(Rule("bearer-token", r"(?<=\bb)earer[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "b"),
+    _Anchored(Rule("bearer-token", r"[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "Bearer"),
+    _Anchored(Rule("bearer-token", r"(?<=\bbearer)[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "bearer"),
+    _Anchored(Rule("bearer-token", r"[ \t]+" + _NOT_MARKED + _TOKEN_CHARS), "BEARER"),
+    _Anchored(Rule("password-argument", r"(?<![\w.-]mysql)(?:dump|admin|sh)?" + _P_FLAG), "mysql"),
+    _Anchored(Rule("password-argument", r"(?<![\w.-]mariadb)(?:-dump|-admin)?" + _P_FLAG), "mariadb"),
+    _Anchored(
+        Rule("password-argument", r"(?<=sshpass -p)(?<![\w.-]sshpass -p)[ \t]*['\"]?(?P<value>[^\s'\"]{1,512})"), "-p"
+    ),
 )
-"""The default rules, each with its anchor: the pattern is what follows that character."""
+"""The default rules, each with its anchor: a literal every match starts with; the pattern is what
+follows it. Overlapping matches are marked with the first rule's name in this order."""
 
 DEFAULT_RULES: Final = tuple(dict.fromkeys(anchored.rule.name for anchored in _ANCHORED))
-"""The names of the default rules, in the order they are tried."""
+"""The names of the default rules (where matches overlap, the mark names the first in this order)."""
 
-# A mark already in a text (redacted by a client before it spooled): counted, never replaced.
-_MARKED: Final = r"REDACTED:(?P<marked>[a-z][a-z0-9-]{0,39})\]"
+
+def default_patterns() -> tuple[Rule, ...]:
+    """Each default rule's expression as it is searched alone (a name may have several)."""
+    return tuple(Rule(anchored.rule.name, re.escape(anchored.anchor) + anchored.rule.pattern) for anchored in _ANCHORED)
+
+
+_MARKS: Final = re.compile(r"\[REDACTED:[a-z][a-z0-9-]{0,39}\]")
+
+
+class _Searched:
+    """One rule as the redactor searches it alone; ``index`` orders the rules (whose mark wins)."""
+
+    __slots__ = ("anchor", "has_value", "index", "name", "pattern")
+
+    def __init__(self, index: int, name: str, pattern: re.Pattern[str], anchor: str = "") -> None:
+        self.index = index
+        self.anchor = anchor
+        self.name = name
+        self.pattern = pattern
+        self.has_value = "value" in pattern.groupindex
+
+
+def _outside(spans: list[tuple[int, int, int, str]], marks: list[tuple[int, int]]) -> list[tuple[int, int, int, str]]:
+    """``spans`` less the marks already in the text: a mark is kept as it is, never masked again."""
+    kept = []
+    for start, index, end, name in spans:
+        for mark_start, mark_end in marks:
+            if mark_end <= start or mark_start >= end:
+                continue
+            if start < mark_start:
+                kept.append((start, index, mark_start, name))
+            start = max(start, mark_end)
+            if start >= end:
+                break
+        if start < end:
+            kept.append((start, index, end, name))
+    return kept
 
 
 def parse_rules(text: str) -> list[Rule]:
@@ -221,7 +322,7 @@ class Redactor:
     """The default rules (less those disabled) and the user's own, compiled once.
 
     Args:
-        extra: the user's rules, searched after the defaults.
+        extra: the user's rules, searched like the defaults (their marks lose ties to a default's).
         disable: names of default rules to leave out.
         on_redacted: called with a rule's name for each match replaced, and for each mark found
             already in a text (redacted before, by a client's spool): how the collector counts.
@@ -246,52 +347,106 @@ class Redactor:
         extra = list(extra)
         self.known = frozenset(DEFAULT_RULES) | {rule.name for rule in extra}
         """Rule names a mark found in a text is counted under (any other mark counts as ``other``)."""
-        self._names: list[str] = []
-        by_anchor: dict[str, list[str]] = {"[": [_MARKED]}
-        for anchored in _ANCHORED:
-            if anchored.rule.name in left_out:
-                continue
-            group = f"r{len(self._names)}"
-            self._names.append(anchored.rule.name)
-            body = anchored.rule.pattern.replace("(?P<value>", f"(?P<{group}>")
-            by_anchor.setdefault(anchored.anchor, []).append(body)
-        # Every branch starts with its anchor as a literal, so the search skips in C to the next
-        # anchor character instead of trying each branch at each position.
-        combined = "|".join(f"{re.escape(anchor)}(?:{'|'.join(bodies)})" for anchor, bodies in by_anchor.items())
-        self._defaults = re.compile(combined)
-        self._extra = [(rule.name, re.compile(rule.pattern)) for rule in extra]
+        kept = [anchored for anchored in _ANCHORED if anchored.rule.name not in left_out]
+        searched = [
+            _Searched(
+                index,
+                anchored.rule.name,
+                re.compile(re.escape(anchored.anchor) + anchored.rule.pattern),
+                anchored.anchor,
+            )
+            for index, anchored in enumerate(kept)
+        ]
+        # Grouped by the first character of their anchor: one search per group, and only in a text
+        # that holds that character. Each expression starts with that literal, which the search
+        # skips to in C, and each branch with the rest of its anchor, which fails fast; one
+        # expression of every rule would instead try every branch at each of many characters.
+        by_first: dict[str, dict[str, list[int]]] = {}
+        for index, anchored in enumerate(kept):
+            by_first.setdefault(anchored.anchor[0], {}).setdefault(anchored.anchor[1:], []).append(index)
+        self._groups = [
+            (
+                first,
+                re.compile(
+                    re.escape(first)
+                    + "(?:"
+                    + "|".join(
+                        re.escape(rest)
+                        + "(?:"
+                        + "|".join(kept[index].rule.pattern.replace("(?P<value>", "(?:") for index in indexes)
+                        + ")"
+                        for rest, indexes in rests.items()
+                    )
+                    + ")"
+                ),
+                [searched[index] for indexes in rests.values() for index in indexes],
+            )
+            for first, rests in by_first.items()
+        ]
+        self._extra = [
+            _Searched(len(kept) + index, rule.name, re.compile(rule.pattern)) for index, rule in enumerate(extra)
+        ]
         self._clean: set[str] = set()
+        self._clean_agent: object = _NOTHING_YET
+        self._clean_role: object = _NOTHING_YET
 
     def text(self, value: str) -> str:
         """Return ``value`` with every secret replaced by its mark (``value`` itself when clean)."""
-        clean = self._clean
-        if value in clean:
+        if value in self._clean:
             return value
-        redacted = self._defaults.sub(self._replace_default, value)
-        for name, pattern in self._extra:
-            redacted = pattern.sub(functools.partial(self._replace, name=name, group="value"), redacted)
-        if redacted == value and _MARK not in value:
-            if len(clean) >= _CLEAN_KEPT:
-                clean.clear()
-            clean.add(value)
-        return redacted
+        found = [rules for anchor, pattern, rules in self._groups if anchor in value and pattern.search(value)]
+        if found or self._extra or _MARK in value:
+            return self._masked(value, [rule for rules in found for rule in rules] + self._extra)
+        self._remember_clean(value)
+        return value
 
-    def _replace_default(self, match: re.Match[str]) -> str:
-        group = match.lastgroup
-        if group == "marked":
-            name = match["marked"]
+    def _remember_clean(self, value: str) -> None:
+        clean = self._clean
+        if len(clean) >= _CLEAN_KEPT:
+            clean.clear()
+        clean.add(value)
+
+    def _masked(self, value: str, rules: list[_Searched]) -> str:
+        """Every rule's matches over ``value`` as it came (``rules``: those that may match), their
+        union masked.
+
+        Rules are searched one by one, each over the original text, so that one rule's match
+        cannot hide another's (a key id taken for ``curl -u``'s user name is still a key id);
+        overlapping matches become one mark, named by the rule whose match starts first.
+        """
+        spans: list[tuple[int, int, int, str]] = []
+        for rule in rules:
+            if rule.anchor not in value:
+                continue
+            for match in rule.pattern.finditer(value):
+                start, end = match.span("value") if rule.has_value and match.start("value") >= 0 else match.span()
+                if start < end:
+                    spans.append((start, rule.index, end, rule.name))
+        marks = [match.span() for match in _MARKS.finditer(value)] if _MARK in value else []
+        for start, end in marks:
+            name = value[start + len(_MARK) : end - 1]
             self._count(name if name in self.known else "other")
-            return match.group()
-        assert group is not None  # every default branch has its one group
-        return self._replace(match, self._names[int(group[1:])], group)
-
-    def _replace(self, match: re.Match[str], name: str, group: str) -> str:
-        self._count(name)
-        whole = match.group()
-        if group not in match.re.groupindex or match.start(group) < 0:
-            return f"{_MARK}{name}]"
-        start, end = match.start(group) - match.start(), match.end(group) - match.start()
-        return f"{whole[:start]}{_MARK}{name}]{whole[end:]}"
+        if marks and spans:
+            spans = _outside(spans, marks)
+        if not spans:
+            if not marks:
+                self._remember_clean(value)
+            return value
+        spans.sort()
+        pieces: list[str] = []
+        done = 0
+        merged_start, _, merged_end, merged_name = spans[0]
+        for start, _, end, name in spans[1:]:
+            if start < merged_end:
+                merged_end = max(merged_end, end)
+                continue
+            pieces += (value[done:merged_start], _MARK, merged_name, "]")
+            self._count(merged_name)
+            done = merged_end
+            merged_start, merged_end, merged_name = start, end, name
+        pieces += (value[done:merged_start], _MARK, merged_name, "]", value[merged_end:])
+        self._count(merged_name)
+        return "".join(pieces)
 
     def _count(self, name: str) -> None:
         if self.on_redacted is not None:
@@ -307,22 +462,45 @@ class Redactor:
             return {self.value(key): self.value(item) for key, item in value.items()}
         return value
 
+    def events(self, events: list[LogEvent | None]) -> list[LogEvent | None]:
+        """:meth:`event` for each of a batch's events (None, an event that did not decode, stays).
+
+        One call per batch rather than per event: most events take the clean path of
+        :meth:`event`, which costs less than the call would.
+        """
+        clean = self._clean
+        redacted = list(events)
+        agent, role = self._clean_agent, self._clean_role
+        for index, event in enumerate(redacted):
+            if event is None or (
+                event.attrs is None
+                and event.error is None
+                and event.agent == agent
+                and event.role == role
+                and event.action in clean
+            ):
+                continue
+            redacted[index] = self.event(event)
+            agent, role = self._clean_agent, self._clean_role
+        return redacted
+
     def event(self, event: LogEvent) -> LogEvent:
         """Return ``event`` with its free text redacted and cut to its limits (itself when clean).
 
         Free text is ``action``, ``agent``, ``role``, ``error`` and ``attrs`` (keys and string
         values). Ids, stages and the time are left alone: they are checked shapes, not free text.
         """
-        clean = self._clean
-        role = event.role
+        # Most events: no attrs, no error, the agent and role of the last clean event, an action
+        # already found clean. Comparing agent and role costs less than hashing them again.
         if (
-            event.action in clean
-            and event.agent in clean
-            and (role is None or role in clean)
+            event.attrs is None
             and event.error is None
-            and event.attrs is None
+            and event.agent == self._clean_agent
+            and event.role == self._clean_role
+            and event.action in self._clean
         ):
             return event
+        role = event.role
         text = self.text
         action, agent = text(event.action), text(event.agent)
         role = None if role is None else text(role)
@@ -337,6 +515,9 @@ class Redactor:
         if (action, agent, role, error) == (event.action, event.agent, event.role, event.error) and (
             attrs is event.attrs
         ):
+            clean = self._clean
+            if agent in clean and (role is None or role in clean):
+                self._clean_agent, self._clean_role = agent, role
             return event
         import msgspec
 

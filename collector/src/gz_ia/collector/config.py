@@ -119,7 +119,7 @@ class RedactionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     enabled: bool = True
     patterns: list[RedactionPattern] = []
-    """Rules searched after the defaults."""
+    """Rules of the user's own, searched with the defaults (a default names the mark when both start together)."""
     disable: list[str] = []
     """Default rules to leave out, by name."""
 

@@ -185,16 +185,14 @@ class Ingest:
         safe_parents = self._safe_parents
         cycles = self.cycles
         rejections = batch.rejections
-        redact = None if self.redactor is None else self.redactor.event
-        for index, event in enumerate(batch.events):
+        # First: the stage protocol keys cycles by the redacted action, so an action's events
+        # (redacted here, or already by a client's spool) stay one cycle.
+        events = batch.events if self.redactor is None else self.redactor.events(batch.events)
+        for index, event in enumerate(events):
             number = first + index
             if event is None:
                 self._reject(root, outcome, producer, number, index, rejections[index], None, batch.raw.get(index))
                 continue
-            if redact is not None:
-                # First: the stage protocol keys cycles by the redacted action, so an action's
-                # events (redacted here, or already by a client's spool) stay one cycle.
-                event = redact(event)
             timestamp = event.timestamp
             if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
                 self._reject(root, outcome, producer, number, index, timestamp_out_of_range(timestamp), event, None)
