@@ -19,7 +19,7 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── TypedEventError(ValueError)      oneshot.typed_event  typed input that makes no event (the caller's): .reason
     ├── MissingExtraError(RuntimeError)  otel.senders         the [otel] extra is not installed: the installation's
     ├── SettingsError                    integrations.*       a settings file we must not rewrite: left untouched
-    ├── DropDamaged(ValueError)          integrations.claude_code.inbox_drop  a hook's drop that will never be whole: quarantined
+    ├── DropDamaged(ValueError)          integrations.*       a hook inbox drop that will never be whole: quarantined
     ├── ListenerError                    service.listener     the socket cannot be set up; the message says what to do
     │   └── AlreadyRunning               service.listener     another collector serves this socket path
     ├── NotNow                           service.adoption     a spool cannot be delivered now: retried later
