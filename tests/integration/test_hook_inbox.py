@@ -62,7 +62,7 @@ def test_a_drop_taken_again_after_a_crash_is_not_logged_twice(collector: Collect
 def test_a_damaged_drop_is_quarantined_and_shown_by_status(collector: CollectorProcess) -> None:
     inbox = spool_dir() / "hooks"
     wait_for(inbox.exists, message="the collector to make its inbox")
-    (inbox / "1-0.drop").write_bytes(b"not a drop\n\x1e\n")  # by hand: no hook writes such a file
+    (inbox / "1-0.drop").write_bytes(b"this is no gz-ia hook drop at all\n")  # by hand: no hook writes such a file
     wait_for(lambda: collector.metric('gzia_hook_drops_total{outcome="quarantined"}') == 1, message="quarantine")
     listed = json.loads(collector.gz_ia("status", "--json", check=True).stdout)["spools"]["quarantined"]
     assert [Path(each["path"]).name for each in listed] == ["hook-1-0.drop"]

@@ -12,9 +12,10 @@ The script writes a drop only into an inbox that is a directory of its own user 
 collector makes it ``0700``. Anywhere else (no inbox yet, ``GZ_IA_DISABLED`` set, a root or socket
 path holding a newline) it runs the full command hook instead, which logs or spools as always.
 
-A drop is ``MAGIC`` newline, the root, the socket (each a line, empty when unset), the payload as
-Claude Code sent it, and :data:`END`: a drop without its end is still being written (or its writer
-was killed; :data:`STALE_AFTER` later it is taken for damaged).
+A drop is ``MAGIC``, the root, the socket (each a line, empty when unset), then the payload as
+Claude Code sent it, copied by ``cat`` in place of the shell (no fork, nothing after it). A payload is
+one JSON object: a drop whose payload does not decode yet is still being written (or its writer was
+killed: :data:`STALE_AFTER` later it is taken for damaged).
 """
 
 from __future__ import annotations
@@ -25,17 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import msgspec
+
 from gz_ia.collector.errors import CollectorError
 
-__all__ = ["END", "INBOX_DIR", "MAGIC", "STALE_AFTER", "Drop", "DropDamaged", "drop_script", "inbox_dir", "read_drop"]
+__all__ = ["INBOX_DIR", "MAGIC", "STALE_AFTER", "Drop", "DropDamaged", "drop_script", "inbox_dir", "read_drop"]
 
 INBOX_DIR: Final = "hooks"
 """The inbox, inside the spool directory."""
 MAGIC: Final = b"gz-ia hook drop 1\n"
-END: Final = b"\n\x1e\n"
-"""What closes a complete drop (a newline, ASCII's record separator, a newline)."""
 STALE_AFTER: Final = 60.0
-"""Seconds after which a drop without its end is damaged, not still being written: the hook that
+"""Seconds after which a drop whose payload does not decode is damaged, not still being written: the hook that
 writes it takes milliseconds, and Claude Code kills a hook after its timeout."""
 DROP_SUFFIX: Final = ".drop"
 
@@ -61,8 +62,8 @@ until : >"$inbox/$$-$n@SUFFIX@"; do
   [ "$n" -lt 64 ] || fallback
 done 2>/dev/null
 drop=$inbox/$$-$n@SUFFIX@
-if { printf '@MAGIC@%s\n%s\n' "${GZ_IA_ROOT:-}" "${GZ_IA_SOCKET:-}" && cat && printf '\n\036\n'; } >>"$drop"; then
-  exit 0
+if printf '@MAGIC@%s\n%s\n' "${GZ_IA_ROOT:-}" "${GZ_IA_SOCKET:-}" >>"$drop"; then
+  exec cat >>"$drop"
 fi
 rm -f "$drop"
 echo "gz-ia: a Claude Code hook payload could not be saved in $inbox" >&2
@@ -118,14 +119,15 @@ def read_drop(path: Path, now: float) -> Drop | None:
     with path.open("rb") as file:
         status = os.fstat(file.fileno())
         raw = file.read()
-    if not raw.endswith(END):
-        if now - status.st_mtime > STALE_AFTER:
-            raise DropDamaged("cut off before its end (its hook was killed?)")
-        return None
     if not raw.startswith(MAGIC):
-        raise DropDamaged("not a gz-ia hook drop")
+        if now - status.st_mtime > STALE_AFTER or len(raw) >= len(MAGIC):
+            raise DropDamaged("not a gz-ia hook drop")
+        return None
     try:
-        root, socket, payload = raw[len(MAGIC) : -len(END)].split(b"\n", 2)
-    except ValueError:
-        raise DropDamaged("its header is cut short") from None
+        root, socket, payload = raw[len(MAGIC) :].split(b"\n", 2)
+        msgspec.json.decode(payload)
+    except (ValueError, msgspec.DecodeError):
+        if now - status.st_mtime > STALE_AFTER:
+            raise DropDamaged("cut off before its end (its hook was killed?)") from None
+        return None
     return Drop(payload, os.fsdecode(root) or None, os.fsdecode(socket) or None, status.st_mtime_ns)
