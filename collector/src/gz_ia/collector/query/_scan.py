@@ -57,8 +57,8 @@ from gz_ia.collector.storage.segments import (
 )
 
 from . import _fanout
-from ._finder import Data, Finder
-from ._match import Selection
+from ._finder import Data, Finder, FoldedFinder
+from ._match import EXOTIC, Selection
 
 __all__ = ["narrows", "search"]
 
@@ -127,13 +127,17 @@ def narrows(filters: reader.Filters, selection: Selection, root: Path | None = N
     if _prunable(filters):
         return True
     groups = needles_of(filters, selection)
-    if not groups or root is None:
-        return bool(groups)
+    folded = _folded(selection)
+    if not (groups or folded) or root is None:
+        return bool(groups or folded)
     sample, stored = _sample(root)
     if not sample:
         return True
     # A matching line holds a needle of every group: the rarest group bounds the matches.
-    hits = min(sum(sample.count(needle) for needle in group) for group in groups)
+    counts = [sum(sample.count(needle) for needle in group) for group in groups]
+    if folded is not None:
+        counts.append(sample.lower().count(folded.needle))
+    hits = min(counts)
     return hits * stored <= _MATCH_BUDGET * len(sample)
 
 
@@ -170,6 +174,14 @@ def _sample_file(path: str, parts: list[bytes], sizes: list[int]) -> None:
         parts.append(os.pread(fd, _SAMPLE_BYTES, 0))
     finally:
         os.close(fd)
+
+
+def _folded(selection: Selection) -> FoldedFinder | None:
+    """A finder of ``--grep``'s literal when it ignores case (:meth:`Selection.needles` has it otherwise)."""
+    grepped = selection.grep_needle()
+    if grepped is None or not grepped.folded or not grepped.needle:
+        return None
+    return FoldedFinder(grepped.needle, EXOTIC if grepped.exotic else ())
 
 
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
@@ -348,10 +360,14 @@ def _session(
     checkpoint: Checkpoint | None,
     filters: reader.Filters,
     test: Callable[[StoredEvent], bool],
-    finder: Finder | None,
+    finder: Finder | FoldedFinder | None,
     buffer: _Buffer,
+    folded: FoldedFinder | None = None,
 ) -> list[_Match]:
-    """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
+    """Every match of one session, in seq order; :class:`_Fallback` when the reader must look.
+
+    ``folded``, when ``finder`` searches other needles: a line must also hold ``--grep``'s literal
+    in some case to be decoded."""
     found: list[_Match] = []
     expected: int | None = None
     contents = _contents(dirs, session_id, listing, checkpoint, buffer)
@@ -367,6 +383,8 @@ def _session(
             end = data.index(b"\n", start, size)
             raw = bytes(data[start:end])
             if rest and not all(any(needle in raw for needle in group) for group in rest):
+                continue
+            if folded is not None and not folded.matches(raw):
                 continue
             try:
                 event = _decoder.decode(raw)
@@ -442,7 +460,10 @@ def search(
         return entries if count is None else entries[-count:] if count else []
 
     needles = needles_of(filters, selection)
-    finder = Finder(needles) if needles else None
+    folded = _folded(selection)
+    finder: Finder | FoldedFinder | None = Finder(needles) if needles else folded
+    if finder is folded:
+        folded = None  # it finds the lines itself
     per_session: list[tuple[str, list[_Timed]]] = []
     fallbacks: list[str] = []
     try:
@@ -460,7 +481,7 @@ def search(
                     if checkpoint is not None and not _may_match(checkpoint, filters):
                         continue
                 try:
-                    entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer)
+                    entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer, folded)
                 except _Fallback:
                     careful.append(session_id)
                 else:
