@@ -65,8 +65,9 @@ __all__ = ["narrows", "search"]
 _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
 """Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
-_MATCH_BUDGET: Final = 500_000
-"""Matches the search may expect to hold (about 500 MB); a question expected to match more is streamed."""
+_MATCH_BUDGET: Final = 650_000
+"""Matches the search may expect to hold (about 500 MB: a match holds its line's bytes and a few
+numbers, under 800 bytes in all); a question expected to match more is streamed."""
 _GZIP_RATIO: Final = 8
 _SAMPLE_FILES: Final = 8
 _SAMPLE_BYTES: Final = 1 << 14
@@ -208,11 +209,14 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _T = TypeVar("_T")
-_Match = tuple[bytes, str, int]
-"""A matching line, the cursor after it, and its time (:func:`_micros`). Not its event: a search
-process could not marshal it (and it pickles slower than the line decodes again), and holding it
-until the answer is sorted would only move its freeing after the scan, onto one process. An entry
-decodes its line again only if its event is asked for (``--json`` never asks)."""
+_Match = tuple[int, bytes, int, int, int]
+"""A matching line's time (:func:`_micros`), the line, and where its cursor points: the segment,
+the offset after the line, its seq. Not its event: a search process could not marshal it (and it
+pickles slower than the line decodes again), and holding it until the answer is sorted would only
+move its freeing after the scan, onto one process. An entry decodes its line again only if its
+event is asked for (``--json`` never asks). Nor its cursor, nor its text: both are made only for a
+line the answer shows (``-n`` shows a few of many), and holding the bytes alone halves the memory
+a common value's matches take until they are sorted."""
 _Found = tuple[list[tuple[str, list[_Match]]], list[str]]
 """The matches of a few sessions, and the sessions the careful reader must read."""
 
@@ -395,8 +399,7 @@ def _session(
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
             if filters.match(event) and test(event):
-                cursor = encode_position(session_id, number, end + 1, event.seq, dirs.epoch)
-                found.append((raw, cursor, _micros(event.timestamp)))
+                found.append((_micros(event.timestamp), raw, number, end + 1, event.seq))
     return found
 
 
@@ -412,15 +415,21 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-_Timed = tuple[int, reader.Entry]
+_Timed = tuple[int, str, _Match | reader.Entry]
+"""A match's time, its session, and the match (the fast read's) or its entry (the careful reader's)."""
 
 
-def _entries(matches: list[_Match]) -> list[_Timed]:
-    return [(micros, reader.Entry(raw.decode(errors="replace"), None, cursor)) for raw, cursor, micros in matches]
+def _timed(session_id: str, entries: list[reader.Entry]) -> list[_Timed]:
+    return [(_micros(entry.event.timestamp), session_id, entry) for entry in entries]
 
 
-def _timed(entries: list[reader.Entry]) -> list[_Timed]:
-    return [(_micros(entry.event.timestamp), entry) for entry in entries]
+def _entry(item: _Timed, epoch: str) -> reader.Entry:
+    """The entry of a match the answer shows: its text and cursor made now, not for every match."""
+    _, session_id, found = item
+    if isinstance(found, reader.Entry):
+        return found
+    _time, raw, number, end, seq = found
+    return reader.Entry(raw.decode(errors="replace"), None, encode_position(session_id, number, end, seq, epoch))
 
 
 _first: Final = itemgetter(0)
@@ -465,6 +474,7 @@ def search(
     if finder is folded:
         folded = None  # it finds the lines itself
     per_session: list[tuple[str, list[_Timed]]] = []
+    epoch = dirs.epoch
     fallbacks: list[str] = []
     try:
         listing = Listing(dirs, checkpoints=False)  # a session with no file left has no event to find
@@ -493,7 +503,9 @@ def search(
         size = max(_CHUNK, -(-len(candidates) // _fanout.MAX_CHUNKS))
         chunks = [candidates[index : index + size] for index in range(0, len(candidates), size)]
         for found, to_read in _fanout.run(read, chunks):
-            per_session.extend((session_id, _entries(matches)) for session_id, matches in found)
+            per_session.extend(
+                (session_id, [(match[0], session_id, match) for match in matches]) for session_id, matches in found
+            )
             fallbacks.extend(to_read)
     finally:
         dirs.close()
@@ -505,13 +517,12 @@ def search(
         except reader.SessionNotFound:
             continue  # removed while we read
         if careful:
-            per_session.append((session_id, _timed(careful)))
+            per_session.append((session_id, _timed(session_id, careful)))
     # Equal times come in session id order, as the session-by-session reader has them; one stable
     # sort of the sessions' runs costs a fifth of a heap merge of thousands of them.
     per_session.sort(key=_first)
-    ordered = [
-        entry for _time, entry in sorted((item for _session_id, items in per_session for item in items), key=_first)
-    ]
+    ordered = sorted((item for _session_id, items in per_session for item in items), key=_first)
     if count is not None:
         ordered = ordered[-count:] if count else []
-    yield from reversed(ordered) if reverse else ordered
+    for item in reversed(ordered) if reverse else ordered:
+        yield _entry(item, epoch)
