@@ -118,3 +118,27 @@ def test_the_search_finds_what_the_reader_finds(root: Path, grep: str | None, fi
     assert [(gap.session_id, gap.first, gap.last) for gap in gaps] == [
         (gap.session_id, gap.first, gap.last) for gap in expected_gaps
     ]
+
+
+def test_seq_is_found_by_its_bytes_as_the_reader_finds_it(make_collector: Any) -> None:
+    """``--seq N`` finds its line by ``"seq":N`` in the bytes: an attribute named ``seq`` holding N,
+    and a greater seq starting with N's digits (``"seq":70`` for 7), are passed over, in archives
+    and in the active file alike."""
+    collector = make_collector()
+    collector.write_config("[rotation]\nmax_events = 25\n")
+    collector.restart()
+    client = collector.client()
+    for index in range(80):
+        attrs = {"seq": (index + 5) % 80 + 1, "text": f'"seq":{index % 9}'}
+        client.send(build_event(session_id="q", action=f"a{index}", stage="READ", agent="claude", attrs=attrs))
+    client.close()
+    root = Path(collector.root)
+    assert len(list((root / "sessions").glob("q.*.gz"))) >= 2
+    cursors = {entry.event.seq: entry.cursor for entry in reading.iter_events(root, "q")}
+    for seq in [2, 7, 8, 9, 24, 26, 27, 50, 70, 79, 80, 81]:
+        cursor = reading.cursor_before(root, "q", seq)
+        after = [entry.event.seq for entry in reading.iter_events(root, "q", cursor=cursor)]
+        assert after == list(range(seq, 81)), seq
+        if seq not in (26, 51, 76):  # the first of a segment: its start, not the end of the one before
+            assert cursor == cursors[seq - 1], seq
+    assert reading.cursor_before(root, "q", 1) is None
