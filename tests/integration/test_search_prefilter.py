@@ -129,7 +129,7 @@ def test_seq_is_found_by_its_bytes_as_the_reader_finds_it(make_collector: Any) -
     collector.restart()
     client = collector.client()
     for index in range(80):
-        attrs = {"seq": (index + 5) % 80 + 1, "text": f'"seq":{index % 9}'}
+        attrs: dict[str, bool | int | float | str] = {"seq": (index + 5) % 80 + 1, "text": f'"seq":{index % 9}'}
         client.send(build_event(session_id="q", action=f"a{index}", stage="READ", agent="claude", attrs=attrs))
     client.close()
     root = Path(collector.root)
