@@ -15,8 +15,9 @@ gzip archives of ``--segment-bytes`` (8 MiB, about 30 archives), each figure the
   ``--rotations`` times into gzip archives of ``--follow-segment-bytes`` (1 MiB), as a day of an
   agent's work would; the follower decodes every event (``--action`` keeps only the last one). Its
   RSS (``VmRSS``) is sampled at each rotation: flat when what it holds does not grow with what it
-  read. ``--follower MB:ROTATIONS`` (repeatable) measures more segment sizes, e.g. ``64:6`` (the
-  default segment size) and ``256:3``.
+  read. ``--follower MB:ROTATIONS[:lag]`` (repeatable) measures more segment sizes, e.g. ``64:6``
+  (the default segment size) and ``256:3``; with ``:lag`` the follower is stopped while the writer
+  rotates and continued after, so that it reads every segment back from its gzip archive.
 
 Usage (``--root DIR`` keeps the generated session there and reuses it on the next run)::
 
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -150,6 +152,8 @@ def seq_and_failed(root: Path, events: int, repeat: int) -> dict[str, object]:
 
 
 def _event(index: int, action: str) -> LogEvent:
+    """Event ``index`` of the followed session, its stage from ``index`` (0: a READ, which any action
+    may start with: the last event's action is new)."""
     return LogEvent(
         timestamp=datetime.now(UTC),
         session_id="live",
@@ -161,8 +165,12 @@ def _event(index: int, action: str) -> LogEvent:
     )
 
 
-def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object]:
-    """Peak RSS of ``gz-ia session logs live -f`` while the session rotates ``rotations`` times."""
+def follower(base: Path, rotations: int, segment_bytes: int, *, lag: bool = False) -> dict[str, object]:
+    """Peak RSS of ``gz-ia session logs live -f`` while the session rotates ``rotations`` times.
+
+    ``lag``: the follower is stopped (``SIGSTOP``) while the writer rotates, and continued after, so
+    that it reads every segment from its archive, as a follower that fell behind, or the MCP server
+    and the exporter reading history, do."""
     root = base / "follow" / ".harness"
     root.mkdir(parents=True)
     config = CollectorConfig(
@@ -182,6 +190,8 @@ def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object
     samples: list[float] = []
     try:
         time.sleep(1.0)  # the follower is up and at the end
+        if lag:
+            proc.send_signal(signal.SIGSTOP)
         while rotated[0] < rotations:
             batch: list[LogEvent | None] = [_event(written + i, f"task-{(written + i) // 3}") for i in range(2000)]
             # The first delivery number of the batch: its events take the numbers after it.
@@ -191,7 +201,9 @@ def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object
             time.sleep(0.005)  # a writer at a pace, not a burst: the follower keeps close behind
             if rotated[0] > len(samples):
                 samples.append(_status_mb(proc.pid, "VmRSS:"))
-        ingest.apply(store, "ab", DecodedBatch(written + 1, False, [_event(written, "the-end")], {}, {}))
+        if lag:
+            proc.send_signal(signal.SIGCONT)
+        ingest.apply(store, "ab", DecodedBatch(written + 1, False, [_event(0, "the-end")], {}, {}))
         writer.flush()
         written += 1
         assert proc.stdout is not None
@@ -252,9 +264,11 @@ def main() -> int:
         figures.update(seq_and_failed(root, args.events, args.repeat))
         figures["follower"] = follower(base, args.rotations, args.follow_segment_bytes)
         for spec in args.follower:
-            size, _, rotations = spec.partition(":")
+            size, rotations, *lagging = spec.split(":")
             shutil.rmtree(base / "follow", ignore_errors=True)
-            figures[f"follower_{size}mb"] = follower(base, int(rotations or 3), int(size) * _MB)
+            lag = lagging == ["lag"]
+            name = f"follower_{size}mb" + ("_lagging" if lag else "")
+            figures[name] = follower(base, int(rotations or 3), int(size) * _MB, lag=lag)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     text = json.dumps(figures, indent=2)

@@ -6,10 +6,11 @@ first line of each archive (a ``--seq`` or a cursor looking for its segment), th
 offset (``-n``). Decompressing the whole archive into memory for that cost a segment's size (64 MiB
 by default) per archive held, for as long as a long-lived reader (the MCP server, an exporter, a
 follower across a day of rotations) held it. An :class:`Archive` keeps instead the decompressor's
-state at the start of every span of :data:`SPAN` bytes it has passed (about 40 KiB each: zlib's
-32 KiB window and its state) and the one span it decompressed last: reading at an offset inflates
-from the nearest state before it, at most a span; reading forward inflates each span once. The
-compressed bytes stay on disk, read with ``pread`` through the archive's own descriptor.
+state at the start of some of the spans of :data:`SPAN` bytes it has passed (about 40 KiB each:
+zlib's 32 KiB window and its state), at most :data:`POINTS` of them whatever the archive's size,
+and the one span it decompressed last: reading at an offset inflates from the nearest state before
+it (a span at the default segment size, four at 256 MiB); reading forward inflates each span once.
+The compressed bytes stay on disk, read with ``pread`` through the archive's own descriptor.
 
 The cache keeps the two archives used last (a page or a poll that spans two), keyed by the file's
 identity (device, inode, size, mtime), so a replaced file is never served stale.
@@ -26,13 +27,16 @@ import zlib
 from collections import OrderedDict
 from typing import Final
 
-__all__ = ["SPAN", "Archive", "cached", "decompressed"]
+__all__ = ["POINTS", "SPAN", "Archive", "cached", "decompressed"]
 
 _KEEP: Final = 2
 """Archives kept: the one being read and the one before it (a page or a poll that spans both)."""
 SPAN: Final = 1 << 20
 """Decompressed bytes between two kept decompressor states, and the most one read inflates to reach
 its offset."""
+POINTS: Final = 64
+"""Decompressor states kept per archive at most (about 2.5 MiB): a bigger archive keeps one every
+few spans."""
 _INPUT: Final = 1 << 16
 """Compressed bytes read at a time."""
 _MAGIC: Final = b"\x1f\x8b"
@@ -48,7 +52,7 @@ class Archive:
     slicing returns bytes as slicing the decompressed content would (never past its end).
     """
 
-    __slots__ = ("__weakref__", "_fd", "_lock", "_points", "_span", "_span_data", "name", "size")
+    __slots__ = ("__weakref__", "_fd", "_lock", "_points", "_span", "_span_data", "_stride", "name", "size")
 
     def __init__(self, fd: int, info: os.stat_result, name: str = "") -> None:
         self.name = name
@@ -59,7 +63,8 @@ class Archive:
         self._fd = own
         self.size = int.from_bytes(os.pread(own, 4, info.st_size - 4), "little")
         self._points: list[tuple[int, zlib._Decompress]] = [(0, zlib.decompressobj(16 + zlib.MAX_WBITS))]
-        """Per span passed: the offset of the next compressed byte, and the decompressor's state."""
+        """Per ``stride`` spans passed: the offset of the next compressed byte, and the decompressor's state."""
+        self._stride = max(1, -(-self.size // SPAN // POINTS))
         self._span = -1
         self._span_data = b""
         self._lock = threading.Lock()
@@ -96,12 +101,14 @@ class Archive:
     def _get(self, index: int) -> bytes:
         if index == self._span:
             return self._span_data
-        at = min(index, len(self._points) - 1)
-        position, state = self._points[at]
+        stride = self._stride
+        kept = min(index // stride, len(self._points) - 1)
+        position, state = self._points[kept]
+        at = kept * stride
         decompressor = state.copy()
         while True:
             data, position = self._inflate(decompressor, position)
-            if at + 1 == len(self._points) and len(data) == SPAN:
+            if len(data) == SPAN and (at + 1) == len(self._points) * stride:
                 self._points.append((position, decompressor.copy()))
             if at == index or len(data) < SPAN:
                 break
