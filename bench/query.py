@@ -16,7 +16,16 @@ no development packages (as ``bench/_cli_cost.py`` builds it):
   ``rg -N --no-filename '"status":"FAILED"'`` over every segment (rg cannot tell times: it must read
   every file) and ``jq -c 'select(.status == "FAILED" and .timestamp >= T)'`` over them;
 * ``field_match``: ``gz-ia logs attrs.tool=WebFetch --json`` (every file must be read), against
-  ``rg -N --no-filename '"tool":"WebFetch"'`` and ``jq -c 'select(.attrs.tool == "WebFetch")'``.
+  ``rg -N --no-filename '"tool":"WebFetch"'`` and ``jq -c 'select(.attrs.tool == "WebFetch")'``;
+* ``field_common``: ``gz-ia logs attrs.tool=Bash --json`` (a quarter of all events), against
+  ``rg -N --no-filename '"tool":"Bash"'``;
+* ``grep_text``: ``gz-ia logs -g 'tests failed' --json`` (smart case: case-insensitive), against
+  ``rg -N --no-filename -i 'tests failed'``;
+* ``grep_rare``: ``gz-ia logs -g WebFetch --json`` (case-sensitive), against ``rg -N --no-filename WebFetch``.
+
+``--cold`` also times each question with an empty page cache: before every run of either tool the
+caches are dropped (``sync; echo 3 > /proc/sys/vm/drop_caches``, which needs root), so both read
+the files from the disk.
 
 The ratio is rg's time over ours: above 1, gz-ia answered faster; it is given for wall time and for
 CPU time (user + system of every process of the pipeline), which a busy shared machine distorts less.
@@ -147,12 +156,23 @@ def _run(command: str, env: dict[str, str]) -> tuple[float, float, int]:
     return elapsed, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, int(result.stdout.split()[0])
 
 
-def _compare(ours: str, theirs: str, env: dict[str, str], repeat: int) -> dict[str, float]:
-    """Both commands in turn, one warm-up round then ``repeat`` rounds: medians and median ratios."""
+def _drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def _compare(ours: str, theirs: str, env: dict[str, str], repeat: int, *, cold: bool = False) -> dict[str, float]:
+    """Both commands in turn, one warm-up round then ``repeat`` rounds: medians and median ratios.
+    ``cold``: no warm-up, the page cache dropped before every run."""
     rounds = []
     for attempt in range(repeat + 1):
-        mine, other = _run(ours, env), _run(theirs, env)
-        if attempt:
+        if cold:
+            _drop_caches()
+        mine = _run(ours, env)
+        if cold:
+            _drop_caches()
+        other = _run(theirs, env)
+        if attempt or cold:
             rounds.append((mine, other))
     wall = statistics.median
     return {
@@ -167,7 +187,7 @@ def _compare(ours: str, theirs: str, env: dict[str, str], repeat: int) -> dict[s
     }
 
 
-def measure(root: Path, repeat: int, with_jq: bool) -> dict[str, object]:
+def measure(root: Path, repeat: int, with_jq: bool, *, cold: bool = False) -> dict[str, object]:
     """Time each question with gz-ia, rg and jq; return the figures."""
     cli = str(user_install() / "gz-ia")
     env = {**os.environ, "GZ_IA_ROOT": str(root), "LC_ALL": "C"}
@@ -186,12 +206,25 @@ def measure(root: Path, repeat: int, with_jq: bool) -> dict[str, object]:
             f'{rg} -N --no-filename \'"tool":"WebFetch"\' {files}',
             f"{every} | jq -c 'select(.attrs.tool == \"WebFetch\")'",
         ),
+        "field_common": (
+            f"{cli} logs attrs.tool=Bash --json",
+            f'{rg} -N --no-filename \'"tool":"Bash"\' {files}',
+            None,
+        ),
+        "grep_text": (
+            f"{cli} logs -g 'tests failed' --json",
+            f"{rg} -N --no-filename -i 'tests failed' {files}",
+            None,
+        ),
+        "grep_rare": (f"{cli} logs -g WebFetch --json", f"{rg} -N --no-filename WebFetch {files}", None),
     }
     figures: dict[str, object] = {}
     for name, (ours, theirs, jq) in questions.items():
         compared = _compare(ours, theirs, env, repeat)
-        row: dict[str, object] = {**compared, "command": ours.replace(cli, "gz-ia")}
-        if with_jq:
+        row: dict[str, object] = {**compared, "command": ours.replace(cli, "gz-ia"), "rg": theirs.replace(rg, "rg")}
+        if cold:
+            row["cold"] = _compare(ours, theirs, env, repeat, cold=True)
+        if with_jq and jq is not None:
             jq_s, _jq_cpu, jq_lines = _run(jq, env)  # minutes at 10 million events: once
             row.update(
                 jq_seconds=round(jq_s, 3), jq_lines=jq_lines, jq_over_gz_ia=round(jq_s / compared["gz_ia_seconds"], 2)
@@ -208,6 +241,7 @@ def main() -> int:
     parser.add_argument("--recent", type=float, default=0.01, help="fraction of sessions active in the last hour")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-jq", action="store_true", help="skip jq (minutes at 10 million events)")
+    parser.add_argument("--cold", action="store_true", help="also time with the page cache dropped (root)")
     parser.add_argument("--root", type=Path, default=None, help="build here, or reuse a root built before")
     parser.add_argument("--keep", action="store_true", help="keep the root for another run")
     parser.add_argument("--json", type=Path, default=None, help="also write the result to this file")
@@ -223,7 +257,7 @@ def main() -> int:
             figures["built"] = build(args.root, args.sessions, args.events, args.recent)
             figures["build_seconds"] = round(time.perf_counter() - started, 1)
         figures["bytes"] = sum(path.stat().st_size for path in (args.root / "sessions").iterdir())
-        figures.update(measure(args.root, args.repeat, not args.no_jq))
+        figures.update(measure(args.root, args.repeat, not args.no_jq, cold=args.cold))
     finally:
         if base is not None and not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -8,10 +8,16 @@ gzip archives of ``--segment-bytes`` (8 MiB, about 30 archives), each figure the
   turn with :func:`event_at` in-process: the ratio CLI / ``event_at``, and CLI / (``event_at`` +
   ``start_seconds``), the command's own cost on a 10-event session (interpreter, imports, one
   event), which no seek can save; and the CLI's peak RSS.
+  Each ``--seq`` run alternates with ``gz-ia session logs huge -n 10 --json`` (the newest events,
+  read from the end): ``vs_tail`` is ``--seq``'s time and peak RSS over ``-n 10``'s.
 * ``failed``: ``gz-ia session logs huge --failed --json``, whose checkpoint says 0 failed.
 * ``follower``: the peak RSS (``VmHWM``) of ``gz-ia session logs live -f`` while the writer rotates
   ``--rotations`` times into gzip archives of ``--follow-segment-bytes`` (1 MiB), as a day of an
-  agent's work would; the follower decodes every event (``--action`` keeps only the last one).
+  agent's work would; the follower decodes every event (``--action`` keeps only the last one). Its
+  RSS (``VmRSS``) is sampled at each rotation: flat when what it holds does not grow with what it
+  read. ``--follower MB:ROTATIONS[:lag]`` (repeatable) measures more segment sizes, e.g. ``64:6``
+  (the default segment size) and ``256:3``; with ``:lag`` the follower is stopped while the writer
+  rotates and continued after, so that it reads every segment back from its gzip archive.
 
 Usage (``--root DIR`` keeps the generated session there and reuses it on the next run)::
 
@@ -24,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -103,15 +110,21 @@ def seq_and_failed(root: Path, events: int, repeat: int) -> dict[str, object]:
     for name, seq in (("early", 10), ("middle", events // 2), ("late", events - 10)):
         cli_times: list[float] = []
         api_times: list[float] = []
-        rss = 0
-        for _ in range(repeat):  # in turn, so that both meet the same minutes
+        tail_times: list[float] = []
+        rss = tail_rss = 0
+        for _ in range(repeat):  # in turn, so that all meet the same minutes
             seconds, peak, out = _run_rss(["session", "logs", "huge", "--seq", str(seq), "--json"], env)
             if [json.loads(line)["seq"] for line in out.splitlines()] != [seq]:
                 raise RuntimeError(f"--seq {seq} printed {out[:200]!r}")
             cli_times.append(seconds)
             rss = max(rss, peak)
             api_times.append(_timed(lambda seq=seq: reading.event_at(root, "huge", seq)))  # type: ignore[misc]
-        cli, api = statistics.median(cli_times), statistics.median(api_times)
+            seconds, peak, out = _run_rss(["session", "logs", "huge", "-n", "10", "--json"], env)
+            if len(out.splitlines()) != 10:
+                raise RuntimeError(f"-n 10 printed {out[:200]!r}")
+            tail_times.append(seconds)
+            tail_rss = max(tail_rss, peak)
+        cli, api, tail = statistics.median(cli_times), statistics.median(api_times), statistics.median(tail_times)
         figures[f"seq_{name}"] = {
             "seq": seq,
             "cli_seconds": round(cli, 3),
@@ -119,6 +132,9 @@ def seq_and_failed(root: Path, events: int, repeat: int) -> dict[str, object]:
             "ratio": round(cli / api, 2),
             "ratio_with_start": round(cli / (start + api), 2),
             "cli_peak_rss_mb": round(rss / _MB, 1),
+            "tail_seconds": round(tail, 3),
+            "tail_peak_rss_mb": round(tail_rss / _MB, 1),
+            "vs_tail": {"seconds": round(cli / tail, 2), "peak_rss": round(rss / max(1, tail_rss), 2)},
         }
     failed_times: list[float] = []
     rss = 0
@@ -136,6 +152,8 @@ def seq_and_failed(root: Path, events: int, repeat: int) -> dict[str, object]:
 
 
 def _event(index: int, action: str) -> LogEvent:
+    """Event ``index`` of the followed session, its stage from ``index`` (0: a READ, which any action
+    may start with: the last event's action is new)."""
     return LogEvent(
         timestamp=datetime.now(UTC),
         session_id="live",
@@ -147,8 +165,12 @@ def _event(index: int, action: str) -> LogEvent:
     )
 
 
-def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object]:
-    """Peak RSS of ``gz-ia session logs live -f`` while the session rotates ``rotations`` times."""
+def follower(base: Path, rotations: int, segment_bytes: int, *, lag: bool = False) -> dict[str, object]:
+    """Peak RSS of ``gz-ia session logs live -f`` while the session rotates ``rotations`` times.
+
+    ``lag``: the follower is stopped (``SIGSTOP``) while the writer rotates, and continued after, so
+    that it reads every segment from its archive, as a follower that fell behind, or the MCP server
+    and the exporter reading history, do."""
     root = base / "follow" / ".harness"
     root.mkdir(parents=True)
     config = CollectorConfig(
@@ -165,8 +187,11 @@ def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     written = 1
     started = time.perf_counter()
+    samples: list[float] = []
     try:
         time.sleep(1.0)  # the follower is up and at the end
+        if lag:
+            proc.send_signal(signal.SIGSTOP)
         while rotated[0] < rotations:
             batch: list[LogEvent | None] = [_event(written + i, f"task-{(written + i) // 3}") for i in range(2000)]
             # The first delivery number of the batch: its events take the numbers after it.
@@ -174,17 +199,18 @@ def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object
             writer.flush()
             written += len(batch)
             time.sleep(0.005)  # a writer at a pace, not a burst: the follower keeps close behind
-        ingest.apply(store, "ab", DecodedBatch(written + 1, False, [_event(written, "the-end")], {}, {}))
+            if rotated[0] > len(samples):
+                samples.append(_status_mb(proc.pid, "VmRSS:"))
+        if lag:
+            proc.send_signal(signal.SIGCONT)
+        ingest.apply(store, "ab", DecodedBatch(written + 1, False, [_event(0, "the-end")], {}, {}))
         writer.flush()
         written += 1
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the follower has read every event before this one
         if b'"the-end"' not in line:
             raise RuntimeError(f"the follower printed {line[:200]!r}")
-        peak = 0
-        for text in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if text.startswith("VmHWM:"):
-                peak = int(text.split()[1]) * 1024
+        peak = _status_mb(proc.pid, "VmHWM:")
         seconds = time.perf_counter() - started
     finally:
         proc.kill()
@@ -195,8 +221,17 @@ def follower(base: Path, rotations: int, segment_bytes: int) -> dict[str, object
         "rotations": rotated[0],
         "segment_mb": segment_bytes / _MB,
         "seconds": round(seconds, 1),
-        "follower_peak_rss_mb": round(peak / _MB, 1),
+        "follower_peak_rss_mb": peak,
+        "follower_rss_mb_at_each_rotation": samples,
     }
+
+
+def _status_mb(pid: int, field: str) -> float:
+    """A memory figure of ``/proc/PID/status``, in MiB."""
+    for text in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if text.startswith(field):
+            return round(int(text.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def main() -> int:
@@ -207,6 +242,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rotations", type=int, default=300, help="rotations the follower sees")
     parser.add_argument("--follow-segment-bytes", type=int, default=_MB)
+    parser.add_argument(
+        "--follower", action="append", default=[], metavar="MB:ROTATIONS", help="also follow at this segment size"
+    )
     parser.add_argument("--root", type=Path, default=None, help="keep the generated session here, reuse it")
     parser.add_argument("--quick", action="store_true", help="200,000 events, 60 rotations, 3 runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the result to this file")
@@ -225,6 +263,12 @@ def main() -> int:
         }
         figures.update(seq_and_failed(root, args.events, args.repeat))
         figures["follower"] = follower(base, args.rotations, args.follow_segment_bytes)
+        for spec in args.follower:
+            size, rotations, *lagging = spec.split(":")
+            shutil.rmtree(base / "follow", ignore_errors=True)
+            lag = lagging == ["lag"]
+            name = f"follower_{size}mb" + ("_lagging" if lag else "")
+            figures[name] = follower(base, int(rotations or 3), int(size) * _MB, lag=lag)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     text = json.dumps(figures, indent=2)

@@ -443,7 +443,9 @@ def test_only_a_question_the_search_can_narrow_goes_to_it() -> None:
     from gz_ia.collector.reading import Filters
 
     assert not narrows(Filters(), Selection())
-    assert not narrows(Filters(), Selection(grep=compile_grep("timeout")))
+    assert narrows(Filters(), Selection(grep=compile_grep("timeout")))  # a literal every match holds
+    assert narrows(Filters(), Selection(grep=compile_grep("Timeout")))
+    assert not narrows(Filters(), Selection(grep=compile_grep("time|out")))
     assert not narrows(Filters(), Selection(matches=parse_matches(["duration_ms=5"])))
     assert narrows(Filters(), Selection(matches=parse_matches(["attrs.tool=WebFetch"])))
     assert narrows(Filters(statuses=frozenset({Status.FAILED})), Selection())

@@ -13,21 +13,36 @@ chunk of lines, without decoding it.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from gz_ia.client.schema import StoredEvent
 
-__all__ = ["KNOWN_FIELDS", "FieldMatches", "Selection", "compile_grep", "parse_matches", "parse_seq_range"]
+__all__ = [
+    "EXOTIC",
+    "KNOWN_FIELDS",
+    "FieldMatches",
+    "GrepNeedle",
+    "Selection",
+    "compile_grep",
+    "grep_needle",
+    "parse_matches",
+    "parse_seq_range",
+]
 
 KNOWN_FIELDS: Final = tuple(sorted(StoredEvent.__struct_fields__))
 """The stored fields a ``FIELD=VALUE`` may name, besides ``attrs.KEY``."""
 _NUMERIC: Final = frozenset({"seq", "duration_ms"})
 _UPPER: Final = frozenset({"stage", "status"})
 _ESCAPE: Final = re.compile(r"\\.")
+_regex_parser: Final[Any] = importlib.import_module("re._parser")  # re's own parser: no stub, no public twin
+_LITERAL: Final = _regex_parser.LITERAL
+_FOLDS_TO_ASCII: Final = frozenset("iks")
+"""ASCII letters a case-insensitive ``re`` also matches with a non-ASCII letter (U+0130, U+0131, U+212A, U+017F)."""
 
 
 def _encoded(value: object) -> bytes:
@@ -197,8 +212,68 @@ class Selection(msgspec.Struct, frozen=True):
         return self.test if self else None
 
     def needles(self) -> Sequence[tuple[bytes, ...]]:
-        """See :meth:`FieldMatches.needles`."""
-        return self.matches.needles()
+        """See :meth:`FieldMatches.needles`; and ``--grep``'s literal when case matters."""
+        found = self.matches.needles()
+        grepped = self.grep_needle()
+        if grepped is not None and not grepped.folded:
+            found.append((grepped.needle,))
+        return found
+
+    def grep_needle(self) -> GrepNeedle | None:
+        """See :func:`grep_needle`."""
+        return None if self.grep is None else grep_needle(self.grep)
+
+
+class GrepNeedle(msgspec.Struct, frozen=True):
+    """Bytes every stored line a ``--grep`` matches contains: a literal the pattern requires, as the
+    collector's compact JSON spells it inside a string (``"`` as ``\\"``, a newline as ``\\n``).
+
+    ``folded``: the pattern ignores case; ``needle`` is then lower case, and a line holds it if its
+    lowered bytes do. ``exotic``: the needle has ``i``, ``k`` or ``s``, which such a pattern also
+    matches as a non-ASCII letter (dotless i, Kelvin sign, long s): a line holding one of
+    :data:`EXOTIC` must be decoded whatever its bytes.
+    """
+
+    needle: bytes
+    folded: bool
+    exotic: bool
+
+
+EXOTIC: Final = tuple(letter.encode() for letter in "\u0130\u0131\u212a\u017f")
+"""The UTF-8 of the non-ASCII letters a case-insensitive ``i``, ``k`` or ``s`` matches."""
+
+
+def grep_needle(pattern: re.Pattern[str]) -> GrepNeedle | None:
+    """The longest literal every match of ``pattern`` holds, as :class:`GrepNeedle`; None if none.
+
+    Only a run of literal characters at the pattern's top level is sure to be in every match (an
+    alternative, a class, a repeat or a group may match without it). Ignoring case, only ASCII
+    characters are kept: the needle is compared lowered, and ASCII lowering is what bytes offer.
+    """
+    folded = bool(pattern.flags & re.IGNORECASE)
+    try:
+        items = list(_regex_parser.parse(pattern.pattern, pattern.flags & ~re.IGNORECASE))
+    except (re.error, RecursionError, OverflowError):
+        return None
+    runs: list[str] = []
+    run: list[str] = []
+    for op, argument in [*items, (None, None)]:
+        char = chr(argument) if op is _LITERAL and isinstance(argument, int) else None
+        if char is not None and not (folded and not char.isascii()):
+            run.append(char)
+            continue
+        if run:
+            runs.append("".join(run))
+            run = []
+    if not runs:
+        return None
+    text = max(runs, key=len)
+    if folded:
+        text = text.lower()
+    needle = _encoded(text)[1:-1]
+    if folded:
+        needle = needle.lower()  # an escape's hex digits too: the line is lowered whole
+    return GrepNeedle(needle, folded, folded and not _FOLDS_TO_ASCII.isdisjoint(text))
 
 
 def parse_seq_range(text: str) -> tuple[int, int]:

@@ -57,16 +57,17 @@ from gz_ia.collector.storage.segments import (
 )
 
 from . import _fanout
-from ._finder import Data, Finder
-from ._match import Selection
+from ._finder import Data, Finder, FoldedFinder
+from ._match import EXOTIC, Selection
 
 __all__ = ["narrows", "search"]
 
 _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
 """Sessions per claim of a search process (a claim per session costs more than a small session's read)."""
-_MATCH_BUDGET: Final = 500_000
-"""Matches the search may expect to hold (about 500 MB); a question expected to match more is streamed."""
+_MATCH_BUDGET: Final = 650_000
+"""Matches the search may expect to hold (about 500 MB: a match holds its line's bytes and a few
+numbers, under 800 bytes in all); a question expected to match more is streamed."""
 _GZIP_RATIO: Final = 8
 _SAMPLE_FILES: Final = 8
 _SAMPLE_BYTES: Final = 1 << 14
@@ -127,13 +128,17 @@ def narrows(filters: reader.Filters, selection: Selection, root: Path | None = N
     if _prunable(filters):
         return True
     groups = needles_of(filters, selection)
-    if not groups or root is None:
-        return bool(groups)
+    folded = _folded(selection)
+    if not (groups or folded) or root is None:
+        return bool(groups or folded)
     sample, stored = _sample(root)
     if not sample:
         return True
     # A matching line holds a needle of every group: the rarest group bounds the matches.
-    hits = min(sum(sample.count(needle) for needle in group) for group in groups)
+    counts = [sum(sample.count(needle) for needle in group) for group in groups]
+    if folded is not None:
+        counts.append(sample.lower().count(folded.needle))
+    hits = min(counts)
     return hits * stored <= _MATCH_BUDGET * len(sample)
 
 
@@ -172,6 +177,14 @@ def _sample_file(path: str, parts: list[bytes], sizes: list[int]) -> None:
         os.close(fd)
 
 
+def _folded(selection: Selection) -> FoldedFinder | None:
+    """A finder of ``--grep``'s literal when it ignores case (:meth:`Selection.needles` has it otherwise)."""
+    grepped = selection.grep_needle()
+    if grepped is None or not grepped.folded or not grepped.needle:
+        return None
+    return FoldedFinder(grepped.needle, EXOTIC if grepped.exotic else ())
+
+
 def _may_match(checkpoint: Checkpoint, filters: reader.Filters) -> bool:
     if filters.statuses == {Status.FAILED} and checkpoint.failures == 0:
         return False
@@ -196,11 +209,14 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _T = TypeVar("_T")
-_Match = tuple[bytes, str, int]
-"""A matching line, the cursor after it, and its time (:func:`_micros`). Not its event: a search
-process could not marshal it (and it pickles slower than the line decodes again), and holding it
-until the answer is sorted would only move its freeing after the scan, onto one process. An entry
-decodes its line again only if its event is asked for (``--json`` never asks)."""
+_Match = tuple[int, bytes, int, int, int]
+"""A matching line's time (:func:`_micros`), the line, and where its cursor points: the segment,
+the offset after the line, its seq. Not its event: a search process could not marshal it (and it
+pickles slower than the line decodes again), and holding it until the answer is sorted would only
+move its freeing after the scan, onto one process. An entry decodes its line again only if its
+event is asked for (``--json`` never asks). Nor its cursor, nor its text: both are made only for a
+line the answer shows (``-n`` shows a few of many), and holding the bytes alone halves the memory
+a common value's matches take until they are sorted."""
 _Found = tuple[list[tuple[str, list[_Match]]], list[str]]
 """The matches of a few sessions, and the sessions the careful reader must read."""
 
@@ -348,10 +364,14 @@ def _session(
     checkpoint: Checkpoint | None,
     filters: reader.Filters,
     test: Callable[[StoredEvent], bool],
-    finder: Finder | None,
+    finder: Finder | FoldedFinder | None,
     buffer: _Buffer,
+    folded: FoldedFinder | None = None,
 ) -> list[_Match]:
-    """Every match of one session, in seq order; :class:`_Fallback` when the reader must look."""
+    """Every match of one session, in seq order; :class:`_Fallback` when the reader must look.
+
+    ``folded``, when ``finder`` searches other needles: a line must also hold ``--grep``'s literal
+    in some case to be decoded."""
     found: list[_Match] = []
     expected: int | None = None
     contents = _contents(dirs, session_id, listing, checkpoint, buffer)
@@ -368,6 +388,8 @@ def _session(
             raw = bytes(data[start:end])
             if rest and not all(any(needle in raw for needle in group) for group in rest):
                 continue
+            if folded is not None and not folded.matches(raw):
+                continue
             try:
                 event = _decoder.decode(raw)
             except msgspec.DecodeError:
@@ -377,8 +399,7 @@ def _session(
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
             if filters.match(event) and test(event):
-                cursor = encode_position(session_id, number, end + 1, event.seq, dirs.epoch)
-                found.append((raw, cursor, _micros(event.timestamp)))
+                found.append((_micros(event.timestamp), raw, number, end + 1, event.seq))
     return found
 
 
@@ -394,15 +415,21 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-_Timed = tuple[int, reader.Entry]
+_Timed = tuple[int, str, _Match | reader.Entry]
+"""A match's time, its session, and the match (the fast read's) or its entry (the careful reader's)."""
 
 
-def _entries(matches: list[_Match]) -> list[_Timed]:
-    return [(micros, reader.Entry(raw.decode(errors="replace"), None, cursor)) for raw, cursor, micros in matches]
+def _timed(session_id: str, entries: list[reader.Entry]) -> list[_Timed]:
+    return [(_micros(entry.event.timestamp), session_id, entry) for entry in entries]
 
 
-def _timed(entries: list[reader.Entry]) -> list[_Timed]:
-    return [(_micros(entry.event.timestamp), entry) for entry in entries]
+def _entry(item: _Timed, epoch: str) -> reader.Entry:
+    """The entry of a match the answer shows: its text and cursor made now, not for every match."""
+    _, session_id, found = item
+    if isinstance(found, reader.Entry):
+        return found
+    _time, raw, number, end, seq = found
+    return reader.Entry(raw.decode(errors="replace"), None, encode_position(session_id, number, end, seq, epoch))
 
 
 _first: Final = itemgetter(0)
@@ -442,8 +469,12 @@ def search(
         return entries if count is None else entries[-count:] if count else []
 
     needles = needles_of(filters, selection)
-    finder = Finder(needles) if needles else None
+    folded = _folded(selection)
+    finder: Finder | FoldedFinder | None = Finder(needles) if needles else folded
+    if finder is folded:
+        folded = None  # it finds the lines itself
     per_session: list[tuple[str, list[_Timed]]] = []
+    epoch = dirs.epoch
     fallbacks: list[str] = []
     try:
         listing = Listing(dirs, checkpoints=False)  # a session with no file left has no event to find
@@ -460,7 +491,7 @@ def search(
                     if checkpoint is not None and not _may_match(checkpoint, filters):
                         continue
                 try:
-                    entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer)
+                    entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer, folded)
                 except _Fallback:
                     careful.append(session_id)
                 else:
@@ -472,7 +503,9 @@ def search(
         size = max(_CHUNK, -(-len(candidates) // _fanout.MAX_CHUNKS))
         chunks = [candidates[index : index + size] for index in range(0, len(candidates), size)]
         for found, to_read in _fanout.run(read, chunks):
-            per_session.extend((session_id, _entries(matches)) for session_id, matches in found)
+            per_session.extend(
+                (session_id, [(match[0], session_id, match) for match in matches]) for session_id, matches in found
+            )
             fallbacks.extend(to_read)
     finally:
         dirs.close()
@@ -484,13 +517,12 @@ def search(
         except reader.SessionNotFound:
             continue  # removed while we read
         if careful:
-            per_session.append((session_id, _timed(careful)))
+            per_session.append((session_id, _timed(session_id, careful)))
     # Equal times come in session id order, as the session-by-session reader has them; one stable
     # sort of the sessions' runs costs a fifth of a heap merge of thousands of them.
     per_session.sort(key=_first)
-    ordered = [
-        entry for _time, entry in sorted((item for _session_id, items in per_session for item in items), key=_first)
-    ]
+    ordered = sorted((item for _session_id, items in per_session for item in items), key=_first)
     if count is not None:
         ordered = ordered[-count:] if count else []
-    yield from reversed(ordered) if reverse else ordered
+    for item in reversed(ordered) if reverse else ordered:
+        yield _entry(item, epoch)

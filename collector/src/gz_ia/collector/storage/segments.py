@@ -18,7 +18,7 @@ from typing import Final
 
 from gz_ia.collector.errors import CollectorError
 
-from .gzip_cache import decompressed
+from .gzip_cache import Archive, decompressed
 from .names import ACTIVE_SUFFIX, session_archive
 
 __all__ = [
@@ -52,7 +52,9 @@ class Segment:
 
     __slots__ = ("active", "data", "fd", "ino", "number", "size")
 
-    def __init__(self, number: int, *, fd: int | None, data: bytes | None, size: int, ino: int, active: bool) -> None:
+    def __init__(
+        self, number: int, *, fd: int | None, data: bytes | Archive | None, size: int, ino: int, active: bool
+    ) -> None:
         self.number = number
         self.fd = fd
         self.data = data
@@ -65,10 +67,10 @@ class Segment:
         length = max(0, min(length, self.size - offset))
         if length == 0:
             return b""
-        if self.data is not None:
-            return self.data[offset : offset + length]
-        assert self.fd is not None
         try:
+            if self.data is not None:
+                return self.data[offset : offset + length]
+            assert self.fd is not None
             return os.pread(self.fd, length, offset)
         except OSError as exc:
             raise SegmentUnreadable(f"segment {self.number}: {exc.strerror or exc}") from exc
@@ -121,7 +123,7 @@ def open_archive(dir_fd: int, name_of: Callable[[bool], str], number: int) -> Se
         if not compressed:
             return Segment(number, fd=fd, data=None, size=info.st_size, ino=info.st_ino, active=False)
         try:
-            data = decompressed(fd, info)
+            data = decompressed(fd, info, name_of(True))
         except (OSError, EOFError, zlib.error) as exc:
             raise SegmentUnreadable(f"{name_of(True)}: {exc}") from exc
         finally:
