@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 def _attack(target: str) -> str:
     """The attacker's page: three blind posts to each route of ``target`` (``http://host:port``)."""
-    posts = []
+    posts: list[str] = []
     for route in ROUTES:
         url = target + route
         payload = json.dumps({"session_id": f"csrf-{route.strip('/').replace('/', '-')}",

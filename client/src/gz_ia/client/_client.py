@@ -143,6 +143,9 @@ def _encode_call(call: LogCall) -> bytes:
         cycle,
         root_session_id,
     )
+    for name, value in (("action", action), ("agent", agent)):
+        if not isinstance(value, str):  # msgspec encodes what it is given; the schema wants text
+            raise TypeError(f"{name} must be a string, not {type(value).__name__}")
     try:
         body = _encode(record)
     except OverflowError:  # an int attribute past 64 bits: made storable below
