@@ -1,4 +1,7 @@
-"""Agents' hooks posted to the collector over loopback HTTP: no process started per hook.
+"""Agents' hooks taken inside the collector, with no Python process started per hook.
+
+:mod:`.inbox` takes the inbox hook's drops (payloads a shell script left in the spool's inbox) and
+logs each as the command hook would. The rest of this package serves hooks posted over loopback HTTP.
 
 Claude Code's ``http`` hooks post the same JSON its command hooks read on stdin. :mod:`.claude_code`
 serves ``POST /hooks/claude-code``: it maps each payload with the very function the command hook
