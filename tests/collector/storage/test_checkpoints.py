@@ -8,12 +8,12 @@ from pathlib import Path
 from gz_ia.collector.storage.checkpoints import encode_checkpoint
 from gz_ia.collector.storage.writer import Writer
 
-# A checkpoint exactly as the collector has written it since it recorded the newest timestamp.
+# A checkpoint exactly as the collector has written it since it counted usage by today's rule.
 STORED = (
     b'{"segment":3,"seq":42,"segment_seq":40,"started":1764590000.5,"open_actions":{"read":"READ"},'
     b'"open_cycles":[["edit","c1","PENDING"]],"marks":{"p1":7},"failures":2,'
     b'"first_time":"2026-12-01T10:00:00Z","last_time":"2026-12-01T11:00:00Z","parent":"top",'
-    b'"agent":"claude","newest_time":"2026-12-01T11:30:00Z"}\n'
+    b'"agent":"claude","newest_time":"2026-12-01T11:30:00Z","usage_fold":1}\n'
 )
 # The same from before checkpoints recorded it: the newest timestamp stays unknown, not made up.
 EARLIER = STORED.replace(b',"newest_time":"2026-12-01T11:30:00Z"', b"")
@@ -37,8 +37,12 @@ def test_a_stored_checkpoint_is_restored_and_written_back_byte_for_byte(harness:
     assert _restored(harness, STORED) == STORED
 
 
-# Since it counted usage: tokens by kind, cost and the newest model.
-WITH_USAGE = STORED.replace(b"}\n", b',"tokens":[10,2,300,0],"cost_usd":0.25,"model":"m-1"}\n')
+# Since it counted usage: tokens by kind, cost and the newest model, the records, the hooks' readings.
+WITH_USAGE = STORED.replace(
+    b',"usage_fold":1}\n',
+    b',"tokens":[10,2,300,0],"cost_usd":0.25,"model":"m-1","usage_records":3,"hook_tokens":[5,1,0,0],'
+    b'"hook_cost_usd":0.5,"hook_records":1,"usage_fold":1}\n',
+)
 
 
 def test_a_checkpoint_with_usage_is_restored_and_written_back_byte_for_byte(harness: Path) -> None:

@@ -2,8 +2,10 @@
 
 Every answer is bounded whatever the root holds: a page of at most :data:`MAX_PAGE` sessions, a
 window of at most :data:`MAX_EVENTS` events read backwards from a cursor (a million-event session
-costs what a small one does), and the per-session token and cost sums are read for the sessions of
-the page only, over at most :data:`SCANNED_EVENTS` events each. The functions block (they read
+costs what a small one does). The tokens and cost of each session are the collector's own tally of
+it (:class:`gz_ia.client.usage.UsageSum`, the numbers ``gz-ia sessions`` shows), and rolled up over
+its subagents as ``gz-ia sessions`` rolls them up; the first :data:`SCANNED_EVENTS` events of the
+sessions of the page are read for the role and the transcript only. The functions block (they read
 files): the routes run them in a thread.
 """
 
@@ -19,7 +21,7 @@ from typing import Any, Final
 
 import msgspec
 
-from gz_ia.client.usage import COST_USD, PLAIN_KEYS, TOKEN_KEYS, recorded_usage
+from gz_ia.client.usage import TOKEN_KINDS
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
@@ -36,6 +38,7 @@ __all__ = [
     "session_page",
     "session_tree",
     "transcript_of",
+    "usage_json",
 ]
 
 MAX_PAGE: Final = 200
@@ -44,15 +47,13 @@ SCANNED_EVENTS: Final = 2000
 MAX_TRANSCRIPT: Final = 8 << 20
 SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
 """What a ``FIELD=VALUE`` of the sessions list may name."""
-_TOKEN_KEYS: Final = (*TOKEN_KEYS, *PLAIN_KEYS)
-_COST_KEYS: Final = (COST_USD, "cost_usd")
 _LIST_TTL: Final = 3.0
 """Seconds a root's listing of the sessions not in the collector's memory is reused: those are idle,
 and the ones being written come fresh from memory at every call (``known``)."""
 
 _EPOCH_START: Final = datetime.min.replace(tzinfo=UTC)
 _listings: dict[str, tuple[float, list[SessionSummary]]] = {}
-_usage: dict[tuple[str, str, int], dict[str, Any]] = {}
+_scans: dict[tuple[str, str, int], dict[str, Any]] = {}
 _open_index = OpenCycleIndex()
 _open_lock = threading.Lock()
 """The page's threads and the metrics server's share the index."""
@@ -93,17 +94,14 @@ def _status(summary: SessionSummary) -> str:
     return "running" if summary.open_actions else "failed" if summary.failed else "ok"
 
 
-def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
-    """Role of the first event, and tokens and cost added up over the first SCANNED_EVENTS events."""
+def _scanned(root: Path, summary: SessionSummary) -> dict[str, Any]:
+    """Role of the first event, and whether the first SCANNED_EVENTS events name a transcript."""
     key = (str(root), summary.session_id, summary.events)
-    found = _usage.get(key)
+    found = _scans.get(key)
     if found is not None:
         return found
     role: str | None = None
-    tokens = 0
-    cost = 0.0
-    known_tokens = known_cost = False
-    transcript: str | None = None
+    transcript = False
     scanned = 0
     try:
         for entry in reading.iter_events(root, summary.session_id, page_size=500):
@@ -111,38 +109,40 @@ def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
             if scanned == 0:
                 role = event.role
             scanned += 1
-            attrs = event.attrs
-            if attrs:
-                used = recorded_usage(attrs)
-                if used is not None:
-                    counts, spent, _model = used
-                    tokens += sum(counts)
-                    cost += spent
-                    known_tokens = known_tokens or any(key in attrs for key in _TOKEN_KEYS)
-                    known_cost = known_cost or any(key in attrs for key in _COST_KEYS)
-                else:
-                    total = attrs.get("tokens")  # a bare total, as some hand-written attrs give it
-                    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
-                        tokens += total
-                        known_tokens = True
-                path = attrs.get("transcript_path")
-                if isinstance(path, str):
-                    transcript = path
+            if event.attrs and isinstance(event.attrs.get("transcript_path"), str):
+                transcript = True
+                break
             if scanned >= SCANNED_EVENTS:
                 break
     except reading.SessionNotFound:
         pass
-    found = {
-        "role": role,
-        "tokens": tokens if known_tokens else None,
-        "cost_usd": round(cost, 6) if known_cost else None,
-        "usage_partial": scanned >= SCANNED_EVENTS and summary.events > SCANNED_EVENTS,
-        "transcript": transcript is not None,
-    }
-    if len(_usage) > 20_000:
-        _usage.clear()
-    _usage[key] = found
+    found = {"role": role, "transcript": transcript}
+    if len(_scans) > 20_000:
+        _scans.clear()
+    _scans[key] = found
     return found
+
+
+def _tokens_json(tokens: tuple[int, int, int, int]) -> dict[str, int]:
+    return {**dict(zip(TOKEN_KINDS, tokens, strict=True)), "total": sum(tokens)}
+
+
+def usage_json(summary: SessionSummary, tree: reading.TreeUsage | None) -> dict[str, Any]:
+    """A session's usage as the page reads it: ``tokens`` (every kind; null with no usage) and
+    ``cost_usd`` its own, ``tokens_by_kind`` and ``model``, and ``tree_tokens`` / ``tree_cost_usd``
+    with every subagent's below it: the numbers ``gz-ia sessions --json`` gives."""
+    own = summary.tokens
+    used = bool(sum(own) or summary.cost_usd)
+    tree_tokens, tree_cost = tree if tree is not None else (own, summary.cost_usd)
+    return {
+        "tokens": sum(own) if used else None,
+        "cost_usd": round(summary.cost_usd, 6) if used else None,
+        "tokens_by_kind": _tokens_json(own),
+        "model": summary.model or None,
+        "tree_tokens": _tokens_json(tree_tokens),
+        "tree_cost_usd": round(tree_cost, 6),
+        "usage_partial": False,
+    }
 
 
 def _summary_dict(summary: SessionSummary) -> dict[str, Any]:
@@ -209,14 +209,16 @@ def session_page(
     kept.sort(key=lambda item: (item.last_time or item.first_time or _EPOCH_START, item.session_id), reverse=True)
     if "role" in wanted:
         roles = wanted["role"]
-        kept = [summary for summary in kept if (_usage_of(root, summary)["role"] or "") in roles]
+        kept = [summary for summary in kept if (_scanned(root, summary)["role"] or "") in roles]
     page = kept[offset : offset + limit]
     now = datetime.now(UTC)
     opened, busy = open_cycles(root, known or {})
+    rolled = reading.tree_usage(_listing(root, known or {}))
     sessions = []
     for summary in page:
         stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
-        row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        usage = usage_json(summary, rolled.get(summary.session_id))
+        row = {**_summary_dict(summary), **_scanned(root, summary), **usage, "hung": stuck}
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
@@ -243,7 +245,8 @@ def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary
     top = reading.session_tree(root, session_id, known=known)
     nodes = []
     for depth, node in top.walk():
-        nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status})
+        usage = usage_json(node.summary, (node.tree_tokens, node.tree_cost_usd))
+        nodes.append({**_summary_dict(node.summary), **usage, "depth": depth, "status": node.status})
     return {"session_id": session_id, "nodes": nodes}
 
 
