@@ -69,3 +69,13 @@ def test_codex_tool_results_are_cycles_once(collector: Any, tmp_path: Path, hook
 
     # Each response.completed sse_event's token counts: the fake Responses API reports 100 input tokens.
     wait_for(lambda: input_tokens() == 200, message="the two responses' usage")
+    if hooks:
+        # The hook read the same turn's usage (200 input tokens): both doors are stored, counted once.
+        def both_doors() -> bool:
+            lines = collector.session_lines(session)
+            hook = [line for line in lines if (line.get("attrs") or {}).get("gz-ia.usage_from") == "hook"]
+            telemetry = [line for line in lines if line["action"].startswith("model ") and line["stage"] == "FINISH"]
+            return len(hook) == 1 and len(telemetry) == 2
+
+        wait_for(both_doors, message="the hook's reading and both responses' records")
+        assert input_tokens() == 200
