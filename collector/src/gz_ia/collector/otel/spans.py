@@ -296,13 +296,9 @@ def _common(root_session_id: str, session_id: str, agent: str) -> dict[str, Attr
 def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> SpanData:
     session_id = finish.session_id
     tool = cycle.attrs.get("tool")
-    is_model_call = tool is None and bool(cycle.tokens)
-    is_tool = not is_model_call and (tool is not None or cycle.action not in AGENT_CYCLES)
+    is_tool = tool is not None or (cycle.action not in AGENT_CYCLES and not cycle.tokens)
     attributes = _common(root_session_id, session_id, cycle.agent)
-    if is_model_call:
-        # Phoenix counts tokens and prices them on LLM spans only.
-        attributes |= {"openinference.span.kind": "LLM", "gen_ai.operation.name": "chat"}
-    elif is_tool:
+    if is_tool:
         tool_name = str(tool) if tool is not None else cycle.action
         attributes |= {
             "openinference.span.kind": "TOOL",
@@ -312,8 +308,12 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
         }
         if cycle.attrs.get("tool_use_id") is not None:
             attributes["gen_ai.tool.call.id"] = str(cycle.attrs["tool_use_id"])
+    elif cycle.tokens:
+        attributes |= {"openinference.span.kind": "LLM", "gen_ai.operation.name": "chat"}
     else:
         attributes |= {"openinference.span.kind": "CHAIN", "gen_ai.operation.name": "invoke_agent"}
+    if cycle.tokens:  # Phoenix counts tokens and prices them on LLM spans only: a tool call with usage is one
+        attributes["openinference.span.kind"] = "LLM"
     attributes |= {
         "gz_ia.action": cycle.action,
         "gz_ia.status": finish.status.value,

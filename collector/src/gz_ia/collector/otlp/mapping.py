@@ -56,12 +56,16 @@ class Item:
         events: the events, as the fields of a :class:`~gz_ia.client.schema.LogEvent`.
         join_cycle: the cycle id of the agent's hooks for the same tool call: when the session
             already holds it, the item adds nothing.
+        subagent: the type of the Claude Code subagent whose model request the item is (its record
+            carries the main session's id and no agent id): the receiver places it in the subagent
+            session the hooks opened for that type at that time.
     """
 
     key: str
     session_id: str
     events: list[dict[str, Any]] = field(default_factory=list)
     join_cycle: str | None = None
+    subagent: str | None = None
 
 
 def safe_id(raw: str) -> str:
@@ -342,7 +346,11 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
         return None
     model = str(usage.get("gen_ai.request.model") or "model")
     events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
-    return Item(f"log:{record_key}", session[0], events)
+    query_source = str(attributes.get("query_source") or "")  # a subagent's: "agent:builtin:<type>"
+    subagent = None
+    if source == "claude_code" and query_source.startswith("agent:"):
+        subagent = query_source.rpartition(":")[2] or "agent"
+    return Item(f"log:{record_key}", session[0], events, subagent=subagent)
 
 
 _EXIT: Final = re.compile(r"Process exited with code (-?\d+)")

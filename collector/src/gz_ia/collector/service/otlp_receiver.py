@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -233,6 +234,8 @@ class OtlpReceiver:
         written_lately: dict[str, bytes] = {}
         held: dict[int, _Held] = {}
         for index, item in enumerate(items):
+            if item.subagent is not None:
+                _place_in_subagent(collector, root, item)
             if item.join_cycle is not None:
                 held[index] = _already_held(collector, root, item, written_lately)
         if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
@@ -310,6 +313,39 @@ def _already_held(collector: Collector, root: RootStore, item: Item, written_lat
         if needle in recent:
             return _Held.YES
     return _Held.NO
+
+
+_LATE: Final = timedelta(seconds=2)
+"""How long after a finished subagent session's last event its model request may still be stamped
+(the SubagentStop hook runs after the request's end, but clocks of two processes differ)."""
+
+
+def _place_in_subagent(collector: Collector, root: RootStore, item: Item) -> None:
+    """Move a subagent's model request into the subagent's session.
+
+    Claude Code's ``api_request`` record of a subagent's request names the main session and the
+    subagent's type only; its hooks log the subagent in ``<session>.<agent id>`` from SubagentStart
+    to SubagentStop. The request goes to the subagent session of this collector running at the
+    request's time (the one started last, when several are); with none, it stays in the main session.
+    """
+    at = item.events[-1]["timestamp"]
+    prefix = item.session_id + "."
+    found: tuple[datetime, str] | None = None
+    for session_id in [each for each in list(root.sessions) if each.startswith(prefix)]:
+        try:
+            state = collector.writer.session(root, session_id)
+            started = datetime.fromisoformat(state.first_time) if state.first_time else None
+        except (OSError, ValueError):
+            continue
+        if started is None or started > at or (found is not None and started <= found[0]):
+            continue
+        if "subagent" not in state.open_actions and state.newest_stamp + _LATE < at:
+            continue  # finished before the request
+        found = (started, session_id)
+    if found is not None:
+        for event in item.events:
+            event["session_id"], event["parent_session_id"] = found[1], item.session_id
+        item.session_id = found[1]
 
 
 def _file_tail(root: RootStore, session_id: str) -> bytes:
