@@ -210,6 +210,17 @@ def test_one_session_one_truth_in_the_cli_the_page_mcp_and_phoenix(
     assert (api_rows[session]["tree_tokens"]["total"], api_rows[session]["tree_cost_usd"]) == cli_tree
     assert (api_rows[child]["tokens"], api_rows[child]["cost_usd"]) == cli_child
 
+    # The page's cycles: the one model, each cycle with its usage; they add up to the session's.
+    tree = http_json(f"{collector.http_url}/ui/api/cycles?key={key}&root={collector.root}&session={session}")
+    by_node = {node["session_id"]: node for node in tree["nodes"]}
+    assert [(node["session_id"], node["depth"]) for node in tree["nodes"]] == [(session, 0), (child, 1)]
+    for name, node in by_node.items():
+        assert sum(cycle["tokens"]["total"] for cycle in node["cycles"]) == node["tokens_by_kind"]["total"], name
+        assert round(sum(cycle["cost_usd"] for cycle in node["cycles"]), 6) == round(node["cost_usd"], 6), name
+    assert [cycle["status"] for cycle in by_node[child]["cycles"] if cycle["cycle"] == "toolu_subcall"] == ["OK"]
+    starts = [cycle["start"] for cycle in by_node[session]["cycles"]]
+    assert starts == sorted(starts)  # in time order, whatever order the doors delivered in
+
     # MCP's list_sessions: tokens and cost of each session with its subagents'.
     listing = asyncio.run(_mcp_sessions(collector))
     mcp_rows = {row["session_id"]: row for row in listing["sessions"]}

@@ -76,6 +76,8 @@ class ActionSpan:
     last_seq: int = 0
     events: int = 0
     drawn: bool = True
+    cycle: str | None = None
+    """The ``cycle`` its events name (a tool call's id), None when they name none."""
     tool: str | None = None
     """The tool its events' attrs name (``tool``), when one does: what tells two calls of one action apart."""
     token_kinds: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
@@ -227,7 +229,7 @@ class TimelineBuilder:
         key = (session_id, cycle_key(event))
         span = self._open.get(key)
         if span is None:
-            span = ActionSpan(event.action, event.role, start=stamp, end=stamp, first_seq=seq)
+            span = ActionSpan(event.action, event.role, start=stamp, end=stamp, first_seq=seq, cycle=event.cycle)
             self._new_span(node, span)
             if stage is not Stage.FINISH:
                 self._follow(key, span)

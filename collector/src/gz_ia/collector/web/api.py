@@ -24,9 +24,11 @@ import msgspec
 from gz_ia.client.usage import TOKEN_KINDS
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.reading.cycles import ActionSpan, SessionNode, TimelineBuilder
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
 __all__ = [
+    "MAX_CYCLES",
     "MAX_EVENTS",
     "MAX_PAGE",
     "SCANNED_EVENTS",
@@ -34,6 +36,7 @@ __all__ = [
     "event_window",
     "first_failure",
     "open_cycles",
+    "session_cycles",
     "session_family",
     "session_page",
     "session_tree",
@@ -45,6 +48,10 @@ MAX_PAGE: Final = 200
 MAX_EVENTS: Final = 2000
 SCANNED_EVENTS: Final = 2000
 MAX_TRANSCRIPT: Final = 8 << 20
+MAX_CYCLES: Final = 2000
+"""Cycles of a tree the cycles answer draws (the newest); the older ones are counted in ``left_out``."""
+CYCLE_EVENTS: Final = 20_000
+"""Events read, the newest, per session of the tree for the cycles answer."""
 SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
 """What a ``FIELD=VALUE`` of the sessions list may name."""
 _LIST_TTL: Final = 3.0
@@ -248,6 +255,84 @@ def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary
         usage = usage_json(node.summary, (node.tree_tokens, node.tree_cost_usd))
         nodes.append({**_summary_dict(node.summary), **usage, "depth": depth, "status": node.status})
     return {"session_id": session_id, "nodes": nodes}
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def _cycle_json(span: ActionSpan) -> dict[str, Any]:
+    return {
+        "action": span.action,
+        "tool": span.tool,
+        "cycle": span.cycle,
+        "role": span.role,
+        "status": span.status.value if span.status is not None else None,
+        "error": span.error,
+        "start": _stamp(span.start),
+        "end": _stamp(span.end),
+        "read_at": _stamp(span.read_at),
+        "pending_at": _stamp(span.pending_at),
+        "finished_at": _stamp(span.finished_at),
+        "duration_ms": span.elapsed_ms,
+        "first_seq": span.first_seq,
+        "last_seq": span.last_seq,
+        "events": span.events,
+        "tokens": _tokens_json((span.token_kinds[0], span.token_kinds[1], span.token_kinds[2], span.token_kinds[3])),
+        "cost_usd": round(span.cost_usd, 6),
+        "model": span.model or None,
+    }
+
+
+def session_cycles(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> dict[str, Any]:
+    """The one model of a session tree (:mod:`gz_ia.collector.reading.cycles`) as the page draws it:
+    per session (depth first) its summary, usage (its own and with its subagents', the tally's) and
+    its cycles in time order, each with its stages' times, status and usage. Bounded: the newest
+    :data:`CYCLE_EVENTS` events of each session are read and the newest :data:`MAX_CYCLES` cycles kept;
+    ``left_out`` counts the rest (a cycle begun before the events read starts at its first one read).
+
+    Raises:
+        SessionNotFound: no such session (nor anyone's parent).
+    """
+    top = reading.session_tree(root, session_id, known=known)
+
+    def skeleton(item: Any) -> SessionNode:
+        return SessionNode(item.session_id, children=[skeleton(child) for child in item.children])
+
+    builder = TimelineBuilder(skeleton(top), max_cycles=MAX_CYCLES)
+    partial = False
+    for _depth, item in top.walk():
+        try:
+            page = reading.read_page(root, item.session_id, limit=CYCLE_EVENTS, reverse=True)
+        except reading.SessionNotFound:
+            continue  # known only as a parent
+        partial = partial or not page.end
+        for entry in reversed(page.entries):
+            builder.add(entry.event)
+    model = builder.finish()
+    folded = {node.session_id: node for _depth, node in model.walk()}
+    nodes = []
+    for depth, item in top.walk():
+        node = folded[item.session_id]
+        usage = usage_json(item.summary, (item.tree_tokens, item.tree_cost_usd))
+        cycles = sorted(node.actions, key=lambda span: (span.start, span.first_seq))
+        nodes.append(
+            {
+                **_summary_dict(item.summary),
+                **usage,
+                "depth": depth,
+                "status": item.status,
+                "role": node.role,
+                "cycles": [_cycle_json(span) for span in cycles],
+            }
+        )
+    left = builder.left_out
+    return {
+        "session_id": session_id,
+        "nodes": nodes,
+        "left_out": {"cycles": left.cycles, "events": left.events, "failed": left.failed},
+        "partial": partial,
+    }
 
 
 def session_family(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> list[str]:

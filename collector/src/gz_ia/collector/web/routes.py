@@ -158,6 +158,8 @@ class WebView:
                 return _json(await asyncio.to_thread(api.first_failure, root, session))
             if name == "api/tree":
                 return _json(await asyncio.to_thread(api.session_tree, root, session, self._known(root)))
+            if name == "api/cycles":
+                return _json(await asyncio.to_thread(api.session_cycles, root, session, self._known(root)))
             if name == "api/events":
                 before = query.get("before", [""])[0] or None
                 window = functools.partial(api.event_window, root, session, before=before)
