@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gz_ia.collector.storage.checkpoints import encode_checkpoint
+import msgspec
+
+from gz_ia.collector.storage.checkpoints import USAGE_FOLD, Checkpoint, encode_checkpoint
 from gz_ia.collector.storage.writer import Writer
 
 # A checkpoint exactly as the collector has written it since it counted usage by today's rule.
@@ -52,3 +54,13 @@ def test_a_checkpoint_with_usage_is_restored_and_written_back_byte_for_byte(harn
 
 def test_a_checkpoint_without_the_newest_time_keeps_it_unknown(harness: Path) -> None:
     assert _restored(harness, EARLIER) == EARLIER
+
+
+def test_a_codex_or_gemini_checkpoint_of_an_earlier_gz_ia_is_not_taken_for_its_usage() -> None:
+    """An earlier gz-ia did not count the plain-key usage the Codex and Gemini CLI hooks stored: the
+    checkpoints of their sessions are replayed past (the lines count anew), every other one is kept."""
+    earlier = msgspec.json.decode(EARLIER.replace(b',"usage_fold":1', b""), type=Checkpoint)
+    assert earlier.usage_complete  # a Claude Code session: nothing of it was left uncounted
+    for agent in ("codex", "gemini-cli"):
+        assert not msgspec.structs.replace(earlier, agent=agent).usage_complete
+        assert msgspec.structs.replace(earlier, agent=agent, usage_fold=USAGE_FOLD).usage_complete

@@ -94,6 +94,12 @@ class SessionSummary(msgspec.Struct, frozen=True):
     (:class:`gz_ia.client.usage.UsageSum`)."""
 
     @property
+    def status(self) -> str:
+        """``running`` (open actions), ``failed`` (its last FINISH failed: :attr:`failed`), or ``ok``:
+        the status every window shows."""
+        return "running" if self.open_actions else "failed" if self.failed else "ok"
+
+    @property
     def total_tokens(self) -> int:
         """Every token of the session's own usage records, all kinds together."""
         return sum(self.tokens)
@@ -125,7 +131,7 @@ class TreeNode(msgspec.Struct):
         """
         summary = self.summary
         if summary.events:
-            return "running" if summary.open_actions else "failed" if summary.failed else "ok"
+            return summary.status
         below = {child.status for child in self.children}
         return "running" if "running" in below else "failed" if "failed" in below else "ok"
 

@@ -98,7 +98,7 @@ def open_cycles(
 
 
 def _status(summary: SessionSummary) -> str:
-    return "running" if summary.open_actions else "failed" if summary.failed else "ok"
+    return summary.status
 
 
 def _scanned(root: Path, summary: SessionSummary) -> dict[str, Any]:
