@@ -239,6 +239,13 @@ def test_one_session_one_truth_in_the_cli_the_page_mcp_and_phoenix(
     wait_for(lambda: (phoenix_totals() or (0, 0))[0] == cli_tree[0], message="Phoenix's session tokens")
     tokens, cost = phoenix_totals() or (0, 0.0)
     assert (tokens, round(cost or 0.0, 6)) == cli_tree
+    # And the same cycles: a span for each cycle of the model, a model call an LLM span.
+    spans = [span for span in _phoenix_spans(phoenix, project) if span["span_kind"] != "AGENT"]
+    assert len(spans) == sum(len(node["cycles"]) for node in tree["nodes"])
+    llm = sorted(span["attributes"]["gz_ia.session.id"] for span in spans if span["span_kind"] == "LLM")
+    assert llm == sorted(
+        name for name, node in by_node.items() for cycle in node["cycles"] if cycle["action"].startswith("model ")
+    )
 
 
 async def _mcp_sessions(collector: Any) -> dict[str, Any]:
@@ -248,6 +255,11 @@ async def _mcp_sessions(collector: Any) -> dict[str, Any]:
         result = await session.call_tool("list_sessions", {"limit": 50})
         assert not result.is_error and isinstance(result.structured_content, dict), result
         return result.structured_content
+
+
+def _phoenix_spans(phoenix: BackendServer, project: str) -> list[dict[str, Any]]:
+    """Every span Phoenix holds in ``project`` (its REST API, one page)."""
+    return list(http_json(f"{phoenix.url}/v1/projects/{project}/spans?limit=1000")["data"])
 
 
 def _phoenix_usage(phoenix: BackendServer, project: str) -> list[dict[str, Any]]:
