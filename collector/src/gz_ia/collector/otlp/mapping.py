@@ -23,6 +23,7 @@ exported, before their parents); an unseen parent is taken for the agent span it
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -56,12 +57,15 @@ class Item:
         events: the events, as the fields of a :class:`~gz_ia.client.schema.LogEvent`.
         join_cycle: the cycle id of the agent's hooks for the same tool call: when the session
             already holds it, the item adds nothing.
+        hooks_record_it: the agent's hooks record the same call with nothing to join it by (Gemini
+            CLI's): when the hooks opened the session, the item adds nothing.
     """
 
     key: str
     session_id: str
     events: list[dict[str, Any]] = field(default_factory=list)
     join_cycle: str | None = None
+    hooks_record_it: bool = False
 
 
 def safe_id(raw: str) -> str:
@@ -328,6 +332,8 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
             error = str(attributes.get("error") or attributes.get("error_type") or "the tool call failed")
         elif source == "codex":
             error = _exit_status(attributes.get("output"))
+        elif source == "gemini_cli":
+            error = _gemini_exit_status(attributes.get("metadata"))
         cycle = _cycle(str(call_id)) if call_id else record_key
         attrs: dict[str, Any] = {"tool": tool[:1024]}
         if call_id:
@@ -336,13 +342,17 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
             session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs
         )
         key = f"log:{source}:tool:{session[0]}:{call_id}" if call_id else f"log:{record_key}"
-        return Item(key, session[0], events, join_cycle=cycle if call_id else None)
+        return Item(
+            key, session[0], events, join_cycle=cycle if call_id else None, hooks_record_it=source == "gemini_cli"
+        )
     usage = _log_usage(source, kind, attributes)
     if usage is None:
         return None
     model = str(usage.get("gen_ai.request.model") or "model")
     events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
-    return Item(f"log:{record_key}", session[0], events)
+    # Gemini CLI's hooks record each model request with its tokens (AfterModel), Claude Code's and
+    # Codex's none: theirs are the only per-request usage there is.
+    return Item(f"log:{record_key}", session[0], events, hooks_record_it=source == "gemini_cli")
 
 
 _EXIT: Final = re.compile(r"Process exited with code (-?\d+)")
@@ -353,6 +363,17 @@ def _exit_status(output: Any) -> str | None:
     says the tool ran); the output itself is never kept."""
     found = _EXIT.search(output) if isinstance(output, str) else None
     return f"exit code {found.group(1)}" if found and found.group(1) != "0" else None
+
+
+def _gemini_exit_status(metadata: Any) -> str | None:
+    """``exit code N`` when a Gemini CLI shell call's ``metadata`` (JSON text, ``{"exitCode": N}``)
+    says it exited non-zero; its ``success`` only says the tool ran."""
+    try:
+        decoded = json.loads(metadata) if isinstance(metadata, str) else metadata
+    except ValueError:
+        return None
+    code = decoded.get("exitCode") if isinstance(decoded, dict) else None
+    return f"exit code {code}" if type(code) is int and code != 0 else None
 
 
 def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any] | None:
