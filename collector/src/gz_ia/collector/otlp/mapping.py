@@ -44,6 +44,9 @@ _STATUS_ERROR: Final = 2
 _NAME: Final = 400
 _AGENTS: Final = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": "gemini-cli"}
 """The ``agent`` of each agent's log events: the hooks' own names."""
+_CODEX_HOOK_NAMES: Final = {"exec_command": "Bash", "shell": "Bash", "local_shell": "Bash"}
+"""Codex's telemetry names its shell tools as the model calls them, its hooks (as Claude Code's) ``Bash``:
+the hooks' name, so that a call reads the same whichever record holds it."""
 _SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
 
 
@@ -325,6 +328,8 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     record_key = _digest(session[0], record.SerializeToString(deterministic=True))
     if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
         tool = str(attributes.get("tool_name") or attributes.get("function_name") or "tool")
+        if source == "codex":
+            tool = _CODEX_HOOK_NAMES.get(tool, tool)
         call_id = attributes.get("tool_use_id") or attributes.get("call_id") or attributes.get("gen_ai.tool.call.id")
         failed = not _true(attributes.get("success"))
         error = None
