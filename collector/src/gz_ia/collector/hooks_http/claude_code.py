@@ -96,7 +96,7 @@ class ClaudeCodeHooks:
         key = f"{root}\0{payload['session_id']}"
         state = self.sessions.get(key)
         fields = hook_events(payload, state, time.time_ns())
-        if payload["hook_event_name"] == "SessionEnd" and state.is_empty():
+        if payload["hook_event_name"] in ("SessionEnd", "StopFailure") and state.is_empty():
             self.sessions.forget(key)
         if not fields:
             return "nothing"

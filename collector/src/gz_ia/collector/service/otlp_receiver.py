@@ -46,6 +46,7 @@ from gz_ia.collector.ingest.rules import Rejection
 from gz_ia.collector.ingest.validation import DecodedBatch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
+from gz_ia.collector.reading.segments import SessionView
 from gz_ia.collector.storage.names import active_name
 
 from .request_roots import own_root, request_root
@@ -115,6 +116,9 @@ class OtlpReceiver:
         self.collector = collector
         self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
         self._logged_at: dict[str, float] = {}
+        self._hooked: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        """(root, session) of sessions that agent hooks opened, newest last: a session's first event
+        never changes, so a yes is remembered (a no is looked up again: the hooks may come later)."""
 
     def routes(self) -> list[Route]:
         """The three OTLP routes; ``endpoints.otlp`` is the base URL an exporter takes."""
@@ -217,6 +221,21 @@ class OtlpReceiver:
                     return str(root.path)
         return None
 
+    def _opened_by_hooks(self, root: RootStore, session_id: str) -> bool:
+        """Whether the agent's hooks opened the session: their first event is its ``session`` cycle,
+        which telemetry never writes. An agent's hooks run before its first request, and are
+        answered once written, so they are there before any of its telemetry."""
+        key = (str(root.path), session_id)
+        if key in self._hooked:
+            self._hooked.move_to_end(key)
+            return True
+        if _first_action(root, session_id) != "session":
+            return False
+        self._hooked[key] = None
+        while len(self._hooked) > _SPANS_REMEMBERED:
+            self._hooked.popitem(last=False)
+        return True
+
     def _bound_sessions(self) -> None:
         while len(self.sessions) > _SPANS_REMEMBERED:
             self.sessions.popitem(last=False)
@@ -241,7 +260,7 @@ class OtlpReceiver:
         if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
             return "a tool call of this export is still being written from its first copy"
         for index, item in enumerate(items):
-            if held.get(index) is _Held.YES:
+            if held.get(index) is _Held.YES or (item.hooks_record_it and self._opened_by_hooks(root, item.session_id)):
                 joined += 1
                 continue
             events, rejections, raw = _typed(item)
@@ -256,6 +275,26 @@ class OtlpReceiver:
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
         return futures
+
+
+def _first_action(root: RootStore, session_id: str) -> str | None:
+    """The action of the session's first stored event (None when it has none yet)."""
+    try:
+        view = SessionView(root.dirs, session_id)
+    except (OSError, CollectorError):
+        return None
+    try:
+        for _number, _start, _end, raw in view.forward(view.oldest(), 0):
+            with contextlib.suppress(msgspec.DecodeError):
+                return msgspec.json.decode(raw, type=_FirstAction).action
+            return None
+    finally:
+        view.close()
+    return None
+
+
+class _FirstAction(msgspec.Struct):
+    action: str
 
 
 def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dict[int, bytes]]:
