@@ -9,7 +9,7 @@ __all__ = ["Data", "Finder", "FoldedFinder"]
 
 Data = bytes | bytearray
 _SAMPLE: Final = 1 << 16
-_RARE: Final = 2048
+_RARE: Final = 512
 """A needle's rarest byte is searched for first when it is rarer than one byte in this many."""
 
 
