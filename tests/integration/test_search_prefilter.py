@@ -149,12 +149,21 @@ def test_the_search_finds_what_the_reader_finds(root: Path, grep: str | None, fi
     ]
 
 
-def _in_order(root: Path, selection: Selection, count: int | None) -> list[str]:
-    """The answer read the careful way: every session in id order, its events in seq order (its
-    ``count`` newest), all sorted by time (stable), then the last ``count``."""
+@pytest.fixture(name="stored", scope="module")
+def _stored(root: Path) -> dict[str, list[reading.Entry]]:
+    """Every session's events read the careful way, in seq order (read once for every question)."""
+    return {
+        summary.session_id: list(reading.iter_events(root, summary.session_id))
+        for summary in reading.list_sessions(root)
+    }
+
+
+def _in_order(stored: dict[str, list[reading.Entry]], selection: Selection, count: int | None) -> list[str]:
+    """The careful answer: every session in id order, its matches in seq order (its ``count``
+    newest), all sorted by time (stable), then the last ``count``."""
     found: list[reading.Entry] = []
-    for session_id in sorted(summary.session_id for summary in reading.list_sessions(root)):
-        matches = [entry for entry in reading.iter_events(root, session_id) if selection.test(entry.event)]
+    for session_id in sorted(stored):
+        matches = [entry for entry in stored[session_id] if selection.test(entry.event)]
         found.extend(matches if count is None else matches[-count:] if count else [])
     found.sort(key=lambda entry: entry.event.timestamp)
     if count is not None:
@@ -163,11 +172,13 @@ def _in_order(root: Path, selection: Selection, count: int | None) -> list[str]:
 
 
 @pytest.mark.parametrize(("grep", "fields"), QUESTIONS)
-def test_json_prints_the_stored_lines_in_the_answers_order(root: Path, grep: str | None, fields: list[str]) -> None:
+def test_json_prints_the_stored_lines_in_the_answers_order(
+    root: Path, stored: dict[str, list[reading.Entry]], grep: str | None, fields: list[str]
+) -> None:
     """The lines written as bytes are the careful answer's, in its order, and gaps are still named."""
     selection = Selection(parse_matches(fields), compile_grep(grep) if grep is not None else None)
     for count, reverse in [(None, False), (None, True), (3, False), (2, True), (0, False)]:
-        expected = _in_order(root, selection, count)
+        expected = _in_order(stored, selection, count)
         if reverse:
             expected.reverse()
         gaps: list[reading.Gap] = []
@@ -180,13 +191,13 @@ def test_json_prints_the_stored_lines_in_the_answers_order(root: Path, grep: str
         assert [entry.line for entry in entries] == expected, (count, reverse)
 
 
-def test_gz_ia_logs_json_prints_them_and_names_the_gap(root: Path) -> None:
+def test_gz_ia_logs_json_prints_them_and_names_the_gap(root: Path, stored: dict[str, list[reading.Entry]]) -> None:
     """Through the command line: the same bytes, the gap said on stderr, exit 3."""
     command = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()", "--root", str(root), "logs"]
     for question in (["attrs.tool=Bash"], ["-g", "failed"]):
         done = subprocess.run([*command, *question, "--json"], capture_output=True, timeout=60, check=False)
         selection = selection_of(question)
-        assert done.stdout == "".join(line + "\n" for line in _in_order(root, selection, None)).encode()
+        assert done.stdout == "".join(line + "\n" for line in _in_order(stored, selection, None)).encode()
         assert done.returncode == 3, done.stderr
         assert b"s3" in done.stderr
 
