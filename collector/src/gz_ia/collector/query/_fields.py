@@ -37,29 +37,32 @@ _FILTERED: Final = (
     ("actions", "action"),
 )
 _full: Final = msgspec.json.Decoder(StoredEvent)
+_UNNAMEABLE: Final = frozenset('\\"' + "".join(map(chr, range(32))))
+"""Characters msgspec refuses in a field's stored name."""
 
 
 def _check_failed(self: Any) -> None:
-    # The full event's rule (its __post_init__), for a part that holds both fields.
+    # The full event's rule (its __post_init__): a line the full event refuses is refused here too.
     if self.status is FAILED and not self.error:
         raise ValueError("status FAILED requires a non-empty error")
 
 
 def question_for(filters: reading.Filters, selection: Selection) -> tuple[Decode, Test | None]:
-    """A decoder of the fields ``filters`` and ``selection`` read (and the time and ``seq``), and
+    """A decoder of the fields ``filters`` and ``selection`` read (and the time, ``seq``, ``status``
+    and ``error``), and
     the selection's test on what it decodes (None: every event is selected)."""
     if selection.grep is not None or selection.seqs is not None:
         return _full.decode, selection.test if selection else None
-    names = {"timestamp", "seq"}  # the answer's order, and a cursor
+    # The answer's order, a cursor, and the one rule across fields (FAILED needs an error).
+    names = {"timestamp", "seq", "status", "error"}
     for option, field in _FILTERED:
         if getattr(filters, option):
             names.add(field)
-    if "status" in names:
-        names.add("error")  # FAILED needs an error: checked as the full event checks it
     items = selection.matches.fields
     keys = sorted({item.name[6:] for item in items if item.name.startswith("attrs.")})
     names.update(item.name for item in items if not item.name.startswith("attrs."))
-    if len(names) * 2 > len(_FIELDS):
+    if len(names) * 2 > len(_FIELDS) or "attrs" in names or not all(_UNNAMEABLE.isdisjoint(key) for key in keys):
+        # Most of the event, all of attrs, or a key msgspec cannot take as a field's name: the full event.
         return _full.decode, selection.test if selection else None
     fields: list[tuple[str, Any, Any]] = []
     for name in sorted(names, key=_ORDER.index):
@@ -76,7 +79,7 @@ def question_for(filters: reading.Filters, selection: Selection) -> tuple[Decode
             module=__name__,
         )
         fields.append(("attrs", attrs | None, msgspec.field(default=None, name="attrs")))
-    namespace = {"__post_init__": _check_failed} if "status" in names else None
+    namespace = {"__post_init__": _check_failed}
     part = msgspec.defstruct(
         "StoredPart", fields, kw_only=True, frozen=True, gc=False, namespace=namespace, module=__name__
     )
