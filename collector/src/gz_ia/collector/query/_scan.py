@@ -9,8 +9,11 @@ Two savings, both exact:
 * **Lines are found by a byte search before anything is decoded.** The collector writes compact JSON,
   so an event with ``"status":"FAILED"`` or ``attrs.tool=Bash`` contains that key and value as bytes
   (:meth:`Selection.needles`); a segment is read whole and searched for them, and only the lines
-  around a hit are decoded and checked in full. Only complete lines count: a last line without its
-  newline is being written, and is left out as the reader leaves it out.
+  around a hit are decoded, as far as the question reads them (:mod:`._fields`), and checked. Only
+  complete lines count: a last line without its newline is being written, and is left out as the
+  reader leaves it out.
+* **A match costs a line's bytes and four numbers**, sent back per session (:mod:`._answer`, which
+  also puts them in time order); its text and cursor are made only if it is shown as an entry.
 
 The files are read with ``preadv`` into a buffer kept from one session to the next, never mapped: the
 writer truncates an active file back after a failed write, and touching a mapped page past the new
