@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import wait_for
 
 from gz_ia.client import build_event
 from gz_ia.collector import reading
@@ -221,7 +222,8 @@ def test_seq_is_found_by_its_bytes_as_the_reader_finds_it(make_collector: Any) -
         client.send(build_event(session_id="q", action=f"a{index}", stage="READ", agent="claude", attrs=attrs))
     client.close()
     root = Path(collector.root)
-    assert len(list((root / "sessions").glob("q.*.gz"))) >= 2
+    # Archives are compressed after the rotation that makes them, off the write path.
+    wait_for(lambda: len(list((root / "sessions").glob("q.*.gz"))) >= 2, message="two compressed archives")
     cursors = {entry.event.seq: entry.cursor for entry in reading.iter_events(root, "q")}
     for seq in [2, 7, 8, 9, 24, 26, 27, 50, 70, 79, 80, 81]:
         cursor = reading.cursor_before(root, "q", seq)
