@@ -24,6 +24,8 @@ from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
+from .titles import session_title
+
 __all__ = [
     "MAX_EVENTS",
     "MAX_PAGE",
@@ -217,6 +219,7 @@ def session_page(
     for summary in page:
         stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
         row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        row["title"] = session_title(root, summary.session_id)
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
@@ -243,8 +246,20 @@ def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary
     top = reading.session_tree(root, session_id, known=known)
     nodes = []
     for depth, node in top.walk():
-        nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status})
+        nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status, **_node_extras(root, node)})
     return {"session_id": session_id, "nodes": nodes}
+
+
+def _node_extras(root: Path, node: reading.TreeNode) -> dict[str, Any]:
+    """What the page draws of a tree's node beyond its summary: its title, and its own tokens and cost
+    (the page adds them up over the subtree)."""
+    used = _usage_of(root, node.summary)
+    return {
+        "title": session_title(root, node.session_id),
+        "tokens": used["tokens"],
+        "cost_usd": used["cost_usd"],
+        "usage_partial": used["usage_partial"],
+    }
 
 
 def session_family(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> list[str]:
