@@ -140,6 +140,8 @@ def test_a_finished_session_is_a_waterfall_in_time_order_on_its_own_scale(
         ("Edit", "wf-top", "0"),
     ]
     assert rows[1][3:] == ["1,234", "$0.0123"] and rows[4][3:] == ["500", "$0.0050"]
+    assert rows[2][3:] == ["500", "$0.0050"]  # the Agent call: its subagent's, rolled up
+    assert page.locator("#session-facts .duration").inner_text() == "20.0 s"
     assert page.locator("#session-title").inner_text() == "Bash: npm test"
     assert page.locator("#session-id").inner_text() == "wf-top"
     expect(page.locator('#session-facts [data-usage="session"]')).to_have_text("1,234 tokens · $0.0123")

@@ -87,10 +87,26 @@ function eventUsage(event) {
   return read(TOKEN_KEYS, "gz-ia.cost_usd") || read(PLAIN_TOKEN_KEYS, "cost_usd");
 }
 
+// A row's own usage (cached: addEvent clears it).
 function spanUsage(s) {
+  if (s.usage !== undefined) return s.usage;
   let tokens = 0, cost = null, found = false;
   for (const event of s.events) {
     const used = eventUsage(event);
+    if (!used) continue;
+    found = true;
+    tokens += used.tokens;
+    if (used.cost !== null) cost = (cost || 0) + used.cost;
+  }
+  return (s.usage = found ? { tokens, cost } : null);
+}
+
+// A spawning call's usage with its subagent's rows below it (a waterfall's parent span).
+function rolledSpanUsage(s) {
+  const own = spanUsage(s);
+  let tokens = own ? own.tokens : 0, cost = own ? own.cost : null, found = own !== null;
+  for (const child of s.children || []) {
+    const used = rolledSpanUsage(child);
     if (!used) continue;
     found = true;
     tokens += used.tokens;
@@ -329,7 +345,7 @@ const view = {
   // The sessions the timeline shows (the selected one and its subagents), each one's parent, the
   // newest seq of each read or queued (seq counts per session), and the call that names a subagent.
   family: new Set(), parents: new Map(), seen: new Map(), loaded: new Map(), spawned: new Map(),
-  orderDirty: false, nodes: [],
+  orderDirty: false, nodes: [], topLast: -Infinity,
   origin: Date.now(), scaleLast: 0, changed: new Set(), freshRows: new Set(),
   freshSpans: new Set(), drawn: [], following: true, gapAbove: null, gapBelow: null, droppedAbove: 0,
 };
@@ -353,10 +369,17 @@ function addEvent(event, fresh) {
     current = { key, action: event.action, session_id: event.session_id, start: time(event.timestamp), read: null, pending: null, end: null, status: null, error: null, first_seq: event.seq, events: [], finished: false, fresh, depth: 0, model: false, spawns: SPAWNING.has(event.action) };
     view.spans.set(key, current);
     view.order.push(current);
-    view.orderDirty = true;
+    // The usual case, a cycle of the selected session that starts last, goes at the end as it is;
+    // anything else (a late batch, a subagent's cycle) has the order rebuilt before the next draw.
+    if (event.session_id === view.selected && current.start.getTime() >= view.topLast) {
+      view.topLast = current.start.getTime();
+      current.parent = null;
+      current.children = null;
+    } else view.orderDirty = true;
   }
   const at = time(event.timestamp);
   current.events.push(event);
+  current.usage = undefined;
   if (event.parent_session_id) view.parents.set(event.session_id, event.parent_session_id);
   const attrs = event.attrs;
   if (attrs) {
@@ -424,6 +447,7 @@ function byStart(a, b) {
 // view.order again from the spans held: the tree of calls, flattened depth first.
 function rebuildOrder() {
   view.orderDirty = false;
+  view.topLast = -Infinity;
   const bySession = new Map();
   const startOf = new Map();
   for (const s of view.spans.values()) {
@@ -446,11 +470,15 @@ function rebuildOrder() {
     const spans = under.get(parent);
     if (!spans) return;
     spans.sort(byStart);
+    if (parent) parent.children = spans;
     for (const s of spans) {
       if (placed.has(s)) continue;
       placed.add(s);
+      s.parent = parent;
+      s.children = null;
       // A subagent whose spawning call is not held still reads as one: a level in.
       s.depth = parent === null && s.session_id !== view.selected ? 1 : depth;
+      if (parent === null && s.start.getTime() > view.topLast) view.topLast = s.start.getTime();
       order.push(s);
       visit(s, s.depth + 1);
     }
@@ -521,13 +549,14 @@ function rowOf(s) {
   piece("read", s.read, s.pending || s.end || (open ? null : s.last));
   piece(open ? "open" : "pending", s.pending, s.end);
   if (s.end) piece(`finish ${s.status === "FAILED" ? "failed" : ""}`, s.end, s.end);
-  const used = spanUsage(s);
+  const own = spanUsage(s);
+  const used = s.children ? rolledSpanUsage(s) : own;
+  const rolled = used !== own; // a spawning call: its subagent's usage added, shown as such
   const name = el("td", { class: "action", title: `${s.action}\n${s.session_id}` });
   name.style.paddingLeft = `${0.5 + s.depth * 1.3}em`; // through the CSSOM: the CSP allows no inline styles
   if (s.depth) name.append(el("span", { class: "branch", text: "└ " }));
   if (s.model) name.append(el("span", { class: "kind", text: "model" }));
   name.append(s.model ? s.action.replace(/^model /, "") : s.action);
-  if (s.session_id !== view.selected) name.append(el("span", { class: "who", text: ` ${s.events[0].agent || ""}` }));
   const row = el(
     "tr",
     { class: `${state}${s.fresh ? " fresh" : ""}${s.model ? " model" : ""}`, "data-action": s.action, "data-state": state, "data-session": s.session_id, "data-depth": String(s.depth) },
@@ -535,8 +564,8 @@ function rowOf(s) {
     el("td", {}, bar),
     el("td", { text: clock(s.start) }),
     el("td", { class: "num", text: duration }),
-    el("td", { class: "num tokens", text: used ? tokenCount(used.tokens) : "" }),
-    el("td", { class: "num cost", text: used ? dollars(used.cost) : "" }),
+    el("td", { class: `num tokens${rolled ? " rolled" : ""}`, title: rolled ? "with the calls below it" : "", text: used ? tokenCount(used.tokens) : "" }),
+    el("td", { class: `num cost${rolled ? " rolled" : ""}`, title: rolled ? "with the calls below it" : "", text: used ? dollars(used.cost) : "" }),
     el("td", {}, badge(state), s.error ? el("span", { class: "error", title: s.error, text: "  " + s.error }) : ""),
   );
   if (s.fresh) view.freshRows.add(row);
@@ -632,7 +661,9 @@ function renderTimeline() {
 // The spans live events touched: a drawn one's row is replaced, and the rows near the view drawn.
 function renderChanged() {
   dropOldest();
+  if (view.orderDirty) rebuildOrder(); // the parents of new rows are known from here
   let newest = 0;
+  for (const s of [...view.changed]) for (let up = s.parent; up; up = up.parent) view.changed.add(up);
   for (const s of view.changed) {
     if (view.spans.get(s.key) !== s) continue; // dropped meanwhile
     if (s.row) s.row.replaceWith((s.row = rowOf(s)));
@@ -740,7 +771,8 @@ async function loadWhy() {
 async function loadTree() {
   loadWhy();
   try {
-    const tree = await api("tree", { session: view.top });
+    view.treeLoad = api("tree", { session: view.top });
+    const tree = await view.treeLoad;
     view.nodes = tree.nodes;
     const items = tree.nodes.map((node) => {
       const used = sessionUsage(node);
@@ -777,7 +809,18 @@ function renderHead() {
     facts.push(el("span", {}, badge(top.status)));
     if (top.agent) facts.push(el("span", { text: top.agent }));
     if (top.first_time) facts.push(el("span", { title: zoneName(), text: `started ${day(time(top.first_time))}` }));
-    if (top.duration_s !== null) facts.push(el("span", { text: span(top.duration_s) }));
+    // The collector's summary spans the events in the order written; a batch that came late may have
+    // started earlier or ended later: the rows held say so.
+    let duration = top.duration_s;
+    if (view.selected === view.top && view.order.length) {
+      const held = view.order.filter((s) => s.session_id === view.top);
+      if (held.length) {
+        const from = Math.min(...held.map((s) => s.start.getTime()));
+        const to = Math.max(...held.map((s) => (s.end || s.last).getTime()));
+        duration = Math.max(duration || 0, (to - from) / 1000);
+      }
+    }
+    if (duration !== null) facts.push(el("span", { class: "duration", text: span(duration) }));
     const own = sessionUsage(top);
     if (own) facts.push(el("span", { class: "usage", "data-usage": "session", text: usageText(own) }));
     const rolled = view.nodes.length > 1 ? rolledUsage(view.nodes, view.top) : null;
@@ -812,6 +855,7 @@ async function loadWindow(before) {
     view.spans = new Map();
     view.order = [];
     view.events = 0;
+    view.topLast = -Infinity;
     for (const event of [...page.events, ...held].sort((a, b) => a.seq - b.seq)) addEvent(event, false);
     // Show what was just loaded, at the top; the view follows the tail again once scrolled to the end.
     view.following = false;
@@ -821,9 +865,13 @@ async function loadWindow(before) {
     renderTimeline();
     return;
   }
-  // The selected session and its subagents: their cycles are drawn as one waterfall.
-  const nodes = await api("tree", { session }).then((tree) => tree.nodes, () => []);
+  // The selected session and its subagents: their cycles are drawn as one waterfall. The top's
+  // tree (read once for the panel) holds the selected session's subtree.
+  const tree = await (view.treeLoad || Promise.reject(new Error())).catch(() => ({ nodes: [] }));
   if (session !== view.selected) return;
+  const at = tree.nodes.findIndex((node) => node.session_id === session);
+  const nodes = at < 0 ? [] : [tree.nodes[at]];
+  for (let index = at + 1; at >= 0 && index < tree.nodes.length && tree.nodes[index].depth > tree.nodes[at].depth; index++) nodes.push(tree.nodes[index]);
   for (const node of nodes) {
     view.family.add(node.session_id);
     if (node.parent_session_id) view.parents.set(node.session_id, node.parent_session_id);
@@ -851,6 +899,7 @@ async function loadWindow(before) {
     $("#transcript").replaceChildren(el("a", { href: `api/transcript?${search}`, target: "_blank", rel: "noopener", title: transcript.attrs.transcript_path, text: "transcript" }));
   }
   renderTimeline();
+  renderHead();
   view.windowLoaded = true;
   if (view.pending.length) scheduleRender();
 }
@@ -862,6 +911,7 @@ function selectSession(sessionId) {
   view.events = 0;
   view.older = null;
   view.family = new Set([sessionId]);
+  view.topLast = -Infinity;
   view.seen = new Map();
   view.loaded = new Map();
   view.spawned = new Map();
@@ -900,8 +950,8 @@ function openSession(sessionId) {
   $("#session-body").classList.remove("with-details");
   view.top = sessionId;
   view.nodes = [];
+  loadTree(); // first: the window waits for the tree it reads
   selectSession(sessionId);
-  loadTree();
   // The subtree's events as they are written, from the first one of a session not there yet.
   const reload = () => (selectSession(view.selected), loadTree()); // missed some: read the window again
   view.source = liveLink({ session: sessionId, subtree: "1" }, { message: onLiveEvent, lagged: reload, restarted: reload });
