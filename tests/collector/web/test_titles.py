@@ -7,7 +7,7 @@ from gz_ia.collector.web.titles import TITLE_CHARS, title_of
 
 def test_the_first_real_action_names_a_session() -> None:
     """The lifecycle cycles every session opens alike are passed over; the first call and its subject name it."""
-    events = [
+    events: list[tuple[str, dict[str, object] | None]] = [
         ("session", {"model": "x"}),
         ("prompt", {"prompt_chars": 40}),
         ("Bash", {"command": "npm test"}),

@@ -10,6 +10,7 @@ once found is kept: those events never change.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,7 +35,7 @@ def _cut(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
 
 
-def title_of(events: list[tuple[str, dict[str, Any] | None]]) -> tuple[str | None, bool]:
+def title_of(events: Sequence[tuple[str, Mapping[str, Any] | None]]) -> tuple[str | None, bool]:
     """The title of a session whose first events are ``(action, attrs)``, and whether it is final
     (a prompt or a real action found; False: only lifecycle cycles so far, a later event may say more).
     """
