@@ -126,6 +126,7 @@ def test_a_finished_session_is_a_waterfall_in_time_order_on_its_own_scale(
     started = row.locator("td").nth(4).inner_text()
     assert started == YESTERDAY.astimezone().strftime("%Y-%m-%d %H:%M:%S"), started
     assert re.search(r"times in .*UTC[+\u2212]\d\d:\d\d", page.locator("#zone").inner_text())
+    _shoot(page, "sessions.png")
 
     row.click()
     page.locator('#timeline tr[data-action="Edit"]').wait_for()

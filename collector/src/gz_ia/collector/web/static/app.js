@@ -213,9 +213,10 @@ function liveLink(query, handlers) {
       if (link.epoch !== null && epoch !== link.epoch && handlers.restarted) handlers.restarted();
       link.epoch = epoch;
     });
+    // Messages go to the link's onmessage, read at each one: a wrapper set on it later (a probe) holds.
+    source.onmessage = (message) => outside.onmessage && outside.onmessage(message);
     for (const [name, handler] of Object.entries(handlers)) {
-      if (name === "message") source.onmessage = handler;
-      else if (name !== "restarted") source.addEventListener(name, handler);
+      if (name !== "message" && name !== "restarted") source.addEventListener(name, handler);
     }
     source.onerror = () => {
       if (link.closed || link.source !== source) return;
@@ -240,14 +241,16 @@ function liveLink(query, handlers) {
     link.timer = setTimeout(open, wait);
     setTimeout(() => !link.closed && link.timer && liveState("reconnecting"), LIVE_PATIENCE + 100);
   };
-  open();
-  return {
+  const outside = {
+    onmessage: handlers.message || null,
     close() {
       link.closed = true;
       if (link.timer) clearTimeout(link.timer);
       if (link.source) link.source.close();
     },
   };
+  open();
+  return outside;
 }
 
 // --- sessions list ---------------------------------------------------------------------------
