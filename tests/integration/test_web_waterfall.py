@@ -152,6 +152,19 @@ def test_a_finished_session_is_a_waterfall_in_time_order_on_its_own_scale(
     share = page.evaluate(BAR_SHARE, "Agent")
     assert 0.5 < share < 0.65, share
     _shoot(page, "waterfall.png")
+
+    # A late batch while the page is open: its row goes where it started, not at the end.
+    send_events(collector, _cycle("wf-top", "Grep", 16.5, 16.8, attrs={"pattern": "TODO"}))
+    page.locator('#timeline tr[data-action="Grep"]').wait_for()
+    assert [row[0] for row in page.evaluate(ROWS)][-2:] == ["Grep", "Edit"]
+    # A cycle opened now: the session runs again, and its scale runs to now (yesterday's bars shrink).
+    send_events(collector, [build_event(session_id="wf-top", action="Write", stage="READ", agent="claude-code")])
+    page.locator('#timeline tr[data-action="Write"]').wait_for()
+    for _ in range(50):
+        if page.evaluate(BAR_SHARE, "Agent") < 0.01:
+            break
+        page.wait_for_timeout(100)
+    assert page.evaluate(BAR_SHARE, "Agent") < 0.01
     page.close()
 
 
@@ -227,8 +240,10 @@ def test_after_a_restart_the_page_reconnects_and_says_what_to_do_when_its_key_is
     page.locator("#notice").wait_for()
     assert "gz-ia ui" in page.locator("#notice").inner_text()
     assert "gz-ia ui" in page.locator("#live").inner_text()
+    _shoot(page, "key-gone.png")
     page.reload()
     page.locator("h1").wait_for()
     assert "gz-ia ui" in page.locator("body").inner_text()
     assert '{"error"' not in page.content()
+    _shoot(page, "key-gone-reloaded.png")
     page.close()
