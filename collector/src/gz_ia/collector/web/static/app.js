@@ -725,7 +725,11 @@ function showDetails(s) {
   $("#details").hidden = false;
   $("#details-title").textContent = `${s.action} — ${s.session_id}`;
   const body = $("#details-body");
+  const used = s.children ? rolledSpanUsage(s) : spanUsage(s);
+  const model = s.events.map((event) => event.attrs && (event.attrs["gen_ai.request.model"] || event.attrs.model)).find(Boolean);
+  const facts = [`started ${day(s.start)}.${pad(s.start.getMilliseconds(), 3)}`, model ? `model ${model}` : "", used ? usageText(used) + (s.children ? " (with the calls below it)" : "") : ""];
   body.replaceChildren(
+    el("p", { class: "muted facts", text: facts.filter(Boolean).join(" · ") }),
     ...s.events.map((event) =>
       el(
         "div",
