@@ -53,7 +53,8 @@ def _telemetry(collector: Any) -> dict[str, str]:
 
 ROWS = """() => [...document.querySelectorAll('#timeline tbody tr[data-action]')].map((row) =>
   ({action: row.dataset.action, session: row.dataset.session, depth: Number(row.dataset.depth),
-    tokens: row.querySelector('td.tokens').textContent, start: row.children[2].textContent}))"""
+    tokens: row.querySelector('td.tokens').textContent, start: row.children[2].textContent,
+    rolled: row.querySelector('td.tokens').classList.contains('rolled')}))"""
 
 
 def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
@@ -110,3 +111,14 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
     top = [row["start"] for row in rows if row["depth"] == 0]
     assert top == sorted(top), rows  # by start time (one day: the clock sorts as text)
     assert title and title != session
+    # The rows' own tokens (the page's fold of the events) add up to the session's (the collector's).
+    listed = {
+        row["session_id"]: row
+        for row in map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
+    }
+    own = sum(
+        int(row["tokens"].replace(",", ""))
+        for row in rows
+        if row["session"] == session and row["tokens"] and not row["rolled"]
+    )
+    assert own == listed[session]["tokens"]["total"], (rows, listed[session])
