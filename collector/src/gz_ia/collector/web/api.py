@@ -24,6 +24,8 @@ from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
+from .titles import session_title
+
 __all__ = [
     "MAX_EVENTS",
     "MAX_PAGE",
@@ -217,6 +219,7 @@ def session_page(
     for summary in page:
         stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
         row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        row["title"] = session_title(root, summary.session_id)
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
@@ -243,8 +246,40 @@ def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary
     top = reading.session_tree(root, session_id, known=known)
     nodes = []
     for depth, node in top.walk():
-        nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status})
+        nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status, **_node_extras(root, node)})
     return {"session_id": session_id, "nodes": nodes}
+
+
+def _node_extras(root: Path, node: reading.TreeNode) -> dict[str, Any]:
+    """What the page draws of a tree's node beyond its summary: its title, and its own tokens and cost
+    (the page adds them up over the subtree)."""
+    used = _tree_usage_of(root, node.summary)
+    return {
+        "title": session_title(root, node.session_id),
+        "tokens": used["tokens"],
+        "cost_usd": used["cost_usd"],
+        "usage_partial": used["usage_partial"],
+    }
+
+
+_TREE_USAGE_TTL: Final = 5.0
+"""Seconds a running session's sums are reused for its tree: a page open on it asks every second,
+and each new event would otherwise have them read again from the files."""
+_tree_usage: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+
+
+def _tree_usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
+    """:func:`_usage_of` for a tree's node, reused for a few seconds while the session is written."""
+    key = (str(root), summary.session_id)
+    now = time.monotonic()
+    cached = _tree_usage.get(key)
+    if cached is not None and now - cached[0] < _TREE_USAGE_TTL:
+        return cached[1]
+    used = _usage_of(root, summary)
+    if len(_tree_usage) > 20_000:
+        _tree_usage.clear()
+    _tree_usage[key] = (now, used)
+    return used
 
 
 def session_family(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> list[str]:
