@@ -159,10 +159,20 @@ def _run_logs(
         watch: FinishWatch | None = None
         members: list[str] = []
         anchors: dict[str, str] = {}
-        from gz_ia.collector.query import narrows, search
+        from gz_ia.collector.query import narrows, search, search_lines
 
         whole_root = session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]
-        if whole_root and narrows(filters, selection, root):
+        searched = whole_root and narrows(filters, selection, root)
+        if searched and output == "json":
+            # The stored lines as they are, in order: written as bytes, no entry made for one.
+            out.flush()
+            binary = sys.stdout.buffer
+            for chunk in search_lines(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps):
+                binary.write(chunk)
+                shown += bool(chunk)
+            binary.flush()
+            history: Iterable[Any] = ()
+        elif searched:
             # A question over the whole root: skip sessions by their checkpoints, search bytes first.
             history = search(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps)
         else:

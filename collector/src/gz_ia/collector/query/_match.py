@@ -65,6 +65,12 @@ class _FieldMatch(msgspec.Struct, frozen=True):
             return actual in self.values
         return any(_equal(actual, value, name) for value in self.values)
 
+    def accepts(self, actual: object) -> bool:
+        """Whether the field's value ``actual`` (None: absent) is one of the values."""
+        if type(actual) is str:
+            return actual in self.values
+        return any(_equal(actual, value, self.name) for value in self.values)
+
     def needles(self) -> tuple[bytes, ...] | None:
         """Byte strings one of which a matching compact JSON line contains; None when none is sure."""
         found: list[bytes] = []

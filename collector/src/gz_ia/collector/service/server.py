@@ -44,6 +44,7 @@ from .health import Health
 from .known_roots import KnownRoots, default_state_dir
 from .listener import serve_sockets
 from .reload import begin_reload, changed_settings, finish_reload
+from .request_roots import root_to_come
 from .requests import Answers
 from .systemd import Notifier, watchdog_interval
 from .write_passes import WritePasses
@@ -157,6 +158,7 @@ class Collector(WritePasses, Answers):
             lambda: self.http.base_url if self.http is not None else "",
             in_memory=lambda root: summaries_in_memory(self.writer.roots, root),
             key=lambda: self.http.key if self.http is not None else None,
+            root_to_come=lambda path: root_to_come(path, self.uid),
         )
         """The web view on the HTTP side (its page, JSON and ``/live``), opened with the user's key."""
         self.connection_limits = (

@@ -27,6 +27,8 @@ from gz_ia.collector.reading import SessionSummary
 from gz_ia.collector.reading.cycles import ActionSpan, SessionNode, TimelineBuilder
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
+from .titles import session_title
+
 __all__ = [
     "MAX_CYCLES",
     "MAX_EVENTS",
@@ -137,7 +139,8 @@ def _tokens_json(tokens: tuple[int, int, int, int]) -> dict[str, int]:
 def usage_json(summary: SessionSummary, tree: reading.TreeUsage | None) -> dict[str, Any]:
     """A session's usage as the page reads it: ``tokens`` (every kind; null with no usage) and
     ``cost_usd`` its own, ``tokens_by_kind`` and ``model``, and ``tree_tokens`` / ``tree_cost_usd``
-    with every subagent's below it: the numbers ``gz-ia sessions --json`` gives."""
+    with every subagent's below it: the numbers ``gz-ia sessions --json`` gives; ``hooks_usage_counts``
+    whether its hooks' own readings are what counts (the page's rows count them only then)."""
     own = summary.tokens
     used = bool(sum(own) or summary.cost_usd)
     tree_tokens, tree_cost = tree if tree is not None else (own, summary.cost_usd)
@@ -148,6 +151,7 @@ def usage_json(summary: SessionSummary, tree: reading.TreeUsage | None) -> dict[
         "model": summary.model or None,
         "tree_tokens": _tokens_json(tree_tokens),
         "tree_cost_usd": round(tree_cost, 6),
+        "hooks_usage_counts": summary.hooks_usage_counts,
         "usage_partial": False,
     }
 
@@ -226,6 +230,7 @@ def session_page(
         stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
         usage = usage_json(summary, rolled.get(summary.session_id))
         row = {**_summary_dict(summary), **_scanned(root, summary), **usage, "hung": stuck}
+        row["title"] = session_title(root, summary.session_id)
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
@@ -253,7 +258,8 @@ def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary
     nodes = []
     for depth, node in top.walk():
         usage = usage_json(node.summary, (node.tree_tokens, node.tree_cost_usd))
-        nodes.append({**_summary_dict(node.summary), **usage, "depth": depth, "status": node.status})
+        title = session_title(root, node.session_id)
+        nodes.append({**_summary_dict(node.summary), **usage, "depth": depth, "status": node.status, "title": title})
     return {"session_id": session_id, "nodes": nodes}
 
 
@@ -323,6 +329,7 @@ def session_cycles(root: Path, session_id: str, known: Mapping[str, SessionSumma
                 "depth": depth,
                 "status": item.status,
                 "role": node.role,
+                "title": session_title(root, item.session_id),
                 "cycles": [_cycle_json(span) for span in cycles],
             }
         )
