@@ -19,7 +19,7 @@ import msgspec
 from gz_ia.client.schema import FAILED, AttrValue, StoredEvent
 from gz_ia.collector import reading
 
-from ._match import Selection, _FieldMatch
+from ._match import FieldMatch, Selection
 
 __all__ = ["Decode", "Test", "question_for"]
 
@@ -93,8 +93,8 @@ def question_for(filters: reading.Filters, selection: Selection) -> tuple[Decode
     return msgspec.json.Decoder(part).decode, test
 
 
-def _test(item: _FieldMatch, alias: str | None) -> Test:
-    """``item``'s test on a part: as :meth:`_FieldMatch.test` on the full event, without its look-ups."""
+def _test(item: FieldMatch, alias: str | None) -> Test:
+    """``item``'s test on a part: as :meth:`FieldMatch.test` on the full event, without its look-ups."""
     values = item.values
     accepts = item.accepts
     if alias is None:

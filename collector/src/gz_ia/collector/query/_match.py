@@ -25,6 +25,7 @@ from gz_ia.client.schema import StoredEvent
 __all__ = [
     "EXOTIC",
     "KNOWN_FIELDS",
+    "FieldMatch",
     "FieldMatches",
     "GrepNeedle",
     "Selection",
@@ -49,7 +50,7 @@ def _encoded(value: object) -> bytes:
     return msgspec.json.encode(value)
 
 
-class _FieldMatch(msgspec.Struct, frozen=True):
+class FieldMatch(msgspec.Struct, frozen=True):
     """One field and the values it may take (ORed)."""
 
     name: str
@@ -113,7 +114,7 @@ def _equal(actual: object, wanted: str, name: str) -> bool:
 class FieldMatches(msgspec.Struct, frozen=True):
     """``FIELD=VALUE`` arguments: values of one field ORed, fields ANDed."""
 
-    fields: tuple[_FieldMatch, ...] = ()
+    fields: tuple[FieldMatch, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.fields)
@@ -156,7 +157,7 @@ def parse_matches(arguments: Iterable[str]) -> FieldMatches:
         if name in _NUMERIC and value and _number(value) is None:
             raise ValueError(f"{argument!r}: {name} is a number")
         grouped.setdefault(name, []).append(value)
-    return FieldMatches(tuple(_FieldMatch(name, tuple(values)) for name, values in grouped.items()))
+    return FieldMatches(tuple(FieldMatch(name, tuple(values)) for name, values in grouped.items()))
 
 
 def compile_grep(pattern: str, *, case_sensitive: bool | None = None) -> re.Pattern[str]:
