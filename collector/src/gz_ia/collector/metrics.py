@@ -340,6 +340,38 @@ class Metrics:
         )
         for outcome in HOOK_DROP_OUTCOMES:
             self.hook_drops.labels(outcome)
+        self.fleet_connected = Gauge(
+            "gzia_fleet_connected", "1 while the fleet's NATS connection is up (0: shipping waits).", registry=registry
+        )
+        self.fleet_lag = Gauge(
+            "gzia_fleet_lag_events",
+            "Fleet lag: on a machine, events written here and not yet acknowledged by the stream; on a hub, "
+            "events in the stream not yet written here.",
+            registry=registry,
+        )
+        self.fleet_shipped = Counter(
+            "gzia_fleet_shipped_events_total",
+            "Events the fleet stream acknowledged from this machine.",
+            registry=registry,
+        )
+        self.fleet_hub_events = Counter(
+            "gzia_fleet_hub_events_total",
+            "Events a hub took from the stream, by outcome: written, duplicate (held already: acknowledged, not "
+            "written again) or rejected (refused by validation here).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("written", "duplicate", "rejected"):
+            self.fleet_hub_events.labels(outcome)
+        self.fleet_refused = Counter(
+            "gzia_fleet_refused_total",
+            "Fleet messages a hub refused, by reason: host_mismatch (the subject names another host than the one "
+            "claimed), subject, malformed, host_not_served.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("host_mismatch", "subject", "malformed", "host_not_served"):
+            self.fleet_refused.labels(reason)
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",

@@ -7,6 +7,7 @@ import functools
 import os
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,7 @@ class Answers:
     connection_limits: ConnectionLimits | None
     http: HttpServer | None
     http_error: str | None
+    fleet_report: Callable[[], dict[str, object]] | None
     _flush_lock: asyncio.Lock
 
     @property
@@ -133,6 +135,7 @@ class Answers:
             "metrics_endpoint": self.metrics.endpoint_report(),
             "endpoints": self.http.endpoints() if self.http is not None and self.http.port else {},
             "http_error": self.http_error,
+            "fleet": self.fleet_report() if self.fleet_report is not None else None,
             "connections": len(self.connections),
             "roots": [
                 {
