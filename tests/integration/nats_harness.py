@@ -147,7 +147,7 @@ def hub_sessions(hub_root: Path, host: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def wait_equal(machine_root: Path, host: str, hub_root: Path, timeout: float = 60) -> None:
-    """Wait until the hub holds exactly the machine's sessions (0 lost, 0 duplicated), or fail saying how they differ."""
+    """Wait until the hub holds exactly the machine's sessions (0 lost, 0 duplicated), else fail saying how."""
     deadline = time.monotonic() + timeout
     while True:
         want = hub_view_of(machine_root, host)

@@ -27,8 +27,14 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart(
     """Two machines with a session id in common: the hub keeps each machine's session apart, equal to it."""
     hub_root = short_tmp / "hub" / ".harness"
     hub = make_collector(
-        env=fleet_env(nats_server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true",
-                      GZ_IA_FLEET_HUB_ROOT=str(hub_root), GZ_IA_DURABILITY="fsync")
+        env=fleet_env(
+            nats_server.url,
+            "hub",
+            short_tmp / "hub-state",
+            GZ_IA_FLEET_HUB="true",
+            GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+            GZ_IA_DURABILITY="fsync",
+        )
     )
     laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
     runner = make_collector(env=fleet_env(nats_server.url, "ci-runner", short_tmp / "runner-state"))
