@@ -190,6 +190,9 @@ class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """``num_replicas`` of a stream this collector creates (3 on a three-server cluster)."""
     duplicate_window: float = 120.0
     """Seconds the stream remembers a message id: a re-publish within it is stored once."""
+    ack_wait: float = 30.0
+    """Seconds a hub's consumer (when it creates it) waits for an acknowledgement before delivering again:
+    after a hub's crash, what it had taken and not acknowledged comes again after this."""
 
     def __post_init__(self) -> None:
         if self.host and not FLEET_HOST_PATTERN.fullmatch(self.host):
@@ -201,6 +204,8 @@ class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("fleet.hub needs fleet.url (the NATS servers to consume from)")
         if not 1 <= self.replicas <= 5:
             raise ValueError("fleet.replicas must be between 1 and 5")
+        if not self.ack_wait > 0:
+            raise ValueError("fleet.ack_wait must be > 0 seconds")
         if not self.duplicate_window > 0:
             raise ValueError("fleet.duplicate_window must be > 0 seconds")
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.stream):
@@ -212,6 +217,10 @@ class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def enabled(self) -> bool:
         """Whether this collector takes part in a fleet."""
         return bool(self.url)
+
+    def shown_url(self) -> str:
+        """``url`` with any password in it masked, for the status and the log."""
+        return re.sub(r"(://[^:/@,]*):[^@/,]*@", r"\1:***@", self.url)
 
     def servers(self) -> list[str]:
         """The server URLs of ``url``."""

@@ -345,8 +345,9 @@ class Metrics:
         )
         self.fleet_lag = Gauge(
             "gzia_fleet_lag_events",
-            "Fleet lag: on a machine, events written here and not yet acknowledged by the stream; on a hub, "
-            "events in the stream not yet written here.",
+            "Fleet lag, by role: ship, events written here and not yet acknowledged by the stream; hub, events "
+            "in the stream not yet written here.",
+            ["role"],
             registry=registry,
         )
         self.fleet_shipped = Counter(

@@ -39,8 +39,6 @@ log = logging.getLogger("gz_ia.collector")
 
 FETCH: Final = 1024
 """Messages fetched at once; their writes are grouped by session into batches."""
-ACK_WAIT: Final = 30.0
-"""Seconds a delivered message may stay unacknowledged before the stream delivers it again."""
 GAP_DELAY: Final = 0.5
 """Seconds a message waits (``nak``) for its predecessor to arrive."""
 MAX_GAP_WAITS: Final = 120
@@ -97,7 +95,7 @@ class FleetHub:
                     durable_name=self.consumer,
                     ack_policy=AckPolicy.EXPLICIT,
                     deliver_policy=DeliverPolicy.ALL,
-                    ack_wait=ACK_WAIT,
+                    ack_wait=self.config.ack_wait,
                     max_deliver=-1,
                     max_ack_pending=4 * FETCH,
                     filter_subject=filters[0] if len(filters) == 1 else None,
@@ -123,7 +121,7 @@ class FleetHub:
                     await self.take(messages)
                 info = await subscription.consumer_info()
                 self.lag_events = int(info.num_pending or 0) + int(info.num_ack_pending or 0)
-                self.metrics.fleet_lag.set(self.lag_events)
+                self.metrics.fleet_lag.labels("hub").set(self.lag_events)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server away, a consumer deleted: try again shortly

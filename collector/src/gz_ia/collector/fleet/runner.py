@@ -73,7 +73,7 @@ class FleetRunner:
         """``fleet`` in ``gz-ia status``: where, as whom, in which role, connected, and how far behind."""
         lag = self.hub.lag_events if self.hub is not None else self.shipper.lag()
         report: dict[str, object] = {
-            "url": self.config.url,
+            "url": self.config.shown_url(),
             "host": self.host,
             "role": self.role,
             "connected": self.connected,
@@ -104,7 +104,7 @@ class FleetRunner:
 
     async def _set_connected(self, connected: bool) -> None:
         if connected != self.connected:
-            log.info("fleet: %s %s", "connected to" if connected else "disconnected from", self.config.url)
+            log.info("fleet: %s %s", "connected to" if connected else "disconnected from", self.config.shown_url())
         self.connected = connected
         self.metrics.fleet_connected.set(1 if connected else 0)
 
@@ -118,7 +118,7 @@ class FleetRunner:
                     self.config, name=f"gz-ia {self.role} {self.host}", on_change=self._set_connected
                 )
             except Exception as exc:  # no server answers yet: events are kept and shipped once one does
-                log.warning("fleet: cannot reach %s (%s); retrying", self.config.url, exc)
+                log.warning("fleet: cannot reach %s (%s); retrying", self.config.shown_url(), exc)
                 try:
                     await asyncio.wait_for(stopping.wait(), 1.0)
                 except TimeoutError:
@@ -137,7 +137,7 @@ class FleetRunner:
                     await asyncio.wait_for(stopping.wait(), 1.0)
                 except TimeoutError:
                     pass
-        log.info("fleet: %s as %s on %s (stream %s)", self.role, self.host, self.config.url, self.config.stream)
+        log.info("fleet: %s as %s on %s (stream %s)", self.role, self.host, self.config.shown_url(), self.config.stream)
         tasks = [asyncio.create_task(self.shipper.run(js, stopping))]
         if self.hub is not None:
             tasks.append(asyncio.create_task(self.hub.run(js, stopping)))

@@ -154,7 +154,6 @@ class Shipper:
                     shipped += await self.ship_root(js, root)
                 except Exception:  # a bug or an unreadable root: keep shipping the others
                     log.exception("fleet: shipping %s failed; will retry", root.path)
-            self.metrics.fleet_lag.set(self.lag())
             if shipped == 0:
                 try:
                     await asyncio.wait_for(stopping.wait(), POLL_INTERVAL if not self.failing else 0.5)
@@ -164,6 +163,7 @@ class Shipper:
     async def ship_root(self, js: JetStreamContext, root: _Root) -> int:
         """One round over one root; return how many events the stream acknowledged."""
         changed = await asyncio.to_thread(_changed, root)
+        self.metrics.fleet_lag.labels("ship").set(self.lag())
         acknowledged = 0
         try:
             for session_id, stat, end in changed:
@@ -176,6 +176,7 @@ class Shipper:
         finally:
             if acknowledged:
                 await asyncio.to_thread(root.positions.save)
+                self.metrics.fleet_lag.labels("ship").set(self.lag())
 
     async def _ship_session(self, js: JetStreamContext, root: _Root, session_id: str, end: int) -> tuple[bool, int]:
         """Ship one session up to ``end``; ``(all shipped, how many acknowledged)``."""

@@ -118,6 +118,14 @@ class Answers:
             **(self.connection_limits.report() if self.connection_limits is not None else {}),
         }
 
+    def _shown_config(self) -> dict[str, object]:
+        """The configuration as the status shows it: a password in the fleet's URL masked."""
+        shown: dict[str, object] = msgspec.to_builtins(self.config)
+        fleet = shown.get("fleet")
+        if isinstance(fleet, dict):
+            fleet["url"] = self.config.fleet.shown_url()
+        return shown
+
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
         healthy, reasons = self.health.report()
@@ -129,7 +137,7 @@ class Answers:
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 3),
             "durability": self.config.durability,
-            "config": msgspec.to_builtins(self.config),
+            "config": self._shown_config(),
             "config_reload_refused": self.metrics.reload_refused or None,
             "limits": self.limits(),
             "metrics_endpoint": self.metrics.endpoint_report(),
