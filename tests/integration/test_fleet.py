@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import send_events, wait_for
+from tests.conftest import free_port, send_events, wait_for
 from tests.integration.nats_harness import NatsServer, events, fleet_env, read_root, wait_equal
 
 
@@ -22,10 +24,11 @@ def _nats_server(short_tmp: Path) -> Iterator[NatsServer]:
     server.close()
 
 
-def test_two_machines_reach_the_hub_exactly_once_and_apart(
+def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_refused(
     make_collector: Any, nats_server: NatsServer, short_tmp: Path
 ) -> None:
-    """Two machines with a session id in common: the hub keeps each machine's session apart, equal to it."""
+    """Two machines with a session id in common: the hub keeps each machine's session apart, equal to it;
+    a message whose subject names another host than the one it claims is refused and counted."""
     hub_root = short_tmp / "hub" / ".harness"
     hub = make_collector(
         env=fleet_env(
@@ -49,6 +52,22 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart(
     hub_status = json.loads(hub.gz_ia("status", "--json", check=True).stdout)["fleet"]
     assert hub_status["role"] == "hub" and hub_status["connected"] is True
     assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 40 + 6 + 25
+
+    # A message claiming a host its subject does not name (hand-published: no collector sends one).
+    line = (laptop.root / "sessions" / "s1.events.jsonl").read_text().splitlines()[0]
+
+    async def forge() -> None:
+        import nats
+
+        client = await nats.connect(nats_server.url)
+        headers = {"Nats-Msg-Id": "forged-1", "Gz-Ia-Host": "laptop"}
+        await client.jetstream().publish("gzia.events.mallory.abcdef", line.encode(), headers=headers)
+        await client.close()
+
+    asyncio.run(forge())
+    wait_for(lambda: hub.metric('gzia_fleet_refused_total{reason="host_mismatch"}') == 1, message="the refusal")
+    assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+    wait_equal(laptop.root, "laptop", hub_root)
 
 
 def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_doubles_nothing(
@@ -102,35 +121,6 @@ def test_an_outage_of_the_server_is_caught_up(make_collector: Any, nats_server: 
     wait_for(lambda: _fleet(laptop)["lag_events"] == 0, message="the lag back to 0")
 
 
-def test_a_message_whose_subject_names_another_host_is_refused_and_counted(
-    make_collector: Any, nats_server: NatsServer, short_tmp: Path
-) -> None:
-    """A message claiming a host its subject does not name (hand-published: no collector sends one)."""
-    hub_root = short_tmp / "hub" / ".harness"
-    hub = make_collector(
-        env=fleet_env(
-            nats_server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
-        )
-    )
-    laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
-    send_events(laptop, events("honest", 4))
-    wait_equal(laptop.root, "laptop", hub_root)
-    line = (laptop.root / "sessions" / "honest.events.jsonl").read_text().splitlines()[0]
-
-    async def forge() -> None:
-        import nats
-
-        client = await nats.connect(nats_server.url)
-        headers = {"Nats-Msg-Id": "forged-1", "Gz-Ia-Host": "laptop"}
-        await client.jetstream().publish("gzia.events.mallory.abcdef", line.encode(), headers=headers)
-        await client.close()
-
-    asyncio.run(forge())
-    wait_for(lambda: hub.metric('gzia_fleet_refused_total{reason="host_mismatch"}') == 1, message="the refusal")
-    assert not any(name.startswith("mallory.") for name in read_root(hub_root))
-    wait_equal(laptop.root, "laptop", hub_root)
-
-
 def _lines(root: Path) -> int:
     """Lines in a root's active session files (cheap enough to poll while the hub writes)."""
     return sum(path.read_bytes().count(b"\n") for path in (root / "sessions").glob("*.events.jsonl"))
@@ -138,3 +128,100 @@ def _lines(root: Path) -> int:
 
 def _fleet(collector: Any) -> dict[str, Any]:
     return dict(json.loads(collector.gz_ia("status", "--json", check=True).stdout)["fleet"])
+
+
+_PERMISSIONS = """
+authorization {
+  users = [
+    {user: laptop, password: "laptop-pw", permissions: {
+      publish: {allow: ["gzia.events.laptop.>", "$JS.API.STREAM.INFO.GZIA"]}, subscribe: {allow: ["_INBOX.>"]}}}
+    {user: hub, password: "hub-pw", permissions: {
+      publish: {allow: ["$JS.API.>", "$JS.ACK.GZIA.>"]}, subscribe: {allow: ["_INBOX.>"]}}}
+  ]
+}
+"""
+
+
+def test_a_machine_can_publish_only_as_itself(make_collector: Any, short_tmp: Path) -> None:
+    """Per-subject permissions (docs/operations.md): the laptop's user ships its own subject and no other."""
+    server = NatsServer(short_tmp / "nats", config=_PERMISSIONS)
+    server.start()
+    try:
+        hub_root = short_tmp / "hub" / ".harness"
+        hub_url = f"nats://hub:hub-pw@127.0.0.1:{server.port}"
+        hub = make_collector(
+            env=fleet_env(
+                hub_url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
+            )
+        )
+        laptop_url = f"nats://laptop:laptop-pw@127.0.0.1:{server.port}"
+        laptop = make_collector(env=fleet_env(laptop_url, "laptop", short_tmp / "laptop-state"))
+        send_events(laptop, events("own", 6))
+        wait_equal(laptop.root, "laptop", hub_root)
+        assert _fleet(laptop)["url"] == f"nats://laptop:***@127.0.0.1:{server.port}"
+        assert "laptop-pw" not in laptop.gz_ia("status", "--json", check=True).stdout
+
+        async def impersonate() -> None:
+            import nats
+
+            client = await nats.connect(laptop_url)
+            try:
+                headers = {"Nats-Msg-Id": "x", "Gz-Ia-Host": "mallory"}
+                with pytest.raises(Exception):  # noqa: B017, PT011  (the server drops it: no acknowledgement comes)
+                    await client.jetstream().publish("gzia.events.mallory.abcdef", b"{}", timeout=1, headers=headers)
+            finally:
+                await client.close()
+
+        asyncio.run(impersonate())
+        assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in server.log_path.read_text()
+        assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+        assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_a_three_server_cluster_loses_one_server_mid_load(make_collector: Any, short_tmp: Path, soak: Any) -> None:
+    """A stream replicated on three servers: SIGKILL of one while the machine ships and the hub writes."""
+    cluster_ports = [free_port() for _ in range(3)]
+    servers = [
+        NatsServer(
+            short_tmp / "cluster",
+            name=f"n{index}",
+            cluster=(port, [other for other in cluster_ports if other != port]),
+        )
+        for index, port in enumerate(cluster_ports)
+    ]
+    try:
+        for server in servers:
+            server.start(wait=False)
+        for server in servers:
+            wait_for(lambda server=server: "Server is ready" in server.log_path.read_text(), message="a server")
+        url = ",".join(server.url for server in servers)
+        hub_root = short_tmp / "hub" / ".harness"
+        make_collector(
+            env=fleet_env(
+                url,
+                "hub",
+                short_tmp / "hub-state",
+                GZ_IA_FLEET_HUB="true",
+                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                GZ_IA_FLEET_REPLICAS="3",
+                GZ_IA_FLEET_ACK_WAIT="2",
+            )
+        )
+        laptop = make_collector(env=fleet_env(url, "laptop", short_tmp / "laptop-state", GZ_IA_FLEET_REPLICAS="3"))
+        send_events(laptop, [event for number in range(10) for event in events(f"c{number}", 20)])
+        wait_equal(laptop.root, "laptop", hub_root)
+        deadline = time.monotonic() + soak(2.0)
+        batch = 1
+        while batch < 3 or time.monotonic() < deadline:  # an agent's pace: 10 sessions, 10 events each 50 ms
+            send_events(laptop, [event for number in range(10) for event in events(f"c{number}", 10, start=10 * batch)])
+            if batch == 2:
+                servers[0].stop(signal.SIGKILL)
+            batch += 1
+            time.sleep(0.05)
+        wait_equal(laptop.root, "laptop", hub_root, timeout=90)
+    finally:
+        for server in servers:
+            server.close()
