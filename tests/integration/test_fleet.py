@@ -69,6 +69,24 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     assert not any(name.startswith("mallory.") for name in read_root(hub_root))
     wait_equal(laptop.root, "laptop", hub_root)
 
+    # Reading on the hub: host on sessions and events in --json, host=NAME in logs, --host for a shared id.
+    on_hub = {**hub.env, "GZ_IA_ROOT": str(hub_root)}
+
+    def gz_ia(*args: str) -> list[dict[str, Any]]:
+        result = hub.gz_ia(*args, env=on_hub)
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    sessions = {row["session_id"]: row["host"] for row in gz_ia("sessions", "--json")}
+    assert sessions == {"laptop.s1": "laptop", "laptop.sub1": "laptop", "ci-runner.s1": "ci-runner"}
+    runner_events = gz_ia("logs", "--json", "host=ci-runner")
+    assert len(runner_events) == 25 and {event["host"] for event in runner_events} == {"ci-runner"}
+    shared = gz_ia("session", "logs", "s1", "--host", "ci-runner", "--json")
+    assert [event["attrs"]["n"] for event in shared] == list(range(25))
+    assert [event["parent_session_id"] for event in gz_ia("session", "logs", "sub1", "--json")] == ["laptop.s1"] * 6
+    ambiguous = hub.gz_ia("session", "logs", "s1", env=on_hub)
+    assert ambiguous.returncode != 0 and "--host" in ambiguous.stderr and "ci-runner, laptop" in ambiguous.stderr
+
 
 def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_doubles_nothing(
     make_collector: Any, nats_server: NatsServer, short_tmp: Path

@@ -18,7 +18,6 @@ __all__ = [
     "HEADER_HOST",
     "MSG_ID",
     "SUBJECT_PREFIX",
-    "host_of_session",
     "hub_session_id",
     "message_id",
     "parse_subject",
@@ -67,9 +66,3 @@ def hub_session_id(host: str, session_id: str) -> str:
     if len(qualified) <= MAX_SESSION_ID_LENGTH:
         return qualified
     return f"{host}.{hashlib.sha256(session_id.encode()).hexdigest()[:40]}"
-
-
-def host_of_session(session_id: str) -> str | None:
-    """The host of a hub's session id (None for a session without one)."""
-    host, dot, _rest = session_id.partition(".")
-    return host if dot and host else None

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gz_ia.client import env
 from gz_ia.collector.config import FleetConfig
+from gz_ia.collector.reading import HUB_MARK
 
 from .link import connect, ensure_stream, require_nats
 
@@ -59,6 +60,7 @@ class FleetRunner:
         self.hub: FleetHub | None = None
         if self.root is not None:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (self.root / HUB_MARK).touch(mode=0o600)
             consumer = config.consumer or f"hub-{self.host}"
             self.hub = FleetHub(config, consumer, self.root, socket_path, metrics)
         self._loop: asyncio.AbstractEventLoop | None = None
