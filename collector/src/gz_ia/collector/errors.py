@@ -27,6 +27,8 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── StatusUnavailable                service.status       no collector answered the status query
     │   └── StatusRefused                service.status       one answered and refused it: .reason, .detail
     ├── ShareFailed                      sharding.shares      a share process did not start or answer
+    ├── FleetUnavailable                 fleet.link           fleet.url set without the [fleet] extra: names it
+    ├── SocketLost                       fleet.own_socket     the hub's connection to its own socket ended: comes again
     ├── TooLarge(ValueError)             http.messages        a request body beyond its route's limit: answered 413
     ├── PeerUnknown(PermissionError)     http.peer            the kernel cannot name a connection's owner: refused
     ├── OtlpUnavailable                  otlp.bodies          the [otlp] extra is not installed: answered 501

@@ -141,6 +141,12 @@ HTTP_HOOK_OUTCOMES: Final = ("staged", "nothing", "disabled", "refused", "invali
 """What became of a hook payload posted over HTTP (``gzia_http_hook_payloads_total{outcome}``)."""
 HOOK_DROP_OUTCOMES: Final = ("logged", "quarantined")
 """What became of a hook's drop in the inbox (``gzia_hook_drops_total{outcome}``)."""
+FLEET_ROLES: Final = ("ship", "hub")
+"""The sides of the fleet's lag (``gzia_fleet_lag_events{role}``)."""
+FLEET_HUB_OUTCOMES: Final = ("written", "duplicate", "rejected")
+"""What became of a message a hub took (``gzia_fleet_hub_events_total{outcome}``)."""
+FLEET_REFUSALS: Final = ("host_mismatch", "subject", "malformed", "host_not_served")
+"""Why a hub refused a message (``gzia_fleet_refused_total{reason}``)."""
 
 
 class OpenCycleGauges(Collector):
@@ -350,6 +356,8 @@ class Metrics:
             ["role"],
             registry=registry,
         )
+        for role in FLEET_ROLES:
+            self.fleet_lag.labels(role)
         self.fleet_shipped = Counter(
             "gzia_fleet_shipped_events_total",
             "Events the fleet stream acknowledged from this machine.",
@@ -362,7 +370,7 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
-        for outcome in ("written", "duplicate", "rejected"):
+        for outcome in FLEET_HUB_OUTCOMES:
             self.fleet_hub_events.labels(outcome)
         self.fleet_refused = Counter(
             "gzia_fleet_refused_total",
@@ -371,7 +379,7 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
-        for reason in ("host_mismatch", "subject", "malformed", "host_not_served"):
+        for reason in FLEET_REFUSALS:
             self.fleet_refused.labels(reason)
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
