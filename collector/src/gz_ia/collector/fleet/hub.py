@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from gz_ia.collector.config import FleetConfig
+from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.reading import SessionNotFound, read_page
 
 from .naming import HEADER_AFTER, HEADER_HOST, SUBJECT_PREFIX, hub_session_id, parse_subject, producer_of
@@ -58,7 +59,9 @@ class _Item:
     body: bytes
 
 
-class _Refused(Exception):
+class _Refused(CollectorError):
+    """Private: a message the hub refuses (its reason is the metric's label)."""
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
