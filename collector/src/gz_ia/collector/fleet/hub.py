@@ -38,7 +38,7 @@ __all__ = ["FleetHub"]
 
 log = logging.getLogger("gz_ia.collector")
 
-FETCH: Final = 1024
+FETCH: Final = 4096
 """Messages fetched at once; their writes are grouped by session into batches."""
 GAP_DELAY: Final = 0.5
 """Seconds a message waits (``nak``) for its predecessor to arrive."""

@@ -19,6 +19,7 @@ from gz_ia.collector.config import FleetConfig
 from gz_ia.collector.reading import HUB_MARK
 
 from .link import connect, ensure_stream, require_nats
+from .shipper import LANES, PAGE
 
 if TYPE_CHECKING:
     from gz_ia.collector.metrics import Metrics
@@ -128,7 +129,7 @@ class FleetRunner:
         if client is None:
             return
         await self._set_connected(True)
-        js = client.jetstream()
+        js = client.jetstream(publish_async_max_pending=2 * LANES * PAGE)
         while not stopping.is_set():
             try:
                 await ensure_stream(js, self.config)

@@ -15,7 +15,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from gz_ia.collector.config import FleetConfig
 from gz_ia.collector.metrics import root_id
@@ -41,6 +41,8 @@ POLL_INTERVAL: Final = 0.05
 """Seconds between looks at the roots when nothing was left to ship: the lag added at an agent's pace."""
 ROOTS_INTERVAL: Final = 2.0
 """Seconds between re-reads of the roots this collector serves (a new workspace is shipped within it)."""
+LANES: Final = 16
+"""Sessions shipped at once: each waits for its page's acknowledgements, the others go on meanwhile."""
 PUBLISH_TIMEOUT: Final = 2.0
 """Seconds to wait for one acknowledgement before the round ends and its events are sent again later."""
 
@@ -164,19 +166,28 @@ class Shipper:
         """One round over one root; return how many events the stream acknowledged."""
         changed = await asyncio.to_thread(_changed, root)
         self.metrics.fleet_lag.labels("ship").set(self.lag())
-        acknowledged = 0
-        try:
-            for session_id, stat, end in changed:
+        if not changed:
+            return 0
+        lanes = asyncio.Semaphore(LANES)
+
+        async def ship(session_id: str, stat: tuple[int, int, int], end: int) -> int:
+            async with lanes:
                 done, count = await self._ship_session(js, root, session_id, end)
-                acknowledged += count
-                if not done:
-                    return acknowledged
+            if done:
                 root.seen[session_id] = stat
-            return acknowledged
-        finally:
-            if acknowledged:
-                await asyncio.to_thread(root.positions.save)
-                self.metrics.fleet_lag.labels("ship").set(self.lag())
+            return count
+
+        results = await asyncio.gather(*(ship(*item) for item in changed), return_exceptions=True)
+        acknowledged = 0
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("fleet: shipping a session of %s failed; will retry", root.path, exc_info=result)
+            else:
+                acknowledged += result
+        if acknowledged:
+            await asyncio.to_thread(root.positions.save)
+            self.metrics.fleet_lag.labels("ship").set(self.lag())
+        return acknowledged
 
     async def _ship_session(self, js: JetStreamContext, root: _Root, session_id: str, end: int) -> tuple[bool, int]:
         """Ship one session up to ``end``; ``(all shipped, how many acknowledged)``."""
@@ -204,8 +215,9 @@ class Shipper:
                     positions[session_id] = Shipped(max(after, last.event.seq), last.cursor)
                     continue
                 return page.end, acknowledged
-            publishes = []
+            pending: list[asyncio.Future[Any]] = []
             previous = after
+            failure: BaseException | None = None
             for entry in entries:
                 seq = entry.event.seq
                 headers = {
@@ -213,9 +225,21 @@ class Shipper:
                     HEADER_HOST: self.host,
                     HEADER_AFTER: str(previous),
                 }
-                publishes.append(js.publish(topic, entry.line.encode(), timeout=PUBLISH_TIMEOUT, headers=headers))
+                try:
+                    pending.append(
+                        await js.publish_async(topic, entry.line.encode(), wait_stall=PUBLISH_TIMEOUT, headers=headers)
+                    )
+                except Exception as exc:  # disconnected, or too many unacknowledged: what went out is awaited
+                    failure = exc
+                    break
                 previous = seq
-            results = await asyncio.gather(*publishes, return_exceptions=True)
+            results: list[Any] = list(
+                await asyncio.gather(
+                    *(asyncio.wait_for(future, PUBLISH_TIMEOUT) for future in pending), return_exceptions=True
+                )
+            )
+            if failure is not None:
+                results.append(failure)
             ok = 0
             for result in results:
                 if isinstance(result, BaseException):
