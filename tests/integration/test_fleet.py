@@ -243,3 +243,17 @@ def test_a_three_server_cluster_loses_one_server_mid_load(make_collector: Any, s
     finally:
         for server in servers:
             server.close()
+
+
+def test_without_the_extra_the_collector_says_which_to_install(make_collector: Any, short_tmp: Path) -> None:
+    """fleet.url set where nats-py is missing: the collector stops at start, naming the extra (nats-py hidden
+    here by a package of that name that fails to import: no real installation lacks it in the workspace)."""
+    shadow = short_tmp / "shadow" / "nats"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('nats-py is not installed here')\n")
+    env = fleet_env("nats://127.0.0.1:1", "laptop", short_tmp / "state", PYTHONPATH=str(shadow.parent))
+    collector = make_collector(env=env, start=False)
+    collector.start(wait=False)
+    assert collector.proc is not None
+    assert collector.proc.wait(60) == 1
+    assert "pip install 'gz-ia-collector[fleet]'" in collector.log()

@@ -135,13 +135,17 @@ class Shipper:
         """Events written here and not yet acknowledged by the stream (as of the last look)."""
         return sum(root.lag() for root in list(self.roots.values()))
 
+    def _skipped(self, path: Path) -> bool:
+        """Whether ``path`` is the hub's own root (shipping it would feed the hub its own writes)."""
+        return self.skip is not None and os.path.realpath(path) == os.path.realpath(self.skip)
+
     def _refresh_roots(self) -> None:
         now = asyncio.get_running_loop().time()
         if self.roots and now - self._roots_read < ROOTS_INTERVAL:
             return
         self._roots_read = now
         for path, _uid in KnownRoots(self.state_dir).served_through(self.sockets):
-            if path in self.roots or path == self.skip or not path.is_dir():
+            if path in self.roots or not path.is_dir() or self._skipped(path):
                 continue
             identifier = root_id(path)
             self.roots[path] = _Root(path, identifier, ShippingPositions(self.state_dir / "fleet", path, identifier))
