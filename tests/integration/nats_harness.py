@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -146,7 +146,9 @@ def hub_sessions(hub_root: Path, host: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def wait_equal(machine_root: Path, host: str, hub_root: Path, timeout: float = 60) -> None:
+def wait_equal(
+    machine_root: Path, host: str, hub_root: Path, timeout: float = 60, explain: Callable[[], str] | None = None
+) -> None:
     """Wait until the hub holds exactly the machine's sessions (0 lost, 0 duplicated), else fail saying how."""
     deadline = time.monotonic() + timeout
     while True:
@@ -157,5 +159,8 @@ def wait_equal(machine_root: Path, host: str, hub_root: Path, timeout: float = 6
         if time.monotonic() > deadline:
             counts = {s: (len(want.get(s, [])), len(have.get(s, []))) for s in sorted(set(want) | set(have))}
             differ = {s: c for s, c in counts.items() if c[0] != c[1]}
-            pytest.fail(f"hub differs from {host} (machine, hub) per session: {differ or 'same counts, other lines'}")
+            more = explain() if explain is not None else ""
+            pytest.fail(
+                f"hub differs from {host} (machine, hub) per session: {differ or 'same counts, other lines'}{more}"
+            )
         time.sleep(0.1)

@@ -40,11 +40,11 @@ log = logging.getLogger("gz_ia.collector")
 
 FETCH: Final = 4096
 """Messages fetched at once; their writes are grouped by session into batches."""
-GAP_DELAY: Final = 0.5
+GAP_DELAY: Final = 1.0
 """Seconds a message waits (``nak``) for its predecessor to arrive."""
-MAX_GAP_WAITS: Final = 120
-"""Deliveries after which a message is written although its predecessor never came (deleted on its
-machine before it was shipped): a hole is better than a session that stops for ever."""
+MAX_GAP_WAITS: Final = 1800
+"""Deliveries (about half an hour) after which a message is written although its predecessor never
+came (lost on its machine before it was shipped): a hole is better than a session that stops for ever."""
 _ID_FIELDS: Final = ("session_id", "parent_session_id", "root_session_id")
 _STORED_ONLY: Final = ("seq", "delivery", "schema_version")
 _decode_line = msgspec.json.Decoder(dict[str, Any]).decode
@@ -215,6 +215,9 @@ class FleetHub:
         runs: list[list[_Item]] = []
         waiting: list[_Item] = []
         expected = held
+        # The stream may hold a re-published event after its successors: in seq order, one fetch's
+        # events of a session follow each other again.
+        items.sort(key=lambda item: item.seq)
         for item in items:
             if waiting:
                 waiting.append(item)

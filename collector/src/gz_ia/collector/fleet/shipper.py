@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from gz_ia.collector.config import FleetConfig
 from gz_ia.collector.metrics import root_id
 from gz_ia.collector.reading import SessionNotFound, cursor_seq, end_cursor, read_page
+from gz_ia.collector.reading.segments import seq_of
 from gz_ia.collector.service.known_roots import KnownRoots
 from gz_ia.collector.storage.names import parse_archive_name, session_id_of
 
@@ -212,7 +213,13 @@ class Shipper:
             if page.expired:  # retention took what was not shipped: go on from the oldest retained event
                 log.warning("fleet: events of %s after seq %d were deleted before they were shipped", session_id, after)
                 page = await asyncio.to_thread(read_page, root.path, session_id, limit=PAGE)
-            entries = [entry for entry in page.entries if entry.event.seq > after]
+            # (line, seq, cursor after it) of what is not shipped yet; seq read without decoding the rest.
+            entries = []
+            for entry in page.entries:
+                data = entry.line.encode()
+                seq = seq_of(data)
+                if seq is not None and seq > after:
+                    entries.append((data, seq, entry.cursor))
             if not entries:
                 if page.next_cursor is not None and page.entries:
                     last = page.entries[-1]
@@ -222,17 +229,14 @@ class Shipper:
             pending: list[asyncio.Future[Any]] = []
             previous = after
             failure: BaseException | None = None
-            for entry in entries:
-                seq = entry.event.seq
+            for data, seq, _cursor in entries:
                 headers = {
                     MSG_ID: message_id(self.host, root.id, session_id, seq),
                     HEADER_HOST: self.host,
                     HEADER_AFTER: str(previous),
                 }
                 try:
-                    pending.append(
-                        await js.publish_async(topic, entry.line.encode(), wait_stall=PUBLISH_TIMEOUT, headers=headers)
-                    )
+                    pending.append(await js.publish_async(topic, data, wait_stall=PUBLISH_TIMEOUT, headers=headers))
                 except Exception as exc:  # disconnected, or too many unacknowledged: what went out is awaited
                     failure = exc
                     break
@@ -250,8 +254,8 @@ class Shipper:
                     break
                 ok += 1
             if ok:
-                last = entries[ok - 1]
-                positions[session_id] = Shipped(last.event.seq, last.cursor)
+                _data, last_seq, last_cursor = entries[ok - 1]
+                positions[session_id] = Shipped(last_seq, last_cursor)
                 acknowledged += ok
                 self.metrics.fleet_shipped.inc(ok)
             if ok < len(entries):
