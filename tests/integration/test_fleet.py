@@ -141,6 +141,8 @@ def test_an_outage_of_the_server_is_caught_up(make_collector: Any, nats_server: 
     send_events(laptop, [*events("during", 30), *events("before", 10, start=20)])
     wait_for(lambda: _fleet(laptop)["lag_events"] == 40, message="the lag to count the events written meanwhile")
     assert _fleet(laptop)["connected"] is False
+    assert "fleet: ship as laptop on nats://127.0.0.1:" in (text := laptop.gz_ia("status", check=True).stdout)
+    assert "NOT CONNECTED (events are kept and shipped later), 40 events behind" in text
     assert laptop.metric('gzia_fleet_lag_events{role="ship"}') == 40
     nats_server.start()
     wait_equal(laptop.root, "laptop", hub_root)
