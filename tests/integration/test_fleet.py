@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from tests.conftest import free_port, send_events, wait_for
@@ -87,6 +88,19 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     assert [event["parent_session_id"] for event in gz_ia("session", "logs", "sub1", "--json")] == ["laptop.s1"] * 6
     ambiguous = hub.gz_ia("session", "logs", "s1", env=on_hub)
     assert ambiguous.returncode != 0 and "--host" in ambiguous.stderr and "ci-runner, laptop" in ambiguous.stderr
+
+    # The page's API: every machine's sessions, each with its host, and host=NAME as a match.
+    from tests.integration.test_web import request
+
+    address = hub.gz_ia("ui", "--no-browser", env=on_hub, check=True).stdout.strip()
+    query = parse_qs(urlsplit(address).query)
+    key, root = query["key"][0], query["root"][0]
+    assert root == str(hub_root)
+    _code, headers, _ = request(hub.http_url, f"/ui/?key={key}&root={root}")
+    jar = {"Cookie": headers["set-cookie"].split(";")[0]}
+    _code, _, body = request(hub.http_url, f"/ui/api/sessions?root={root}&match=host=laptop", jar)
+    rows = {row["session_id"]: row["host"] for row in json.loads(body)["sessions"]}
+    assert rows == {"laptop.s1": "laptop", "laptop.sub1": "laptop"}
 
 
 def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_doubles_nothing(

@@ -42,8 +42,8 @@ MAX_PAGE: Final = 200
 MAX_EVENTS: Final = 2000
 SCANNED_EVENTS: Final = 2000
 MAX_TRANSCRIPT: Final = 8 << 20
-SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
-"""What a ``FIELD=VALUE`` of the sessions list may name."""
+SESSION_FIELDS: Final = ("agent", "host", "parent_session_id", "role", "root_session_id", "session_id", "status")
+"""What a ``FIELD=VALUE`` of the sessions list may name (``host``: the machine, on a fleet hub's root)."""
 _TOKEN_KEYS: Final = (*TOKEN_KEYS, *PLAIN_KEYS)
 _COST_KEYS: Final = (COST_USD, "cost_usd")
 _LIST_TTL: Final = 3.0
@@ -192,10 +192,12 @@ def session_page(
     wanted = _parse_matches(matches)
     needle = text.strip().lower()
     limit = max(1, min(limit, MAX_PAGE))
+    hub = reading.is_hub_root(root)
     kept: list[SessionSummary] = []
     for summary in _listing(root, known or {}):
         fields = {
             "agent": summary.agent,
+            "host": (reading.host_of(summary.session_id) or "") if hub else "",
             "parent_session_id": summary.parent_session_id or "",
             "root_session_id": summary.root_session_id or "",
             "session_id": summary.session_id,
@@ -217,6 +219,8 @@ def session_page(
     for summary in page:
         stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
         row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        if hub:
+            row["host"] = reading.host_of(summary.session_id)
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
