@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -184,29 +185,47 @@ authorization {
 """
 
 
-def test_a_machine_can_publish_only_as_itself(make_collector: Any, short_tmp: Path) -> None:
-    """Per-subject permissions (docs/operations.md): the laptop's user ships its own subject and no other."""
-    server = NatsServer(short_tmp / "nats", config=_PERMISSIONS)
+def test_a_machine_can_publish_only_as_itself_over_tls(make_collector: Any, short_tmp: Path) -> None:
+    """Per-subject permissions (docs/operations.md), over TLS: the laptop's user ships its own subject
+    and no other; the certificate is made here by openssl, the servers' and clients' real TLS."""
+    tls = short_tmp / "tls"
+    tls.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tls / "key.pem"), "-out", str(tls / "cert.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config = f'tls {{ cert_file: "{tls / "cert.pem"}", key_file: "{tls / "key.pem"}" }}\n' + _PERMISSIONS
+    server = NatsServer(short_tmp / "nats", config=config)
     server.start()
     try:
         hub_root = short_tmp / "hub" / ".harness"
-        hub_url = f"nats://hub:hub-pw@127.0.0.1:{server.port}"
+        ca = {"GZ_IA_FLEET_TLS_CA": str(tls / "cert.pem")}
+        hub_url = f"tls://hub:hub-pw@127.0.0.1:{server.port}"
         hub = make_collector(
             env=fleet_env(
-                hub_url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
+                hub_url,
+                "hub",
+                short_tmp / "hub-state",
+                GZ_IA_FLEET_HUB="true",
+                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                **ca,
             )
         )
-        laptop_url = f"nats://laptop:laptop-pw@127.0.0.1:{server.port}"
-        laptop = make_collector(env=fleet_env(laptop_url, "laptop", short_tmp / "laptop-state"))
+        laptop_url = f"tls://laptop:laptop-pw@127.0.0.1:{server.port}"
+        laptop = make_collector(env=fleet_env(laptop_url, "laptop", short_tmp / "laptop-state", **ca))
         send_events(laptop, events("own", 6))
         wait_equal(laptop.root, "laptop", hub_root)
-        assert _fleet(laptop)["url"] == f"nats://laptop:***@127.0.0.1:{server.port}"
+        assert _fleet(laptop)["url"] == f"tls://laptop:***@127.0.0.1:{server.port}"
         assert "laptop-pw" not in laptop.gz_ia("status", "--json", check=True).stdout
 
         async def impersonate() -> None:
+            import ssl
+
             import nats
 
-            client = await nats.connect(laptop_url)
+            context = ssl.create_default_context(cafile=str(tls / "cert.pem"))
+            client = await nats.connect(laptop_url, tls=context)
             try:
                 headers = {"Nats-Msg-Id": "x", "Gz-Ia-Host": "mallory"}
                 with pytest.raises(Exception):  # noqa: B017, PT011  (the server drops it: no acknowledgement comes)
@@ -215,7 +234,9 @@ def test_a_machine_can_publish_only_as_itself(make_collector: Any, short_tmp: Pa
                 await client.close()
 
         asyncio.run(impersonate())
-        assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in server.log_path.read_text()
+        log = server.log_path.read_text()
+        assert "TLS required for client connections" in log
+        assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in log
         assert not any(name.startswith("mallory.") for name in read_root(hub_root))
         assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
     finally:
