@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from gz_ia.client import env
 from gz_ia.client.schema import Status
 
 from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of, socket_path_of
@@ -80,11 +81,12 @@ def session_logs(
 
 def _hosted(ctx: click.Context, session_id: str, host: str | None) -> str:
     """The hub's name of a machine's session: ``HOST.ID`` (docs/operations.md, "Many machines")."""
-    from gz_ia.collector import reading
-
-    root = root_of(ctx)
     if host is not None:
         return f"{host}.{session_id}"
+    from gz_ia.collector import reading
+
+    named = ctx.find_root().params.get("root")  # as root_of finds it, its warning left to the command
+    root = Path(named).absolute() if named else env.find_root(passed_over=[])
     if not reading.is_hub_root(root) or _exists(root, session_id):
         return session_id
     found = reading.hosted_sessions(root, session_id)
