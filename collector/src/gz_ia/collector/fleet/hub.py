@@ -40,6 +40,8 @@ log = logging.getLogger("gz_ia.collector")
 
 FETCH: Final = 4096
 """Messages fetched at once; their writes are grouped by session into batches."""
+LAG_INTERVAL: Final = 1.0
+"""Seconds between looks at the consumer's lag while messages keep coming."""
 GAP_DELAY: Final = 1.0
 """Seconds a message waits (``nak``) for its predecessor to arrive."""
 MAX_GAP_WAITS: Final = 1800
@@ -112,6 +114,7 @@ class FleetHub:
         import nats.errors
 
         subscription = None
+        looked = 0.0
         while not stopping.is_set():
             try:
                 if subscription is None:
@@ -122,9 +125,12 @@ class FleetHub:
                     messages = []
                 if messages:
                     await self.take(messages)
-                info = await subscription.consumer_info()
-                self.lag_events = int(info.num_pending or 0) + int(info.num_ack_pending or 0)
-                self.metrics.fleet_lag.labels("hub").set(self.lag_events)
+                now = asyncio.get_running_loop().time()
+                if not messages or now - looked >= LAG_INTERVAL:  # one request: not after every fetch
+                    looked = now
+                    info = await subscription.consumer_info()
+                    self.lag_events = int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+                    self.metrics.fleet_lag.labels("hub").set(self.lag_events)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server away, a consumer deleted: try again shortly
