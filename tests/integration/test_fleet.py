@@ -141,6 +141,7 @@ def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_double
     assert sum(len(lines) for lines in read_root(hub_root).values()) == len(load)
 
 
+@pytest.mark.shards(1, 2)
 def test_an_outage_of_the_server_is_caught_up(make_collector: Any, nats_server: NatsServer, short_tmp: Path) -> None:
     """The server stops: the machine keeps accepting, says it is behind, and catches up once the server is back."""
     hub_root = short_tmp / "hub" / ".harness"

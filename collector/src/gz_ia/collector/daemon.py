@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .http.server import ServerThread
     from .metrics import Metrics
     from .service.server import Collector
+    from .sharding.front import Front
 
 __all__ = ["HTTP_SOCKET_NAME", "main", "run", "serve_http", "serve_metrics", "unmapped_uids"]
 
@@ -158,7 +159,7 @@ def run(
         from .fleet.link import FleetUnavailable
 
         try:
-            fleet = start_fleet(config, metrics, sockets[0], server if isinstance(server, Collector) else None)
+            fleet = start_fleet(config, metrics, sockets[0], server)
         except FleetUnavailable as exc:
             log.error("%s", exc)
             return 1
@@ -279,7 +280,7 @@ def take_hook_inbox(config: CollectorConfig, metrics: Metrics, listening: socket
 
 
 def start_fleet(
-    config: CollectorConfig, metrics: Metrics, listening: socket.socket, collector: Collector | None
+    config: CollectorConfig, metrics: Metrics, listening: socket.socket, collector: Collector | Front
 ) -> FleetRunner:
     """Start shipping this collector's roots (and, on a hub, consuming the stream) on the fleet's own
     thread (:mod:`.fleet`), and show it in ``collector``'s status.
@@ -290,8 +291,7 @@ def start_fleet(
     from .fleet.runner import FleetRunner
 
     fleet = FleetRunner(config.fleet, str(listening.getsockname()), metrics)
-    if collector is not None:
-        collector.fleet_report = fleet.report
+    collector.fleet_report = fleet.report
     fleet.start()
     return fleet
 
