@@ -9,7 +9,8 @@ that share a floor do not import each other (the import-linter contract in the r
 * :mod:`.daemon` (start-up, one process or a sharded front and its shares) and :mod:`.testing`
   (an in-process collector on a test's event loop);
 * :mod:`.sharding`: the front, its share processes and their links, the merged metrics;
-* :mod:`.hooks_http`: agents' hooks posted over loopback HTTP, staged as a client's batch;
+* :mod:`.hooks_http` (agents' hooks posted over loopback HTTP, staged as a client's batch) and
+  :mod:`.fleet` (shipping to NATS JetStream, and the hub that writes every machine's sessions);
 * :mod:`.service` (one collector process: connections, write passes, gc and status requests,
   adoption, health, admission), :mod:`.mcp` (the MCP tools) and :mod:`.integrations` (agents'
   hooks and settings);

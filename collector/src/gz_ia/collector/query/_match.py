@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from gz_ia.client.schema import StoredEvent
+from gz_ia.collector.reading.hosts import host_of
 
 __all__ = [
     "EXOTIC",
@@ -60,6 +61,8 @@ class FieldMatch(msgspec.Struct, frozen=True):
         name = self.name
         if name.startswith("attrs."):
             actual: object = event.attrs.get(name[6:]) if event.attrs else None
+        elif name == "host":
+            actual = host_of(event.session_id)
         else:
             actual = getattr(event, name)
         if type(actual) is str:  # a plain string (not a Stage or Status): equal to one of the values
@@ -75,6 +78,10 @@ class FieldMatch(msgspec.Struct, frozen=True):
     def needles(self) -> tuple[bytes, ...] | None:
         """Byte strings one of which a matching compact JSON line contains; None when none is sure."""
         found: list[bytes] = []
+        if self.name == "host":  # on a hub, the first part of the session id
+            if "" in self.values:
+                return None
+            return tuple(b'"session_id":' + _encoded(value + ".")[:-1] for value in self.values)
         for value in self.values:
             if value == "" or self.name in _NUMERIC or self.name == "timestamp":
                 return None
@@ -150,9 +157,10 @@ def parse_matches(arguments: Iterable[str]) -> FieldMatches:
         name = name.strip()
         if not sep or not name:
             raise ValueError(f"{argument!r} is not FIELD=VALUE")
-        if name not in KNOWN_FIELDS and not (name.startswith("attrs.") and len(name) > 6):
+        if name not in KNOWN_FIELDS and name != "host" and not (name.startswith("attrs.") and len(name) > 6):
             raise ValueError(
-                f"unknown field {name!r}: the stored fields are {', '.join(KNOWN_FIELDS)}, and attrs.KEY for any KEY"
+                f"unknown field {name!r}: the stored fields are {', '.join(KNOWN_FIELDS)}, attrs.KEY for any KEY, "
+                "and host (on a fleet hub)"
             )
         if name in _NUMERIC and value and _number(value) is None:
             raise ValueError(f"{argument!r}: {name} is a number")

@@ -7,6 +7,7 @@ import functools
 import os
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,7 @@ class Answers:
     connection_limits: ConnectionLimits | None
     http: HttpServer | None
     http_error: str | None
+    fleet_report: Callable[[], dict[str, object]] | None
     _flush_lock: asyncio.Lock
 
     @property
@@ -116,6 +118,14 @@ class Answers:
             **(self.connection_limits.report() if self.connection_limits is not None else {}),
         }
 
+    def _shown_config(self) -> dict[str, object]:
+        """The configuration as the status shows it: a password in the fleet's URL masked."""
+        shown: dict[str, object] = msgspec.to_builtins(self.config)
+        fleet = shown.get("fleet")
+        if isinstance(fleet, dict):
+            fleet["url"] = self.config.fleet.shown_url()
+        return shown
+
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
         healthy, reasons = self.health.report()
@@ -127,12 +137,13 @@ class Answers:
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 3),
             "durability": self.config.durability,
-            "config": msgspec.to_builtins(self.config),
+            "config": self._shown_config(),
             "config_reload_refused": self.metrics.reload_refused or None,
             "limits": self.limits(),
             "metrics_endpoint": self.metrics.endpoint_report(),
             "endpoints": self.http.endpoints() if self.http is not None and self.http.port else {},
             "http_error": self.http_error,
+            "fleet": self.fleet_report() if self.fleet_report is not None else None,
             "connections": len(self.connections),
             "roots": [
                 {

@@ -151,6 +151,8 @@ class Collector(WritePasses, Answers):
         """The loopback HTTP side, when the daemon gave it a socket (:meth:`attach_http`)."""
         self._http_socket: socket.socket | None = None
         self.http_error: str | None = None
+        self.fleet_report: Callable[[], dict[str, object]] | None = None
+        """``fleet`` in the status: set by the daemon when this collector ships or is a hub."""
         """Why the HTTP side is not served although configured (the events are served regardless)."""
         self.web = WebView(
             self.hub,

@@ -54,8 +54,8 @@ MAX_CYCLES: Final = 2000
 """Cycles of a tree the cycles answer draws (the newest); the older ones are counted in ``left_out``."""
 CYCLE_EVENTS: Final = 20_000
 """Events read, the newest, per session of the tree for the cycles answer."""
-SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
-"""What a ``FIELD=VALUE`` of the sessions list may name."""
+SESSION_FIELDS: Final = ("agent", "host", "parent_session_id", "role", "root_session_id", "session_id", "status")
+"""What a ``FIELD=VALUE`` of the sessions list may name (``host``: the machine, on a fleet hub's root)."""
 _LIST_TTL: Final = 3.0
 """Seconds a root's listing of the sessions not in the collector's memory is reused: those are idle,
 and the ones being written come fresh from memory at every call (``known``)."""
@@ -203,10 +203,12 @@ def session_page(
     wanted = _parse_matches(matches)
     needle = text.strip().lower()
     limit = max(1, min(limit, MAX_PAGE))
+    hub = reading.is_hub_root(root)
     kept: list[SessionSummary] = []
     for summary in _listing(root, known or {}):
         fields = {
             "agent": summary.agent,
+            "host": (reading.host_of(summary.session_id) or "") if hub else "",
             "parent_session_id": summary.parent_session_id or "",
             "root_session_id": summary.root_session_id or "",
             "session_id": summary.session_id,
@@ -231,6 +233,8 @@ def session_page(
         usage = usage_json(summary, rolled.get(summary.session_id))
         row = {**_summary_dict(summary), **_scanned(root, summary), **usage, "hung": stuck}
         row["title"] = session_title(root, summary.session_id)
+        if hub:
+            row["host"] = reading.host_of(summary.session_id)
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
