@@ -195,8 +195,9 @@ def _run_logs(
 
         whole_root = session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]
         searched = whole_root and narrows(filters, selection, root)
-        if searched and output == "json":
-            # The stored lines as they are, in order: written as bytes, no entry made for one.
+        if searched and output == "json" and not hub:
+            # The stored lines as they are, in order: written as bytes, no entry made for one (a
+            # hub's lines gain their host when printed, so they are not copied as stored).
             out.flush()
             binary = sys.stdout.buffer
             for chunk in search_lines(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps):

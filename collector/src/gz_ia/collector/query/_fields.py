@@ -18,6 +18,7 @@ import msgspec
 
 from gz_ia.client.schema import FAILED, AttrValue, StoredEvent
 from gz_ia.collector import reading
+from gz_ia.collector.reading.hosts import host_of
 
 from ._match import FieldMatch, Selection
 
@@ -60,7 +61,10 @@ def question_for(filters: reading.Filters, selection: Selection) -> tuple[Decode
             names.add(field)
     items = selection.matches.fields
     keys = sorted({item.name[6:] for item in items if item.name.startswith("attrs.")})
-    names.update(item.name for item in items if not item.name.startswith("attrs."))
+    # ``host`` (on a fleet hub) is the first part of the session id: that is the field read.
+    names.update(
+        "session_id" if item.name == "host" else item.name for item in items if not item.name.startswith("attrs.")
+    )
     if len(names) * 2 > len(_FIELDS) or "attrs" in names or not all(_UNNAMEABLE.isdisjoint(key) for key in keys):
         # Most of the event, all of attrs, or a key msgspec cannot take as a field's name: the full event.
         return _full.decode, selection.test if selection else None
@@ -98,7 +102,7 @@ def _test(item: FieldMatch, alias: str | None) -> Test:
     values = item.values
     accepts = item.accepts
     if alias is None:
-        get = attrgetter(item.name)
+        get = attrgetter(item.name) if item.name != "host" else (lambda event: host_of(event.session_id))
 
         def field(event: Any) -> bool:
             actual = get(event)
