@@ -290,13 +290,26 @@ async function loadList() {
   }
 }
 
-// A session as people name it: its title (first prompt or first action), its id below, small.
+// A session as people name it: its title (first prompt or first action), its id below, small; on a
+// fleet hub, the machine it ran on, which filters the list to that machine when clicked.
 function sessionLabel(s) {
+  const id = el("div", { class: "id", title: s.session_id, text: s.session_id });
+  if (s.host) {
+    const machine = el("button", { class: "host", type: "button", title: "only this machine's sessions", text: s.host });
+    machine.addEventListener("click", (event) => {
+      event.stopPropagation();
+      const others = $("#query").value.trim().split(/\s+/).filter((word) => word && !word.startsWith("host="));
+      $("#query").value = [`host=${s.host}`, ...others].join(" ");
+      list.offset = 0;
+      loadList();
+    });
+    id.prepend(machine);
+  }
   return el(
     "div",
     { class: "label" },
     el("div", { class: "title", title: s.title || "", text: (s.parent_session_id ? "↳ " : "") + (s.title || "(no action yet)") }),
-    el("div", { class: "id", title: s.session_id, text: s.session_id }),
+    id,
   );
 }
 
