@@ -10,10 +10,15 @@ the FINISH of the action that made the model call (``act.usage(...)``), but any 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Final
 
 from .limits import MAX_ATTR_INT, MAX_ATTR_STRING_LENGTH
+
+# Not typing.TYPE_CHECKING: the agents' command hooks import this module, and typing would cost them
+# more than the rest of their call.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
 
 __all__ = [
     "CACHE_CREATION_TOKENS",
