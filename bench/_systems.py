@@ -127,7 +127,9 @@ class Ours(System):
             sys.executable, "-m", "gz_ia.collector",
             "--socket", str(self.socket),
             "--metrics-address", "off",
-            "--http-address", "off",  # not the user's default port: a collector of theirs may hold it
+            # Not the user's default port (a collector of theirs may hold it); a commit from before
+            # the HTTP side has no such option, and nothing to turn off.
+            *(["--http-address", "off"] if self._serves_http() else []),
             "--durability", self.durability,
             "--log-level", "warning",
             *self.extra,
@@ -142,6 +144,17 @@ class Ours(System):
         # and neither must the roots other collectors served (each start repairs every known root).
         private = {"XDG_CONFIG_HOME": str(self.workdir / "config"), "XDG_STATE_HOME": str(self.workdir / "state")}
         self._spawn(argv, env={**private, **self.env}, preexec=limit)
+
+    def _serves_http(self) -> bool:
+        """Whether the collector this environment imports has an HTTP side (``bench.compare`` runs older ones)."""
+        result = subprocess.run(
+            [sys.executable, "-m", "gz_ia.collector", "--help"],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return "--http-address" in result.stdout
 
 
 class Rsyslog(System):

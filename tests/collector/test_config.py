@@ -126,6 +126,20 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "redaction.patterns": "internal-id=itk_[0-9a-f]{32}\nticket=TCK-(?P<value>[0-9]{6})",
         "redaction.disable": "jwt, stripe-key",
         "alerts.hung_after": "9",
+        "fleet.url": "nats://127.0.0.1:9",
+        "fleet.host": "laptop",
+        "fleet.hub": "true",
+        "fleet.hub_root": "/tmp/hub",
+        "fleet.consumer": "hub-a",
+        "fleet.hosts": "laptop, runner",
+        "fleet.credentials": "/tmp/x.creds",
+        "fleet.tls_ca": "/tmp/ca.pem",
+        "fleet.tls_cert": "/tmp/cert.pem",
+        "fleet.tls_key": "/tmp/key.pem",
+        "fleet.stream": "TEAM",
+        "fleet.replicas": "3",
+        "fleet.duplicate_window": "300",
+        "fleet.ack_wait": "9",
     }
     assert sorted(values) == sorted(key for key, _ in config_keys())
     config_file.write_text("")
@@ -135,6 +149,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
     assert loaded.metrics_enabled is False
     assert loaded.http_endpoint() == ("127.0.0.1", 9)
     assert loaded.allow_uids == [5]
+    assert loaded.fleet.hosts == ["laptop", "runner"]
     assert (loaded.rotation.daily, loaded.rotation.compress, loaded.retention.max_age_days) == (True, False, 9.5)
     unchanged = [key for key, default in config_keys() if _get(loaded, key) == default]
     assert unchanged == []
@@ -162,6 +177,10 @@ def _get(config: CollectorConfig, key: str) -> object:
         ("shards = 0\n", "bad value for shards"),
         ("shards = 65\n", "bad value for shards"),
         ("max_open_files = \n", "cannot read config file"),
+        ('[fleet]\nurll = "nats://127.0.0.1:4222"\n', "unknown key 'fleet.urll' in config file"),
+        ('[fleet]\nurll = "nats://127.0.0.1:4222"\n', "did you mean 'fleet.url'?"),
+        ('[fleet]\nurl = "nats://127.0.0.1:4222"\nhost = "a.b"\n', "bad value for fleet.host"),
+        ("[fleet]\nhub = true\n", "fleet.hub needs fleet.url"),
     ],
 )
 def test_bad_file_names_the_key(config_file: Path, text: str, expected: str) -> None:
@@ -227,6 +246,17 @@ def test_every_key_is_documented() -> None:
         shown = {True: "`true`", False: "`false`"}.get(default) if isinstance(default, bool) else None
         expected = shown or (f'`"{default}"`' if isinstance(default, str) else f"`{default}`")
         assert expected in row, (key, expected, row)
+
+
+def test_the_fleet_flags_are_the_fleet_keys_and_a_bad_one_is_named(config_file: Path) -> None:
+    """--fleet-url/--fleet-host/--fleet-hub over GZ_IA_FLEET_* over [fleet]; a bad flag names its flag."""
+    config_file.write_text('[fleet]\nurl = "nats://file:1"\nhost = "file-host"\n')
+    environ = {"GZ_IA_FLEET_HOST": "env-host"}
+    loaded = load_config(config_file, environ=environ, flags={"fleet": {"url": "nats://flag:2", "hub": True}})
+    assert (loaded.fleet.url, loaded.fleet.host, loaded.fleet.hub) == ("nats://flag:2", "env-host", True)
+    assert loaded.fleet.machine() == "env-host"
+    with pytest.raises(ConfigError, match="from flag --fleet-host"):
+        load_config(config_file, environ={}, flags={"fleet": {"host": "a.b"}})
 
 
 def test_redaction_rules_from_the_file_and_refusals_naming_the_key(config_file: Path) -> None:

@@ -18,6 +18,9 @@ from gz_ia.client.protocol import RejectReason
 from gz_ia.client.redaction import DEFAULT_RULES
 from gz_ia.client.schema import Stage, Status
 from gz_ia.collector.metrics import (
+    FLEET_HUB_OUTCOMES,
+    FLEET_REFUSALS,
+    FLEET_ROLES,
     HOOK_DROP_OUTCOMES,
     HTTP_HOOK_OUTCOMES,
     HTTP_REFUSALS,
@@ -60,11 +63,19 @@ REQUIRED = {
 ALLOWED_LABELS = {
     "stage": {stage.value for stage in Stage},
     "status": {status.value for status in Status},
-    "reason": {reason.value for reason in RejectReason} | set(HTTP_REFUSALS) | set(OTLP_REJECT_REASONS),
+    "reason": {reason.value for reason in RejectReason}
+    | set(HTTP_REFUSALS)
+    | set(OTLP_REJECT_REASONS)
+    | set(FLEET_REFUSALS),
     "kind": set(WRITE_ERROR_KINDS),
     "result": set(RELOAD_RESULTS),
     "limit": {"total", "per_uid"},
-    "outcome": set(SPOOL_OUTCOMES) | set(HTTP_HOOK_OUTCOMES) | set(HOOK_DROP_OUTCOMES) | {"staged", "joined"},
+    "outcome": set(SPOOL_OUTCOMES)
+    | set(HTTP_HOOK_OUTCOMES)
+    | set(HOOK_DROP_OUTCOMES)
+    | set(FLEET_HUB_OUTCOMES)
+    | {"staged", "joined"},
+    "role": set(FLEET_ROLES),
     "pattern": {*DEFAULT_RULES, "other"},
     "signal": {"traces", "logs"},
 }

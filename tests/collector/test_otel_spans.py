@@ -24,43 +24,69 @@ def event(seq: int, action: str, stage: str, **fields: Any) -> StoredEvent:
 
 
 def test_usage_maps_token_counts_and_model_to_both_vocabularies() -> None:
-    """Counts and model become gen_ai.* and llm.*; a lone total stays a total; bad values are left out."""
-    assert usage_attributes({"input_tokens": 10, "output_tokens": 4, "model": "m", "cache_read_tokens": 2}) == {
-        "gen_ai.usage.input_tokens": 10,
-        "llm.token_count.prompt": 10,
+    """Tokens by kind, cost and model become llm.* and gen_ai.*: the prompt counts the cache's tokens
+    too (Phoenix prices the cache's apart through prompt_details), and the cost is gz_ia.cost_usd."""
+    assert usage_attributes((10, 4, 2, 1), 0.5, "m") == {
+        "gen_ai.usage.input_tokens": 13,
+        "llm.token_count.prompt": 13,
         "gen_ai.usage.output_tokens": 4,
         "llm.token_count.completion": 4,
-        "llm.token_count.total": 14,
+        "llm.token_count.total": 17,
         "gen_ai.usage.cache_read.input_tokens": 2,
         "llm.token_count.prompt_details.cache_read": 2,
+        "gen_ai.usage.cache_creation.input_tokens": 1,
+        "llm.token_count.prompt_details.cache_write": 1,
         "gen_ai.request.model": "m",
         "llm.model_name": "m",
+        "gz_ia.cost_usd": 0.5,
     }
-    assert usage_attributes({"tokens": 812}) == {"llm.token_count.total": 812}
-    assert usage_attributes({"input_tokens": -1, "output_tokens": True, "model": 3}) == {}
 
 
-def test_the_usage_records_reserved_keys_reach_both_vocabularies_and_the_cost_its_own_name() -> None:
-    """A usage record (``act.usage``, the OTLP receiver) is exported as the GenAI keys it is stored
-    under, in OpenInference's too, and its cost as ``gz_ia.cost_usd``."""
+def test_a_model_call_is_an_llm_span_with_the_usage_its_records_add_up_to() -> None:
+    """A usage record (``act.usage``, the OTLP receiver) makes its cycle an LLM span, the span Phoenix
+    counts and prices; its attrs are exported as the fold counted them (two records of one cycle
+    added up), never one event's raw keys."""
     attrs = usage_attrs(input_tokens=120, output_tokens=30, cache_read_tokens=7, model="claude-x", cost_usd=0.25)
+    more = usage_attrs(input_tokens=1, output_tokens=2, cost_usd=0.5)
     state = TraceState(session_id="kid")
-    events = [event(1, "model claude-x", "READ"), event(2, "model claude-x", "FINISH", attrs=attrs)]
+    events = [
+        event(1, "model claude-x", "READ", attrs=more),
+        event(2, "model claude-x", "FINISH", attrs=attrs),
+    ]
     (span,) = fold(state, events, "kid")
     expected = {
-        "gen_ai.usage.input_tokens": 120,
-        "llm.token_count.prompt": 120,
-        "gen_ai.usage.output_tokens": 30,
-        "llm.token_count.completion": 30,
-        "llm.token_count.total": 150,
+        "openinference.span.kind": "LLM",
+        "gen_ai.usage.input_tokens": 128,
+        "llm.token_count.prompt": 128,
+        "gen_ai.usage.output_tokens": 32,
+        "llm.token_count.completion": 32,
+        "llm.token_count.total": 160,
         "gen_ai.usage.cache_read.input_tokens": 7,
         "llm.token_count.prompt_details.cache_read": 7,
         "gen_ai.request.model": "claude-x",
         "llm.model_name": "claude-x",
-        "gz_ia.cost_usd": 0.25,
+        "gz_ia.cost_usd": 0.75,
     }
     assert {key: span.attributes[key] for key in expected} == expected
     assert not [key for key in span.attributes if key.startswith("gz_ia.attr.")]
+
+
+def test_a_hooks_reading_is_exported_only_while_it_is_what_counts() -> None:
+    """A Codex turn's usage as its hook read it (plain keys on disk from an earlier hook, or the
+    reserved keys marked as a hook's) is the session's usage without telemetry; once the session has
+    another usage record, the same calls are not exported twice."""
+    alone = fold(TraceState(session_id="s"), [event(1, "prompt", "FINISH", attrs={"input_tokens": 9})], "s")
+    assert alone[0].attributes["llm.token_count.prompt"] == 9
+    hook = {"gen_ai.usage.input_tokens": 9, "gz-ia.usage_from": "hook"}
+    telemetry = usage_attrs(input_tokens=9, model="gpt-x")
+    state = TraceState(session_id="s")
+    spans = fold(
+        state, [event(1, "model gpt-x", "FINISH", attrs=telemetry), event(2, "prompt", "FINISH", attrs=hook)], "s"
+    )
+    assert [span.attributes.get("llm.token_count.prompt") for span in spans] == [9, None]
+    assert spans[1].attributes["openinference.span.kind"] == "CHAIN"
+    later = fold(TraceState(session_id="s"), [event(1, "prompt", "FINISH", attrs=hook)], "s", hooks_count=False)
+    assert "llm.token_count.prompt" not in later[0].attributes
 
 
 def test_cycles_get_their_kind_tool_and_the_root_session() -> None:

@@ -36,7 +36,7 @@ SPAN_KINDS = {
     "prompt": {"CHAIN"},
     "subagent": {"CHAIN"},
     "Bash": {"TOOL"},
-    "Agent": {"TOOL"},
+    "Agent": {"LLM"},  # its FINISH records usage: Phoenix prices LLM spans only
     "Read": {"TOOL"},
 }
 """Each span name of :func:`log_claude_tree`'s export and its kind, as both backends file it."""

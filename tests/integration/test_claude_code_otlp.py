@@ -5,17 +5,27 @@ with telemetry alone, the tool results are the cycles."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
 from tests.conftest import wait_for
+from tests.fixtures.backends import BackendServer, _phoenix, http_json
 from tests.fixtures.claude_run import ClaudeCode
 from tests.fixtures.model_apis.anthropic import FakeAnthropic, ToolUse, Turn
 
+from gz_ia.client.usage import recorded_usage
+
 pytestmark = pytest.mark.agents
+__all__ = ["_phoenix"]  # the session fixture, imported to be found here
+CLI = "from gz_ia.collector.cli import main; main()"
 
 
 @pytest.fixture(name="api")
@@ -61,6 +71,15 @@ def _usage(collector: Any, session_id: str) -> dict[str, Any]:
         for row in map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
     }
     return rows.get(session_id, {})
+
+
+def export(collector: Any, state_dir: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One `gz-ia export otel` run to its end."""
+    command = [sys.executable, "-c", CLI, "export", "otel", "--state-dir", str(state_dir), "--session-idle", "0",
+               "--metrics-address", "off", *args]  # fmt: skip
+    return subprocess.run(
+        command, env={**collector.env, **env}, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def _tool_lines(collector: Any, session_id: str, tool_use_id: str) -> list[dict[str, Any]]:
@@ -122,20 +141,24 @@ def test_telemetry_finds_the_workspace_its_hooks_use_with_the_documented_setup(
     assert elsewhere == []
 
 
-def test_a_subagents_call_is_stored_once_in_the_subagents_session(
-    collector: Any, api: FakeAnthropic, short_tmp: Path
+@pytest.mark.xdist_group("phoenix")
+def test_one_session_one_truth_in_the_cli_the_page_mcp_and_phoenix(
+    collector: Any, api: FakeAnthropic, short_tmp: Path, phoenix: BackendServer
 ) -> None:
-    """Hooks and telemetry on, a subagent that runs Bash: Claude Code's tool_result for the subagent's
-    call carries the main session's id; it joins the cycle the hooks logged in the subagent's
-    session, and the main session holds no copy of it."""
+    """Hooks and telemetry on, a subagent that runs Bash. Claude Code's tool_result for the
+    subagent's call carries the main session's id: it joins the cycle the hooks logged in the
+    subagent's session (the main session holds no copy). Its api_request records of the subagent's
+    model requests land in the subagent's session too. And the session's tokens and cost, its own
+    and rolled up over the subagent, are the same in ``gz-ia sessions``, the page's API, MCP's
+    ``list_sessions`` and Phoenix (after ``gz-ia export otel``), and equal to what the API served."""
     claude = ClaudeCode(short_tmp / "home", collector.workspace, api, collector.env)
     claude.install_hooks()
     task = {"description": "Run a check", "prompt": "SUB-OTLP-MARKER: run echo", "subagent_type": "general-purpose"}
     api.script("RUN-SUB-OTLP", Turn(tools=(ToolUse("Agent", task, "toolu_agent"),)), Turn(text="parent done"))
     api.script(
         "SUB-OTLP-MARKER",
-        Turn(tools=(ToolUse("Bash", {"command": "echo from-subagent"}, "toolu_subcall"),)),
-        Turn(text="Subagent done."),
+        Turn(tools=(ToolUse("Bash", {"command": "echo from-subagent"}, "toolu_subcall"),), input_tokens=700),
+        Turn(text="Subagent done.", input_tokens=900, output_tokens=70),
     )
     result = claude.run("RUN-SUB-OTLP: use a subagent", env=_telemetry(collector, "http/protobuf"))
     assert result.returncode == 0, result.stderr
@@ -149,9 +172,106 @@ def test_a_subagents_call_is_stored_once_in_the_subagents_session(
         for name, lines in collector.all_sessions().items()
         if name.startswith(session)
     }
-    assert {name: stages for name, stages in stored.items() if stages} == {
-        next(name for name in stored if name.startswith(f"{session}.")): ["PENDING", "FINISH"]
+    child = next(name for name in stored if name.startswith(f"{session}."))
+    assert {name: stages for name, stages in stored.items() if stages} == {child: ["PENDING", "FINISH"]}
+
+    # Every model request the fake API answered is one usage record, the subagent's in its session.
+    served = [request for request in api.requests if request.get("path", "").startswith("/v1/messages")]
+
+    def records() -> dict[str, list[int]]:
+        return {
+            name: [line["attrs"]["gen_ai.usage.input_tokens"] for line in lines if line["action"].startswith("model ")
+                   and line["stage"] == "FINISH"]
+            for name, lines in collector.all_sessions().items() if name.startswith(session)
+        }  # fmt: skip
+
+    wait_for(lambda: sum(map(len, records().values())) == len(served), message="a usage record per request")
+    assert sorted(records()[child]) == [700, 900]
+
+    # gz-ia sessions: the session's own usage and its tree's.
+    rows = {
+        row["session_id"]: row
+        for row in map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
     }
+    cli_tree = (rows[session]["tree_tokens"]["total"], round(rows[session]["tree_cost_usd"], 6))
+    cli_child = (rows[child]["tokens"]["total"], round(rows[child]["cost_usd"], 6))
+    assert rows[child]["tokens"]["input"] == 1600 and rows[child]["tokens"]["output"] == 20 + 70
+    model_lines = [
+        line for lines in collector.all_sessions().values() for line in lines if line["action"].startswith("model ")
+    ]
+    served_tokens = sum(sum(used[0]) for line in model_lines if (used := recorded_usage(line.get("attrs"))))
+    assert cli_tree[0] == served_tokens and cli_tree[1] > 0
+
+    # The page's API: the same numbers, its own and rolled up.
+    address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
+    key = parse_qs(urlsplit(address).query)["key"][0]
+    page = http_json(f"{collector.http_url}/ui/api/sessions?key={key}&root={collector.root}&limit=200")
+    api_rows = {row["session_id"]: row for row in page["sessions"]}
+    assert (api_rows[session]["tree_tokens"]["total"], api_rows[session]["tree_cost_usd"]) == cli_tree
+    assert (api_rows[child]["tokens"], api_rows[child]["cost_usd"]) == cli_child
+
+    # The page's cycles: the one model, each cycle with its usage; they add up to the session's.
+    tree = http_json(f"{collector.http_url}/ui/api/cycles?key={key}&root={collector.root}&session={session}")
+    by_node = {node["session_id"]: node for node in tree["nodes"]}
+    assert [(node["session_id"], node["depth"]) for node in tree["nodes"]] == [(session, 0), (child, 1)]
+    for name, node in by_node.items():
+        assert sum(cycle["tokens"]["total"] for cycle in node["cycles"]) == node["tokens_by_kind"]["total"], name
+        assert round(sum(cycle["cost_usd"] for cycle in node["cycles"]), 6) == round(node["cost_usd"], 6), name
+    assert [cycle["status"] for cycle in by_node[child]["cycles"] if cycle["cycle"] == "toolu_subcall"] == ["OK"]
+    starts = [cycle["start"] for cycle in by_node[session]["cycles"]]
+    assert starts == sorted(starts)  # in time order, whatever order the doors delivered in
+
+    # MCP's list_sessions: tokens and cost of each session with its subagents'.
+    listing = asyncio.run(_mcp_sessions(collector))
+    mcp_rows = {row["session_id"]: row for row in listing["sessions"]}
+    assert (mcp_rows[session]["tokens"], round(mcp_rows[session]["cost_usd"], 6)) == cli_tree
+
+    # Phoenix, after gz-ia export otel: its session's tokens and cost are the tree's.
+    project = f"gz-ia-{short_tmp.name}"
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": phoenix.url, "OTEL_EXPORTER_OTLP_TIMEOUT": "30"}
+    done = export(collector, short_tmp / "export-state", "--once", "--project", project, "--signals", "traces", env=env)
+    assert done.returncode == 0, done.stderr
+
+    def phoenix_totals() -> tuple[float, float] | None:
+        found = [s for s in _phoenix_usage(phoenix, project) if s["sessionId"] == session]
+        return (found[0]["tokenUsage"]["total"], found[0]["costSummary"]["total"]["cost"]) if found else None
+
+    wait_for(lambda: (phoenix_totals() or (0, 0))[0] == cli_tree[0], message="Phoenix's session tokens")
+    tokens, cost = phoenix_totals() or (0, 0.0)
+    assert (tokens, round(cost or 0.0, 6)) == cli_tree
+    # And the same cycles: a span for each cycle of the model, a model call an LLM span.
+    spans = [span for span in _phoenix_spans(phoenix, project) if span["span_kind"] != "AGENT"]
+    assert len(spans) == sum(len(node["cycles"]) for node in tree["nodes"])
+    llm = sorted(span["attributes"]["gz_ia.session.id"] for span in spans if span["span_kind"] == "LLM")
+    assert llm == sorted(
+        name for name, node in by_node.items() for cycle in node["cycles"] if cycle["action"].startswith("model ")
+    )
+
+
+async def _mcp_sessions(collector: Any) -> dict[str, Any]:
+    params = StdioServerParameters(command=sys.executable, args=["-c", CLI, "mcp"], env=collector.env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("list_sessions", {"limit": 50})
+        assert not result.is_error and isinstance(result.structured_content, dict), result
+        return result.structured_content
+
+
+def _phoenix_spans(phoenix: BackendServer, project: str) -> list[dict[str, Any]]:
+    """Every span Phoenix holds in ``project`` (its REST API, one page)."""
+    return list(http_json(f"{phoenix.url}/v1/projects/{project}/spans?limit=1000")["data"])
+
+
+def _phoenix_usage(phoenix: BackendServer, project: str) -> list[dict[str, Any]]:
+    """Phoenix's Sessions tab of ``project``: each session's token usage and cost (GraphQL)."""
+    query = """{ projects { edges { node { name sessions(first: 100) { edges { node {
+        sessionId tokenUsage { total } costSummary { total { cost } } } } } } } } }"""
+    answer = http_json(f"{phoenix.url}/graphql", {"query": query})
+    assert "errors" not in answer, answer
+    for edge in answer["data"]["projects"]["edges"]:
+        if edge["node"]["name"] == project:
+            return [node["node"] for node in edge["node"]["sessions"]["edges"]]
+    return []
 
 
 def test_telemetry_alone_makes_the_tool_cycles(collector: Any, api: FakeAnthropic, short_tmp: Path) -> None:

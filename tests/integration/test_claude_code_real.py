@@ -352,11 +352,14 @@ def test_why_on_the_root_names_the_failing_call_of_its_subagent(
 
 
 def test_a_tool_call_still_running_is_listed_hung_and_no_more_once_it_returns(
-    claude: ClaudeCode, api: FakeAnthropic, collector: Any
+    claude: ClaudeCode, api: FakeAnthropic, collector: Any, tmp_path: Path
 ) -> None:
-    """While a Bash call sleeps, its PreToolUse has no PostToolUse yet: `gz-ia sessions --hung --after
-    1s` lists it, PENDING; once it returns, the cycle is closed and the list is empty."""
-    slow = ToolUse("Bash", {"command": "sleep 4; echo woke", "description": "wait"}, "toolu_sleep")
+    """While a Bash call waits (for a file the test makes once it has seen the call listed), its
+    PreToolUse has no PostToolUse yet: `gz-ia sessions --hung --after 1s` lists it, PENDING; once it
+    returns, the cycle is closed and the list is empty."""
+    release = tmp_path / "release"
+    command = f"sleep 1; while [ ! -e {release} ]; do sleep 0.1; done; echo woke"
+    slow = ToolUse("Bash", {"command": command, "description": "wait"}, "toolu_sleep")
     api.script("RUN-SLEEP", Turn(tools=(slow,)), Turn(text="awake"))
     running = claude.start("RUN-SLEEP: wait a while")
     try:
@@ -371,6 +374,7 @@ def test_a_tool_call_still_running_is_listed_hung_and_no_more_once_it_returns(
         (session,) = found
         assert [(cycle["action"], cycle["stage"]) for cycle in session["hung"]] == [("Bash", "PENDING")]
         assert 1 <= session["hung"][0]["open_for_s"] < 30
+        release.touch()
         _, stderr = running.communicate(timeout=120)
         assert running.returncode == 0, stderr
     finally:

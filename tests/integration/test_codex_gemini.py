@@ -69,6 +69,13 @@ def _codex(collector: Any, tmp_path: Path, script: Any) -> tuple[str, ResponsesA
     return _thread_id(result.stdout), api
 
 
+def _tokens(collector: Any, session: str) -> dict[str, int]:
+    """The session's input and output tokens as ``gz-ia sessions`` counts them."""
+    rows = map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
+    tokens = next(row["tokens"] for row in rows if row["session_id"] == session)
+    return {"input": tokens["input"], "output": tokens["output"]}
+
+
 def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any, tmp_path: Path) -> None:
     """Two parallel commands, one exiting 3: two cycles by tool_use_id, the failing one FINISH FAILED
     with its exit code and its own duration; prompt (with the turn's tokens) and session around them;
@@ -103,8 +110,13 @@ def test_codex_tool_calls_one_cycle_each_a_failed_command_failed(collector: Any,
     assert by_cycle[("call_1_0", "FINISH")]["attrs"]["exit_code"] == 0
     assert all(line["duration_ms"] >= 0 for line in lines if line["stage"] == "FINISH")
     prompt_end = lines[-2]["attrs"]
-    assert (prompt_end["input_tokens"], prompt_end["output_tokens"]) == (2 * INPUT_TOKENS, 2 * OUTPUT_TOKENS)
-    assert prompt_end["total_tokens"] == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)
+    # The turn's usage as the hook read it, in the keys every reader counts, marked as a hook's.
+    assert (prompt_end["gen_ai.usage.input_tokens"], prompt_end["gen_ai.usage.output_tokens"]) == (
+        2 * INPUT_TOKENS,
+        2 * OUTPUT_TOKENS,
+    )
+    assert prompt_end["gz-ia.usage_from"] == "hook"
+    assert _tokens(collector, session) == {"input": 2 * INPUT_TOKENS, "output": 2 * OUTPUT_TOKENS}
     assert {line["agent"] for line in lines} == {"codex"}
     assert all(line["attrs"]["model"] == CODEX_MODEL for line in lines[:-1])  # SessionEnd names no model
     assert collector.rejects() == []
@@ -203,12 +215,13 @@ def test_gemini_parallel_calls_of_one_tool_paired_first_in_first_out(collector: 
     assert by_cycle[(failed, "FINISH")]["error"] == "exit code 3"
     models = [line for line in lines if line["action"] == "model"]
     assert _cycles(models) == [("model", "READ", "OK"), ("model", "FINISH", "OK")] * 2  # one FINISH per response
-    assert models[-1]["attrs"] == {
+    assert {key: value for key, value in models[-1]["attrs"].items() if key != "gen_ai.request.model"} == {
         "model": GEMINI_MODEL,
-        "input_tokens": PROMPT_TOKENS,
-        "output_tokens": CANDIDATE_TOKENS,
-        "total_tokens": PROMPT_TOKENS + CANDIDATE_TOKENS,
+        "gen_ai.usage.input_tokens": PROMPT_TOKENS,
+        "gen_ai.usage.output_tokens": CANDIDATE_TOKENS,
+        "gz-ia.usage_from": "hook",
     }
+    assert _tokens(collector, session) == {"input": 2 * PROMPT_TOKENS, "output": 2 * CANDIDATE_TOKENS}
     assert {line["agent"] for line in lines} == {"gemini-cli"}
     assert all(line["attrs"]["model"] == GEMINI_MODEL for line in lines[2:])  # named from the first BeforeModel on
     assert collector.rejects() == []

@@ -41,8 +41,9 @@ def _tool_lines(collector: Any, session: str, call_id: str) -> list[dict[str, An
 
 @pytest.mark.parametrize("hooks", [False, True])
 def test_codex_tool_results_are_cycles_once(collector: Any, tmp_path: Path, hooks: bool) -> None:
-    """Two commands, one exiting 3: a cycle each, the failing one FAILED, in the thread's session;
-    with gz-ia's hooks on too, still one cycle per call (the telemetry's are joined)."""
+    """Two commands, one exiting 3: a cycle each, the failing one FAILED, named ``Bash`` as the hooks
+    name Codex's shell tool, in the thread's session; with gz-ia's hooks on too, still one cycle per
+    call (the telemetry's are joined)."""
     calls = (ToolCall("exec_command", {"cmd": "echo hello"}), ToolCall("exec_command", {"cmd": "sh -c 'exit 3'"}))
     with ResponsesAPI(rounds(Turn(calls=calls), Turn(text="done"))) as api:
         home = codex_home(tmp_path, api.base_url)
@@ -62,6 +63,8 @@ def test_codex_tool_results_are_cycles_once(collector: Any, tmp_path: Path, hook
     assert _tool_lines(collector, session, "call_1_1")[1]["status"] == "FAILED"
     assert _tool_lines(collector, session, "call_1_0")[1]["status"] == "OK"
     assert {line["agent"] for line in collector.session_lines(session)} == {"codex"}
+    # Named as the hooks name it, whichever record holds the call.
+    assert {line["action"] for line in _tool_lines(collector, session, "call_1_0")} == {"Bash"}
 
     def input_tokens() -> int:
         rows = map(json.loads, collector.gz_ia("sessions", "--json", check=True).stdout.splitlines())
@@ -69,3 +72,13 @@ def test_codex_tool_results_are_cycles_once(collector: Any, tmp_path: Path, hook
 
     # Each response.completed sse_event's token counts: the fake Responses API reports 100 input tokens.
     wait_for(lambda: input_tokens() == 200, message="the two responses' usage")
+    if hooks:
+        # The hook read the same turn's usage (200 input tokens): both doors are stored, counted once.
+        def both_doors() -> bool:
+            lines = collector.session_lines(session)
+            hook = [line for line in lines if (line.get("attrs") or {}).get("gz-ia.usage_from") == "hook"]
+            telemetry = [line for line in lines if line["action"].startswith("model ") and line["stage"] == "FINISH"]
+            return len(hook) == 1 and len(telemetry) == 2
+
+        wait_for(both_doors, message="the hook's reading and both responses' records")
+        assert input_tokens() == 200

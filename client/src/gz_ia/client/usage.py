@@ -19,12 +19,16 @@ __all__ = [
     "CACHE_CREATION_TOKENS",
     "CACHE_READ_TOKENS",
     "COST_USD",
+    "HOOK_READING",
     "INPUT_TOKENS",
     "MODEL",
     "OUTPUT_TOKENS",
     "PLAIN_KEYS",
     "TOKEN_KEYS",
     "TOKEN_KINDS",
+    "USAGE_FROM",
+    "UsageSum",
+    "reading_of",
     "recorded_usage",
     "usage_attrs",
     "usage_of",
@@ -38,6 +42,12 @@ CACHE_CREATION_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
 COST_USD: Final = "gz-ia.cost_usd"
 """What the call cost in US dollars, as the agent reports it (no GenAI convention names a cost)."""
 MODEL: Final = "gen_ai.request.model"
+
+USAGE_FROM: Final = "gz-ia.usage_from"
+"""Who read the usage. :data:`HOOK_READING` marks an agent hook's own reading of it (a turn's or a
+model call's counts, taken from the agent's transcript or response): the agent's telemetry, when it
+is on too, reports the same calls again, request by request."""
+HOOK_READING: Final = "hook"
 
 TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_creation")
 """The token kinds, in the order of :data:`TOKEN_KEYS` (the ``kind`` label of ``gzia_tokens_total``)."""
@@ -136,3 +146,89 @@ def recorded_usage(attrs: Mapping[str, object] | None) -> tuple[tuple[int, int, 
     if "model" in plain and len(plain) > 1:  # a model alone names no usage
         renamed[MODEL] = plain["model"]
     return usage_of(renamed)
+
+
+_ANY_USAGE_KEY: Final = frozenset((*_USAGE_KEYS, *PLAIN_KEYS, "cost_usd"))
+
+Used = tuple[tuple[int, int, int, int], float, str]
+"""``(tokens by kind, cost, model)`` of one usage record."""
+
+
+def reading_of(attrs: Mapping[str, object] | None) -> tuple[Used, bool] | None:
+    """Return the usage an event records and whether it is a hook's reading, or None if none.
+
+    A hook's reading is one marked :data:`HOOK_READING`, or one in the plain keys only (what the
+    agents' hooks stored before they used the reserved keys).
+    """
+    if not attrs or _ANY_USAGE_KEY.isdisjoint(attrs):  # most events: one set operation
+        return None
+    used = recorded_usage(attrs)
+    if used is None:
+        return None
+    return used, attrs.get(USAGE_FROM) == HOOK_READING or _USAGE_KEYS.isdisjoint(attrs)
+
+
+class UsageSum:
+    """What a session's usage records add up to, each model call counted once.
+
+    The agents' telemetry (and ``act.usage()``, the Agents SDK processor) records each model request;
+    an agent's hook may read the same calls' usage again (a Codex turn's, a Gemini CLI call's). So a
+    session's hook readings count only while it has no other usage record: whichever door delivered
+    first and in whatever order, the totals are those of one door.
+    """
+
+    __slots__ = ("cost_usd", "hook_cost_usd", "hook_records", "hook_tokens", "model", "records", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = [0, 0, 0, 0]
+        self.cost_usd = 0.0
+        self.records = 0
+        self.hook_tokens = [0, 0, 0, 0]
+        self.hook_cost_usd = 0.0
+        self.hook_records = 0
+        self.model = ""
+
+    def add(self, attrs: Mapping[str, object] | None) -> tuple[Used, bool] | None:
+        """Count the usage ``attrs`` record, if any; return it as :func:`reading_of` does."""
+        found = reading_of(attrs)
+        if found is not None:
+            self.add_reading(*found)
+        return found
+
+    def add_reading(self, used: Used, from_hook: bool) -> None:
+        """Count one record :func:`reading_of` returned."""
+        counts, cost, model = used
+        if from_hook:
+            tokens = self.hook_tokens
+            self.hook_cost_usd += cost
+            self.hook_records += 1
+        else:
+            tokens = self.tokens
+            self.cost_usd += cost
+            self.records += 1
+        for index, count in enumerate(counts):
+            tokens[index] += count
+        if model:
+            self.model = model
+
+    def merge(self, other: UsageSum) -> None:
+        """Add ``other``'s records to these (a rolled-up total keeps the rule session by session:
+        add :meth:`counted` sums instead)."""
+        for index in range(4):
+            self.tokens[index] += other.tokens[index]
+            self.hook_tokens[index] += other.hook_tokens[index]
+        self.cost_usd += other.cost_usd
+        self.hook_cost_usd += other.hook_cost_usd
+        self.records += other.records
+        self.hook_records += other.hook_records
+        self.model = other.model or self.model
+
+    @property
+    def from_hooks(self) -> bool:
+        """True when the hooks' readings are what counts (the session has no other usage record)."""
+        return not self.records
+
+    def counted(self) -> tuple[tuple[int, int, int, int], float]:
+        """The tokens by kind and the cost that count."""
+        tokens, cost = (self.hook_tokens, self.hook_cost_usd) if self.from_hooks else (self.tokens, self.cost_usd)
+        return (tokens[0], tokens[1], tokens[2], tokens[3]), cost

@@ -9,8 +9,9 @@ that share a floor do not import each other (the import-linter contract in the r
 * :mod:`.daemon` (start-up, one process or a sharded front and its shares) and :mod:`.testing`
   (an in-process collector on a test's event loop);
 * :mod:`.sharding`: the front, its share processes and their links, the merged metrics;
-* :mod:`.receivers`: the sources heard beside the socket (OTLP/HTTP, Claude Code's http hooks,
-  the hook inbox) and the HTTP side's whole route table; each stages through the intake;
+* :mod:`.receivers` (the sources heard beside the socket: OTLP/HTTP, Claude Code's http hooks,
+  the hook inbox, and the HTTP side's whole route table; each stages through the intake) and
+  :mod:`.fleet` (shipping to NATS JetStream, and the hub that writes every machine's sessions);
 * :mod:`.service` (one collector process: the intake every source stages through, connections,
   write passes, gc and status requests, adoption, health, admission), :mod:`.mcp` (the MCP
   tools) and :mod:`.integrations` (agents' hooks and settings);

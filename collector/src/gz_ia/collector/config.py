@@ -26,6 +26,7 @@ __all__ = [
     "AlertsConfig",
     "CollectorConfig",
     "ConfigError",
+    "FleetConfig",
     "RedactionConfig",
     "RedactionPattern",
     "RetentionConfig",
@@ -155,6 +156,86 @@ class AlertsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("alerts.hung_after must be > 0 seconds")
 
 
+FLEET_HOST_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A fleet host name: one NATS subject token (no dots, no wildcards) and part of a session id."""
+
+
+class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Shipping this machine's sessions to a NATS JetStream stream, or consuming it as a hub
+    (docs/operations.md, "Many machines"). Off while ``url`` is empty."""
+
+    url: str = ""
+    """One or more ``nats://host:port`` (``tls://`` for TLS), comma-separated; empty: no fleet."""
+    host: str = ""
+    """This machine's name in the fleet (letters, digits, ``_``, ``-``); empty: the hostname's first label."""
+    hub: bool = False
+    """Also consume the stream and write every machine's sessions under ``hub_root``."""
+    hub_root: str = ""
+    """The hub's session root; empty: ``$XDG_STATE_HOME/gz-ia/fleet/.harness``."""
+    consumer: str = ""
+    """The hub's durable consumer; empty: ``hub-<host>``. Hubs with distinct names each keep a full copy."""
+    hosts: list[str] = []
+    """On a hub: only these machines' subjects (partitioning by host across hubs); empty: every host."""
+    credentials: str = ""
+    """A NATS credentials file (JWT and NKEY seed)."""
+    tls_ca: str = ""
+    """CA file to verify the servers with (``tls://`` URLs)."""
+    tls_cert: str = ""
+    """Client certificate, where the servers ask for one."""
+    tls_key: str = ""
+    """The client certificate's key."""
+    stream: str = "GZIA"
+    """The JetStream stream (created if absent, over ``gzia.events.>``)."""
+    replicas: int = 1
+    """``num_replicas`` of a stream this collector creates (3 on a three-server cluster)."""
+    duplicate_window: float = 120.0
+    """Seconds the stream remembers a message id: a re-publish within it is stored once."""
+    ack_wait: float = 30.0
+    """Seconds a hub's consumer (when it creates it) waits for an acknowledgement before delivering again:
+    after a hub's crash, what it had taken and not acknowledged comes again after this."""
+
+    def __post_init__(self) -> None:
+        if self.host and not FLEET_HOST_PATTERN.fullmatch(self.host):
+            raise ValueError(f"fleet.host {self.host!r} is not 1-64 of letters, digits, '_', '-'")
+        for name in self.hosts:
+            if not FLEET_HOST_PATTERN.fullmatch(name):
+                raise ValueError(f"fleet.hosts: {name!r} is not 1-64 of letters, digits, '_', '-'")
+        if self.hub and not self.url:
+            raise ValueError("fleet.hub needs fleet.url (the NATS servers to consume from)")
+        if not 1 <= self.replicas <= 5:
+            raise ValueError("fleet.replicas must be between 1 and 5")
+        if not self.ack_wait > 0:
+            raise ValueError("fleet.ack_wait must be > 0 seconds")
+        if not self.duplicate_window > 0:
+            raise ValueError("fleet.duplicate_window must be > 0 seconds")
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.stream):
+            raise ValueError(f"fleet.stream {self.stream!r} is not 1-64 of letters, digits, '_', '-'")
+        if self.consumer and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.consumer):
+            raise ValueError(f"fleet.consumer {self.consumer!r} is not 1-64 of letters, digits, '_', '-'")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this collector takes part in a fleet."""
+        return bool(self.url)
+
+    def shown_url(self) -> str:
+        """``url`` with any password in it masked, for the status and the log."""
+        return re.sub(r"(://[^:/@,]*):[^@/,]*@", r"\1:***@", self.url)
+
+    def servers(self) -> list[str]:
+        """The server URLs of ``url``."""
+        return [part.strip() for part in self.url.split(",") if part.strip()]
+
+    def machine(self) -> str:
+        """This machine's fleet name: ``host``, else the hostname's first label made a subject token."""
+        if self.host:
+            return self.host
+        import socket
+
+        name = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".", 1)[0])[:64]
+        return name or "localhost"
+
+
 class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Every setting of the collector, with its default."""
 
@@ -199,6 +280,7 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     retention: RetentionConfig = RetentionConfig()
     redaction: RedactionConfig = RedactionConfig()
     alerts: AlertsConfig = AlertsConfig()
+    fleet: FleetConfig = FleetConfig()
 
     def __post_init__(self) -> None:
         if self.max_open_files < 4:
@@ -278,6 +360,7 @@ _SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
     "retention": RetentionConfig,
     "redaction": RedactionConfig,
     "alerts": AlertsConfig,
+    "fleet": FleetConfig,
 }
 
 
@@ -344,7 +427,7 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
             except ValueError as exc:
                 raise ConfigError(f"bad value for {key} (from {name}): {exc}") from exc
             values.setdefault(section, {})[sub] = [{"name": rule.name, "pattern": rule.pattern} for rule in rules]
-        elif key == "redaction.disable":
+        elif key in ("redaction.disable", "fleet.hosts"):
             values.setdefault(section, {})[sub] = [part.strip() for part in raw.split(",") if part.strip()]
         elif section:
             values.setdefault(section, {})[sub] = raw
@@ -396,7 +479,8 @@ def _explain(exc: msgspec.ValidationError, path: Path, layers: list[tuple[str, M
         return f"bad configuration ({path}, GZ_IA_* variables, flags): {message}"
     source = next((origin for origin, layer in layers if _holds(layer, parts)), None)
     if source == "flag":
-        source = f"flag --{parts[-1].replace('_', '-')}"
+        flag = "-".join(parts) if parts[0] == "fleet" else parts[-1]
+        source = f"flag --{flag.replace('_', '-')}"
     elif source == "env":
         source = env_var(key)
     elif source == "file":

@@ -26,10 +26,12 @@ from .service.systemd import listen_fds
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from .fleet.runner import FleetRunner
     from .http.server import ServerThread
     from .metrics import Metrics
     from .receivers.inbox import HookInbox
     from .service.server import Collector
+    from .sharding.front import Front
 
 __all__ = ["HTTP_SOCKET_NAME", "main", "run", "serve_http", "serve_metrics", "unmapped_uids"]
 
@@ -152,10 +154,21 @@ def run(
         served = registry
     http = serve_metrics(config, metrics, served)
     inbox = take_hook_inbox(config, metrics, sockets[0]) if share is None else None
+    fleet: FleetRunner | None = None
+    if share is None and config.fleet.enabled:
+        from .fleet.link import FleetUnavailable
+
+        try:
+            fleet = start_fleet(config, metrics, sockets[0], server)
+        except FleetUnavailable as exc:
+            log.error("%s", exc)
+            return 1
     _tune_garbage_collector()
     try:
         uvloop.run(server.serve(sockets))
     finally:
+        if fleet is not None:
+            fleet.close()
         if inbox is not None:
             inbox.close()
         if http is not None:
@@ -268,6 +281,23 @@ def take_hook_inbox(config: CollectorConfig, metrics: Metrics, listening: socket
         return None
     inbox.start()
     return inbox
+
+
+def start_fleet(
+    config: CollectorConfig, metrics: Metrics, listening: socket.socket, collector: Collector | Front
+) -> FleetRunner:
+    """Start shipping this collector's roots (and, on a hub, consuming the stream) on the fleet's own
+    thread (:mod:`.fleet`), and show it in ``collector``'s status.
+
+    Raises:
+        FleetUnavailable: ``nats-py`` (the ``fleet`` extra) is not installed.
+    """
+    from .fleet.runner import FleetRunner
+
+    fleet = FleetRunner(config.fleet, str(listening.getsockname()), metrics)
+    collector.fleet_report = fleet.report
+    fleet.start()
+    return fleet
 
 
 def serve_metrics(config: CollectorConfig, metrics: Metrics, served: CollectorRegistry) -> ServerThread | None:

@@ -27,6 +27,8 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── StatusUnavailable                service.status       no collector answered the status query
     │   └── StatusRefused                service.status       one answered and refused it: .reason, .detail
     ├── ShareFailed                      sharding.shares      a share process did not start or answer
+    ├── FleetUnavailable                 fleet.link           fleet.url set without the [fleet] extra: names it
+    ├── SocketLost                       fleet.own_socket     the hub's connection to its own socket ended: comes again
     ├── TooLarge(ValueError)             http.messages        a request body beyond its route's limit: answered 413
     ├── PeerUnknown(PermissionError)     http.peer            the kernel cannot name a connection's owner: refused
     ├── OtlpUnavailable                  otlp.bodies          the [otlp] extra is not installed: answered 501
@@ -35,10 +37,11 @@ standard library) catch the builtin. Our exception hierarchy::
     ├── _Fallback                        query._scan          private: the fast scan hands over to the careful reader
     ├── _NoAnswer                        oneshot.ledger       private: the collector was reached, gave no verdict
     ├── _NoCollector                     cli._gc              private: nothing listens, gc runs in this process
+    ├── _Refused                         fleet.hub            private: a message the hub refuses, counted by reason
     ├── _BodiesFull                      http.server          private: the bodies held at once are at the bound: 429
     └── _Closed                          http.server          private: the client closed, or went silent too long
 
-The four private signals never leave their module. Wrong arguments are programming errors and get
+The five private signals never leave their module. Wrong arguments are programming errors and get
 the builtin ``ValueError`` / ``TypeError``. The client's exceptions have their own base,
 :class:`gz_ia.client.errors.GzIaError`.
 """

@@ -141,6 +141,12 @@ HTTP_HOOK_OUTCOMES: Final = ("staged", "nothing", "disabled", "refused", "invali
 """What became of a hook payload posted over HTTP (``gzia_http_hook_payloads_total{outcome}``)."""
 HOOK_DROP_OUTCOMES: Final = ("logged", "quarantined")
 """What became of a hook's drop in the inbox (``gzia_hook_drops_total{outcome}``)."""
+FLEET_ROLES: Final = ("ship", "hub")
+"""The sides of the fleet's lag (``gzia_fleet_lag_events{role}``)."""
+FLEET_HUB_OUTCOMES: Final = ("written", "duplicate", "rejected")
+"""What became of a message a hub took (``gzia_fleet_hub_events_total{outcome}``)."""
+FLEET_REFUSALS: Final = ("host_mismatch", "subject", "malformed", "host_not_served")
+"""Why a hub refused a message (``gzia_fleet_refused_total{reason}``)."""
 
 
 class OpenCycleGauges(Collector):
@@ -340,6 +346,41 @@ class Metrics:
         )
         for outcome in HOOK_DROP_OUTCOMES:
             self.hook_drops.labels(outcome)
+        self.fleet_connected = Gauge(
+            "gzia_fleet_connected", "1 while the fleet's NATS connection is up (0: shipping waits).", registry=registry
+        )
+        self.fleet_lag = Gauge(
+            "gzia_fleet_lag_events",
+            "Fleet lag, by role: ship, events written here and not yet acknowledged by the stream; hub, events "
+            "in the stream not yet written here.",
+            ["role"],
+            registry=registry,
+        )
+        for role in FLEET_ROLES:
+            self.fleet_lag.labels(role)
+        self.fleet_shipped = Counter(
+            "gzia_fleet_shipped_events_total",
+            "Events the fleet stream acknowledged from this machine.",
+            registry=registry,
+        )
+        self.fleet_hub_events = Counter(
+            "gzia_fleet_hub_events_total",
+            "Events a hub took from the stream, by outcome: written, duplicate (held already: acknowledged, not "
+            "written again) or rejected (refused by validation here).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in FLEET_HUB_OUTCOMES:
+            self.fleet_hub_events.labels(outcome)
+        self.fleet_refused = Counter(
+            "gzia_fleet_refused_total",
+            "Fleet messages a hub refused, by reason: host_mismatch (the subject names another host than the one "
+            "claimed), subject, malformed, host_not_served.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in FLEET_REFUSALS:
+            self.fleet_refused.labels(reason)
         self.client_dropped = Counter(
             "gzia_client_dropped_events_total",
             "Events clients reported dropping because their buffers were full.",

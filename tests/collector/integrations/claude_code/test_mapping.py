@@ -156,6 +156,48 @@ def test_a_stop_failure_handled_after_session_end_keeps_its_error() -> None:
     assert events[3]["error"] == "API Error: 400 scripted failure for the test"
 
 
+def _transcript_ending_on_an_api_error(tmp_path: Path) -> str:
+    """A transcript whose last entries are the prompt and the synthetic assistant message Claude Code
+    2.1.197 wrote for an HTTP 400 (fields as the real run wrote them; the file is made here, because
+    which of SessionEnd and StopFailure a real run handles first is up to the scheduler)."""
+    prompt = {"type": "user", "message": {"role": "user", "content": "RUN-APIERR: anything"}}
+    error = {
+        "type": "assistant",
+        "error": "unknown",
+        "isApiErrorMessage": True,
+        "apiErrorStatus": 400,
+        "message": {"model": "<synthetic>", "role": "assistant", "content": [
+            {"type": "text", "text": "API Error: 400 scripted failure for the test"}
+        ]},
+    }  # fmt: skip
+    path = tmp_path / "transcript.jsonl"
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in (prompt, error, {"type": "last-prompt"})))
+    return str(path)
+
+
+def test_a_stop_failure_after_session_end_is_one_failure_when_the_transcript_names_it(tmp_path: Path) -> None:
+    """SessionEnd first, on a turn whose transcript ends on an API error: the turn FINISHes FAILED with
+    that error and the session with it; the late StopFailure adds nothing, and then the state may go."""
+    transcript = _transcript_ending_on_an_api_error(tmp_path)
+    state = HookState()
+    start = {**_captured("B-SessionStart"), "session_id": "s"}
+    prompt = {**_captured("B-UserPromptSubmit"), "session_id": "s"}
+    end = {**_captured("B-SessionEnd"), "session_id": "s", "transcript_path": transcript}
+    failure = {**_captured("E-StopFailure"), "session_id": "s", "transcript_path": transcript}
+    events = [event for payload in (start, prompt, end) for event in hook_events(payload, state, 9 * MS)]
+    assert not state.is_empty()  # the StopFailure is awaited
+    events += hook_events(failure, state, 10 * MS)
+    assert state.is_empty()
+    assert _brief(events) == [
+        ("session", "READ", "OK"),
+        ("prompt", "READ", "OK"),
+        ("prompt", "FINISH", "FAILED"),
+        ("session", "FINISH", "FAILED"),
+    ]
+    assert {events[2]["error"], events[3]["error"]} == {"API Error: 400 scripted failure for the test"}
+    assert events[3]["attrs"]["failed_because"] == "the last turn failed"
+
+
 def test_both_transports_make_the_same_events() -> None:
     """log_event (a receiver in the collector) packs to the bytes plain_event (the command hook) packs."""
     import msgspec

@@ -41,6 +41,21 @@ def _serve_options(function: Any) -> Any:
             metavar="DURATION",
             help="How long an action cycle is open before gzia_hung_actions counts it (90s, 5m) [alerts.hung_after].",
         ),
+        click.option(
+            "--fleet-url",
+            default=None,
+            metavar="URL",
+            help="Ship this machine's sessions to NATS JetStream: nats://host:port, comma-separated [fleet.url].",
+        ),
+        click.option(
+            "--fleet-host", default=None, metavar="NAME", help="This machine's name in the fleet [fleet.host]."
+        ),
+        click.option(
+            "--fleet-hub",
+            is_flag=True,
+            default=None,
+            help="Also consume the fleet stream and write every machine's sessions here [fleet.hub].",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -81,6 +96,17 @@ def _serve(flags: dict[str, Any]) -> int:
     flags = dict(flags)
     config_path = flags.pop("config_path", None)
     hung_after = flags.pop("hung_after", None)
+    fleet = {
+        key: value
+        for key, value in (
+            ("url", flags.pop("fleet_url", None)),
+            ("host", flags.pop("fleet_host", None)),
+            ("hub", flags.pop("fleet_hub", None)),
+        )
+        if value is not None
+    }
+    if fleet:
+        flags["fleet"] = fleet
     if hung_after is not None:
         try:
             flags["alerts"] = {"hung_after": parse_age(hung_after)}

@@ -103,6 +103,9 @@ After=gz-ia-collector.socket{http_after}
 [Service]
 Type=notify
 NotifyAccess=main
+# The fleet flags (--fleet-url, --fleet-host, --fleet-hub) are the [fleet] keys of the config file and
+# GZ_IA_FLEET_* variables: set them there, or in a drop-in (`systemctl --user edit gz-ia-collector`:
+# [Service] Environment=GZ_IA_FLEET_URL=nats://nats.example:4222 GZ_IA_FLEET_HOST=laptop).
 ExecStart={exec_start}
 ExecReload=/bin/kill -HUP $MAINPID
 WatchdogSec=30

@@ -242,6 +242,20 @@ def renderer(output: str, *, colour: bool, show_session: bool, utc: bool) -> Cal
     return lambda entry: format_event(entry.event, colour=colour, show_session=show_session, style=style, utc=utc)
 
 
+def with_host(render: Callable[[Any], str]) -> Callable[[Any], str]:
+    """On a fleet hub, a JSON line with its machine first (``"host"``, from the session id)."""
+    import json
+
+    from gz_ia.collector.reading import host_of
+
+    def hosted(entry: Any) -> str:
+        text = render(entry)
+        host = host_of(entry.event.session_id)
+        return text if host is None else "{" + f'"host":{json.dumps(host)},' + text.lstrip()[1:]
+
+    return hosted
+
+
 def follow_limits(options: dict[str, Any], *, single: bool, until_finished: bool) -> float | None:
     """Check ``--until-finished`` and ``--timeout``; return the timeout in seconds (None: none)."""
     follow: bool = options["follow"]

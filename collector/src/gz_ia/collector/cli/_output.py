@@ -120,7 +120,7 @@ def summary_json(summary: Any, tree: tuple[tuple[int, int, int, int], float] | N
         "events": summary.events,
         "open_actions": summary.open_actions,
         "failures": summary.failures,
-        "status": "running" if summary.open_actions else "failed" if summary.failed else "ok",
+        "status": summary.status,
         "segments": summary.segments,
         "incomplete": summary.incomplete,
         "unreadable": list(summary.unreadable),

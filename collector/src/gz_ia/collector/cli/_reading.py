@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from gz_ia.client import env
 from gz_ia.client.schema import Status
 
 from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of, socket_path_of
@@ -35,6 +36,7 @@ from ._log_options import (
     output_format,
     renderer,
     selection_of,
+    with_host,
 )
 from ._output import Output, not_found, quietly, use_colour
 from ._pager import paged
@@ -55,17 +57,43 @@ __all__ = ["all_logs", "session_logs"]
 @click.option(
     "--seq", default=None, metavar="N|N..M", help="Only the event with this seq (or this range); exit 1 if missing."
 )
+@click.option(
+    "--host",
+    default=None,
+    metavar="NAME",
+    help="On a fleet hub: machine NAME's session SESSION_ID (where several machines used that id).",
+)
 @log_options
 @click.pass_context
 @quietly
-def session_logs(ctx: click.Context, session_id: str, tree: bool, until_finished: bool, **options: Any) -> None:
+def session_logs(
+    ctx: click.Context, session_id: str, tree: bool, until_finished: bool, host: str | None, **options: Any
+) -> None:
     """Print the events of SESSION_ID in stored (seq) order, across every retained segment.
 
     With --tree, its subagent sessions too, merged in time order. FIELD=VALUE arguments keep events
     whose FIELD (any stored field, or attrs.KEY) has that value: values of one field are ORed,
-    different fields ANDed.
+    different fields ANDed. On a fleet hub, SESSION_ID is a machine's own id (or the hub's
+    HOST.SESSION_ID); --host picks the machine where several used it.
     """
-    _run_logs(ctx, [session_id], tree=tree, until_finished=until_finished, **options)
+    _run_logs(ctx, [_hosted(ctx, session_id, host)], tree=tree, until_finished=until_finished, **options)
+
+
+def _hosted(ctx: click.Context, session_id: str, host: str | None) -> str:
+    """The hub's name of a machine's session: ``HOST.ID`` (docs/operations.md, "Many machines")."""
+    if host is not None:
+        return f"{host}.{session_id}"
+    from gz_ia.collector import reading
+
+    named = ctx.find_root().params.get("root")  # as root_of finds it, its warning left to the command
+    root = Path(named).absolute() if named else env.find_root(passed_over=[])
+    if not reading.is_hub_root(root) or _exists(root, session_id):
+        return session_id
+    found = reading.hosted_sessions(root, session_id)
+    if len(found) > 1:
+        hosts = ", ".join(str(reading.host_of(name)) for name in found)
+        raise click.UsageError(f"session {session_id!r} exists on several machines ({hosts}): choose one with --host")
+    return found[0] if found else session_id
 
 
 @click.command("logs")
@@ -110,6 +138,9 @@ def _run_logs(
     quiet: bool = options["quiet"]
     machine = output in MACHINE_OUTPUTS
     render = renderer(output, colour=colour, show_session=show_session, utc=options["utc"])
+    hub = output in ("json", "json-pretty") and reading.is_hub_root(root)
+    if hub:
+        render = with_host(render)
     # A follower's --json stream carries its gap notices in line with the events; stderr always does.
     gaps = GapReport(stdout_line=out.line if follow and machine else None)
     ctx.with_resource(paged(options["pager"] and not machine and not follow))
@@ -123,6 +154,7 @@ def _run_logs(
 
     plain_copy = (
         output == "json"
+        and not hub
         and grep is None
         and session_ids is not None
         and len(session_ids) == 1
@@ -159,10 +191,21 @@ def _run_logs(
         watch: FinishWatch | None = None
         members: list[str] = []
         anchors: dict[str, str] = {}
-        from gz_ia.collector.query import narrows, search
+        from gz_ia.collector.query import narrows, search, search_lines
 
         whole_root = session_ids is None and not follow and not options["after_cursor"] and not options["show_cursor"]
-        if whole_root and narrows(filters, selection, root):
+        searched = whole_root and narrows(filters, selection, root)
+        if searched and output == "json" and not hub:
+            # The stored lines as they are, in order: written as bytes, no entry made for one (a
+            # hub's lines gain their host when printed, so they are not copied as stored).
+            out.flush()
+            binary = sys.stdout.buffer
+            for chunk in search_lines(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps):
+                binary.write(chunk)
+                shown += bool(chunk)
+            binary.flush()
+            history: Iterable[Any] = ()
+        elif searched:
             # A question over the whole root: skip sessions by their checkpoints, search bytes first.
             history = search(root, filters, selection, count=count, reverse=options["reverse"], on_gap=gaps)
         else:

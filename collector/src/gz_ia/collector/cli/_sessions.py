@@ -136,9 +136,12 @@ def sessions_command(
     if reverse:
         summaries.reverse()
     out = Output(flush_each=False)
+    hub = reading.is_hub_root(root)
     if as_json:
         for summary in summaries:
             fields = summary_json(summary, rolled.get(summary.session_id))
+            if hub:
+                fields["host"] = reading.host_of(summary.session_id)
             if hung:
                 fields["hung"] = [cycle.as_json(now) for cycle in stuck[summary.session_id]]
             out.line(json.dumps(fields))

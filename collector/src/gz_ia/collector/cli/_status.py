@@ -70,6 +70,12 @@ def _print_report(report: dict[str, Any]) -> None:
     click.echo(f"connections: {report['connections']}")
     _print_metrics(report.get("metrics_endpoint"))
     _print_http(report)
+    fleet = report.get("fleet")
+    if isinstance(fleet, dict):
+        state = "connected" if fleet.get("connected") else "NOT CONNECTED (events are kept and shipped later)"
+        click.echo(
+            f"fleet: {fleet['role']} as {fleet['host']} on {fleet['url']}, {state}, {fleet['lag_events']} events behind"
+        )
     limits = report.get("limits")
     if isinstance(limits, dict):  # in effect: max_open_files may be lower than configured
         click.echo("limits: " + ", ".join(f"{key} {value}" for key, value in limits.items()))

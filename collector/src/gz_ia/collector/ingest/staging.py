@@ -25,7 +25,6 @@ from gz_ia.client.protocol import Rejection as WireRejection
 from gz_ia.client.protocol import RejectReason
 from gz_ia.client.redaction import Redactor
 from gz_ia.client.schema import FAILED, SCHEMA_VERSION, LogEvent, Stage, Status, is_safe_session_id, storable
-from gz_ia.client.usage import usage_of
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.sessions import RootStore, SessionState
 from gz_ia.collector.storage.tally import note_delivery
@@ -284,10 +283,9 @@ class Ingest:
             if stage is _FINISH:
                 state.ended_failed = event.status is FAILED
             if event.attrs is not None:
-                used = usage_of(event.attrs)
-                if used is not None:
-                    state.add_usage(used)
-                    outcome.usage.append((event.agent, used))
+                found = state.usage.add(event.attrs)
+                if found is not None and not found[1]:  # the metrics count each model call once
+                    outcome.usage.append((event.agent, found[0]))
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:

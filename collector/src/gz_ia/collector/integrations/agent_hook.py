@@ -28,6 +28,7 @@ import time
 
 from gz_ia.client import env
 from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
+from gz_ia.client.usage import CACHE_READ_TOKENS, HOOK_READING, INPUT_TOKENS, MODEL, OUTPUT_TOKENS, USAGE_FROM
 from gz_ia.collector.oneshot import _plain_json
 from gz_ia.collector.oneshot.ledger import Ledger, Outcome, ledger_directory, plain_event
 
@@ -42,6 +43,7 @@ __all__ = [
     "complain",
     "count_invalid",
     "cut_line",
+    "hook_usage",
     "root_of",
     "run_agent_hook",
     "safe_id",
@@ -76,6 +78,26 @@ def safe_id(raw: str) -> str:
     """``raw`` as a gz-ia session id: other characters become ``-``, cut to the schema's length."""
     cleaned = "".join(char if char in _SAFE else "-" for char in raw).lstrip(".") or "-"
     return cleaned[:MAX_SESSION_ID_LENGTH]
+
+
+def hook_usage(prompt: object, output: object, cached: object = None, model: object = None) -> dict[str, Any]:
+    """The usage attrs of a hook's own reading of a model call's (or a turn's) counts, in the
+    reserved keys every reader counts, marked as a hook's (the agent's telemetry may report the same
+    calls again). ``prompt`` includes the ``cached`` tokens, as OpenAI's and Gemini's APIs count them;
+    the stored input does not, as the GenAI conventions' does not. Counts that are not ints are left out."""
+    attrs: dict[str, Any] = {}
+    read = cached if type(cached) is int and cached >= 0 else 0
+    if type(prompt) is int and prompt >= 0:
+        attrs[INPUT_TOKENS] = max(0, prompt - read)
+    if type(output) is int and output >= 0:
+        attrs[OUTPUT_TOKENS] = output
+    if read:
+        attrs[CACHE_READ_TOKENS] = read
+    if isinstance(model, str) and model:
+        attrs[MODEL] = model[:SUMMARY_CHARS]
+    if attrs:
+        attrs[USAGE_FROM] = HOOK_READING
+    return attrs
 
 
 def cut_line(value: object) -> str:

@@ -26,6 +26,7 @@ import os
 from gz_ia.collector.integrations.agent_hook import (
     HookRun,
     cut_line,
+    hook_usage,
     run_agent_hook,
     session_attrs,
     tool_cycle,
@@ -37,15 +38,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["AGENT", "TRANSCRIPT_TAIL", "USAGE", "call_outcome", "handle", "run_hook", "turn_usage", "unannounced_calls"]
+__all__ = ["AGENT", "TRANSCRIPT_TAIL", "call_outcome", "handle", "run_hook", "turn_usage", "unannounced_calls"]
 
 AGENT: Final = "codex"
 """The ``agent`` of every event the hook logs."""
 TRANSCRIPT_TAIL: Final = 1 << 20
 """Bytes read from the end of the transcript to find a call's outcome: the hook reads no more."""
 _TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
-USAGE: Final = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
-"""The token counts of a turn that its prompt cycle's FINISH carries."""
 
 
 def _tail(transcript_path: object) -> bytes:
@@ -79,9 +78,9 @@ def call_outcome(transcript_path: object, call_id: str) -> dict[str, Any] | None
     return None
 
 
-def turn_usage(tail: bytes, turn_id: str) -> dict[str, int]:
-    """The token counts of turn ``turn_id`` so far, from its last ``token_usage_record`` in ``tail``
-    (the transcript's end); empty when there is none."""
+def turn_usage(tail: bytes, turn_id: str) -> dict[str, Any]:
+    """The usage attrs (:func:`.agent_hook.hook_usage`) of turn ``turn_id`` so far, from its last
+    ``token_usage_record`` in ``tail`` (the transcript's end); empty when there is none."""
     needle = f'"turn_id":"{turn_id}"'.encode()
     for line in reversed(tail.split(b"\n")):
         if b'"token_usage_record"' not in line or needle not in line:
@@ -92,7 +91,7 @@ def turn_usage(tail: bytes, turn_id: str) -> dict[str, int]:
         except (ValueError, KeyError, TypeError):
             continue
         if isinstance(usage, dict):
-            return {name: usage[name] for name in USAGE if type(usage.get(name)) is int}
+            return hook_usage(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cached_input_tokens"))
     return {}
 
 

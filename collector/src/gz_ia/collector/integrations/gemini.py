@@ -26,7 +26,14 @@ from __future__ import annotations
 
 import os
 
-from gz_ia.collector.integrations.agent_hook import HookRun, cut_line, run_agent_hook, session_attrs, tool_summary
+from gz_ia.collector.integrations.agent_hook import (
+    HookRun,
+    cut_line,
+    hook_usage,
+    run_agent_hook,
+    session_attrs,
+    tool_summary,
+)
 from gz_ia.collector.oneshot import _plain_json
 
 try:  # the C digest itself: hashlib would load OpenSSL first
@@ -61,8 +68,6 @@ TRANSCRIPT_TAIL: Final = 1 << 20
 _EXIT_CODE: Final = "Exit Code: "
 """How a shell command's exit code starts its line in the tool's answer (re would cost the hook more
 than the rest of its imports)."""
-_USAGE: Final = {"promptTokenCount": "input_tokens", "candidatesTokenCount": "output_tokens",
-                 "totalTokenCount": "total_tokens"}  # fmt: skip
 
 
 def timestamp_ns(payload: dict[str, Any]) -> int | None:
@@ -217,8 +222,12 @@ def handle(run: HookRun) -> None:
             if _last_chunk(response):
                 assert isinstance(response, dict)
                 usage = response.get("usageMetadata")
-                tokens = {name: usage[key] for key, name in _USAGE.items() if isinstance(usage, dict)
-                          and type(usage.get(key)) is int}  # fmt: skip
+                if not isinstance(usage, dict):
+                    usage = {}
+                tokens = hook_usage(
+                    usage.get("promptTokenCount"), usage.get("candidatesTokenCount"),
+                    usage.get("cachedContentTokenCount"), response.get("modelVersion"),
+                )  # fmt: skip
                 run.finish(model_key, ended_ns=at, attrs=tokens)
         case "SessionStart":
             attrs = session_attrs(payload, "source", "cwd", "transcript_path")

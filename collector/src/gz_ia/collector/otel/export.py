@@ -411,7 +411,7 @@ class OtelExporter:
                 return self._behind(root, session_id, state.seq, fresh, result, healthy=True)
             # Fold into a copy: the position changes only once the backend took the finished spans.
             work = copy.deepcopy(state)
-            spans = fold(work, [entry.event for entry in fresh], root_session)
+            spans = fold(work, [entry.event for entry in fresh], root_session, hooks_count=summary.hooks_usage_counts)
             if spans:
                 outcome = self.sender.send_spans(spans)
                 if outcome is not Outcome.ACCEPTED:
@@ -482,7 +482,8 @@ class OtelExporter:
                     fresh, end = self._fresh(root, session_id, state)
                     if not fresh:
                         break
-                    spans = fold(state, [entry.event for entry in fresh], root_session)
+                    events = [entry.event for entry in fresh]
+                    spans = fold(state, events, root_session, hooks_count=summary.hooks_usage_counts)
                     state.cursor = fresh[-1].cursor
                     final = self._final_session_span(state, summary, root_session) if end else None
                     spans += [final] if final is not None else []

@@ -13,11 +13,14 @@ with its position, so a cycle that started before a restart still ends as one sp
 * Ids are the first bytes of SHA-256 over (root session, session, first seq of the cycle): a span
   sent again after a timeout or a crash carries the same ids, so a backend merges it with the first.
 * Attributes follow what trace backends read: OpenInference's ``openinference.span.kind`` (AGENT for
-  sessions, TOOL for tool calls, CHAIN for an agent's own prompt and session cycles) beside the GenAI
-  conventions' ``gen_ai.operation.name``; ``session.id`` is the tree's root session on every span
-  (backends group a whole tree by it), the gz-ia session is ``gz_ia.session.id``; tokens and model
-  through :func:`usage_attributes`; ``input.value`` / ``output.value`` from the attrs the session
-  stored (which carry what the agent's hook kept, already summarised, never the whole input).
+  sessions, LLM for model calls: a cycle with usage and no tool, TOOL for tool calls, CHAIN for an
+  agent's own prompt and session cycles) beside the GenAI conventions' ``gen_ai.operation.name``;
+  ``session.id`` is the tree's root session on every span (backends group a whole tree by it), the
+  gz-ia session is ``gz_ia.session.id``; a model call's tokens, cost and model through
+  :func:`usage_attributes`, counted as every other window counts them
+  (:class:`gz_ia.client.usage.UsageSum`), so a backend's session totals are ``gz-ia sessions``'s;
+  ``input.value`` / ``output.value`` from the attrs the session stored (which carry what the agent's
+  hook kept, already summarised, never the whole input).
 """
 
 from __future__ import annotations
@@ -32,15 +35,8 @@ from typing import Final
 import msgspec
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import (
-    CACHE_CREATION_TOKENS,
-    CACHE_READ_TOKENS,
-    COST_USD,
-    INPUT_TOKENS,
-    MODEL,
-    OUTPUT_TOKENS,
-    TOKEN_KEYS,
-)
+from gz_ia.client.usage import COST_USD, MODEL, TOKEN_KEYS, USAGE_FROM, reading_of
+from gz_ia.collector.reading.cycles import cycle_key
 
 __all__ = [
     "AGENT_CYCLES",
@@ -68,53 +64,38 @@ AGENT_CYCLES: Final = frozenset({"session", "prompt", "subagent", "compact"})
 """Actions an agent integration logs for its own cycles (Claude Code's session, prompt, subagent and
 compaction): CHAIN spans, not tool calls, unless an attr names a tool."""
 
-# The reserved usage keys (gz_ia.client.usage) first, then the names agents' own attrs use.
-_INPUT_TOKENS: Final = (INPUT_TOKENS, "input_tokens", "prompt_tokens", "tokens_in")
-_OUTPUT_TOKENS: Final = (OUTPUT_TOKENS, "output_tokens", "completion_tokens", "tokens_out")
-_TOTAL_TOKENS: Final = ("total_tokens", "tokens")
-_CACHE_READ_TOKENS: Final = (CACHE_READ_TOKENS, "cache_read_tokens", "cache_read_input_tokens")
-_CACHE_WRITE_TOKENS: Final = (CACHE_CREATION_TOKENS, "cache_creation_tokens", "cache_creation_input_tokens")
-_MODELS: Final = (MODEL, "model", "request_model", "resolved_model", "resolvedModel")
 _TOOL_INPUTS: Final = ("command", "file_path", "path", "pattern", "url", "query", "description", "subagent_type")
 """The tool-input summary an agent hook stores in attrs (see the Claude Code integration)."""
+_USAGE_ATTRS: Final = frozenset((*TOKEN_KEYS, COST_USD, MODEL, USAGE_FROM))
+"""The attrs a cycle's usage is read from: exported as the fold counted them, never as one event had them."""
 
 
-def _first_int(attrs: Mapping[str, Attr], keys: tuple[str, ...]) -> int | None:
-    for key in keys:
-        value = attrs.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return None
+def usage_attributes(tokens: tuple[int, int, int, int] | list[int], cost_usd: float, model: str) -> dict[str, Attr]:
+    """The attributes of a model call's usage as backends read it: tokens by kind (input, output, cache
+    read, cache creation, as :data:`gz_ia.client.usage.TOKEN_KINDS`), cost and model.
 
-
-def usage_attributes(attrs: Mapping[str, Attr]) -> dict[str, Attr]:
-    """Map the token counts and model a cycle's attrs carry to the attributes backends show as usage.
-
-    Both vocabularies are set: the GenAI conventions' ``gen_ai.usage.*`` / ``gen_ai.request.model``
-    (MLflow, most backends) and OpenInference's ``llm.token_count.*`` / ``llm.model_name`` (Phoenix's
-    token columns). ``tokens`` alone is a total. Counts must be non-negative integers; anything else
-    is left to ``gz_ia.attr.*``.
+    Both vocabularies: OpenInference's ``llm.token_count.*`` and ``llm.model_name`` (Phoenix prices an
+    LLM span from them; its prompt count includes the cache's tokens, broken down in
+    ``prompt_details``) and the GenAI conventions' ``gen_ai.usage.*`` (whose input tokens include the
+    cached ones too). The cost as the agent reported it is ``gz_ia.cost_usd`` (no convention names one).
     """
-    out: dict[str, Attr] = {}
-    prompt, completion = _first_int(attrs, _INPUT_TOKENS), _first_int(attrs, _OUTPUT_TOKENS)
-    total = _first_int(attrs, _TOTAL_TOKENS)
-    if prompt is not None:
-        out["gen_ai.usage.input_tokens"] = out["llm.token_count.prompt"] = prompt
-    if completion is not None:
-        out["gen_ai.usage.output_tokens"] = out["llm.token_count.completion"] = completion
-    if total is None and prompt is not None and completion is not None:
-        total = prompt + completion
-    if total is not None:
-        out["llm.token_count.total"] = total
-    cache_read, cache_write = _first_int(attrs, _CACHE_READ_TOKENS), _first_int(attrs, _CACHE_WRITE_TOKENS)
-    if cache_read is not None:
-        out["gen_ai.usage.cache_read.input_tokens"] = out["llm.token_count.prompt_details.cache_read"] = cache_read
-    if cache_write is not None:
-        out["gen_ai.usage.cache_creation.input_tokens"] = cache_write
+    fresh, output, cache_read, cache_write = tokens
+    prompt = fresh + cache_read + cache_write
+    out: dict[str, Attr] = {
+        "llm.token_count.prompt": prompt,
+        "llm.token_count.completion": output,
+        "llm.token_count.total": prompt + output,
+        "gen_ai.usage.input_tokens": prompt,
+        "gen_ai.usage.output_tokens": output,
+        "gz_ia.cost_usd": cost_usd,
+    }
+    if cache_read:
+        out["llm.token_count.prompt_details.cache_read"] = out["gen_ai.usage.cache_read.input_tokens"] = cache_read
+    if cache_write:
         out["llm.token_count.prompt_details.cache_write"] = cache_write
-    model = next((value for key in _MODELS if isinstance(value := attrs.get(key), str) and value), None)
-    if model is not None:
-        out["gen_ai.request.model"] = out["llm.model_name"] = model
+        out["gen_ai.usage.cache_creation.input_tokens"] = cache_write
+    if model:
+        out["llm.model_name"] = out["gen_ai.request.model"] = model
     return out
 
 
@@ -180,6 +161,12 @@ class OpenCycle(msgspec.Struct, kw_only=True):
     events: list[SpanEventData] = msgspec.field(default_factory=list)
     dropped_events: int = 0
     attrs: dict[str, Attr] = msgspec.field(default_factory=dict)
+    tokens: list[int] = msgspec.field(default_factory=list)
+    """Tokens by kind of its usage records (empty: none), counted as :mod:`gz_ia.collector.reading.cycles` does."""
+    cost_usd: float = 0.0
+    model: str = ""
+    usage_from_hook: bool = False
+    """Its usage is a hook's reading (:data:`gz_ia.client.usage.HOOK_READING`)."""
 
 
 class TraceState(msgspec.Struct, kw_only=True):
@@ -193,6 +180,9 @@ class TraceState(msgspec.Struct, kw_only=True):
     """How many events the last session span the backend accepted covered (0: none sent)."""
     role: str | None = None
     """The session's role, from its first event that names one."""
+    usage_records: int = 0
+    """Usage records read that are not a hook's: once there is one, the hooks' readings of the same
+    calls are not exported as usage (:class:`gz_ia.client.usage.UsageSum`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,11 +218,18 @@ class SpanData:
     """The failure is the action's own: the span carries it as the standard ``exception`` event."""
 
 
-def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> list[SpanData]:
-    """Fold ``events`` (in ``seq`` order, all after ``state.seq``) into ``state``; return the cycles they finished."""
+def fold(
+    state: TraceState, events: list[StoredEvent], root_session_id: str, *, hooks_count: bool = True
+) -> list[SpanData]:
+    """Fold ``events`` (in ``seq`` order, all after ``state.seq``) into ``state``; return the cycles they finished.
+
+    ``hooks_count``: whether the session's hook readings of usage are what counts (the session's
+    summary knows it from every line stored, :class:`gz_ia.client.usage.UsageSum`); they are not
+    either once this fold has read another usage record.
+    """
     finished: list[SpanData] = []
     for event in events:
-        key = event.action if event.cycle is None else f"{event.action}\0{event.cycle}"
+        key = cycle_key(event)
         cycle = state.open.get(key)
         if cycle is None:
             cycle = OpenCycle(
@@ -256,8 +253,19 @@ def fold(state: TraceState, events: list[StoredEvent], root_session_id: str) -> 
             state.role = event.role
         if event.attrs:  # without the nulls of old lines: OpenTelemetry has no null attribute
             cycle.attrs.update((key, value) for key, value in event.attrs.items() if value is not None)
+            found = reading_of(event.attrs)
+            if found is not None:
+                (counts, cost, model), from_hook = found
+                cycle.tokens = [a + b for a, b in zip(cycle.tokens or [0, 0, 0, 0], counts, strict=True)]
+                cycle.cost_usd += cost
+                cycle.model = model or cycle.model
+                cycle.usage_from_hook = from_hook
+                if not from_hook:
+                    state.usage_records += 1
         if event.stage is Stage.FINISH:
             del state.open[key]
+            if cycle.usage_from_hook and (state.usage_records or not hooks_count):
+                cycle.tokens, cycle.cost_usd = [], 0.0  # the hook read again what another record counts
             finished.append(_cycle_span(cycle, event, root_session_id))
         state.seq = event.seq
     return finished
@@ -288,7 +296,7 @@ def _common(root_session_id: str, session_id: str, agent: str) -> dict[str, Attr
 def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> SpanData:
     session_id = finish.session_id
     tool = cycle.attrs.get("tool")
-    is_tool = tool is not None or cycle.action not in AGENT_CYCLES
+    is_tool = tool is not None or (cycle.action not in AGENT_CYCLES and not cycle.tokens)
     attributes = _common(root_session_id, session_id, cycle.agent)
     if is_tool:
         tool_name = str(tool) if tool is not None else cycle.action
@@ -300,8 +308,12 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
         }
         if cycle.attrs.get("tool_use_id") is not None:
             attributes["gen_ai.tool.call.id"] = str(cycle.attrs["tool_use_id"])
+    elif cycle.tokens:
+        attributes |= {"openinference.span.kind": "LLM", "gen_ai.operation.name": "chat"}
     else:
         attributes |= {"openinference.span.kind": "CHAIN", "gen_ai.operation.name": "invoke_agent"}
+    if cycle.tokens:  # Phoenix counts tokens and prices them on LLM spans only: a tool call with usage is one
+        attributes["openinference.span.kind"] = "LLM"
     attributes |= {
         "gz_ia.action": cycle.action,
         "gz_ia.status": finish.status.value,
@@ -319,10 +331,12 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
     failed = finish.status is Status.FAILED
     if failed:
         attributes["error.type"] = "gz_ia.failed"
-    attributes |= usage_attributes(cycle.attrs)
     attributes |= _io_attributes(cycle.attrs)
     for key, value in cycle.attrs.items():
-        attributes[attribute_name(key)] = value
+        if key not in _USAGE_ATTRS:
+            attributes[attribute_name(key)] = value
+    if cycle.tokens:
+        attributes |= usage_attributes(cycle.tokens, cycle.cost_usd, cycle.model)
     start = cycle.events[0].time_ns if cycle.events else _ns(finish.timestamp)
     return SpanData(
         name=cycle.action,

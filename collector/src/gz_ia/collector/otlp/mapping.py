@@ -23,6 +23,7 @@ exported, before their parents); an unseen parent is taken for the agent span it
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ _STATUS_ERROR: Final = 2
 _NAME: Final = 400
 _AGENTS: Final = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": "gemini-cli"}
 """The ``agent`` of each agent's log events: the hooks' own names."""
+_CODEX_HOOK_NAMES: Final = {"exec_command": "Bash", "shell": "Bash", "local_shell": "Bash"}
+"""Codex's telemetry names its shell tools as the model calls them, its hooks (as Claude Code's) ``Bash``:
+the hooks' name, so that a call reads the same whichever record holds it."""
 _SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
 
 
@@ -56,12 +60,19 @@ class Item:
         events: the events, as the fields of a :class:`~gz_ia.client.schema.LogEvent`.
         join_cycle: the cycle id of the agent's hooks for the same tool call: when the session
             already holds it, the item adds nothing.
+        subagent: the type of the Claude Code subagent whose model request the item is (its record
+            carries the main session's id and no agent id): the receiver places it in the subagent
+            session the hooks opened for that type at that time.
+        hooks_record_it: the agent's hooks record the same call with nothing to join it by (Gemini
+            CLI's): when the hooks opened the session, the item adds nothing.
     """
 
     key: str
     session_id: str
     events: list[dict[str, Any]] = field(default_factory=list)
     join_cycle: str | None = None
+    subagent: str | None = None
+    hooks_record_it: bool = False
 
 
 def safe_id(raw: str) -> str:
@@ -321,6 +332,8 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     record_key = _digest(session[0], record.SerializeToString(deterministic=True))
     if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
         tool = str(attributes.get("tool_name") or attributes.get("function_name") or "tool")
+        if source == "codex":
+            tool = _CODEX_HOOK_NAMES.get(tool, tool)
         call_id = attributes.get("tool_use_id") or attributes.get("call_id") or attributes.get("gen_ai.tool.call.id")
         failed = not _true(attributes.get("success"))
         error = None
@@ -328,6 +341,8 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
             error = str(attributes.get("error") or attributes.get("error_type") or "the tool call failed")
         elif source == "codex":
             error = _exit_status(attributes.get("output"))
+        elif source == "gemini_cli":
+            error = _gemini_exit_status(attributes.get("metadata"))
         cycle = _cycle(str(call_id)) if call_id else record_key
         attrs: dict[str, Any] = {"tool": tool[:1024]}
         if call_id:
@@ -336,13 +351,21 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
             session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs
         )
         key = f"log:{source}:tool:{session[0]}:{call_id}" if call_id else f"log:{record_key}"
-        return Item(key, session[0], events, join_cycle=cycle if call_id else None)
+        return Item(
+            key, session[0], events, join_cycle=cycle if call_id else None, hooks_record_it=source == "gemini_cli"
+        )
     usage = _log_usage(source, kind, attributes)
     if usage is None:
         return None
     model = str(usage.get("gen_ai.request.model") or "model")
     events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
-    return Item(f"log:{record_key}", session[0], events)
+    query_source = str(attributes.get("query_source") or "")  # a subagent's: "agent:builtin:<type>"
+    subagent = None
+    if source == "claude_code" and query_source.startswith("agent:"):
+        subagent = query_source.rpartition(":")[2] or "agent"
+    # Gemini CLI's hooks record each model request with its tokens (AfterModel), Claude Code's and
+    # Codex's none: theirs are the only per-request usage there is.
+    return Item(f"log:{record_key}", session[0], events, subagent=subagent, hooks_record_it=source == "gemini_cli")
 
 
 _EXIT: Final = re.compile(r"Process exited with code (-?\d+)")
@@ -353,6 +376,17 @@ def _exit_status(output: Any) -> str | None:
     says the tool ran); the output itself is never kept."""
     found = _EXIT.search(output) if isinstance(output, str) else None
     return f"exit code {found.group(1)}" if found and found.group(1) != "0" else None
+
+
+def _gemini_exit_status(metadata: Any) -> str | None:
+    """``exit code N`` when a Gemini CLI shell call's ``metadata`` (JSON text, ``{"exitCode": N}``)
+    says it exited non-zero; its ``success`` only says the tool ran."""
+    try:
+        decoded = json.loads(metadata) if isinstance(metadata, str) else metadata
+    except ValueError:
+        return None
+    code = decoded.get("exitCode") if isinstance(decoded, dict) else None
+    return f"exit code {code}" if type(code) is int and code != 0 else None
 
 
 def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any] | None:

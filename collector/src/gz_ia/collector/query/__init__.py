@@ -13,6 +13,7 @@ from ._match import parse_matches as parse_matches
 from ._match import parse_seq_range as parse_seq_range
 from ._scan import narrows as narrows
 from ._scan import search as search
+from ._scan import search_lines as search_lines
 from ._sessions import SessionQuery as SessionQuery
 from ._sessions import select_sessions as select_sessions
 from ._time import parse_span as parse_span
@@ -30,5 +31,6 @@ __all__ = [
     "parse_span",
     "parse_time",
     "search",
+    "search_lines",
     "select_sessions",
 ]

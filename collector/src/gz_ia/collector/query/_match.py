@@ -21,10 +21,12 @@ from typing import Any, Final
 import msgspec
 
 from gz_ia.client.schema import StoredEvent
+from gz_ia.collector.reading.hosts import host_of
 
 __all__ = [
     "EXOTIC",
     "KNOWN_FIELDS",
+    "FieldMatch",
     "FieldMatches",
     "GrepNeedle",
     "Selection",
@@ -49,7 +51,7 @@ def _encoded(value: object) -> bytes:
     return msgspec.json.encode(value)
 
 
-class _FieldMatch(msgspec.Struct, frozen=True):
+class FieldMatch(msgspec.Struct, frozen=True):
     """One field and the values it may take (ORed)."""
 
     name: str
@@ -59,15 +61,27 @@ class _FieldMatch(msgspec.Struct, frozen=True):
         name = self.name
         if name.startswith("attrs."):
             actual: object = event.attrs.get(name[6:]) if event.attrs else None
+        elif name == "host":
+            actual = host_of(event.session_id)
         else:
             actual = getattr(event, name)
         if type(actual) is str:  # a plain string (not a Stage or Status): equal to one of the values
             return actual in self.values
         return any(_equal(actual, value, name) for value in self.values)
 
+    def accepts(self, actual: object) -> bool:
+        """Whether the field's value ``actual`` (None: absent) is one of the values."""
+        if type(actual) is str:
+            return actual in self.values
+        return any(_equal(actual, value, self.name) for value in self.values)
+
     def needles(self) -> tuple[bytes, ...] | None:
         """Byte strings one of which a matching compact JSON line contains; None when none is sure."""
         found: list[bytes] = []
+        if self.name == "host":  # on a hub, the first part of the session id
+            if "" in self.values:
+                return None
+            return tuple(b'"session_id":' + _encoded(value + ".")[:-1] for value in self.values)
         for value in self.values:
             if value == "" or self.name in _NUMERIC or self.name == "timestamp":
                 return None
@@ -107,7 +121,7 @@ def _equal(actual: object, wanted: str, name: str) -> bool:
 class FieldMatches(msgspec.Struct, frozen=True):
     """``FIELD=VALUE`` arguments: values of one field ORed, fields ANDed."""
 
-    fields: tuple[_FieldMatch, ...] = ()
+    fields: tuple[FieldMatch, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.fields)
@@ -143,14 +157,15 @@ def parse_matches(arguments: Iterable[str]) -> FieldMatches:
         name = name.strip()
         if not sep or not name:
             raise ValueError(f"{argument!r} is not FIELD=VALUE")
-        if name not in KNOWN_FIELDS and not (name.startswith("attrs.") and len(name) > 6):
+        if name not in KNOWN_FIELDS and name != "host" and not (name.startswith("attrs.") and len(name) > 6):
             raise ValueError(
-                f"unknown field {name!r}: the stored fields are {', '.join(KNOWN_FIELDS)}, and attrs.KEY for any KEY"
+                f"unknown field {name!r}: the stored fields are {', '.join(KNOWN_FIELDS)}, attrs.KEY for any KEY, "
+                "and host (on a fleet hub)"
             )
         if name in _NUMERIC and value and _number(value) is None:
             raise ValueError(f"{argument!r}: {name} is a number")
         grouped.setdefault(name, []).append(value)
-    return FieldMatches(tuple(_FieldMatch(name, tuple(values)) for name, values in grouped.items()))
+    return FieldMatches(tuple(FieldMatch(name, tuple(values)) for name, values in grouped.items()))
 
 
 def compile_grep(pattern: str, *, case_sensitive: bool | None = None) -> re.Pattern[str]:

@@ -9,8 +9,11 @@ Two savings, both exact:
 * **Lines are found by a byte search before anything is decoded.** The collector writes compact JSON,
   so an event with ``"status":"FAILED"`` or ``attrs.tool=Bash`` contains that key and value as bytes
   (:meth:`Selection.needles`); a segment is read whole and searched for them, and only the lines
-  around a hit are decoded and checked in full. Only complete lines count: a last line without its
-  newline is being written, and is left out as the reader leaves it out.
+  around a hit are decoded, as far as the question reads them (:mod:`._fields`), and checked. Only
+  complete lines count: a last line without its newline is being written, and is left out as the
+  reader leaves it out.
+* **A match costs a line's bytes and four numbers**, sent back per session (:mod:`._answer`, which
+  also puts them in time order); its text and cursor are made only if it is shown as an entry.
 
 The files are read with ``preadv`` into a buffer kept from one session to the next, never mapped: the
 writer truncates an active file back after a failed write, and touching a mapped page past the new
@@ -31,18 +34,18 @@ reader, which says what it could not read: this module never decides alone that 
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
-from operator import itemgetter
+from datetime import datetime
+from operator import attrgetter
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
-from gz_ia.client.schema import Status, StoredEvent
+from gz_ia.client.schema import Status
 from gz_ia.collector import reading as reader
 from gz_ia.collector.errors import CollectorError
-from gz_ia.collector.reading.cursor import encode_position
 from gz_ia.collector.reading.segments import open_dirs
 from gz_ia.collector.reading.sessions import Listing, covering_checkpoint
 from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
@@ -56,11 +59,12 @@ from gz_ia.collector.storage.segments import (
     segment_exists,
 )
 
-from . import _fanout
+from . import _answer, _fanout
+from ._fields import Decode, Test, question_for
 from ._finder import Data, Finder, FoldedFinder
 from ._match import EXOTIC, Selection
 
-__all__ = ["narrows", "search"]
+__all__ = ["narrows", "search", "search_lines"]
 
 _BUFFER: Final = 1 << 20
 _CHUNK: Final = 128
@@ -71,9 +75,6 @@ numbers, under 800 bytes in all); a question expected to match more is streamed.
 _GZIP_RATIO: Final = 8
 _SAMPLE_FILES: Final = 8
 _SAMPLE_BYTES: Final = 1 << 14
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
-_decoder: Final = msgspec.json.Decoder(StoredEvent)
 
 
 class _Seq(msgspec.Struct):
@@ -209,16 +210,6 @@ def _candidates(listing: Listing, selection: Selection) -> list[str]:
 
 
 _T = TypeVar("_T")
-_Match = tuple[int, bytes, int, int, int]
-"""A matching line's time (:func:`_micros`), the line, and where its cursor points: the segment,
-the offset after the line, its seq. Not its event: a search process could not marshal it (and it
-pickles slower than the line decodes again), and holding it until the answer is sorted would only
-move its freeing after the scan, onto one process. An entry decodes its line again only if its
-event is asked for (``--json`` never asks). Nor its cursor, nor its text: both are made only for a
-line the answer shows (``-n`` shows a few of many), and holding the bytes alone halves the memory
-a common value's matches take until they are sorted."""
-_Found = tuple[list[tuple[str, list[_Match]]], list[str]]
-"""The matches of a few sessions, and the sessions the careful reader must read."""
 
 
 class _Buffer:
@@ -362,21 +353,20 @@ def _session(
     listing: Listing,
     session_id: str,
     checkpoint: Checkpoint | None,
-    filters: reader.Filters,
-    test: Callable[[StoredEvent], bool],
-    finder: Finder | FoldedFinder | None,
+    question: _Question,
     buffer: _Buffer,
-    folded: FoldedFinder | None = None,
-) -> list[_Match]:
-    """Every match of one session, in seq order; :class:`_Fallback` when the reader must look.
-
-    ``folded``, when ``finder`` searches other needles: a line must also hold ``--grep``'s literal
-    in some case to be decoded."""
-    found: list[_Match] = []
+) -> tuple[list[Data], array[float], array[int], array[int], list[tuple[int, int]]]:
+    """Every match of one session, in seq order: the lines (``\\n``-ended), their times, ``seq`` and
+    ends in their segments, and each segment's number with how many matched; :class:`_Fallback`
+    when the reader must look."""
+    hits: list[tuple[Data, Any, int]] = []
+    segments: list[tuple[int, int]] = []
     expected: int | None = None
+    finder, folded, decode, match, test = question
     contents = _contents(dirs, session_id, listing, checkpoint, buffer)
     _prove_complete(dirs, session_id, listing, checkpoint, contents)
     for number, data, size in contents:
+        before = len(hits)
         if finder is not None:
             starts: Iterable[int] = finder.starts(data, size)
             rest = finder.rest
@@ -384,23 +374,66 @@ def _session(
             starts = _line_starts(data, size)
             rest = []
         for start in starts:
-            end = data.index(b"\n", start, size)
-            raw = bytes(data[start:end])
+            end = data.index(b"\n", start, size) + 1
+            raw = data[start:end]
             if rest and not all(any(needle in raw for needle in group) for group in rest):
                 continue
             if folded is not None and not folded.matches(raw):
                 continue
             try:
-                event = _decoder.decode(raw)
+                event = decode(raw)
             except msgspec.DecodeError:
                 raise _Fallback from None
             if finder is None:
                 if expected is not None and event.seq != expected:
                     raise _Fallback  # a hole or a repeat: the reader reports it
                 expected = event.seq + 1
-            if filters.match(event) and test(event):
-                found.append((_micros(event.timestamp), raw, number, end + 1, event.seq))
-    return found
+            if (match is None or match(event)) and (test is None or test(event)):
+                hits.append((raw, event, end))
+        if len(hits) > before:
+            segments.append((number, len(hits) - before))
+    if not hits:
+        return [], array("d"), array("q"), array("q"), []
+    found, events, ends = zip(*hits, strict=True)
+    # Times, seqs and ends gathered in C once the matches are known, not one call per match.
+    keys = array("d", map(_seconds, map(_timestamp, events)))
+    return list(found), keys, array("q", map(_seq, events)), array("q", ends), segments
+
+
+_timestamp: Final = attrgetter("timestamp")
+_seq: Final = attrgetter("seq")
+_seconds: Final = datetime.timestamp
+
+
+_Question = tuple[
+    Finder | FoldedFinder | None,
+    FoldedFinder | None,
+    Decode,
+    Test | None,
+    Test | None,
+]
+"""How a session is searched: the finder of candidate lines, ``--grep``'s literal in any case when
+the finder looks for other needles, the decoder of the fields the question reads, and the filters'
+and the selection's tests (None: every event passes)."""
+
+
+def _newest(
+    matches: tuple[list[Data], array[float], array[int], array[int], list[tuple[int, int]]], count: int
+) -> tuple[list[Data], array[float], array[int], array[int], list[tuple[int, int]]]:
+    """Only a session's ``count`` newest matches by ``seq``: all the answer can take."""
+    found, keys, seqs, ends, segments = matches
+    drop = max(0, len(found) - count)
+    if not drop:
+        return matches
+    kept: list[tuple[int, int]] = []
+    for number, many in segments:
+        if drop >= many:
+            drop -= many
+            continue
+        kept.append((number, many - drop))
+        drop = 0
+    skip = len(found) - count
+    return found[skip:], keys[skip:], seqs[skip:], ends[skip:], kept
 
 
 def _line_starts(data: Data, size: int) -> Iterator[int]:
@@ -408,31 +441,6 @@ def _line_starts(data: Data, size: int) -> Iterator[int]:
     while start < size:
         yield start
         start = data.index(b"\n", start, size) + 1
-
-
-def _micros(moment: datetime) -> int:
-    """An aware time as microseconds since the epoch: ordered as the times are, and it marshals."""
-    return (moment - _EPOCH) // _MICROSECOND
-
-
-_Timed = tuple[int, str, _Match | reader.Entry]
-"""A match's time, its session, and the match (the fast read's) or its entry (the careful reader's)."""
-
-
-def _timed(session_id: str, entries: list[reader.Entry]) -> list[_Timed]:
-    return [(_micros(entry.event.timestamp), session_id, entry) for entry in entries]
-
-
-def _entry(item: _Timed, epoch: str) -> reader.Entry:
-    """The entry of a match the answer shows: its text and cursor made now, not for every match."""
-    _, session_id, found = item
-    if isinstance(found, reader.Entry):
-        return found
-    _time, raw, number, end, seq = found
-    return reader.Entry(raw.decode(errors="replace"), None, encode_position(session_id, number, end, seq, epoch))
-
-
-_first: Final = itemgetter(0)
 
 
 def search(
@@ -458,14 +466,44 @@ def search(
     Raises:
         LayoutTooNew: the root was written by a newer gz-ia.
     """
+    groups, epoch = _groups(root, filters, selection, count, on_gap)
+    yield from _answer.entries(groups, epoch, count=count, reverse=reverse)
+
+
+def search_lines(
+    root: Path,
+    filters: reader.Filters,
+    selection: Selection,
+    *,
+    count: int | None = None,
+    reverse: bool = False,
+    on_gap: Callable[[reader.Gap], None] | None = None,
+) -> Iterator[bytes]:
+    """:func:`search`'s answer as its lines exactly as stored (what ``--json`` prints), each ended
+    by ``\\n``, in chunks: no entry, no cursor, no text object is made for a line.
+
+    Raises:
+        LayoutTooNew: the root was written by a newer gz-ia.
+    """
+    groups, _epoch = _groups(root, filters, selection, count, on_gap)
+    return _answer.lines(groups, count=count, reverse=reverse)
+
+
+def _groups(
+    root: Path,
+    filters: reader.Filters,
+    selection: Selection,
+    count: int | None,
+    on_gap: Callable[[reader.Gap], None] | None,
+) -> tuple[list[_answer.Group], str]:
+    """Every session's matches (each session's ``count`` newest by ``seq``), and the root's epoch."""
     try:
         dirs = open_dirs(root)
     except reader.SessionNotFound:
-        return  # no root, no sessions: as reader.list_sessions has it
-    test = selection.test
+        return [], ""  # no root, no sessions: as reader.list_sessions has it
+    test = selection.test if selection else None
 
     def newest(entries: list[_T]) -> list[_T]:
-        """With ``count``, only the session's ``count`` newest by ``seq``: all the answer can take."""
         return entries if count is None else entries[-count:] if count else []
 
     needles = needles_of(filters, selection)
@@ -473,7 +511,9 @@ def search(
     finder: Finder | FoldedFinder | None = Finder(needles) if needles else folded
     if finder is folded:
         folded = None  # it finds the lines itself
-    per_session: list[tuple[str, list[_Timed]]] = []
+    decode, checks = question_for(filters, selection)
+    question: _Question = (finder, folded, decode, None if filters.empty else filters.match, checks)
+    groups: list[_answer.Group] = []
     epoch = dirs.epoch
     fallbacks: list[str] = []
     try:
@@ -481,7 +521,7 @@ def search(
         prunable = _prunable(filters)
         buffer = _Buffer()  # each forked process has its own copy
 
-        def read(chunk: list[str]) -> _Found:
+        def read(chunk: list[str]) -> tuple[list[_answer.Packed], list[str]]:
             found = []
             careful = []
             for session_id in chunk:
@@ -491,21 +531,21 @@ def search(
                     if checkpoint is not None and not _may_match(checkpoint, filters):
                         continue
                 try:
-                    entries = _session(dirs, listing, session_id, checkpoint, filters, test, finder, buffer, folded)
+                    matches = _session(dirs, listing, session_id, checkpoint, question, buffer)
                 except _Fallback:
                     careful.append(session_id)
-                else:
-                    if entries := newest(entries):
-                        found.append((session_id, entries))
+                    continue
+                if count is not None:
+                    matches = _newest(matches, count)
+                if matches[0]:
+                    found.append(_answer.pack(session_id, *matches))
             return found, careful
 
         candidates = _candidates(listing, selection)
         size = max(_CHUNK, -(-len(candidates) // _fanout.MAX_CHUNKS))
         chunks = [candidates[index : index + size] for index in range(0, len(candidates), size)]
         for found, to_read in _fanout.run(read, chunks):
-            per_session.extend(
-                (session_id, [(match[0], session_id, match) for match in matches]) for session_id, matches in found
-            )
+            groups.extend(_answer.Group(packed) for packed in found)
             fallbacks.extend(to_read)
     finally:
         dirs.close()
@@ -513,16 +553,9 @@ def search(
     for session_id in fallbacks:
         try:
             events = reader.iter_events(root, session_id, filters=filters, on_gap=on_gap)
-            careful = newest([entry for entry in events if test(entry.event)])
+            careful = newest([entry for entry in events if test is None or test(entry.event)])
         except reader.SessionNotFound:
             continue  # removed while we read
         if careful:
-            per_session.append((session_id, _timed(session_id, careful)))
-    # Equal times come in session id order, as the session-by-session reader has them; one stable
-    # sort of the sessions' runs costs a fifth of a heap merge of thousands of them.
-    per_session.sort(key=_first)
-    ordered = sorted((item for _session_id, items in per_session for item in items), key=_first)
-    if count is not None:
-        ordered = ordered[-count:] if count else []
-    for item in reversed(ordered) if reverse else ordered:
-        yield _entry(item, epoch)
+            groups.append(_answer.Group(careful=(session_id, careful)))
+    return groups, epoch

@@ -19,7 +19,10 @@ is a :class:`Gap`. The modules, bottom to top (each imports only those before it
 * :mod:`.gaps`: what a read could not return, and why;
 * :mod:`.pages`: pages of one session, forwards and mirrored backwards;
 * :mod:`.follow`: following sessions live;
-* :mod:`.sessions` (on :mod:`.segments` alone): summaries of a root's sessions and the tree.
+* :mod:`.sessions` (on :mod:`.segments` alone): summaries of a root's sessions and the tree;
+* :mod:`.cycles`: the one model of a session (its cycles, status and usage, per cycle, per session
+  and over its subagents) that every window reads; imported as ``reading.cycles``.
+* :mod:`.hosts` (alone): on a fleet hub's root, which machine a session came from.
 
 Storage's layout helpers are the only thing this package imports from the collector, and storage
 imports nothing from it.
@@ -40,11 +43,13 @@ from .cursor import (
 )
 from .follow import CursorExpired, follow
 from .gaps import Gap
+from .hosts import HUB_MARK, host_of, hosted_sessions, is_hub_root
 from .pages import Entry, Filters, Page, copy_lines, cursor_before, event_at, iter_events, read_page, time_runs
 from .segments import RootNotFound, SessionNotFound, require_root
-from .sessions import MAX_TREE_DEPTH, SessionSummary, TreeNode, list_sessions, session_tree, tree_usage
+from .sessions import MAX_TREE_DEPTH, SessionSummary, TreeNode, TreeUsage, list_sessions, session_tree, tree_usage
 
 __all__ = [
+    "HUB_MARK",
     "MAX_TREE_DEPTH",
     "CursorExpired",
     "Entry",
@@ -58,6 +63,7 @@ __all__ = [
     "SessionNotFound",
     "SessionSummary",
     "TreeNode",
+    "TreeUsage",
     "check_cursor",
     "combine_cursors",
     "copy_lines",
@@ -68,6 +74,9 @@ __all__ = [
     "end_cursor",
     "event_at",
     "follow",
+    "host_of",
+    "hosted_sessions",
+    "is_hub_root",
     "iter_events",
     "list_sessions",
     "read_page",

@@ -89,6 +89,15 @@ class SessionSummary(msgspec.Struct, frozen=True):
     cost_usd: float = 0.0
     model: str = ""
     """The model of the session's newest usage record that names one."""
+    hooks_usage_counts: bool = True
+    """The usage above is its hooks' readings: it has no other usage record
+    (:class:`gz_ia.client.usage.UsageSum`)."""
+
+    @property
+    def status(self) -> str:
+        """``running`` (open actions), ``failed`` (its last FINISH failed: :attr:`failed`), or ``ok``:
+        the status every window shows."""
+        return "running" if self.open_actions else "failed" if self.failed else "ok"
 
     @property
     def total_tokens(self) -> int:
@@ -122,7 +131,7 @@ class TreeNode(msgspec.Struct):
         """
         summary = self.summary
         if summary.events:
-            return "running" if summary.open_actions else "failed" if summary.failed else "ok"
+            return summary.status
         below = {child.status for child in self.children}
         return "running" if "running" in below else "failed" if "failed" in below else "ok"
 
@@ -179,6 +188,8 @@ def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Ch
     checkpoint = read_checkpoint(dirs.state_fd, session_id + STATE_SUFFIX)
     if checkpoint is None or listing.newest_archive.get(session_id, 0) >= checkpoint.segment:
         return None
+    if not checkpoint.usage_complete:
+        return None
     try:
         info = os.stat(session_id + ACTIVE_SUFFIX, dir_fd=dirs.sessions_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -194,6 +205,7 @@ def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Ch
 
 def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False) -> SessionSummary:
     """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay)."""
+    tokens, cost = state.usage.counted()
     return SessionSummary(
         session_id=session_id,
         parent_session_id=state.parent or None,
@@ -206,9 +218,10 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         segments=segments,
         incomplete=incomplete,
         root_session_id=state.tree_root or None,
-        tokens=(state.tokens[0], state.tokens[1], state.tokens[2], state.tokens[3]),
-        cost_usd=state.cost_usd,
-        model=state.model,
+        tokens=tokens,
+        cost_usd=cost,
+        model=state.usage.model,
+        hooks_usage_counts=state.usage.from_hooks,
         ended_failed=state.ended_failed,
     )
 

@@ -3,7 +3,8 @@
 Like the socket's connections (:mod:`gz_ia.collector.service.connection`) and spool adoption, every
 receiver here hands its batches to :class:`~gz_ia.collector.service.intake.Intake` with a
 :class:`~gz_ia.collector.service.replies.Reply`; none stages or answers a batch itself, and none
-holds the collector process:
+holds the collector process (where a request's events go is
+:mod:`gz_ia.collector.service.request_roots`, which the web view's process reads too):
 
 - :mod:`.otlp`: the agents' own telemetry over OTLP/HTTP (``/v1/traces``, ``/v1/logs``,
   ``/v1/metrics``), answered 200 once written (a future);
@@ -12,6 +13,5 @@ holds the collector process:
 - :mod:`.inbox`: the inbox hook's drops, logged in order as the command hook logs them, through the
   collector's own socket (so a sharded collector, whose front holds no intake, takes them as a
   single process does, and a drop taken again after a crash is found in the session's ledger);
-- :mod:`.request_roots`: where a request's events go (a root that exists, never one it makes);
 - :mod:`.routes`: the HTTP side's whole route table, built once at start.
 """

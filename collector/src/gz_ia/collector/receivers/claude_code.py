@@ -31,10 +31,9 @@ from gz_ia.collector.integrations.claude_code.log_events import log_event
 from gz_ia.collector.integrations.claude_code.mapping import check_payload, hook_events
 from gz_ia.collector.integrations.claude_code.state import SessionStates
 from gz_ia.collector.service.replies import ANSWER_NOW
+from gz_ia.collector.service.request_roots import default_root, request_root
 from gz_ia.collector.storage.root_lock import RootLocked
 from gz_ia.collector.storage.roots import LayoutError
-
-from .request_roots import default_root, request_root
 
 if TYPE_CHECKING:
     from gz_ia.client.schema import LogEvent
@@ -103,7 +102,7 @@ class ClaudeCodeHooks:
         key = f"{root}\0{payload['session_id']}"
         state = self.sessions.get(key)
         fields = hook_events(payload, state, time.time_ns())
-        if payload["hook_event_name"] == "SessionEnd" and state.is_empty():
+        if payload["hook_event_name"] in ("SessionEnd", "StopFailure") and state.is_empty():
             self.sessions.forget(key)
         if not fields:
             return "nothing"

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,10 +44,10 @@ from gz_ia.collector.http.messages import TooLarge, decoded_body
 from gz_ia.collector.ingest.validation import checked_batch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
+from gz_ia.collector.reading.segments import SessionView
 from gz_ia.collector.service.replies import FutureReply
+from gz_ia.collector.service.request_roots import own_root, request_root
 from gz_ia.collector.storage.names import active_name
-
-from .request_roots import own_root, request_root
 
 if TYPE_CHECKING:
     from gz_ia.collector.metrics import Metrics
@@ -91,6 +92,9 @@ class OtlpReceiver:
         self.metrics = metrics
         self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
         self._logged_at: dict[str, float] = {}
+        self._hooked: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        """(root, session) of sessions that agent hooks opened, newest last: a session's first event
+        never changes, so a yes is remembered (a no is looked up again: the hooks may come later)."""
 
     def routes(self) -> list[Route]:
         """The three OTLP routes; ``endpoints.otlp`` is the base URL an exporter takes."""
@@ -193,6 +197,21 @@ class OtlpReceiver:
                     return str(root.path)
         return None
 
+    def _opened_by_hooks(self, root: RootStore, session_id: str) -> bool:
+        """Whether the agent's hooks opened the session: their first event is its ``session`` cycle,
+        which telemetry never writes. An agent's hooks run before its first request, and are
+        answered once written, so they are there before any of its telemetry."""
+        key = (str(root.path), session_id)
+        if key in self._hooked:
+            self._hooked.move_to_end(key)
+            return True
+        if _first_action(root, session_id) != "session":
+            return False
+        self._hooked[key] = None
+        while len(self._hooked) > _SPANS_REMEMBERED:
+            self._hooked.popitem(last=False)
+        return True
+
     def _bound_sessions(self) -> None:
         while len(self.sessions) > _SPANS_REMEMBERED:
             self.sessions.popitem(last=False)
@@ -210,12 +229,14 @@ class OtlpReceiver:
         written_lately: dict[str, bytes] = {}
         held: dict[int, _Held] = {}
         for index, item in enumerate(items):
+            if item.subagent is not None:
+                _place_in_subagent(self.writer, root, item)
             if item.join_cycle is not None:
                 held[index] = _already_held(self.writer, root, item, written_lately)
         if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
             return "a tool call of this export is still being written from its first copy"
         for index, item in enumerate(items):
-            if held.get(index) is _Held.YES:
+            if held.get(index) is _Held.YES or (item.hooks_record_it and self._opened_by_hooks(root, item.session_id)):
                 joined += 1
                 continue
             producer = hashlib.sha256(item.key.encode()).hexdigest()[:16]
@@ -228,6 +249,26 @@ class OtlpReceiver:
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
         return futures
+
+
+def _first_action(root: RootStore, session_id: str) -> str | None:
+    """The action of the session's first stored event (None when it has none yet)."""
+    try:
+        view = SessionView(root.dirs, session_id)
+    except (OSError, CollectorError):
+        return None
+    try:
+        for _number, _start, _end, raw in view.forward(view.oldest(), 0):
+            with contextlib.suppress(msgspec.DecodeError):
+                return msgspec.json.decode(raw, type=_FirstAction).action
+            return None
+    finally:
+        view.close()
+    return None
+
+
+class _FirstAction(msgspec.Struct):
+    action: str
 
 
 class _Held(enum.Enum):
@@ -270,6 +311,39 @@ def _already_held(writer: Writer, root: RootStore, item: Item, written_lately: d
         if needle in recent:
             return _Held.YES
     return _Held.NO
+
+
+_LATE: Final = timedelta(seconds=2)
+"""How long after a finished subagent session's last event its model request may still be stamped
+(the SubagentStop hook runs after the request's end, but clocks of two processes differ)."""
+
+
+def _place_in_subagent(writer: Writer, root: RootStore, item: Item) -> None:
+    """Move a subagent's model request into the subagent's session.
+
+    Claude Code's ``api_request`` record of a subagent's request names the main session and the
+    subagent's type only; its hooks log the subagent in ``<session>.<agent id>`` from SubagentStart
+    to SubagentStop. The request goes to the subagent session of this collector running at the
+    request's time (the one started last, when several are); with none, it stays in the main session.
+    """
+    at = item.events[-1]["timestamp"]
+    prefix = item.session_id + "."
+    found: tuple[datetime, str] | None = None
+    for session_id in [each for each in list(root.sessions) if each.startswith(prefix)]:
+        try:
+            state = writer.session(root, session_id)
+            started = datetime.fromisoformat(state.first_time) if state.first_time else None
+        except (OSError, ValueError):
+            continue
+        if started is None or started > at or (found is not None and started <= found[0]):
+            continue
+        if "subagent" not in state.open_actions and state.newest_stamp + _LATE < at:
+            continue  # finished before the request
+        found = (started, session_id)
+    if found is not None:
+        for event in item.events:
+            event["session_id"], event["parent_session_id"] = found[1], item.session_id
+        item.session_id = found[1]
 
 
 def _file_tail(root: RootStore, session_id: str) -> bytes:

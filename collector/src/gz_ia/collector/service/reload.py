@@ -23,14 +23,16 @@ __all__ = ["begin_reload", "changed_settings", "finish_reload", "keep_restart_se
 
 log = logging.getLogger("gz_ia.collector")
 
-_RESTART_SETTINGS: Final = ("socket", "metrics_address", "http_address", "shards")
+_RESTART_SETTINGS: Final = ("socket", "metrics_address", "http_address", "shards", "fleet")
 
 
 def keep_restart_settings(old: CollectorConfig, new: CollectorConfig) -> CollectorConfig:
-    """Return ``new`` with the settings that only a restart changes (socket, metrics, shards) kept."""
+    """Return ``new`` with the settings that only a restart changes (socket, metrics, shards, the fleet) kept."""
     for key in _RESTART_SETTINGS:
         if getattr(new, key) != getattr(old, key):
-            log.warning("reload: %s changed to %r; it takes effect at the next restart", key, getattr(new, key))
+            # The fleet's section may hold a password in its URL: named, never shown.
+            shown = "[fleet]" if key == "fleet" else repr(getattr(new, key))
+            log.warning("reload: %s changed to %s; it takes effect at the next restart", key, shown)
     return msgspec.structs.replace(new, **{key: getattr(old, key) for key in _RESTART_SETTINGS})
 
 

@@ -50,6 +50,7 @@ from .intake import Intake
 from .known_roots import KnownRoots, default_state_dir
 from .listener import serve_sockets
 from .reload import begin_reload, changed_settings, finish_reload
+from .request_roots import root_to_come
 from .requests import Collection
 from .systemd import Notifier, watchdog_interval
 from .write_passes import WritePasses
@@ -159,6 +160,8 @@ class Collector:
         """The loopback HTTP side, when the daemon gave it a socket (:meth:`attach_http`)."""
         self._http_socket: socket.socket | None = None
         self.http_error: str | None = None
+        self.fleet_report: Callable[[], dict[str, object]] | None = None
+        """``fleet`` in the status: set by the daemon when this collector ships or is a hub."""
         """Why the HTTP side is not served although configured (the events are served regardless)."""
         self.web = WebView(
             self.hub,
@@ -166,6 +169,7 @@ class Collector:
             lambda: self.http.base_url if self.http is not None else "",
             in_memory=lambda root: summaries_in_memory(self.writer.roots, root),
             key=lambda: self.http.key if self.http is not None else None,
+            root_to_come=lambda path: root_to_come(path, self.uid),
         )
         """The web view on the HTTP side (its page, JSON and ``/live``), opened with the user's key."""
         self.connection_limits = (
@@ -251,6 +255,14 @@ class Collector:
             **(self.connection_limits.report() if self.connection_limits is not None else {}),
         }
 
+    def _shown_config(self) -> dict[str, object]:
+        """The configuration as the status shows it: a password in the fleet's URL masked."""
+        shown: dict[str, object] = msgspec.to_builtins(self.config)
+        fleet = shown.get("fleet")
+        if isinstance(fleet, dict):
+            fleet["url"] = self.config.fleet.shown_url()
+        return shown
+
     def status(self) -> dict[str, object]:
         """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
         healthy, reasons = self.health.report()
@@ -262,12 +274,13 @@ class Collector:
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 3),
             "durability": self.config.durability,
-            "config": msgspec.to_builtins(self.config),
+            "config": self._shown_config(),
             "config_reload_refused": self.metrics.reload_refused or None,
             "limits": self.limits(),
             "metrics_endpoint": self.metrics.endpoint_report(),
             "endpoints": self.http.endpoints() if self.http is not None and self.http.port else {},
             "http_error": self.http_error,
+            "fleet": self.fleet_report() if self.fleet_report is not None else None,
             "connections": len(self.connections),
             "roots": [
                 {

@@ -74,6 +74,8 @@ class Front:
         self._load_config = load_config
         self.uid = os.getuid()
         self.started = time.time()
+        self.fleet_report: Callable[[], dict[str, object]] | None = None
+        """``fleet`` in the status: set by the daemon when this collector ships or is a hub."""
         self.socket_path = near
         self.shares = Shares(config.shards, config, near=near, version=version)
         self.owners = Owners(config.shards)
@@ -292,8 +294,12 @@ class Front:
                 "version": self.version,
                 "pid": os.getpid(),
                 "uptime_seconds": round(time.time() - self.started, 3),
-                "config": msgspec.to_builtins(self.config),
+                "config": {
+                    **msgspec.to_builtins(self.config),
+                    "fleet": {**msgspec.to_builtins(self.config.fleet), "url": self.config.fleet.shown_url()},
+                },
                 "durability": self.config.durability,
+                "fleet": self.fleet_report() if self.fleet_report is not None else None,
                 "metrics_endpoint": self.metrics.endpoint_report(),
                 "connections": len(self.clients),
                 "spools": {"quarantined": quarantined_spools(self.spool_dir)},

@@ -19,7 +19,7 @@ from gz_ia.client.schema import Stage
 from .names import LAYOUT_VERSION
 from .segments import READ_FLAGS
 
-__all__ = ["Checkpoint", "encode_checkpoint", "read_checkpoint"]
+__all__ = ["USAGE_FOLD", "Checkpoint", "encode_checkpoint", "read_checkpoint"]
 
 _MAX_BYTES: Final = 1 << 24
 
@@ -66,7 +66,26 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     cost_usd: float = 0.0
     model: str = ""
     """The model of the newest usage record covered that names one."""
+    usage_records: int = 0
+    """The usage records ``tokens`` and ``cost_usd`` add up (0 in a checkpoint of an earlier gz-ia)."""
+    hook_tokens: list[int] = []
+    """Tokens of the hooks' own readings of usage (:data:`gz_ia.client.usage.HOOK_READING`), counted
+    only while the session has no other usage record."""
+    hook_cost_usd: float = 0.0
+    hook_records: int = 0
+    usage_fold: int = 0
+    """:data:`USAGE_FOLD` when the usage above follows today's rule (0: an earlier gz-ia's)."""
 
+    @property
+    def usage_complete(self) -> bool:
+        """Whether the usage above is what the session's lines add up to today: an earlier gz-ia did
+        not count the hooks' readings in plain keys, which only the Codex and Gemini CLI hooks stored."""
+        return self.usage_fold >= USAGE_FOLD or self.agent not in _PLAIN_KEY_AGENTS
+
+
+USAGE_FOLD: Final = 1
+"""The version of the rule a checkpoint's usage was counted by (:class:`gz_ia.client.usage.UsageSum`)."""
+_PLAIN_KEY_AGENTS: Final = frozenset({"codex", "gemini-cli"})
 
 _encoder: Final = msgspec.json.Encoder()
 _decoder: Final = msgspec.json.Decoder(Checkpoint)

@@ -47,7 +47,9 @@ def recover_session(state: SessionState, clock: Callable[[], float], on_torn: On
             size = repair_torn_tail(state.dir_fd, state.session_id, fd, os.fstat(fd).st_size, on_torn)
         state.size = size
         active = Segment(number, fd=fd, data=None, size=size, ino=0, active=True) if fd is not None else None
-        fold, segment_seq, complete = replay_session(dirs.sessions_fd, state.session_id, checkpoint, number, active)
+        # A checkpoint whose usage an earlier gz-ia counted is replayed past: its lines count anew.
+        start = checkpoint if checkpoint is None or checkpoint.usage_complete else None
+        fold, segment_seq, complete = replay_session(dirs.sessions_fd, state.session_id, start, number, active)
     finally:
         if fd is not None:
             os.close(fd)

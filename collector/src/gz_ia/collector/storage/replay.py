@@ -15,7 +15,6 @@ from typing import Any, Final
 import msgspec
 
 from gz_ia.client.schema import Stage
-from gz_ia.client.usage import usage_of
 
 from .checkpoints import Checkpoint
 from .names import session_archive
@@ -79,9 +78,7 @@ class SessionFold(SessionTally):
             self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
         if trace.attrs is not None:
-            used = usage_of(trace.attrs)
-            if used is not None:
-                self.add_usage(used)
+            self.usage.add(trace.attrs)
         if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
             self.newest_time = trace.timestamp
 

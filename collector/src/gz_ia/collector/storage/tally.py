@@ -3,9 +3,10 @@
 ``seq``, the open cycles, the delivery watermarks, the FAILED count and whether the last FINISH
 failed, the first and last timestamps, the parent (of the first event that names one), the tree
 root and agent of its first event, the greatest timestamp, and the usage records' tokens, cost and
-model. The writer's session state keeps it up to date as events are staged; recovery and the readers
-rebuild it by folding lines (:class:`.replay.SessionFold`); both convert it to and from its
-persisted form, the :class:`.checkpoints.Checkpoint`, only here.
+model (:class:`gz_ia.client.usage.UsageSum`: each model call counted once). The writer's session
+state keeps it up to date as events are staged; recovery and the readers rebuild it by folding
+lines (:class:`.replay.SessionFold`); both convert it to and from its persisted form, the
+:class:`.checkpoints.Checkpoint`, only here.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from gz_ia.client.schema import Stage
+from gz_ia.client.usage import UsageSum
 
-from .checkpoints import Checkpoint
+from .checkpoints import USAGE_FOLD, Checkpoint
 
 __all__ = ["MAX_WATERMARKS", "TALLY_FIELDS", "OpenCycles", "SessionTally", "note_delivery"]
 
@@ -25,19 +27,17 @@ OpenCycles = dict[str | tuple[str, str], Stage]
 
 TALLY_FIELDS: Final = (
     "agent",
-    "cost_usd",
     "ended_failed",
     "failures",
     "first_time",
     "last_time",
     "marks",
-    "model",
     "newest_time",
     "open_actions",
     "parent",
     "seq",
-    "tokens",
     "tree_root",
+    "usage",
 )
 """The tally's fields: the slots that each class mixing in :class:`SessionTally` declares."""
 
@@ -72,22 +72,9 @@ class SessionTally:
     """The greatest timestamp; "" before the first event, None when unknown for good (restored from a
     checkpoint of an earlier gz-ia, which did not record it)."""
 
-    tokens: list[int]
-    """Tokens by kind (:data:`gz_ia.client.usage.TOKEN_KINDS`) of the session's usage records.
-    Restored from a checkpoint of an earlier gz-ia, which counted none, they start at zero."""
-    cost_usd: float
-    model: str
-    """The model of the newest usage record that names one."""
-
-    def add_usage(self, used: tuple[tuple[int, int, int, int], float, str]) -> None:
-        """Count one usage record (:func:`gz_ia.client.usage.usage_of`)."""
-        counts, cost, model = used
-        tokens = self.tokens
-        for index, count in enumerate(counts):
-            tokens[index] += count
-        self.cost_usd += cost
-        if model:
-            self.model = model
+    usage: UsageSum
+    """The usage records' tokens by kind, cost and model. Restored from a checkpoint of an earlier
+    gz-ia, which counted none, they start at zero."""
 
     def clear_tally(self) -> None:
         """Start from a session with no events."""
@@ -102,9 +89,7 @@ class SessionTally:
         self.tree_root = ""
         self.agent = ""
         self.newest_time = ""
-        self.tokens = [0, 0, 0, 0]
-        self.cost_usd = 0.0
-        self.model = ""
+        self.usage = UsageSum()
 
     def load_tally(self, checkpoint: Checkpoint) -> None:
         """Take the tally a checkpoint stored."""
@@ -123,9 +108,15 @@ class SessionTally:
         self.tree_root = checkpoint.tree_root
         self.agent = checkpoint.agent
         self.newest_time = checkpoint.newest_time if checkpoint.newest_time or not checkpoint.seq else None
-        self.tokens = [*checkpoint.tokens, 0, 0, 0, 0][:4]
-        self.cost_usd = checkpoint.cost_usd
-        self.model = checkpoint.model
+        usage = self.usage = UsageSum()
+        usage.tokens = [*checkpoint.tokens, 0, 0, 0, 0][:4]
+        usage.cost_usd = checkpoint.cost_usd
+        usage.model = checkpoint.model
+        # A checkpoint of an earlier gz-ia counted no records: any usage it holds was not a hook's.
+        usage.records = checkpoint.usage_records or int(any(usage.tokens) or usage.cost_usd > 0)
+        usage.hook_tokens = [*checkpoint.hook_tokens, 0, 0, 0, 0][:4]
+        usage.hook_cost_usd = checkpoint.hook_cost_usd
+        usage.hook_records = checkpoint.hook_records
 
     def copy_tally(self, other: SessionTally) -> None:
         """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
@@ -142,6 +133,7 @@ class SessionTally:
                 open_actions[key] = stage
             else:
                 open_cycles.append((key[0], key[1], stage))
+        usage = self.usage
         return Checkpoint(
             segment=segment,
             offset=offset,
@@ -159,9 +151,14 @@ class SessionTally:
             tree_root=self.tree_root,
             agent=self.agent,
             newest_time=self.newest_time or "",
-            tokens=list(self.tokens) if any(self.tokens) else [],
-            cost_usd=self.cost_usd,
-            model=self.model,
+            tokens=list(usage.tokens) if any(usage.tokens) else [],
+            cost_usd=usage.cost_usd,
+            model=usage.model,
+            usage_records=usage.records,
+            hook_tokens=list(usage.hook_tokens) if any(usage.hook_tokens) else [],
+            hook_cost_usd=usage.hook_cost_usd,
+            hook_records=usage.hook_records,
+            usage_fold=USAGE_FOLD,
         )
 
 

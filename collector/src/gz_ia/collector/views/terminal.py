@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import usage_of
+from gz_ia.client.usage import reading_of
 
 if TYPE_CHECKING:
     from gz_ia.collector.reading import SessionSummary, TreeNode
@@ -124,9 +124,11 @@ def format_event(
     if event.duration_ms is not None and full:
         parts.append(f"({format_duration(event.duration_ms)})")
     if event.attrs is not None and full:
-        used = usage_of(event.attrs)
-        if used is not None:
-            parts.append(_paint(format_usage(used), _DIM, colour))
+        found = reading_of(event.attrs)
+        if found is not None:
+            # A hook's reading is marked: the session's totals count it only without another record.
+            text = format_usage(found[0]) + (" (hook)" if found[1] else "")
+            parts.append(_paint(text, _DIM, colour))
     if event.error:
         parts.append(_paint(f"error: {printable(event.error)}", _FAILED, colour))
     return " ".join(parts)

@@ -2,8 +2,10 @@
 
 Every answer is bounded whatever the root holds: a page of at most :data:`MAX_PAGE` sessions, a
 window of at most :data:`MAX_EVENTS` events read backwards from a cursor (a million-event session
-costs what a small one does), and the per-session token and cost sums are read for the sessions of
-the page only, over at most :data:`SCANNED_EVENTS` events each. The functions block (they read
+costs what a small one does). The tokens and cost of each session are the collector's own tally of
+it (:class:`gz_ia.client.usage.UsageSum`, the numbers ``gz-ia sessions`` shows), and rolled up over
+its subagents as ``gz-ia sessions`` rolls them up; the first :data:`SCANNED_EVENTS` events of the
+sessions of the page are read for the role and the transcript only. The functions block (they read
 files): the routes run them in a thread.
 """
 
@@ -19,12 +21,16 @@ from typing import Any, Final
 
 import msgspec
 
-from gz_ia.client.usage import COST_USD, PLAIN_KEYS, TOKEN_KEYS, recorded_usage
+from gz_ia.client.usage import TOKEN_KINDS
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.reading.cycles import ActionSpan, SessionNode, TimelineBuilder
 from gz_ia.collector.views.answers import DEFAULT_HUNG_AFTER, OpenCycle, OpenCycleIndex, hung, last_below, why
 
+from .titles import session_title
+
 __all__ = [
+    "MAX_CYCLES",
     "MAX_EVENTS",
     "MAX_PAGE",
     "SCANNED_EVENTS",
@@ -32,27 +38,31 @@ __all__ = [
     "event_window",
     "first_failure",
     "open_cycles",
+    "session_cycles",
     "session_family",
     "session_page",
     "session_tree",
     "transcript_of",
+    "usage_json",
 ]
 
 MAX_PAGE: Final = 200
 MAX_EVENTS: Final = 2000
 SCANNED_EVENTS: Final = 2000
 MAX_TRANSCRIPT: Final = 8 << 20
-SESSION_FIELDS: Final = ("agent", "parent_session_id", "role", "root_session_id", "session_id", "status")
-"""What a ``FIELD=VALUE`` of the sessions list may name."""
-_TOKEN_KEYS: Final = (*TOKEN_KEYS, *PLAIN_KEYS)
-_COST_KEYS: Final = (COST_USD, "cost_usd")
+MAX_CYCLES: Final = 2000
+"""Cycles of a tree the cycles answer draws (the newest); the older ones are counted in ``left_out``."""
+CYCLE_EVENTS: Final = 20_000
+"""Events read, the newest, per session of the tree for the cycles answer."""
+SESSION_FIELDS: Final = ("agent", "host", "parent_session_id", "role", "root_session_id", "session_id", "status")
+"""What a ``FIELD=VALUE`` of the sessions list may name (``host``: the machine, on a fleet hub's root)."""
 _LIST_TTL: Final = 3.0
 """Seconds a root's listing of the sessions not in the collector's memory is reused: those are idle,
 and the ones being written come fresh from memory at every call (``known``)."""
 
 _EPOCH_START: Final = datetime.min.replace(tzinfo=UTC)
 _listings: dict[str, tuple[float, list[SessionSummary]]] = {}
-_usage: dict[tuple[str, str, int], dict[str, Any]] = {}
+_scans: dict[tuple[str, str, int], dict[str, Any]] = {}
 _open_index = OpenCycleIndex()
 _open_lock = threading.Lock()
 """The page's threads and the metrics server's share the index."""
@@ -90,20 +100,17 @@ def open_cycles(
 
 
 def _status(summary: SessionSummary) -> str:
-    return "running" if summary.open_actions else "failed" if summary.failed else "ok"
+    return summary.status
 
 
-def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
-    """Role of the first event, and tokens and cost added up over the first SCANNED_EVENTS events."""
+def _scanned(root: Path, summary: SessionSummary) -> dict[str, Any]:
+    """Role of the first event, and whether the first SCANNED_EVENTS events name a transcript."""
     key = (str(root), summary.session_id, summary.events)
-    found = _usage.get(key)
+    found = _scans.get(key)
     if found is not None:
         return found
     role: str | None = None
-    tokens = 0
-    cost = 0.0
-    known_tokens = known_cost = False
-    transcript: str | None = None
+    transcript = False
     scanned = 0
     try:
         for entry in reading.iter_events(root, summary.session_id, page_size=500):
@@ -111,38 +118,42 @@ def _usage_of(root: Path, summary: SessionSummary) -> dict[str, Any]:
             if scanned == 0:
                 role = event.role
             scanned += 1
-            attrs = event.attrs
-            if attrs:
-                used = recorded_usage(attrs)
-                if used is not None:
-                    counts, spent, _model = used
-                    tokens += sum(counts)
-                    cost += spent
-                    known_tokens = known_tokens or any(key in attrs for key in _TOKEN_KEYS)
-                    known_cost = known_cost or any(key in attrs for key in _COST_KEYS)
-                else:
-                    total = attrs.get("tokens")  # a bare total, as some hand-written attrs give it
-                    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
-                        tokens += total
-                        known_tokens = True
-                path = attrs.get("transcript_path")
-                if isinstance(path, str):
-                    transcript = path
+            if event.attrs and isinstance(event.attrs.get("transcript_path"), str):
+                transcript = True
+                break
             if scanned >= SCANNED_EVENTS:
                 break
     except reading.SessionNotFound:
         pass
-    found = {
-        "role": role,
-        "tokens": tokens if known_tokens else None,
-        "cost_usd": round(cost, 6) if known_cost else None,
-        "usage_partial": scanned >= SCANNED_EVENTS and summary.events > SCANNED_EVENTS,
-        "transcript": transcript is not None,
-    }
-    if len(_usage) > 20_000:
-        _usage.clear()
-    _usage[key] = found
+    found = {"role": role, "transcript": transcript}
+    if len(_scans) > 20_000:
+        _scans.clear()
+    _scans[key] = found
     return found
+
+
+def _tokens_json(tokens: tuple[int, int, int, int]) -> dict[str, int]:
+    return {**dict(zip(TOKEN_KINDS, tokens, strict=True)), "total": sum(tokens)}
+
+
+def usage_json(summary: SessionSummary, tree: reading.TreeUsage | None) -> dict[str, Any]:
+    """A session's usage as the page reads it: ``tokens`` (every kind; null with no usage) and
+    ``cost_usd`` its own, ``tokens_by_kind`` and ``model``, and ``tree_tokens`` / ``tree_cost_usd``
+    with every subagent's below it: the numbers ``gz-ia sessions --json`` gives; ``hooks_usage_counts``
+    whether its hooks' own readings are what counts (the page's rows count them only then)."""
+    own = summary.tokens
+    used = bool(sum(own) or summary.cost_usd)
+    tree_tokens, tree_cost = tree if tree is not None else (own, summary.cost_usd)
+    return {
+        "tokens": sum(own) if used else None,
+        "cost_usd": round(summary.cost_usd, 6) if used else None,
+        "tokens_by_kind": _tokens_json(own),
+        "model": summary.model or None,
+        "tree_tokens": _tokens_json(tree_tokens),
+        "tree_cost_usd": round(tree_cost, 6),
+        "hooks_usage_counts": summary.hooks_usage_counts,
+        "usage_partial": False,
+    }
 
 
 def _summary_dict(summary: SessionSummary) -> dict[str, Any]:
@@ -192,10 +203,12 @@ def session_page(
     wanted = _parse_matches(matches)
     needle = text.strip().lower()
     limit = max(1, min(limit, MAX_PAGE))
+    hub = reading.is_hub_root(root)
     kept: list[SessionSummary] = []
     for summary in _listing(root, known or {}):
         fields = {
             "agent": summary.agent,
+            "host": (reading.host_of(summary.session_id) or "") if hub else "",
             "parent_session_id": summary.parent_session_id or "",
             "root_session_id": summary.root_session_id or "",
             "session_id": summary.session_id,
@@ -209,14 +222,19 @@ def session_page(
     kept.sort(key=lambda item: (item.last_time or item.first_time or _EPOCH_START, item.session_id), reverse=True)
     if "role" in wanted:
         roles = wanted["role"]
-        kept = [summary for summary in kept if (_usage_of(root, summary)["role"] or "") in roles]
+        kept = [summary for summary in kept if (_scanned(root, summary)["role"] or "") in roles]
     page = kept[offset : offset + limit]
     now = datetime.now(UTC)
     opened, busy = open_cycles(root, known or {})
+    rolled = reading.tree_usage(_listing(root, known or {}))
     sessions = []
     for summary in page:
         stuck = [cycle.as_json(now) for cycle in hung(opened.get(summary.session_id, ()), now, hung_after, busy)]
-        row = {**_summary_dict(summary), **_usage_of(root, summary), "hung": stuck}
+        usage = usage_json(summary, rolled.get(summary.session_id))
+        row = {**_summary_dict(summary), **_scanned(root, summary), **usage, "hung": stuck}
+        row["title"] = session_title(root, summary.session_id)
+        if hub:
+            row["host"] = reading.host_of(summary.session_id)
         if stuck:
             row["status"] = "hung"
         sessions.append(row)
@@ -243,8 +261,89 @@ def session_tree(root: Path, session_id: str, known: Mapping[str, SessionSummary
     top = reading.session_tree(root, session_id, known=known)
     nodes = []
     for depth, node in top.walk():
-        nodes.append({**_summary_dict(node.summary), "depth": depth, "status": node.status})
+        usage = usage_json(node.summary, (node.tree_tokens, node.tree_cost_usd))
+        title = session_title(root, node.session_id)
+        nodes.append({**_summary_dict(node.summary), **usage, "depth": depth, "status": node.status, "title": title})
     return {"session_id": session_id, "nodes": nodes}
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def _cycle_json(span: ActionSpan) -> dict[str, Any]:
+    return {
+        "action": span.action,
+        "tool": span.tool,
+        "cycle": span.cycle,
+        "role": span.role,
+        "status": span.status.value if span.status is not None else None,
+        "error": span.error,
+        "start": _stamp(span.start),
+        "end": _stamp(span.end),
+        "read_at": _stamp(span.read_at),
+        "pending_at": _stamp(span.pending_at),
+        "finished_at": _stamp(span.finished_at),
+        "duration_ms": span.elapsed_ms,
+        "first_seq": span.first_seq,
+        "last_seq": span.last_seq,
+        "events": span.events,
+        "tokens": _tokens_json((span.token_kinds[0], span.token_kinds[1], span.token_kinds[2], span.token_kinds[3])),
+        "cost_usd": round(span.cost_usd, 6),
+        "model": span.model or None,
+    }
+
+
+def session_cycles(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> dict[str, Any]:
+    """The one model of a session tree (:mod:`gz_ia.collector.reading.cycles`) as the page draws it:
+    per session (depth first) its summary, usage (its own and with its subagents', the tally's) and
+    its cycles in time order, each with its stages' times, status and usage. Bounded: the newest
+    :data:`CYCLE_EVENTS` events of each session are read and the newest :data:`MAX_CYCLES` cycles kept;
+    ``left_out`` counts the rest (a cycle begun before the events read starts at its first one read).
+
+    Raises:
+        SessionNotFound: no such session (nor anyone's parent).
+    """
+    top = reading.session_tree(root, session_id, known=known)
+
+    def skeleton(item: Any) -> SessionNode:
+        return SessionNode(item.session_id, children=[skeleton(child) for child in item.children])
+
+    builder = TimelineBuilder(skeleton(top), max_cycles=MAX_CYCLES)
+    partial = False
+    for _depth, item in top.walk():
+        try:
+            page = reading.read_page(root, item.session_id, limit=CYCLE_EVENTS, reverse=True)
+        except reading.SessionNotFound:
+            continue  # known only as a parent
+        partial = partial or not page.end
+        for entry in reversed(page.entries):
+            builder.add(entry.event)
+    model = builder.finish()
+    folded = {node.session_id: node for _depth, node in model.walk()}
+    nodes = []
+    for depth, item in top.walk():
+        node = folded[item.session_id]
+        usage = usage_json(item.summary, (item.tree_tokens, item.tree_cost_usd))
+        cycles = sorted(node.actions, key=lambda span: (span.start, span.first_seq))
+        nodes.append(
+            {
+                **_summary_dict(item.summary),
+                **usage,
+                "depth": depth,
+                "status": item.status,
+                "role": node.role,
+                "title": session_title(root, item.session_id),
+                "cycles": [_cycle_json(span) for span in cycles],
+            }
+        )
+    left = builder.left_out
+    return {
+        "session_id": session_id,
+        "nodes": nodes,
+        "left_out": {"cycles": left.cycles, "events": left.events, "failed": left.failed},
+        "partial": partial,
+    }
 
 
 def session_family(root: Path, session_id: str, known: Mapping[str, SessionSummary] | None = None) -> list[str]:

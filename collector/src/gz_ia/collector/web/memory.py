@@ -37,6 +37,7 @@ def summaries_in_memory(stores: Iterable[RootStore], root: str) -> dict[str, Ses
             if not state.seq:
                 continue
             last = state.last_stamp if state.last_stamp is not None else _parsed(state.last_time)
+            tokens, cost = state.usage.counted()
             found[session_id] = SessionSummary(
                 session_id=session_id,
                 parent_session_id=state.parent or None,
@@ -49,5 +50,9 @@ def summaries_in_memory(stores: Iterable[RootStore], root: str) -> dict[str, Ses
                 segments=state.segment,
                 root_session_id=state.tree_root or None,
                 ended_failed=state.ended_failed,
+                tokens=tokens,
+                cost_usd=cost,
+                model=state.usage.model,
+                hooks_usage_counts=state.usage.from_hooks,
             )
     return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import html
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -44,6 +45,18 @@ _SECURITY_HEADERS: Final = [
 ]
 
 
+_REFUSED_PAGE: Final = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gz-ia: open the page again</title></head>
+<body><h1>gz-ia: open the page again</h1>
+<p>The collector no longer recognises this browser's key for the page: it was started with a new key,
+or the browser forgot its cookie (closed, or private browsing).</p>
+<p>Run <code>gz-ia ui</code> in the workspace (or open the address <code>gz-ia ui --no-browser</code>
+prints): it opens this page again.</p>
+<p><small>{why}</small></p></body></html>
+"""
+"""What a browser shows instead of a refusal's JSON when it opens the page itself: what to do."""
+
+
 def _json(data: Any, status: int = 200) -> Response:
     return Response(status, json.dumps(data, default=str).encode() + b"\n", headers=list(_SECURITY_HEADERS))
 
@@ -62,6 +75,9 @@ class WebView:
         in_memory: the summaries the collector holds in memory for a root (by real path), called on
             the loop (see :mod:`.memory`); None: everything from the files.
         key: the user's key, once the HTTP side has one (see :mod:`.access`).
+        root_to_come: why a root the collector does not write yet may not be waited for (None: it
+            may: a page opened before a workspace's first event waits for it); None: only the
+            roots served are.
     """
 
     def __init__(
@@ -71,12 +87,14 @@ class WebView:
         base_url: Callable[[], str],
         in_memory: Callable[[str], dict[str, SessionSummary]] | None = None,
         key: Callable[[], str | None] = lambda: None,
+        root_to_come: Callable[[str], str | None] | None = None,
     ) -> None:
         self.hub = hub
         self._in_memory = in_memory
         self._roots = roots
         self._base_url = base_url
         self._key = key
+        self._root_to_come = root_to_come
         self.access = UiAccess(key, base_url)
 
     def url(self, root: str | os.PathLike[str] | None = None) -> str:
@@ -103,7 +121,9 @@ class WebView:
             return _json({"error": "name the session root: ?root=PATH", "roots": served}, 400)
         real = os.path.realpath(asked)
         if real not in served:
-            return _json({"error": f"{asked} is not a root this collector writes", "roots": served}, 404)
+            problem = self._root_to_come(real) if self._root_to_come is not None else "not served"
+            if problem is not None:
+                return _json({"error": f"{asked} is not a root this collector writes", "roots": served}, 404)
         return Path(real)
 
     async def _live(self, request: Request) -> Response | StreamResponse:
@@ -120,10 +140,12 @@ class WebView:
         return self._in_memory(str(root)) if self._in_memory is not None else {}
 
     async def _ui(self, request: Request) -> Response | StreamResponse:
+        name = request.path.removeprefix("/ui/")
         refusal = self.access.refusal(request)
         if refusal is not None:
+            if name in ("", "index.html") and request.headers.get("sec-fetch-dest", "document") == "document":
+                return _refused_page(refusal)
             return refusal
-        name = request.path.removeprefix("/ui/")
         if name in _STATIC:
             if "key" in request.query:
                 # Trade the key in the address for the cookie, and drop it from the address bar.
@@ -158,6 +180,8 @@ class WebView:
                 return _json(await asyncio.to_thread(api.first_failure, root, session))
             if name == "api/tree":
                 return _json(await asyncio.to_thread(api.session_tree, root, session, self._known(root)))
+            if name == "api/cycles":
+                return _json(await asyncio.to_thread(api.session_cycles, root, session, self._known(root)))
             if name == "api/events":
                 before = query.get("before", [""])[0] or None
                 window = functools.partial(api.event_window, root, session, before=before)
@@ -172,6 +196,16 @@ class WebView:
         except reading.SessionNotFound as exc:
             return _json({"error": str(exc)}, 404)
         return _json({"error": f"no such page: {request.path}"}, 404)
+
+
+def _refused_page(refusal: Response) -> Response:
+    """The refusal of the page itself as a page a person reads (a reload after the key changed)."""
+    try:
+        why = str(json.loads(refusal.body)["error"])
+    except (ValueError, KeyError, TypeError):
+        why = ""
+    body = _REFUSED_PAGE.format(why=html.escape(why)).encode()
+    return Response(refusal.status, body, "text/html; charset=utf-8", headers=list(_SECURITY_HEADERS))
 
 
 def _number(query: dict[str, list[str]], name: str, default: int) -> int:

@@ -82,7 +82,7 @@ def log_payload(
             if not events:
                 return
             delivery = ledger.deliver([plain_event(**fields) for fields in events], timeout=_TIMEOUT)
-            if payload["hook_event_name"] == "SessionEnd" and state.is_empty():
+            if payload["hook_event_name"] in ("SessionEnd", "StopFailure") and state.is_empty():
                 ledger.remove()
         if delivery.outcome == Outcome.ACCEPTED:
             for reason, detail in delivery.rejected.values():

@@ -15,10 +15,12 @@ collector keeps it in memory. The table of what each hook event becomes is in do
   that opened and never finished was refused (its FINISH FAILED carries Claude Code's answer); a
   call never seen at all was never run (a tool this build does not offer): it opens and FINISHes
   FAILED at once, with the ``tool_use_error``.
-- StopFailure FINISHes the prompt FAILED with the API's error (handled after SessionEnd, which does
-  not wait for it, it logs the error as an instant cycle ``turn failure``). SessionEnd FINISHes FAILED whatever
-  is still open (``attrs.closed_by = "session end"``), then the session: FAILED when its last turn
-  failed or something was left open, OK otherwise.
+- StopFailure FINISHes the prompt FAILED with the API's error. SessionEnd does not wait for it: a
+  turn SessionEnd finds open whose transcript ends on an API error is FINISHed FAILED with that error
+  (the one place a transcript is read), and the late StopFailure adds nothing; any other late
+  StopFailure logs its error as an instant cycle ``turn failure``. SessionEnd FINISHes FAILED
+  whatever is still open (``attrs.closed_by = "session end"``), then the session: FAILED when its
+  last turn failed or something was left open, OK otherwise.
 - Tool input is summarised, never copied (:func:`tool_attrs`); every kept field is bounded.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 from gz_ia.client.limits import MAX_ATTR_STRING_LENGTH, MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
 
 from .state import HookState, OpenCycle
+from .transcript import api_error_ending
 
 TYPE_CHECKING = False  # typing costs the command hook more than the rest of its work
 if TYPE_CHECKING:
@@ -270,7 +273,11 @@ class _Mapping:
                 error = str(payload.get("last_assistant_message") or payload.get("error") or "the turn failed").strip()
                 self.state.failed_turn = error
                 attrs = _context(payload, "prompt_id") | {"error_type": _line(payload.get("error") or "unknown")}
-                if not self.finish(_prompt_key(self.session_id), status="FAILED", error=error, attrs=attrs):
+                if self.finish(_prompt_key(self.session_id), status="FAILED", error=error, attrs=attrs):
+                    pass
+                elif self.state.ended_on == error:
+                    self.state.ended_on = None  # SessionEnd, handled first, closed the turn with this error
+                else:
                     # SessionEnd does not wait for StopFailure's hook and may be handled first (it
                     # then closed the turn FAILED without the error): the error is kept on its own.
                     self.event("turn failure", "READ", attrs=attrs)
@@ -350,11 +357,18 @@ class _Mapping:
         reason = _line(self.payload.get("reason") or "other")
         session_key = _session_key(self.session_id)
         left_open = 0
+        prompt_key = _prompt_key(self.session_id)
+        if self.state.is_open(prompt_key):
+            api_error = api_error_ending(self.payload.get("transcript_path"))
+            if api_error is not None:  # its StopFailure is on its way: the turn failed, not left open
+                attrs_closed = {"closed_by": _CLOSED_AT_END, "error_type": "api_error"}
+                self.finish(prompt_key, status="FAILED", error=api_error, attrs=attrs_closed)
+                self.state.failed_turn = self.state.ended_on = api_error
         for key in self.state.open_keys():
             if key == session_key:
                 continue
             error = f"still open when the session ended (reason: {reason})"
-            if key == _prompt_key(self.session_id):
+            if key == prompt_key:
                 error = f"the turn had not finished when the session ended (reason: {reason})"
             if self.finish(key, status="FAILED", error=error, attrs={"closed_by": _CLOSED_AT_END}):
                 left_open += 1

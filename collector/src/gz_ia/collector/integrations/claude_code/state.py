@@ -122,9 +122,23 @@ class HookState:
         else:
             self.data.pop("failed_turn", None)
 
+    @property
+    def ended_on(self) -> str | None:
+        """The API error SessionEnd closed the turn with, read from the transcript before the turn's
+        own StopFailure came: kept (the state is not forgotten) until that StopFailure."""
+        value = self.data.get("ended_on")
+        return str(value) if value else None
+
+    @ended_on.setter
+    def ended_on(self, error: str | None) -> None:
+        if error:
+            self.data["ended_on"] = error
+        else:
+            self.data.pop("ended_on", None)
+
     def is_empty(self) -> bool:
-        """Tell whether nothing is left open (the session's state may be forgotten)."""
-        return not self.data.get("open")
+        """Tell whether nothing is left open or awaited (the session's state may be forgotten)."""
+        return not self.data.get("open") and not self.data.get("ended_on")
 
 
 class SessionStates:

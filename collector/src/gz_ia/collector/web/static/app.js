@@ -33,8 +33,9 @@ function api(path, query = {}) {
     else if (value !== undefined && value !== null && value !== "") search.set(key, value);
   }
   return fetch(`api/${path}?${search}`, { credentials: "same-origin" }).then(async (response) => {
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.error || response.statusText);
+    const body = await response.json().catch(() => ({}));
+    if (response.status === 403) keyRefused(body.error);
+    if (!response.ok) throw Object.assign(new Error(body.error || response.statusText), { status: response.status });
     return body;
   });
 }
@@ -46,12 +47,110 @@ function liveUrl(query = {}) {
 }
 
 const time = (text) => (text ? new Date(text) : null);
-// One formatter each, made once: toLocale*String builds a formatter per call, too slow for a row
-// per event at a thousand events a second.
-const CLOCK = new Intl.DateTimeFormat([], { hour12: false, hour: "2-digit", minute: "2-digit", second: "2-digit" });
-const DAY = new Intl.DateTimeFormat([], { hour12: false, dateStyle: "short", timeStyle: "medium" });
-const clock = (date) => (date ? CLOCK.format(date) + "." + String(date.getMilliseconds()).padStart(3, "0") : "");
-const day = (date) => (date ? DAY.format(date) : "");
+// Dates read one way only, whatever the browser's locale: 2026-12-06 14:03:21, in the browser's
+// time zone, which the header names. Built by hand: cheap enough for a row per event at a thousand
+// events a second (a formatter per call is not).
+const pad = (number, width = 2) => String(number).padStart(width, "0");
+const clock = (date) =>
+  date ? `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}.${pad(date.getMilliseconds(), 3)}` : "";
+const day = (date) =>
+  date
+    ? `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`
+    : "";
+function zoneName() {
+  const minutes = -new Date().getTimezoneOffset();
+  const offset = `UTC${minutes < 0 ? "−" : "+"}${pad(Math.floor(Math.abs(minutes) / 60))}:${pad(Math.abs(minutes) % 60)}`;
+  const name = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  return name && name !== "UTC" ? `${name} (${offset})` : offset;
+}
+const dollars = (cost) => (cost === null || cost === undefined ? "" : "$" + cost.toFixed(cost >= 1 ? 2 : 4));
+const tokenCount = (tokens) => (tokens === null || tokens === undefined ? "" : tokens.toLocaleString("en-US"));
+
+// --- usage -------------------------------------------------------------------------------------
+// What a row, a session and a tree used. Rows add up their own events (the window the page holds);
+// sessions and trees take the collector's sums (the API's), never the page's partial window.
+
+const TOKEN_KEYS = ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_creation.input_tokens"];
+const PLAIN_TOKEN_KEYS = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"];
+
+// One event's usage, as gz_ia.client.usage.reading_of reads it: the reserved keys win, else the
+// agents' plain keys; `hook` when it is a hook's own reading (marked, or in the plain keys only);
+// null when the event records none.
+function eventUsage(event) {
+  const attrs = event.attrs;
+  if (!attrs) return null;
+  const read = (keys, costKey) => {
+    let tokens = 0, found = false, cost = null;
+    for (const key of keys) if (Number.isInteger(attrs[key])) ((tokens += attrs[key]), (found = true));
+    if (typeof attrs[costKey] === "number") ((cost = attrs[costKey]), (found = true));
+    return found ? { tokens, cost } : null;
+  };
+  const reserved = read(TOKEN_KEYS, "gz-ia.cost_usd");
+  if (reserved) return { ...reserved, hook: attrs["gz-ia.usage_from"] === "hook" };
+  const plain = read(PLAIN_TOKEN_KEYS, "cost_usd");
+  return plain ? { ...plain, hook: true } : null;
+}
+
+// Whether a session's hook readings are what counts, as the API says (gz_ia.client.usage.UsageSum:
+// only while the session has no other usage record); true while the page does not know.
+function hooksCount(sessionId) {
+  const node = (view.nodes || []).find((each) => each.session_id === sessionId);
+  return !node || node.hooks_usage_counts !== false;
+}
+
+// A row's own usage (cached: addEvent clears it).
+function spanUsage(s) {
+  if (s.usage !== undefined) return s.usage;
+  let tokens = 0, cost = null, found = false;
+  for (const event of s.events) {
+    const used = eventUsage(event);
+    if (!used || (used.hook && !hooksCount(s.session_id))) continue;
+    found = true;
+    tokens += used.tokens;
+    if (used.cost !== null) cost = (cost || 0) + used.cost;
+  }
+  return (s.usage = found ? { tokens, cost } : null);
+}
+
+// A spawning call's usage with its subagent's rows below it (a waterfall's parent span).
+function rolledSpanUsage(s) {
+  const own = spanUsage(s);
+  let tokens = own ? own.tokens : 0, cost = own ? own.cost : null, found = own !== null;
+  for (const child of s.children || []) {
+    const used = rolledSpanUsage(child);
+    if (!used) continue;
+    found = true;
+    tokens += used.tokens;
+    if (used.cost !== null) cost = (cost || 0) + used.cost;
+  }
+  return found ? { tokens, cost } : null;
+}
+
+// A session's own usage, as the API sums it ({tokens, cost} or null).
+function sessionUsage(node) {
+  if (!node || (node.tokens === null && node.cost_usd === null)) return null;
+  return { tokens: node.tokens || 0, cost: node.cost_usd, partial: node.usage_partial };
+}
+
+// A session's usage with every subagent below it: the API's per-session sums added up over the
+// tree's nodes (flattened depth first, so a node's subtree is the run of deeper nodes after it).
+function rolledUsage(nodes, sessionId) {
+  const start = nodes.findIndex((node) => node.session_id === sessionId);
+  if (start < 0) return null;
+  let tokens = 0, cost = null, found = false, partial = false;
+  for (let index = start; index < nodes.length; index++) {
+    if (index > start && nodes[index].depth <= nodes[start].depth) break;
+    const used = sessionUsage(nodes[index]);
+    if (!used) continue;
+    found = true;
+    tokens += used.tokens;
+    partial = partial || used.partial;
+    if (used.cost !== null && used.cost !== undefined) cost = (cost || 0) + used.cost;
+  }
+  return found ? { tokens, cost, partial } : null;
+}
+
+const usageText = (used) => (used ? `${tokenCount(used.tokens)}${used.partial ? "+" : ""} tokens` + (used.cost !== null && used.cost !== undefined ? ` · ${dollars(used.cost)}` : "") : "");
 function span(seconds) {
   if (seconds === null || seconds === undefined) return "";
   if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
@@ -61,12 +160,108 @@ function span(seconds) {
 }
 const badge = (status) => el("span", { class: `badge ${status}`, text: status });
 
-// --- live status pill ------------------------------------------------------------------------
+// --- live connection ------------------------------------------------------------------------
+// The browser's EventSource retries a lost connection by itself, but gives up for good on an
+// answer that is not a stream (a refusal, a collector half started): the page then asks the
+// collector why, says what to do when only the user can act (the key changed), and otherwise
+// opens the stream again itself. A collector restarted (a new epoch) may have written meanwhile:
+// the view reloads what it shows.
 
-function liveState(on) {
+const LIVE_RETRY_MAX = 10_000; // ms between two attempts, at most
+const LIVE_PATIENCE = 5_000; // ms without a stream before the pill says what to check
+
+const live = { refused: false, downSince: null };
+
+function liveState(state, detail) {
   const pill = $("#live");
-  pill.textContent = on ? "live" : "reconnecting…";
-  pill.classList.toggle("on", on);
+  if (state === "on") live.downSince = null;
+  else if (live.downSince === null) live.downSince = Date.now();
+  const long = live.downSince !== null && Date.now() - live.downSince > LIVE_PATIENCE;
+  pill.textContent =
+    state === "on" ? "live"
+    : state === "refused" ? "open the page again: gz-ia ui"
+    : long ? "collector unreachable: retrying (gz-ia status)"
+    : "reconnecting…";
+  pill.title = detail || (long ? "The page reconnects by itself once the collector runs again (gz-ia status says whether it does)." : "Live updates from the collector");
+  pill.classList.toggle("on", state === "on");
+  pill.classList.toggle("refused", state === "refused");
+}
+
+// The collector no longer takes this page's cookie (a new key, or the browser forgot it): nothing
+// the page can do, so it says what the user can, and stops retrying.
+function keyRefused(why) {
+  live.refused = true;
+  const notice = $("#notice");
+  notice.replaceChildren(
+    el("strong", { text: "The collector no longer recognises this page. " }),
+    "Run ",
+    el("code", { text: "gz-ia ui" }),
+    " in the workspace (or open the address ",
+    el("code", { text: "gz-ia ui --no-browser" }),
+    " prints) to open it again.",
+    why ? el("span", { class: "muted", text: ` (${why})` }) : "",
+  );
+  notice.hidden = false;
+  liveState("refused", why);
+}
+
+function showNotice(text) {
+  $("#notice").replaceChildren(el("strong", { text }));
+  $("#notice").hidden = false;
+}
+
+// A live stream that recovers by itself: handlers.message / handlers[eventName] get its events,
+// handlers.restarted() is called when the collector answering is another start than before.
+function liveLink(query, handlers) {
+  const link = { source: null, timer: null, epoch: null, attempts: 0, closed: false };
+  const open = () => {
+    link.timer = null;
+    if (link.closed || live.refused) return;
+    const source = (link.source = new EventSource(liveUrl(query)));
+    source.onopen = () => ((link.attempts = 0), liveState("on"));
+    source.addEventListener("subscribed", (message) => {
+      const epoch = JSON.parse(message.data).epoch;
+      if (link.epoch !== null && epoch !== link.epoch && handlers.restarted) handlers.restarted();
+      link.epoch = epoch;
+    });
+    // Messages go to the link's onmessage, read at each one: a wrapper set on it later (a probe) holds.
+    source.onmessage = (message) => outside.onmessage && outside.onmessage(message);
+    for (const [name, handler] of Object.entries(handlers)) {
+      if (name !== "message" && name !== "restarted") source.addEventListener(name, handler);
+    }
+    source.onerror = () => {
+      if (link.closed || link.source !== source) return;
+      liveState("reconnecting");
+      if (source.readyState === EventSource.CLOSED) diagnose(source); // the browser gave up
+    };
+  };
+  const diagnose = async (source) => {
+    source.close();
+    try {
+      await api("sessions", { limit: 1 }); // a refused key says so (keyRefused) as it answers
+    } catch (error) {
+      if (error.status === 400 || error.status === 404) {
+        // A root this collector will not show: retrying changes nothing.
+        showNotice(error.message);
+        liveState("refused", error.message);
+        return;
+      }
+    }
+    if (link.closed || live.refused) return;
+    const wait = Math.min(LIVE_RETRY_MAX, 500 * 2 ** link.attempts++);
+    link.timer = setTimeout(open, wait);
+    setTimeout(() => !link.closed && link.timer && liveState("reconnecting"), LIVE_PATIENCE + 100);
+  };
+  const outside = {
+    onmessage: handlers.message || null,
+    close() {
+      link.closed = true;
+      if (link.timer) clearTimeout(link.timer);
+      if (link.source) link.source.close();
+    },
+  };
+  open();
+  return outside;
 }
 
 // --- sessions list ---------------------------------------------------------------------------
@@ -95,6 +290,29 @@ async function loadList() {
   }
 }
 
+// A session as people name it: its title (first prompt or first action), its id below, small; on a
+// fleet hub, the machine it ran on, which filters the list to that machine when clicked.
+function sessionLabel(s) {
+  const id = el("div", { class: "id", title: s.session_id, text: s.session_id });
+  if (s.host) {
+    const machine = el("button", { class: "host", type: "button", title: "only this machine's sessions", text: s.host });
+    machine.addEventListener("click", (event) => {
+      event.stopPropagation();
+      const others = $("#query").value.trim().split(/\s+/).filter((word) => word && !word.startsWith("host="));
+      $("#query").value = [`host=${s.host}`, ...others].join(" ");
+      list.offset = 0;
+      loadList();
+    });
+    id.prepend(machine);
+  }
+  return el(
+    "div",
+    { class: "label" },
+    el("div", { class: "title", title: s.title || "", text: (s.parent_session_id ? "↳ " : "") + (s.title || "(no action yet)") }),
+    id,
+  );
+}
+
 function renderList(sessions) {
   const body = $("#sessions tbody");
   body.replaceChildren(
@@ -103,7 +321,7 @@ function renderList(sessions) {
         "tr",
         { class: s.status, "data-session": s.session_id },
         el("td", { title: (s.hung || []).map((c) => `${c.action} ${c.stage} for ${span(c.open_for_s)}`).join("\n") }, badge(s.status)),
-        el("td", { class: "id", title: s.session_id, text: (s.parent_session_id ? "↳ " : "") + s.session_id }),
+        el("td", { class: "session" }, sessionLabel(s)),
         el("td", { text: s.agent || "" }),
         el("td", { text: s.role || "" }),
         el("td", { text: day(time(s.first_time)) }),
@@ -111,8 +329,8 @@ function renderList(sessions) {
         el("td", { class: "num", text: s.open_actions || "" }),
         el("td", { class: "num", text: s.failures || "" }),
         el("td", { class: "num", text: s.events }),
-        el("td", { class: "num", text: s.tokens === null ? "" : s.tokens.toLocaleString() + (s.usage_partial ? "+" : "") }),
-        el("td", { class: "num", text: s.cost_usd === null ? "" : "$" + s.cost_usd.toFixed(4) }),
+        el("td", { class: "num", text: s.tokens === null ? "" : tokenCount(s.tokens) + (s.usage_partial ? "+" : "") }),
+        el("td", { class: "num", text: s.cost_usd === null ? "" : dollars(s.cost_usd) }),
       );
       row.addEventListener("click", () => (location.hash = `#/s/${encodeURIComponent(s.session_id)}`));
       return row;
@@ -132,13 +350,12 @@ function showList() {
   loadList();
   if (!list.source) {
     // Any write in the root may change the page: the stream says so (ticks, not the events
-    // themselves) at most twice a second, and the page refreshes.
-    list.source = new EventSource(liveUrl({ ticks: "1" }));
-    list.source.onopen = () => liveState(true);
-    list.source.onerror = () => liveState(false);
-    list.source.addEventListener("written", () => {
+    // themselves) at most twice a second, and the page refreshes. A root with no event yet is
+    // waited for: its first write is its first tick.
+    const refresh = () => {
       if (list.timer === null) list.timer = setTimeout(() => ((list.timer = null), loadList()), 100);
-    });
+    };
+    list.source = liveLink({ ticks: "1" }, { written: refresh, restarted: refresh });
   }
 }
 
@@ -151,7 +368,11 @@ function hideListLive() {
 
 const view = {
   top: null, selected: null, source: null, spans: new Map(), order: [], older: null,
-  events: 0, treeTimer: null, ticker: null, detail: null, frame: null, pending: [], loadedSeq: 0,
+  events: 0, treeTimer: null, ticker: null, detail: null, frame: null, pending: [],
+  // The sessions the timeline shows (the selected one and its subagents), each one's parent, the
+  // newest seq of each read or queued (seq counts per session), and the call that names a subagent.
+  family: new Set(), parents: new Map(), seen: new Map(), loaded: new Map(), spawned: new Map(),
+  orderDirty: false, nodes: [], topLast: -Infinity,
   origin: Date.now(), scaleLast: 0, changed: new Set(), freshRows: new Set(),
   freshSpans: new Set(), drawn: [], following: true, gapAbove: null, gapBelow: null, droppedAbove: 0,
 };
@@ -172,12 +393,31 @@ function addEvent(event, fresh) {
     current = null;
   }
   if (!current) {
-    current = { key, action: event.action, session_id: event.session_id, start: time(event.timestamp), read: null, pending: null, end: null, status: null, error: null, first_seq: event.seq, events: [], finished: false, fresh };
+    current = { key, action: event.action, session_id: event.session_id, start: time(event.timestamp), read: null, pending: null, end: null, status: null, error: null, first_seq: event.seq, events: [], finished: false, fresh, depth: 0, model: false, spawns: SPAWNING.has(event.action) };
     view.spans.set(key, current);
     view.order.push(current);
+    // The usual case, a cycle of the selected session that starts last, goes at the end as it is;
+    // anything else (a late batch, a subagent's cycle) has the order rebuilt before the next draw.
+    if (event.session_id === view.selected && current.start.getTime() >= view.topLast) {
+      view.topLast = current.start.getTime();
+      current.parent = null;
+      current.children = null;
+    } else view.orderDirty = true;
   }
   const at = time(event.timestamp);
   current.events.push(event);
+  current.usage = undefined;
+  if (event.parent_session_id) view.parents.set(event.session_id, event.parent_session_id);
+  const attrs = event.attrs;
+  if (attrs) {
+    if (typeof attrs.child_session_id === "string") {
+      view.spawned.set(attrs.child_session_id, current);
+      view.orderDirty = true;
+    }
+    if (attrs.subagent_type) current.spawns = true;
+    if (attrs["gen_ai.request.model"] || eventUsage(event)) current.model = true;
+  }
+  if (event.action.startsWith("model ")) current.model = true;
   if (event.stage === "READ" && !current.read) current.read = at;
   if (event.stage === "PENDING" && !current.pending) current.pending = at;
   if (event.stage === "FINISH") {
@@ -196,6 +436,88 @@ function addEvent(event, fresh) {
   view.events += 1;
 }
 
+// --- the waterfall ---------------------------------------------------------------------------
+// Rows in the order their cycles started, not the order their events arrived (an agent's telemetry
+// comes in batches, late): each session's cycles by start time, and a subagent's cycles right
+// below the call that spawned it, one level deeper. That call is the one whose events name the
+// subagent (attrs.child_session_id, as Claude Code's Agent call does), else the parent's Agent or
+// Task call (or a call with a subagent_type) running when the subagent began, else the parent's
+// innermost action running then.
+
+const SPAWNING = new Set(["Agent", "Task"]);
+const LIFECYCLE = new Set(["session", "prompt", "subagent", "turn failure"]);
+
+function spawnerOf(sessionId, startOf, bySession) {
+  const named = view.spawned.get(sessionId);
+  if (named && view.spans.get(named.key) === named && named.session_id !== sessionId) return named;
+  const parent = view.parents.get(sessionId);
+  const candidates = parent && parent !== sessionId ? bySession.get(parent) : null;
+  if (!candidates) return null;
+  const start = startOf.get(sessionId);
+  let best = null;
+  let bestRank = 0;
+  for (const s of candidates) {
+    if (s.start.getTime() > start || (s.end && s.end.getTime() < start)) continue;
+    const rank = s.spawns ? 2 : LIFECYCLE.has(s.action) ? 0 : 1;
+    if (rank > bestRank || (rank === bestRank && rank > 0 && s.start >= best.start)) {
+      best = s;
+      bestRank = rank;
+    }
+  }
+  return best;
+}
+
+function byStart(a, b) {
+  return a.start - b.start || (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : a.first_seq - b.first_seq);
+}
+
+// view.order again from the spans held: the tree of calls, flattened depth first.
+function rebuildOrder() {
+  view.orderDirty = false;
+  view.topLast = -Infinity;
+  const bySession = new Map();
+  const startOf = new Map();
+  for (const s of view.spans.values()) {
+    let spans = bySession.get(s.session_id);
+    if (!spans) bySession.set(s.session_id, (spans = []));
+    spans.push(s);
+    const at = s.start.getTime();
+    if (!(startOf.get(s.session_id) <= at)) startOf.set(s.session_id, at);
+  }
+  const under = new Map(); // a span (null: the top) -> the spans drawn below it
+  for (const [sessionId, spans] of bySession) {
+    const spawner = sessionId === view.selected ? null : spawnerOf(sessionId, startOf, bySession);
+    const list = under.get(spawner);
+    if (list) list.push(...spans);
+    else under.set(spawner, spans);
+  }
+  const order = [];
+  const placed = new Set();
+  const visit = (parent, depth) => {
+    const spans = under.get(parent);
+    if (!spans) return;
+    spans.sort(byStart);
+    if (parent) parent.children = spans;
+    for (const s of spans) {
+      if (placed.has(s)) continue;
+      placed.add(s);
+      s.parent = parent;
+      s.children = null;
+      // A subagent whose spawning call is not held still reads as one: a level in.
+      s.depth = parent === null && s.session_id !== view.selected ? 1 : depth;
+      if (parent === null && s.start.getTime() > view.topLast) view.topLast = s.start.getTime();
+      order.push(s);
+      visit(s, s.depth + 1);
+    }
+  };
+  visit(null, 0);
+  if (order.length < view.spans.size) {
+    // Sessions that name each other as parents (data no agent should write): shown, at the end.
+    for (const s of [...view.spans.values()].sort(byStart)) if (!placed.has(s)) order.push(s);
+  }
+  view.order = order;
+}
+
 function hungAfter() {
   return Number($("#hung").value || 300);
 }
@@ -205,10 +527,24 @@ function hungAfter() {
 // drawn alone, and the scale moves every bar at once without the page touching each row.
 function placeBars() {
   const now = Date.now();
-  let first = now;
-  for (const s of view.order) if (s.start.getTime() < first) first = s.start.getTime();
-  // Slack past now, so that rows arriving before the next tick still fit in the scale.
-  const last = now + Math.max(1000, (now - first) / 20);
+  let first = Infinity;
+  let end = 0;
+  let open = false;
+  for (const s of view.order) {
+    const from = s.start.getTime();
+    const to = (s.end || s.last).getTime();
+    if (from < first) first = from;
+    if (to > end) end = to;
+    if (!s.finished) open = true;
+  }
+  // A session still running is scaled to now, with slack so that rows arriving before the next
+  // tick still fit; one whose cycles are all finished to its own span, so that its bars keep their
+  // size however long ago it ran.
+  const finished = view.order.length > 0 && !open;
+  if (first === Infinity) first = now;
+  const stop = finished ? end : now;
+  const last = stop + (finished ? Math.max(1, (stop - first) / 50) : Math.max(1000, (now - first) / 20));
+  view.finished = finished;
   view.scaleLast = last;
   const style = $("#timeline tbody").style;
   style.setProperty("--first", String(first - view.origin));
@@ -240,13 +576,23 @@ function rowOf(s) {
   piece("read", s.read, s.pending || s.end || (open ? null : s.last));
   piece(open ? "open" : "pending", s.pending, s.end);
   if (s.end) piece(`finish ${s.status === "FAILED" ? "failed" : ""}`, s.end, s.end);
+  const own = spanUsage(s);
+  const used = s.children ? rolledSpanUsage(s) : own;
+  const rolled = used !== own; // a spawning call: its subagent's usage added, shown as such
+  const name = el("td", { class: "action", title: `${s.action}\n${s.session_id}` });
+  name.style.paddingLeft = `${0.5 + s.depth * 1.3}em`; // through the CSSOM: the CSP allows no inline styles
+  if (s.depth) name.append(el("span", { class: "branch", text: "└ " }));
+  if (s.model) name.append(el("span", { class: "kind", text: "model" }));
+  name.append(s.model ? s.action.replace(/^model /, "") : s.action);
   const row = el(
     "tr",
-    { class: `${state}${s.fresh ? " fresh" : ""}`, "data-action": s.action, "data-state": state },
-    el("td", { title: s.session_id, text: s.action + (s.session_id !== view.selected ? `  (${s.session_id})` : "") }),
+    { class: `${state}${s.fresh ? " fresh" : ""}${s.model ? " model" : ""}`, "data-action": s.action, "data-state": state, "data-session": s.session_id, "data-depth": String(s.depth) },
+    name,
     el("td", {}, bar),
     el("td", { text: clock(s.start) }),
     el("td", { class: "num", text: duration }),
+    el("td", { class: `num tokens${rolled ? " rolled" : ""}`, title: rolled ? "with the calls below it" : "", text: used ? tokenCount(used.tokens) : "" }),
+    el("td", { class: `num cost${rolled ? " rolled" : ""}`, title: rolled ? "with the calls below it" : "", text: used ? dollars(used.cost) : "" }),
     el("td", {}, badge(state), s.error ? el("span", { class: "error", title: s.error, text: "  " + s.error }) : ""),
   );
   if (s.fresh) view.freshRows.add(row);
@@ -259,6 +605,7 @@ function rowOf(s) {
 // a whole long session. Loading older events drops nothing: what the user asked for stays.
 function dropOldest() {
   if (view.order.length <= MAX_SPANS) return;
+  if (view.orderDirty) rebuildOrder();
   view.droppedAbove += view.order.length - MAX_SPANS;
   for (const dropped of view.order.splice(0, view.order.length - MAX_SPANS)) {
     view.spans.delete(dropped.key);
@@ -278,7 +625,7 @@ function windowInfo() {
 // A row spanning the table, as tall as the rows it stands for: the scroll height stays that of
 // every span held, the rows themselves are drawn only near the view.
 function gapRow() {
-  const row = el("tr", { class: "gap", "aria-hidden": "true" }, el("td", { colspan: "5" }));
+  const row = el("tr", { class: "gap", "aria-hidden": "true" }, el("td", { colspan: "7" }));
   row.style.height = "0px"; // through the CSSOM: the CSP allows no inline styles
   return row;
 }
@@ -287,6 +634,7 @@ function gapRow() {
 // While the view follows the tail (scrolled to the end, as it opens) it stays at the newest row.
 // The sizes are read first, before this frame writes anything, so that reading them costs no layout.
 function drawRows() {
+  if (view.orderDirty) rebuildOrder();
   const box = $("#timeline-scroll");
   const height = box.clientHeight;
   const total = view.order.length;
@@ -340,7 +688,9 @@ function renderTimeline() {
 // The spans live events touched: a drawn one's row is replaced, and the rows near the view drawn.
 function renderChanged() {
   dropOldest();
+  if (view.orderDirty) rebuildOrder(); // the parents of new rows are known from here
   let newest = 0;
+  for (const s of [...view.changed]) for (let up = s.parent; up; up = up.parent) view.changed.add(up);
   for (const s of view.changed) {
     if (view.spans.get(s.key) !== s) continue; // dropped meanwhile
     if (s.row) s.row.replaceWith((s.row = rowOf(s)));
@@ -375,7 +725,7 @@ function tick() {
 // Fold the live events queued into the spans, the oldest going past MAX_SPANS.
 function foldPending() {
   if (!view.windowLoaded) return; // loadWindow draws, then folds what came meanwhile
-  for (const event of view.pending.splice(0)) if (event.seq > view.loadedSeq) addEvent(event, true);
+  for (const event of view.pending.splice(0)) if (event.seq > (view.loaded.get(event.session_id) || 0)) addEvent(event, true);
   dropOldest();
 }
 
@@ -399,7 +749,11 @@ function showDetails(s) {
   $("#details").hidden = false;
   $("#details-title").textContent = `${s.action} — ${s.session_id}`;
   const body = $("#details-body");
+  const used = s.children ? rolledSpanUsage(s) : spanUsage(s);
+  const model = s.events.map((event) => event.attrs && (event.attrs["gen_ai.request.model"] || event.attrs.model)).find(Boolean);
+  const facts = [`started ${day(s.start)}.${pad(s.start.getMilliseconds(), 3)}`, model ? `model ${model}` : "", used ? usageText(used) + (s.children ? " (with the calls below it)" : "") : ""];
   body.replaceChildren(
+    el("p", { class: "muted facts", text: facts.filter(Boolean).join(" · ") }),
     ...s.events.map((event) =>
       el(
         "div",
@@ -448,9 +802,18 @@ async function loadWhy() {
 async function loadTree() {
   loadWhy();
   try {
-    const tree = await api("tree", { session: view.top });
+    view.treeLoad = api("tree", { session: view.top });
+    const tree = await view.treeLoad;
+    view.nodes = tree.nodes;
     const items = tree.nodes.map((node) => {
-      const item = el("li", { "data-session": node.session_id, "data-status": node.status }, badge(node.status), node.session_id);
+      const used = sessionUsage(node);
+      const item = el(
+        "li",
+        { "data-session": node.session_id, "data-status": node.status, title: node.session_id },
+        badge(node.status),
+        el("span", { class: "title", text: node.title || node.session_id }),
+        used ? el("span", { class: "usage", text: usageText(used) }) : "",
+      );
       item.style.paddingLeft = `${node.depth * 1.2 + 0.3}em`; // through the CSSOM: the CSP allows no inline styles
       item.classList.toggle("selected", node.session_id === view.selected);
       item.addEventListener("click", () => selectSession(node.session_id));
@@ -458,31 +821,108 @@ async function loadTree() {
     });
     $("#tree ul").replaceChildren(...items);
   } catch (error) {
-    $("#tree ul").replaceChildren(el("li", { class: "error", text: error.message }));
+    view.nodes = [];
+    const waiting = error.status === 404;
+    $("#tree ul").replaceChildren(el("li", { class: waiting ? "muted" : "error", text: waiting ? "waiting for its first event…" : error.message }));
+  }
+  renderHead();
+}
+
+// The session's name, when and how long it ran, and what it used: its own and with its subagents.
+function renderHead() {
+  const top = view.nodes.find((node) => node.session_id === view.top);
+  $("#session-title").textContent = (top && top.title) || view.top;
+  const id = $("#session-id");
+  id.textContent = view.top;
+  id.title = "Session id (click to copy)";
+  const facts = [];
+  if (top) {
+    facts.push(el("span", {}, badge(top.status)));
+    if (top.agent) facts.push(el("span", { text: top.agent }));
+    if (top.first_time) facts.push(el("span", { title: zoneName(), text: `started ${day(time(top.first_time))}` }));
+    // The collector's summary spans the events in the order written; a batch that came late may have
+    // started earlier or ended later: the rows held say so.
+    let duration = top.duration_s;
+    if (view.selected === view.top && view.order.length) {
+      const held = view.order.filter((s) => s.session_id === view.top);
+      if (held.length) {
+        const from = Math.min(...held.map((s) => s.start.getTime()));
+        const to = Math.max(...held.map((s) => (s.end || s.last).getTime()));
+        duration = Math.max(duration || 0, (to - from) / 1000);
+      }
+    }
+    if (duration !== null) facts.push(el("span", { class: "duration", text: span(duration) }));
+    const own = sessionUsage(top);
+    if (own) facts.push(el("span", { class: "usage", "data-usage": "session", text: usageText(own) }));
+    const rolled = view.nodes.length > 1 ? rolledUsage(view.nodes, view.top) : null;
+    if (rolled) facts.push(el("span", { class: "usage", "data-usage": "tree", text: `with subagents ${usageText(rolled)}` }));
+  }
+  $("#session-facts").replaceChildren(...facts);
+  const selected = view.nodes.find((node) => node.session_id === view.selected);
+  const used = selected && view.selected !== view.top ? sessionUsage(selected) : null;
+  $("#timeline-title").textContent =
+    view.selected === view.top ? "Timeline" : `Timeline of ${(selected && selected.title) || view.selected}` + (used ? ` · ${usageText(used)}` : "");
+}
+
+const CHILD_WINDOW = 200; // newest events read of each subagent below the selected session
+const MAX_CHILDREN = 50; // subagents read with it; more join as the live stream brings them
+
+// Note the newest seq of each session read, so that live events it already holds are not folded twice.
+function noteLoaded(events) {
+  for (const event of events) {
+    const sid = event.session_id;
+    if (event.seq > (view.loaded.get(sid) || 0)) view.loaded.set(sid, event.seq);
+    if (event.seq > (view.seen.get(sid) || 0)) view.seen.set(sid, event.seq);
   }
 }
 
 async function loadWindow(before) {
   const session = view.selected;
-  const page = await api("events", { session, before, limit: WINDOW });
-  if (session !== view.selected) return;
   if (before) {
+    const page = await api("events", { session, before, limit: WINDOW });
+    if (session !== view.selected) return;
     // Older events go in front: rebuild the spans from all the events held, in seq order.
     const held = view.order.flatMap((s) => s.events);
     view.spans = new Map();
     view.order = [];
     view.events = 0;
+    view.topLast = -Infinity;
     for (const event of [...page.events, ...held].sort((a, b) => a.seq - b.seq)) addEvent(event, false);
     // Show what was just loaded, at the top; the view follows the tail again once scrolled to the end.
     view.following = false;
     $("#timeline-scroll").scrollTop = 0;
-  } else {
-    for (const event of page.events) addEvent(event, false);
+    view.older = page.older;
+    noteLoaded(page.events);
+    renderTimeline();
+    return;
   }
+  // The selected session and its subagents: their cycles are drawn as one waterfall. The top's
+  // tree (read once for the panel) holds the selected session's subtree.
+  const tree = await (view.treeLoad || Promise.reject(new Error())).catch(() => ({ nodes: [] }));
+  if (session !== view.selected) return;
+  const at = tree.nodes.findIndex((node) => node.session_id === session);
+  const nodes = at < 0 ? [] : [tree.nodes[at]];
+  for (let index = at + 1; at >= 0 && index < tree.nodes.length && tree.nodes[index].depth > tree.nodes[at].depth; index++) nodes.push(tree.nodes[index]);
+  for (const node of nodes) {
+    view.family.add(node.session_id);
+    if (node.parent_session_id) view.parents.set(node.session_id, node.parent_session_id);
+  }
+  const below = nodes.filter((node) => node.session_id !== session && node.events).slice(0, MAX_CHILDREN);
+  const none = (error) => {
+    if (error.status === 404) return { events: [], older: null }; // no event yet: the live stream brings the first
+    throw error;
+  };
+  const [page, ...children] = await Promise.all([
+    api("events", { session, limit: WINDOW }).catch(none),
+    ...below.map((node) => api("events", { session: node.session_id, limit: CHILD_WINDOW }).catch(() => ({ events: [] }))),
+  ]);
+  if (session !== view.selected) return;
+  for (const event of page.events) addEvent(event, false);
+  for (const child of children) for (const event of child.events) addEvent(event, false);
   view.older = page.older;
-  // Live events queued while the window was read may be in it already: those are not folded again.
-  view.loadedSeq = Math.max(view.loadedSeq, ...page.events.map((event) => event.seq));
-  view.lastSeq = Math.max(view.lastSeq || 0, view.loadedSeq);
+  // Live events queued while the windows were read may be in them already: those are not folded again.
+  noteLoaded(page.events);
+  for (const child of children) noteLoaded(child.events);
   const transcript = page.events.find((event) => event.attrs && event.attrs.transcript_path);
   if (transcript) {
     const search = new URLSearchParams(ROOT ? { root: ROOT } : {});
@@ -490,6 +930,7 @@ async function loadWindow(before) {
     $("#transcript").replaceChildren(el("a", { href: `api/transcript?${search}`, target: "_blank", rel: "noopener", title: transcript.attrs.transcript_path, text: "transcript" }));
   }
   renderTimeline();
+  renderHead();
   view.windowLoaded = true;
   if (view.pending.length) scheduleRender();
 }
@@ -500,16 +941,35 @@ function selectSession(sessionId) {
   view.order = [];
   view.events = 0;
   view.older = null;
-  view.lastSeq = 0;
-  view.loadedSeq = 0;
+  view.family = new Set([sessionId]);
+  view.topLast = -Infinity;
+  view.seen = new Map();
+  view.loaded = new Map();
+  view.spawned = new Map();
   view.droppedAbove = 0;
   view.windowLoaded = false;
   view.pending = [];
   view.following = true;
   $("#transcript").replaceChildren();
-  $("#timeline-title").textContent = `Timeline of ${sessionId}`;
   for (const item of document.querySelectorAll("#tree li")) item.classList.toggle("selected", item.dataset.session === sessionId);
+  renderHead();
   loadWindow(null).catch((error) => ($("#window-info").textContent = error.message));
+}
+
+// A live event of the tree: the selected session's and its subagents' go into the timeline (a
+// subagent that starts now joins through its parent); any refreshes the tree at most once a second.
+function onLiveEvent(message) {
+  const event = JSON.parse(message.data);
+  const sid = event.session_id;
+  if (!view.family.has(sid) && view.family.has(event.parent_session_id)) view.family.add(sid);
+  if (view.family.has(sid) && event.seq > (view.seen.get(sid) || 0)) {
+    view.seen.set(sid, event.seq);
+    view.pending.push(event);
+    // A hidden tab runs no frames: fold there too, so that what it holds stays bounded.
+    if (view.pending.length >= MAX_PENDING) foldPending();
+    scheduleRender();
+  }
+  if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 1000);
 }
 
 function openSession(sessionId) {
@@ -517,29 +977,15 @@ function openSession(sessionId) {
   closeSession();
   $("#list-view").hidden = true;
   $("#session-view").hidden = false;
-  $("#session-title").textContent = sessionId;
   $("#details").hidden = true;
   $("#session-body").classList.remove("with-details");
   view.top = sessionId;
+  view.nodes = [];
+  loadTree(); // first: the window waits for the tree it reads
   selectSession(sessionId);
-  loadTree();
-  // The subtree's events as they are written: the selected session's go into its timeline, any
-  // event of the tree refreshes the tree (new subagents, statuses) at most once a second.
-  view.source = new EventSource(liveUrl({ session: sessionId, subtree: "1" }));
-  view.source.onopen = () => liveState(true);
-  view.source.onerror = () => liveState(false);
-  view.source.onmessage = (message) => {
-    const event = JSON.parse(message.data);
-    if (event.session_id === view.selected && event.seq > (view.lastSeq || 0)) {
-      view.lastSeq = event.seq;
-      view.pending.push(event);
-      // A hidden tab runs no frames: fold there too, so that what it holds stays bounded.
-      if (view.pending.length >= MAX_PENDING) foldPending();
-      scheduleRender();
-    }
-    if (view.treeTimer === null) view.treeTimer = setTimeout(() => ((view.treeTimer = null), loadTree()), 1000);
-  };
-  view.source.addEventListener("lagged", () => selectSession(view.selected)); // missed some: reload the window
+  // The subtree's events as they are written, from the first one of a session not there yet.
+  const reload = () => (selectSession(view.selected), loadTree()); // missed some: read the window again
+  view.source = liveLink({ session: sessionId, subtree: "1" }, { message: onLiveEvent, lagged: reload, restarted: reload });
   view.ticker = setInterval(tick, 1000);
 }
 
@@ -559,6 +1005,8 @@ function route() {
 }
 
 $("#root").textContent = ROOT;
+$("#zone").textContent = `times in ${zoneName()}`;
+$("#session-id").addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText(view.top).catch(() => {}));
 $("#search").addEventListener("submit", (event) => {
   event.preventDefault();
   list.offset = 0;

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from gz_ia.client import env
 from gz_ia.collector.storage.names import LAYOUT_FILE
 
-__all__ = ["RequestRoot", "default_root", "existing_root", "own_root", "request_root"]
+__all__ = ["RequestRoot", "default_root", "existing_root", "own_root", "request_root", "root_to_come"]
 
 
 class RequestRoot:
@@ -43,6 +43,27 @@ def existing_root(path: str, uid: int) -> str | None:
         return f"{path} belongs to uid {info.st_uid}, not to the sender (uid {uid})"
     if os.path.basename(path) != env.HARNESS_DIR and not os.path.lexists(os.path.join(path, LAYOUT_FILE)):
         return f"{path} is neither a .harness directory nor a root gz-ia writes"
+    return None
+
+
+def root_to_come(path: str, uid: int) -> str | None:
+    """Why a reader of ``uid`` may not wait for the first event of ``path`` (None: it may).
+
+    A page opened on a workspace before its agent's first event waits for it: the root may be one a
+    request could name (:func:`existing_root`), or a ``.harness`` not made yet in a directory of
+    ``uid``, as a client makes it at its first event. Anything else (another user's directory, a
+    path anywhere else) is refused as before. Waiting reads nothing and makes nothing.
+    """
+    problem = existing_root(path, uid)
+    if problem is None or os.path.lexists(path):
+        return problem
+    parent = os.path.dirname(path)
+    try:
+        info = os.lstat(parent)
+    except OSError as exc:
+        return f"{path} cannot be used as a session root ({exc.strerror or exc})"
+    if os.path.basename(path) != env.HARNESS_DIR or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        return f"{path} is not a root this collector writes, nor a .harness to come in a directory of yours"
     return None
 
 

@@ -1,0 +1,326 @@
+"""The fleet with a real NATS server: machines ship, a hub writes every machine's sessions exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from tests.conftest import free_port, send_events, wait_for
+from tests.integration.nats_harness import NatsServer, events, fleet_env, read_root, wait_equal
+
+
+@pytest.fixture(name="nats_server")
+def _nats_server(short_tmp: Path) -> Iterator[NatsServer]:
+    """One real NATS server with JetStream, this test's own."""
+    server = NatsServer(short_tmp / "nats")
+    server.start()
+    yield server
+    server.close()
+
+
+def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_refused(
+    make_collector: Any, nats_server: NatsServer, short_tmp: Path
+) -> None:
+    """Two machines with a session id in common: the hub keeps each machine's session apart, equal to it;
+    a message whose subject names another host than the one it claims is refused and counted."""
+    hub_root = short_tmp / "hub" / ".harness"
+    hub = make_collector(
+        env=fleet_env(
+            nats_server.url,
+            "hub",
+            short_tmp / "hub-state",
+            GZ_IA_FLEET_HUB="true",
+            GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+            GZ_IA_DURABILITY="fsync",
+        )
+    )
+    laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
+    runner = make_collector(env=fleet_env(nats_server.url, "ci-runner", short_tmp / "runner-state"))
+    send_events(laptop, [*events("s1", 40), *events("sub1", 6, parent="s1")])
+    send_events(runner, events("s1", 25))
+    wait_equal(laptop.root, "laptop", hub_root)
+    wait_equal(runner.root, "ci-runner", hub_root)
+    status = json.loads(laptop.gz_ia("status", "--json", check=True).stdout)["fleet"]
+    assert status["role"] == "ship" and status["host"] == "laptop" and status["url"] == nats_server.url
+    assert status["connected"] is True and status["lag_events"] == 0
+    hub_status = json.loads(hub.gz_ia("status", "--json", check=True).stdout)["fleet"]
+    assert hub_status["role"] == "hub" and hub_status["connected"] is True
+    assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 40 + 6 + 25
+
+    # A message claiming a host its subject does not name (hand-published: no collector sends one).
+    line = (laptop.root / "sessions" / "s1.events.jsonl").read_text().splitlines()[0]
+
+    async def forge() -> None:
+        import nats
+
+        client = await nats.connect(nats_server.url)
+        headers = {"Nats-Msg-Id": "forged-1", "Gz-Ia-Host": "laptop"}
+        await client.jetstream().publish("gzia.events.mallory.abcdef", line.encode(), headers=headers)
+        await client.close()
+
+    asyncio.run(forge())
+    wait_for(lambda: hub.metric('gzia_fleet_refused_total{reason="host_mismatch"}') == 1, message="the refusal")
+    assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+    wait_equal(laptop.root, "laptop", hub_root)
+
+    # Reading on the hub: host on sessions and events in --json, host=NAME in logs, --host for a shared id.
+    on_hub = {**hub.env, "GZ_IA_ROOT": str(hub_root)}
+
+    def gz_ia(*args: str) -> list[dict[str, Any]]:
+        result = hub.gz_ia(*args, env=on_hub)
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    sessions = {row["session_id"]: row["host"] for row in gz_ia("sessions", "--json")}
+    assert sessions == {"laptop.s1": "laptop", "laptop.sub1": "laptop", "ci-runner.s1": "ci-runner"}
+    runner_events = gz_ia("logs", "--json", "host=ci-runner")
+    assert len(runner_events) == 25 and {event["host"] for event in runner_events} == {"ci-runner"}
+    shared = gz_ia("session", "logs", "s1", "--host", "ci-runner", "--json")
+    assert [event["attrs"]["n"] for event in shared] == list(range(25))
+    assert [event["parent_session_id"] for event in gz_ia("session", "logs", "sub1", "--json")] == ["laptop.s1"] * 6
+    ambiguous = hub.gz_ia("session", "logs", "s1", env=on_hub)
+    assert ambiguous.returncode != 0 and "--host" in ambiguous.stderr and "ci-runner, laptop" in ambiguous.stderr
+
+    # The page's API: every machine's sessions, each with its host, and host=NAME as a match.
+    from tests.integration.test_web import request
+
+    address = hub.gz_ia("ui", "--no-browser", env=on_hub, check=True).stdout.strip()
+    query = parse_qs(urlsplit(address).query)
+    key, root = query["key"][0], query["root"][0]
+    assert root == str(hub_root)
+    _code, headers, _ = request(hub.http_url, f"/ui/?key={key}&root={root}")
+    jar = {"Cookie": headers["set-cookie"].split(";")[0]}
+    _code, _, body = request(hub.http_url, f"/ui/api/sessions?root={root}&match=host=laptop", jar)
+    rows = {row["session_id"]: row["host"] for row in json.loads(body)["sessions"]}
+    assert rows == {"laptop.s1": "laptop", "laptop.sub1": "laptop"}
+
+    # The page: each session shows its machine, and a click on it filters the list to that machine.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(address)
+        page.wait_for_function("document.querySelectorAll('#sessions tbody tr').length === 3")
+        page.click("#sessions tbody tr[data-session='ci-runner.s1'] button.host")
+        page.wait_for_function("document.querySelectorAll('#sessions tbody tr').length === 1")
+        shown = page.eval_on_selector_all("#sessions tbody tr", "rows => rows.map(row => row.dataset.session)")
+        assert shown == ["ci-runner.s1"]
+        assert page.input_value("#query") == "host=ci-runner"
+        browser.close()
+
+
+def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_doubles_nothing(
+    make_collector: Any, nats_server: NatsServer, short_tmp: Path
+) -> None:
+    """SIGKILL of the machine's collector while it ships, then of the hub while it writes: every session equal."""
+    hub_root = short_tmp / "hub" / ".harness"
+    hub_env = fleet_env(
+        nats_server.url,
+        "hub",
+        short_tmp / "hub-state",
+        GZ_IA_FLEET_HUB="true",
+        GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+        GZ_IA_FLEET_ACK_WAIT="1",
+        GZ_IA_DURABILITY="fsync",
+    )
+    hub = make_collector(env=hub_env)
+    laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
+    load = [event for number in range(20) for event in events(f"k{number}", 150)]
+    send_events(laptop, load[:1500])
+    assert _lines(hub_root) < 1500, "the first half was shipped before the kill: make the load larger"
+    laptop.kill()  # while shipping: positions not saved yet, so acknowledged events go out again
+    laptop.start()
+
+    def kill_the_hub() -> (
+        None
+    ):  # as soon as it writes the second half: what it took and did not acknowledge comes again
+        wait_for(lambda: _lines(hub_root) > 1500, interval=0.002, message="the hub to be writing the second half")
+        hub.kill()
+
+    killer = threading.Thread(target=kill_the_hub)
+    killer.start()
+    send_events(laptop, load[1500:])
+    killer.join()
+    hub.start()
+    wait_equal(laptop.root, "laptop", hub_root)
+    assert sum(len(lines) for lines in read_root(hub_root).values()) == len(load)
+
+
+@pytest.mark.shards(1, 2)
+def test_an_outage_of_the_server_is_caught_up(make_collector: Any, nats_server: NatsServer, short_tmp: Path) -> None:
+    """The server stops: the machine keeps accepting, says it is behind, and catches up once the server is back."""
+    hub_root = short_tmp / "hub" / ".harness"
+    make_collector(
+        env=fleet_env(
+            nats_server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
+        )
+    )
+    laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
+    send_events(laptop, events("before", 20))
+    wait_equal(laptop.root, "laptop", hub_root)
+    nats_server.stop()
+    send_events(laptop, [*events("during", 30), *events("before", 10, start=20)])
+    wait_for(lambda: _fleet(laptop)["lag_events"] == 40, message="the lag to count the events written meanwhile")
+    assert _fleet(laptop)["connected"] is False
+    assert "fleet: ship as laptop on nats://127.0.0.1:" in (text := laptop.gz_ia("status", check=True).stdout)
+    assert "NOT CONNECTED (events are kept and shipped later), 40 events behind" in text
+    assert laptop.metric('gzia_fleet_lag_events{role="ship"}') == 40
+    nats_server.start()
+    wait_equal(laptop.root, "laptop", hub_root)
+    wait_for(lambda: _fleet(laptop)["lag_events"] == 0, message="the lag back to 0")
+
+
+def _lines(root: Path) -> int:
+    """Lines in a root's active session files (cheap enough to poll while the hub writes)."""
+    return sum(path.read_bytes().count(b"\n") for path in (root / "sessions").glob("*.events.jsonl"))
+
+
+def _fleet(collector: Any) -> dict[str, Any]:
+    return dict(json.loads(collector.gz_ia("status", "--json", check=True).stdout)["fleet"])
+
+
+_PERMISSIONS = """
+authorization {
+  users = [
+    {user: laptop, password: "laptop-pw", permissions: {
+      publish: {allow: ["gzia.events.laptop.>", "$JS.API.STREAM.INFO.GZIA"]}, subscribe: {allow: ["_INBOX.>"]}}}
+    {user: hub, password: "hub-pw", permissions: {
+      publish: {allow: ["$JS.API.>", "$JS.ACK.GZIA.>"]}, subscribe: {allow: ["_INBOX.>"]}}}
+  ]
+}
+"""
+
+
+def test_a_machine_can_publish_only_as_itself_over_tls(make_collector: Any, short_tmp: Path) -> None:
+    """Per-subject permissions (docs/operations.md), over TLS: the laptop's user ships its own subject
+    and no other; the certificate is made here by openssl, the servers' and clients' real TLS."""
+    tls = short_tmp / "tls"
+    tls.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tls / "key.pem"), "-out", str(tls / "cert.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config = f'tls {{ cert_file: "{tls / "cert.pem"}", key_file: "{tls / "key.pem"}" }}\n' + _PERMISSIONS
+    server = NatsServer(short_tmp / "nats", config=config)
+    server.start()
+    try:
+        hub_root = short_tmp / "hub" / ".harness"
+        ca = {"GZ_IA_FLEET_TLS_CA": str(tls / "cert.pem")}
+        hub_url = f"tls://hub:hub-pw@127.0.0.1:{server.port}"
+        hub = make_collector(
+            env=fleet_env(
+                hub_url,
+                "hub",
+                short_tmp / "hub-state",
+                GZ_IA_FLEET_HUB="true",
+                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                **ca,
+            )
+        )
+        laptop_url = f"tls://laptop:laptop-pw@127.0.0.1:{server.port}"
+        laptop = make_collector(env=fleet_env(laptop_url, "laptop", short_tmp / "laptop-state", **ca))
+        send_events(laptop, events("own", 6))
+        wait_equal(laptop.root, "laptop", hub_root)
+        assert _fleet(laptop)["url"] == f"tls://laptop:***@127.0.0.1:{server.port}"
+        assert "laptop-pw" not in laptop.gz_ia("status", "--json", check=True).stdout
+
+        async def impersonate() -> None:
+            import ssl
+
+            import nats
+
+            context = ssl.create_default_context(cafile=str(tls / "cert.pem"))
+            client = await nats.connect(laptop_url, tls=context)
+            try:
+                headers = {"Nats-Msg-Id": "x", "Gz-Ia-Host": "mallory"}
+                with pytest.raises(Exception):  # noqa: B017, PT011  (the server drops it: no acknowledgement comes)
+                    await client.jetstream().publish("gzia.events.mallory.abcdef", b"{}", timeout=1, headers=headers)
+            finally:
+                await client.close()
+
+        asyncio.run(impersonate())
+        log = server.log_path.read_text()
+        assert "TLS required for client connections" in log
+        assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in log
+        assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+        assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_a_three_server_cluster_loses_one_server_mid_load(make_collector: Any, short_tmp: Path, soak: Any) -> None:
+    """A stream replicated on three servers: SIGKILL of one while the machine ships and the hub writes."""
+    cluster_ports = [free_port() for _ in range(3)]
+    servers = [
+        NatsServer(
+            short_tmp / "cluster",
+            name=f"n{index}",
+            cluster=(port, [other for other in cluster_ports if other != port]),
+        )
+        for index, port in enumerate(cluster_ports)
+    ]
+    try:
+        for server in servers:
+            server.start(wait=False)
+        for server in servers:
+            wait_for(lambda server=server: "Server is ready" in server.log_path.read_text(), message="a server")
+        url = ",".join(server.url for server in servers)
+        hub_root = short_tmp / "hub" / ".harness"
+        make_collector(
+            env=fleet_env(
+                url,
+                "hub",
+                short_tmp / "hub-state",
+                GZ_IA_FLEET_HUB="true",
+                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                GZ_IA_FLEET_REPLICAS="3",
+                GZ_IA_FLEET_ACK_WAIT="2",
+            )
+        )
+        laptop = make_collector(env=fleet_env(url, "laptop", short_tmp / "laptop-state", GZ_IA_FLEET_REPLICAS="3"))
+        send_events(laptop, [event for number in range(10) for event in events(f"c{number}", 20)])
+        wait_equal(laptop.root, "laptop", hub_root)
+        deadline = time.monotonic() + soak(2.0)
+        batch = 1
+        while batch < 3 or time.monotonic() < deadline:  # an agent's pace: 10 sessions, 10 events each 50 ms
+            send_events(laptop, [event for number in range(10) for event in events(f"c{number}", 10, start=10 * batch)])
+            if batch == 2:
+                servers[0].stop(signal.SIGKILL)
+            batch += 1
+            time.sleep(0.05)
+        hub = make_collector.made[0]
+
+        def explain() -> str:
+            return f"\nlaptop: {_fleet(laptop)}\n{laptop.log()[-4000:]}\nhub: {_fleet(hub)}\n{hub.log()[-4000:]}"
+
+        wait_equal(laptop.root, "laptop", hub_root, timeout=90, explain=explain)
+    finally:
+        for server in servers:
+            server.close()
+
+
+def test_without_the_extra_the_collector_says_which_to_install(make_collector: Any, short_tmp: Path) -> None:
+    """fleet.url set where nats-py is missing: the collector stops at start, naming the extra (nats-py hidden
+    here by a package of that name that fails to import: no real installation lacks it in the workspace)."""
+    shadow = short_tmp / "shadow" / "nats"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('nats-py is not installed here')\n")
+    env = fleet_env("nats://127.0.0.1:1", "laptop", short_tmp / "state", PYTHONPATH=str(shadow.parent))
+    collector = make_collector(env=env, start=False)
+    collector.start(wait=False)
+    assert collector.proc is not None
+    assert collector.proc.wait(60) == 1
+    assert "pip install 'gz-ia-collector[fleet]'" in collector.log()
