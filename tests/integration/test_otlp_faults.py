@@ -25,7 +25,7 @@ pytest.importorskip("opentelemetry.proto")
 pytest.importorskip("mfusepy")
 
 from gz_ia.collector.http import MAX_BODIES_HELD
-from gz_ia.collector.service.otlp_receiver import MAX_OTLP_BODY
+from gz_ia.collector.receivers.otlp import MAX_OTLP_BODY
 
 EXPORTER_TIMEOUT = 10.0
 """The OpenTelemetry SDK's OTLP exporters' default timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``)."""

@@ -11,7 +11,7 @@ import pytest
 
 from gz_ia.client.protocol import Batch, RejectReason, encode_frame
 from gz_ia.collector.ingest.staging import Ingest
-from gz_ia.collector.ingest.validation import decode_batch
+from gz_ia.collector.ingest.validation import checked_batch, decode_batch
 from gz_ia.collector.storage.writer import Writer
 
 GOOD: dict[str, Any] = {
@@ -146,3 +146,30 @@ def test_written_events_are_counted_per_stage_and_status(harness: Path) -> None:
         ("FINISH", "FAILED"): 2,
     }
     writer.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"session_id": "../x"},
+        {"session_id": "x" * 129},
+        {"timestamp": "yesterday"},
+        {"duration_ms": -1},
+        {"stage": "WRITING"},
+        {"status": "FAILED"},
+        {"action": "x" * 513},
+        {"agent": 7},
+        {"attrs": {"k": [1, 2]}},
+    ],
+)
+def test_events_made_in_the_collector_are_checked_as_a_clients_frame_is(change: dict[str, Any]) -> None:
+    """A receiver's events (a hook's, an export's) get from checked_batch the very events and
+    reasons the socket's decode gives the same fields, without being encoded first."""
+    events = [GOOD, {**GOOD, **change}, GOOD]
+    checked = checked_batch(10, [dict(event) for event in events])
+    decoded = decode_batch(_body(*events))
+    assert checked.first == decoded.first
+    assert msgspec.to_builtins(checked.events) == msgspec.to_builtins(decoded.events)
+    assert checked.rejections == decoded.rejections
+    assert checked.raw.keys() == decoded.raw.keys()

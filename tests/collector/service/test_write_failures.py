@@ -41,6 +41,7 @@ from gz_ia.client.protocol import (
 )
 from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector.service import write_passes
+from gz_ia.collector.service.connection import Connection
 from gz_ia.collector.service.server import Collector
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.writer import FlushJob
@@ -207,7 +208,7 @@ def test_a_producer_whose_staged_batch_was_lost_sends_nothing_more_until_it_reco
         await until(failing.entered.is_set)
         await peer.send(1, "bb-1")  # staged in s1 while that pass is in flight: lost with it
         await third.send(1, "dd-1", session="s2")  # something for the next pass to write
-        await until(lambda: len(collector._replies) == 2)
+        await until(lambda: len(collector.passes._replies) == 2)
         following = lab.writes.hold(fail=False)
         failing.gate.set()
         await until(following.entered.is_set)
@@ -218,7 +219,7 @@ def test_a_producer_whose_staged_batch_was_lost_sends_nothing_more_until_it_reco
         await peer.send(2, "bb-2")
         await until(
             lambda: (
-                len(collector._replies) == 1
+                len(collector.passes._replies) == 1
                 or not any(c.producer == "bb" and not c.closing for c in collector.connections)
             )
         )
@@ -247,7 +248,7 @@ def test_a_duplicate_is_answered_only_once_its_original_is_written(lab: Lab) -> 
         await until(failing.entered.is_set)
         resent = await lab.connect("cc")  # as after a dropped connection
         await resent.send(1, "cc-1")
-        await until(lambda: len(lab.collector._replies) == 1)
+        await until(lambda: len(lab.collector.passes._replies) == 1)
         failing.gate.set()
         for peer in (first, resent):
             replies = await peer.rest()
@@ -282,8 +283,9 @@ def test_past_the_staging_bound_reading_resumes_as_soon_as_a_pass_takes_what_was
         await until(taking.entered.is_set)  # the second pass has taken bb-1 and is held
         await third.send(1, "cc-1", session="s2")
         # Read and staged beside the held pass (well before the gate gives up after 10 s).
-        await asyncio.wait_for(until(lambda: len(collector._replies) == 1), 3)
-        assert collector._replies[0][0].producer == "cc"
+        await asyncio.wait_for(until(lambda: len(collector.passes._replies) == 1), 3)
+        (reply, _outcome) = collector.passes._replies[0]
+        assert isinstance(reply, Connection) and reply.producer == "cc"
         taking.gate.set()
         for peer in (first, second, third):
             assert isinstance(await peer.next(), Verdicts)
@@ -308,7 +310,7 @@ def test_a_wide_pass_of_appends_is_written_on_the_loop_in_parts_that_let_it_read
             if len(lab.writes.calls) == 2:  # the first part on the loop: bb-1 arrives now
                 second.sock.send(encode_frame(Batch(first=1, events=[_event("bb-1", "s2")], verdicts=True)))
             if len(lab.writes.calls) == 3:
-                staged_between.append(len(collector._replies))
+                staged_between.append(len(collector.passes._replies))
 
         lab.writes.hook = between_parts
         for number, prefix in ((1, "a"), (601, "b")):

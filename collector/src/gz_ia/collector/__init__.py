@@ -9,11 +9,12 @@ that share a floor do not import each other (the import-linter contract in the r
 * :mod:`.daemon` (start-up, one process or a sharded front and its shares) and :mod:`.testing`
   (an in-process collector on a test's event loop);
 * :mod:`.sharding`: the front, its share processes and their links, the merged metrics;
-* :mod:`.hooks_http` (agents' hooks posted over loopback HTTP, staged as a client's batch) and
+* :mod:`.receivers` (the sources heard beside the socket: OTLP/HTTP, Claude Code's http hooks,
+  the hook inbox, and the HTTP side's whole route table; each stages through the intake) and
   :mod:`.fleet` (shipping to NATS JetStream, and the hub that writes every machine's sessions);
-* :mod:`.service` (one collector process: connections, write passes, gc and status requests,
-  adoption, health, admission), :mod:`.mcp` (the MCP tools) and :mod:`.integrations` (agents'
-  hooks and settings);
+* :mod:`.service` (one collector process: the intake every source stages through, connections,
+  write passes, gc and status requests, adoption, health, admission), :mod:`.mcp` (the MCP
+  tools) and :mod:`.integrations` (agents' hooks and settings);
 * :mod:`.web`: the web view on the HTTP side (the page, its JSON, ``/live``);
 * :mod:`.live`: live subscriptions (rings of what was written, replay, ``lagged``);
 * :mod:`.ingest` (a batch's fate: validation, the stage protocol, staging), :mod:`.otel` (the

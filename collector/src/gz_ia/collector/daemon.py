@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from .fleet.runner import FleetRunner
-    from .hooks_http.inbox import HookInbox
     from .http.server import ServerThread
     from .metrics import Metrics
+    from .receivers.inbox import HookInbox
     from .service.server import Collector
     from .sharding.front import Front
 
@@ -212,9 +212,8 @@ def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.
     binds at ``http_address``. A busy port never stops the event service: it is logged and shown
     in ``gz-ia status``, and events are accepted all the same."""
     from .credentials import load_credentials
-    from .hooks_http import http_routes as hook_routes
     from .http import HttpServer
-    from .service.http_routes import collector_routes
+    from .receivers.routes import http_routes
 
     sock = inherited
     if sock is None:
@@ -240,9 +239,14 @@ def serve_http(collector: Collector, config: CollectorConfig, inherited: socket.
         log.error("http NOT served: %s; events are still accepted", collector.http_error)
         sock.close()
         return
-    routes = collector_routes(collector)
-    for route in hook_routes(collector):
-        routes.add(route)
+    routes = http_routes(
+        collector.intake,
+        collector.writer,
+        collector.metrics,
+        version=collector.version,
+        endpoints=lambda: collector.http.endpoints() if collector.http is not None else {},
+        services=collector.web.routes(),
+    )
     server = HttpServer(routes, own_uid=os.getuid(), key=key, counters=collector.metrics.http)
     collector.attach_http(server, sock)
 
@@ -265,9 +269,9 @@ def _holder(host: str, port: int) -> str:
 
 
 def take_hook_inbox(config: CollectorConfig, metrics: Metrics, listening: socket.socket) -> HookInbox | None:
-    """Start taking the hook inbox of the collector's spool directory (see :mod:`.hooks_http.inbox`),
+    """Start taking the hook inbox of the collector's spool directory (see :mod:`.receivers.inbox`),
     through the collector's own socket; None (and why, logged) where it cannot be used."""
-    from .hooks_http.inbox import HookInbox
+    from .receivers.inbox import HookInbox
 
     spool = config.spool_dir or env.locate_spool()
     try:

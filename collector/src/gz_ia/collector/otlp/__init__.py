@@ -3,7 +3,7 @@
 :mod:`.bodies` reads an export request (protobuf or OTLP JSON, gzip undone within a bound) into the
 ``opentelemetry-proto`` messages (extra ``[otlp]``); :mod:`.mapping` turns spans and log records into
 the events of the client protocol, each group under a key that makes a re-sent export a duplicate.
-Both are pure: the receiver (:mod:`gz_ia.collector.service.otlp_receiver`) stages what they return
+Both are pure: the receiver (:mod:`gz_ia.collector.receivers.otlp`) stages what they return
 through the same ingest path as a batch from a client.
 """
 

@@ -37,14 +37,13 @@ from gz_ia.client.protocol import (
 )
 from gz_ia.client.spool import SpoolRecord, orphaned_spools, read_segment
 from gz_ia.collector.errors import CollectorError
-from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
 from gz_ia.collector.ingest.validation import decode_batch
 from gz_ia.collector.metrics import Metrics
-from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.root_lock import RootLocked
 from gz_ia.collector.storage.roots import LayoutError, transient_cause
 from gz_ia.collector.storage.sessions import RootStore
-from gz_ia.collector.storage.writer import Writer
+
+from .intake import Intake
 
 __all__ = [
     "QUARANTINE_DIR",
@@ -92,29 +91,25 @@ Raises :class:`NotNow` or :class:`Unadoptable`."""
 
 def adopt_spools(
     directory: Path,
-    ingest: Ingest,
-    writer: Writer,
+    intake: Intake,
     *,
     uid: int,
     sockets: list[str],
     open_root: Callable[[Path], RootStore],
-    durable: bool,
-    on_outcome: Callable[[BatchOutcome], None],
-    on_flushed: Callable[[list[AppendFile], list[tuple[AppendFile, OSError]]], None],
 ) -> Adoption:
     """Ingest every orphaned spool under ``directory`` this collector is entitled to (see the module).
 
-        Only spool files owned by ``uid`` are read; ``sockets`` are this collector's; ``open_root``
-        returns a root's store once this collector holds its lock (raising
-        :class:`~..storage.root_lock.RootLocked` otherwise); ``durable`` syncs what is written before the
-        spool is deleted. ``on_outcome`` receives each batch's outcome once it is written (for metrics);
-    ``on_flushed`` the files each write wrote and those it failed (for health, as after a write pass).
+    Only spool files owned by ``uid`` are read; ``sockets`` are this collector's; ``open_root``
+    returns a root's store once this collector holds its lock (raising
+    :class:`~..storage.root_lock.RootLocked` otherwise). Each root's part is written at once
+    through ``intake`` (:meth:`.intake.Intake.write_now`), with the collector's durability,
+    before the spool is deleted.
 
-        A producer's events are written in the order of their numbers, not of its segments: at exit a
-        client spools its unanswered window, older numbers, after what it spilled while waiting, and
-        applied segment by segment those would follow higher numbers of the same session and be taken
-        for duplicates. So each root's part of a spool is read whole first (it is bounded by the
-        client's ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
+    A producer's events are written in the order of their numbers, not of its segments: at exit a
+    client spools its unanswered window, older numbers, after what it spilled while waiting, and
+    applied segment by segment those would follow higher numbers of the same session and be taken
+    for duplicates. So each root's part of a spool is read whole first (it is bounded by the
+    client's ``max_spool_bytes``), and nothing of it is deleted until all of it is written.
     """
 
     def deliver(producer: str, root_path: str, records: list[SpoolRecord]) -> int:
@@ -129,13 +124,9 @@ def adopt_spools(
             raise Unadoptable(str(exc)) from exc
         except OSError as exc:
             raise NotNow(f"cannot open root {root_path!r}: {exc}") from exc
-        outcomes = [ingest.apply(root, producer, decode_batch(body)) for body in bodies]
-        written, failed, _ = writer.flush(durable=durable)
-        on_flushed(written, failed)
-        if failed or not all(outcome.intact() for outcome in outcomes):
+        outcomes = intake.write_now(root, producer, [decode_batch(body) for body in bodies])
+        if outcomes is None:
             raise NotNow("its events could not be written")
-        for outcome in outcomes:
-            on_outcome(outcome)
         return sum(outcome.count for outcome in outcomes)
 
     return adopt_each(directory, uid, entitled(sockets), deliver)

@@ -1,10 +1,11 @@
 """One client connection: the handshake, then each frame decoded and applied as it arrives.
 
 Each connection is an :class:`asyncio.Protocol` of the :class:`~.server.Collector`'s loop, which it
-knows only as a :class:`ConnectionHost` (the calls it makes of it; this module imports no server). A batch is
-decoded (:mod:`..ingest.validation`) and staged (:mod:`..ingest.staging`) at once; its verdicts are sent after the
-collector's next write pass. A connection with too many batches awaiting verdicts, or whose peer
-does not read its replies, is no longer read (backpressure).
+knows only as a :class:`ConnectionHost` (the calls it makes of it; this module imports no server).
+A batch is decoded (:mod:`..ingest.validation`) and handed to the process's :class:`~.intake.Intake`
+at once; the connection is the batch's :class:`~.replies.Reply`, which sends its verdicts after the
+write pass. A connection with too many batches awaiting verdicts, or whose peer does not read its
+replies, is no longer read (backpressure).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Final, Protocol
 import msgspec
 
 from gz_ia.client.protocol import (
-    MAX_BATCH_EVENTS,
     MAX_FRAME,
     PROTOCOL_VERSION,
     Batch,
@@ -36,11 +36,11 @@ from gz_ia.client.protocol import (
     Report,
     Route,
     Subscribe,
+    Verdicts,
     Welcome,
     client_message_decoder,
     encode_frame,
 )
-from gz_ia.collector.ingest.rules import too_many_events
 from gz_ia.collector.ingest.validation import DecodedBatch, decode_batch
 from gz_ia.collector.metrics import write_error_kind
 from gz_ia.collector.storage.root_lock import RootLocked
@@ -48,33 +48,33 @@ from gz_ia.collector.storage.roots import LayoutError, transient_cause
 from gz_ia.collector.storage.sessions import RootStore
 
 from .admission import admit
-from .duties import reject_unserved
 from .subscriptions import ConnectionSubscriptions
 
 if TYPE_CHECKING:
     from gz_ia.collector.config import CollectorConfig
-    from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+    from gz_ia.collector.ingest.staging import BatchOutcome
     from gz_ia.collector.live import Hub
     from gz_ia.collector.metrics import Metrics
     from gz_ia.collector.storage.root_lock import RootLocks
 
     from .admission import ConnectionLimits
-    from .duties import Role
     from .health import Health
+    from .intake import Intake
 
 __all__ = ["Connection", "ConnectionHost"]
 
 log = logging.getLogger("gz_ia.collector")
 
 _PRODUCER: Final = re.compile(r"[0-9a-f]{1,32}")
+_WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 
 
 class ConnectionHost(Protocol):
     """What a connection uses of the process that accepted it (:class:`.server.Collector` is one).
 
-    The process's settings and counters, the sets it keeps its connections in, and the calls a
-    connection makes of it: opening a root, staging a batch's verdicts for the next write
-    pass, a status or gc answer. A connection sets none of these attributes.
+    The process's settings and counters, the sets it keeps its connections in, its intake, and the
+    calls a connection makes of it: opening a root, a status or gc answer. A connection sets none
+    of these attributes.
     """
 
     uid: int
@@ -82,8 +82,8 @@ class ConnectionHost(Protocol):
     version: str
     config: CollectorConfig
     metrics: Metrics
-    role: Role
-    ingest: Ingest
+    intake: Intake
+    """Where its batches are staged, and answered after the write (:meth:`written`, :meth:`lost`)."""
     health: Health
     root_locks: RootLocks
     connection_limits: ConnectionLimits | None
@@ -96,15 +96,14 @@ class ConnectionHost(Protocol):
     """The connections not read for backpressure."""
     tasks: set[asyncio.Future[dict[str, object]]]
     """Requests in progress (``gz-ia gc``), referenced until they answer."""
-    overloaded: bool
-    """Set while the next write pass holds too much: no connection is read."""
+
+    @property
+    def overloaded(self) -> bool:
+        """Set while the next write pass holds too much: no connection is read."""
+        ...
 
     def open_root(self, path: Path, uid: int) -> RootStore:
         """The store of root ``path`` (owned by ``uid``), once the process holds its lock."""
-        ...
-
-    def enqueue(self, connection: Connection, outcome: BatchOutcome, size: int) -> None:
-        """Send the batch's verdicts after the next write pass."""
         ...
 
     async def collect(self, request: Collect, uid: int) -> dict[str, object]:
@@ -294,26 +293,14 @@ class Connection(asyncio.Protocol):
         self.refuse(RejectReason.MALFORMED, "unexpected route frame: this collector's welcome did not ask for routing")
 
     def handle_batch(self, decoded: DecodedBatch, size: int) -> None:
-        """Apply and stage a batch; its verdicts follow the write (see :meth:`Collector.enqueue`)."""
-        collector = self.collector
+        """Stage a batch through the intake; its verdicts follow the write (see :meth:`written`)."""
         assert self.root is not None
-        if self.root.removed:
+        self.awaiting += 1
+        if not self.collector.intake.stage(self.root, self.producer, decoded, self, size):
             # Its directories were deleted (``rm -r .harness``) while this connection was idle:
             # the client recreates the root when it reconnects, and the next hello opens it afresh.
+            self.awaiting -= 1
             self.fail(RejectReason.WRITE_FAILED, f"the session root {self.root.path} was removed; reconnect")
-            return
-        count = len(decoded.events)
-        collector.metrics.events_received.inc(count)
-        if count > MAX_BATCH_EVENTS:
-            rejection = too_many_events()
-            decoded = DecodedBatch(
-                decoded.first, decoded.verdicts, [None] * count, dict.fromkeys(range(count), rejection), {}
-            )
-        elif collector.role.serves is not None:
-            reject_unserved(decoded, collector.role)
-        outcome = collector.ingest.apply(self.root, self.producer, decoded)
-        self.awaiting += 1
-        collector.enqueue(self, outcome, size)
 
     def _collect(self, request: Collect) -> None:
         """``gz-ia gc``: run it in the collector's writer, answer with its report (see .collection)."""
@@ -368,10 +355,20 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def answered(self) -> None:
-        """One batch got its verdicts: maybe resume reading."""
+    # --- its batches' replies (a :class:`~.replies.Reply`) ---------------------------------------------
+
+    def written(self, outcome: BatchOutcome) -> None:
+        """One batch is written: send its verdicts, and maybe resume reading."""
+        self.send(
+            Verdicts(first=outcome.first, count=outcome.count, seqs=outcome.seqs or [], rejected=outcome.rejections)
+        )
         self.awaiting -= 1
         self.update_reading()
+
+    def lost(self) -> None:
+        """A failed write dropped one of its batches: refuse it and close, before another frame is read."""
+        if not self.closing:
+            self.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
 
     def update_reading(self) -> None:
         """Pause or resume reading this connection: paused while its peer does not read, while too

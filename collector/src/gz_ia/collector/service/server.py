@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import time
@@ -21,9 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+import msgspec
+
+from gz_ia.client import env
+from gz_ia.client.protocol import Collect
 from gz_ia.collector.config import CollectorConfig
 from gz_ia.collector.http import HttpServer
-from gz_ia.collector.ingest.staging import BatchOutcome, Ingest
+from gz_ia.collector.ingest.staging import Ingest
 from gz_ia.collector.live import Hub
 from gz_ia.collector.live.feed import WrittenFeed
 from gz_ia.collector.metrics import Metrics, root_id
@@ -37,15 +42,16 @@ from gz_ia.collector.web.api import open_cycles
 from gz_ia.collector.web.memory import summaries_in_memory
 
 from .admission import ConnectionLimits, descriptor_limit, socket_reserve
-from .adoption import adopt_spools, count_adoption
+from .adoption import adopt_spools, count_adoption, quarantined_spools
 from .connection import Connection
 from .duties import WHOLE, Role
 from .health import Health
+from .intake import Intake
 from .known_roots import KnownRoots, default_state_dir
 from .listener import serve_sockets
 from .reload import begin_reload, changed_settings, finish_reload
 from .request_roots import root_to_come
-from .requests import Answers
+from .requests import Collection
 from .systemd import Notifier, watchdog_interval
 from .write_passes import WritePasses
 
@@ -75,8 +81,11 @@ def file_budget(configured: int) -> int:
     return min(configured, budget)
 
 
-class Collector(WritePasses, Answers):
+class Collector:
     """The daemon: listening sockets, connections, the flush task, signals and systemd.
+
+    It is composed of parts it owns: the :attr:`writer`, the :attr:`passes` that write and answer
+    what the :attr:`intake` stages, the :attr:`collection` that answers ``gz-ia gc``.
 
     Args:
         config: the effective configuration.
@@ -135,16 +144,16 @@ class Collector(WritePasses, Answers):
         self.sockets: list[str] = []
         """The paths of the sockets this process listens on (known once :meth:`serve` runs)."""
         self.root_locks = RootLocks(pid=os.getpid(), sockets=self.sockets, front=role.lock_holder)
-        self._replies: list[tuple[Connection, BatchOutcome]] = []
-        self._work = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
-        self._staged = 0
-        self.overloaded = False
-        """Set while more than _MAX_STAGED_BYTES wait for the next write pass: nothing is read."""
         self._servers: list[asyncio.AbstractServer] = []
-        self._stopping = asyncio.Event()
-        self._error_logged: set[str] = set()
         self.health = Health()
+        self.passes = WritePasses(
+            self.writer, metrics, self.health, self.connections, durable=config.durability == "fsync"
+        )
+        """The write passes: what is staged is written, then answered."""
+        self.intake = Intake(self.ingest, self.passes, metrics, self.health, role, self.open_root)
+        """The one way into the write path, for every source (see :mod:`.intake`)."""
+        self.collection = Collection(self.writer, role, self.passes)
+        """Answers ``gz-ia gc``."""
         self.tasks: set[asyncio.Future[dict[str, object]]] = set()
         """Requests in progress (``gz-ia gc``), referenced until they answer."""
         self.http: HttpServer | None = None
@@ -220,6 +229,72 @@ class Collector(WritePasses, Answers):
         paths.update(os.path.realpath(path) for path, uid, _socket in self.known_roots if uid == self.uid)
         return sorted(paths)
 
+    @property
+    def overloaded(self) -> bool:
+        """Set while the next write pass holds too much: no connection is read."""
+        return self.passes.overloaded
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where clients spool (and where adoption looks)."""
+        return Path(self.config.spool_dir) if self.config.spool_dir else env.default_spool_dir()
+
+    async def collect(self, request: Collect, uid: int) -> dict[str, object]:
+        """Run ``gz-ia gc`` on a root (see :class:`.requests.Collection`); its report."""
+        return await self.collection.collect(request, uid)
+
+    def limits(self) -> dict[str, int]:
+        """The limits in effect in this process, which may be lower than configured: ``max_open_files``
+        after :func:`file_budget` fitted it to the descriptor limit."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return {
+            "max_open_files": self.writer.max_open_files,
+            "descriptor_limit": -1 if soft == resource.RLIM_INFINITY else soft,
+            "max_open_actions": self.config.max_open_actions,
+            "max_backlog_batches": self.config.max_backlog_batches,
+            **(self.connection_limits.report() if self.connection_limits is not None else {}),
+        }
+
+    def _shown_config(self) -> dict[str, object]:
+        """The configuration as the status shows it: a password in the fleet's URL masked."""
+        shown: dict[str, object] = msgspec.to_builtins(self.config)
+        fleet = shown.get("fleet")
+        if isinstance(fleet, dict):
+            fleet["url"] = self.config.fleet.shown_url()
+        return shown
+
+    def status(self) -> dict[str, object]:
+        """Health, version, uptime, roots, sessions and counters, for ``gz-ia status``."""
+        healthy, reasons = self.health.report()
+        return {
+            "healthy": healthy,
+            "reasons": reasons,
+            "spools": {"quarantined": quarantined_spools(self.spool_dir)},
+            "version": self.version,
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started, 3),
+            "durability": self.config.durability,
+            "config": self._shown_config(),
+            "config_reload_refused": self.metrics.reload_refused or None,
+            "limits": self.limits(),
+            "metrics_endpoint": self.metrics.endpoint_report(),
+            "endpoints": self.http.endpoints() if self.http is not None and self.http.port else {},
+            "http_error": self.http_error,
+            "fleet": self.fleet_report() if self.fleet_report is not None else None,
+            "connections": len(self.connections),
+            "roots": [
+                {
+                    "path": str(root.path),
+                    "id": root_id(root.path),
+                    "sessions_loaded": len(root.sessions),
+                    "open_sessions": sum(1 for state in root.sessions.values() if state.open_actions),
+                }
+                for root in self.writer.roots
+            ],
+            "counters": self.metrics.status_counters(),
+            "live": self.hub.report(),
+        }
+
     def ui_url(self) -> str | None:
         """The web view's address with this start's key (None: the HTTP side is not served)."""
         return self.web.url() if self.http is not None else None
@@ -242,14 +317,14 @@ class Collector(WritePasses, Answers):
             await self.http.start(self._http_socket)
             log.info("http on %s", self.http.base_url)
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._stopping.set)
+            loop.add_signal_handler(signum, self.passes.stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
         if self.role.adopts_spools:
             try:
                 self.adopt_spools()
             except Exception:  # pragma: no cover - a bad spool must not stop the start
                 log.exception("spool adoption failed; will retry")
-        flusher = asyncio.create_task(self.flush_loop(), name="gz-ia-flush")
+        flusher = asyncio.create_task(self.passes.flush_loop(), name="gz-ia-flush")
         watchdog = asyncio.create_task(self._watchdog_loop(), name="gz-ia-watchdog")
         adopter = asyncio.create_task(
             self._adoption_loop() if self.role.adopts_spools else asyncio.sleep(0), name="gz-ia-adoption"
@@ -260,7 +335,7 @@ class Collector(WritePasses, Answers):
         else:
             log.info("%s", self.role.started_message)
         try:
-            await self._stopping.wait()
+            await self.passes.stopping.wait()
         finally:
             self.notifier.notify("STOPPING=1", "STATUS=draining")
             log.info("stopping: draining connections")
@@ -275,12 +350,12 @@ class Collector(WritePasses, Answers):
             watchdog.cancel()
             # Never cancel the flusher: a write pass in its worker thread would go on beside the
             # final one. Woken up, it finishes what is in flight and returns (stopping is set).
-            self._work.set()
+            self.passes.wake()
             await flusher
             for task in (adopter, watchdog):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await self.flush_once()
+            await self.passes.flush_once()
             await self._close_connections()
             self.writer.close()
             self.root_locks.release()
@@ -291,7 +366,7 @@ class Collector(WritePasses, Answers):
 
     def stop(self) -> None:
         """Ask :meth:`serve` to drain and return (as SIGTERM does)."""
-        self._stopping.set()
+        self.passes.stopping.set()
 
     async def _close_connections(self) -> None:
         for connection in list(self.connections):
@@ -353,6 +428,7 @@ class Collector(WritePasses, Answers):
         old = self.config
         self.writer.configure(new)  # rotation and retention, from the next write on
         self.config = new
+        self.passes.durable = new.durability == "fsync"
         self.writer.max_open_files = file_budget(new.max_open_files)  # LRU closes the excess at next open
         self.ingest.cycles.per_session = new.max_open_actions
         self.ingest.cycles.total = self.role.open_actions_total(new.max_open_actions_total)
@@ -412,14 +488,10 @@ class Collector(WritePasses, Answers):
         """Deliver the disk spools of clients that died (see :mod:`.adoption`); return the events."""
         done = adopt_spools(
             self.spool_dir,
-            self.ingest,
-            self.writer,
+            self.intake,
             uid=self.uid,
             sockets=self.sockets,
             open_root=lambda path: self.open_root(path, self.uid),
-            durable=self.config.durability == "fsync",
-            on_outcome=self.count_outcome,
-            on_flushed=self.note_flushed,
         )
         count_adoption(self.metrics, done)
         if done.events:
@@ -429,9 +501,9 @@ class Collector(WritePasses, Answers):
     async def _adoption_loop(self) -> None:
         while True:
             await asyncio.sleep(_ADOPTION_INTERVAL)
-            async with self._flush_lock:  # adoption writes synchronously: never beside a write pass
+            async with self.passes.lock:  # adoption writes synchronously: never beside a write pass
                 try:
                     self.adopt_spools()
                 except Exception:  # pragma: no cover - never let a bad spool take the daemon down
                     log.exception("spool adoption failed; will retry")
-                self.fail_lost_batches()  # its write pass also wrote (or lost) what clients staged
+                self.passes.fail_lost_batches()  # its write pass also wrote (or lost) what clients staged

@@ -1,9 +1,9 @@
-"""Group commit: what connections staged is written in one pass, and only then answered.
+"""Group commit: what the intake staged is written in one pass, and only then answered.
 
 One flush task writes every dirty session with one ``write(2)`` each, syncs them when durability
-is ``fsync`` (whatever arrived during the previous sync shares the next one), and only then sends
-each batch its verdicts. Past a bound of staged bytes or files, no connection is read until the
-pass in flight is detached, so memory stays bounded.
+is ``fsync`` (whatever arrived during the previous sync shares the next one), and only then tells
+each batch's :class:`~.replies.Reply`. Past a bound of staged bytes or files, no connection is read
+until the pass in flight is detached, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -11,23 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Final
+from collections.abc import Set
+from typing import Final, Protocol
 
 from gz_ia.client.protocol import Rejection as WireRejection
-from gz_ia.client.protocol import RejectReason, Verdicts
 from gz_ia.collector.ingest.staging import BatchOutcome
 from gz_ia.collector.metrics import Metrics, write_error_kind
 from gz_ia.collector.storage.open_files import AppendFile
 from gz_ia.collector.storage.writer import FlushJob, Writer
 
 from .health import Health
+from .replies import Reply
 
-if TYPE_CHECKING:
-    from gz_ia.collector.config import CollectorConfig
-
-    from .connection import Connection
-
-__all__ = ["WritePasses"]
+__all__ = ["Reading", "WritePasses"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -39,7 +35,6 @@ _INLINE_ITEMS: Final = 256
 the page cache, and in a worker thread each of them would wait for the GIL, which a busy loop holds
 for up to the switch interval. File creation (slow where many files were removed lately) and
 ``fdatasync`` stay in the thread."""
-_WRITE_FAILED: Final = "the collector could not write this batch (see its log); resend after reconnecting"
 _MAX_STAGED_BYTES: Final = 16 << 20
 """Received bytes staged for one write pass before the collector stops reading every connection."""
 _MAX_STAGED_FILES: Final = 16_384
@@ -56,28 +51,61 @@ def _plain(job: FlushJob) -> bool:
     return not job.retired and opens <= _INLINE_OPENS
 
 
+class Reading(Protocol):
+    """A connection, as the write passes see it: read or not, as the staging bound allows."""
+
+    def update_reading(self) -> None:
+        """Pause or resume reading it, as the bounds now say (:attr:`WritePasses.overloaded` among them)."""
+        ...
+
+
 class WritePasses:
-    """The collector's write passes and the verdicts that follow them (a part of :class:`.server.Collector`)."""
+    """The collector's write passes and the answers that follow them (a part the process owns).
 
-    config: CollectorConfig
-    metrics: Metrics
-    writer: Writer
-    health: Health
-    connections: set[Connection]
-    overloaded: bool
-    """Set while more than _MAX_STAGED_BYTES wait for the next write pass: nothing is read."""
-    _replies: list[tuple[Connection, BatchOutcome]]
-    _work: asyncio.Event
-    _flush_lock: asyncio.Lock
-    _stopping: asyncio.Event
-    _staged: int
-    _error_logged: set[str]
-    _unrecorded_logged_at: float = -_UNRECORDED_LOG_INTERVAL
-    """When reject records lost were last logged (long enough ago at first)."""
+    Args:
+        writer: the one writer.
+        metrics: where passes, write errors and outcomes are counted.
+        health: told of write errors and of writes that succeed again.
+        connections: the connections read, paused together past the staging bound.
+        durable: whether a pass is synced before it is answered (``durability = "fsync"``); the
+            process sets it again on a reload.
+    """
 
-    def enqueue(self, connection: Connection, outcome: BatchOutcome, size: int) -> None:
-        """Queue a batch's verdicts for after the next flush; past the staging bound, stop reading."""
-        self._replies.append((connection, outcome))
+    def __init__(
+        self, writer: Writer, metrics: Metrics, health: Health, connections: Set[Reading], *, durable: bool
+    ) -> None:
+        self.writer = writer
+        self.metrics = metrics
+        self.health = health
+        self.connections = connections
+        self.durable = durable
+        self.overloaded = False
+        """Set while more than _MAX_STAGED_BYTES wait for the next write pass: nothing is read."""
+        self.lock = asyncio.Lock()
+        """Held by the write pass in flight, and by whatever writes or removes sessions beside the
+        passes (spool adoption, ``gz-ia gc``): one writer at a time."""
+        self.stopping = asyncio.Event()
+        """Set when the process stops: :meth:`flush_loop` returns after the pass in flight."""
+        self._replies: list[tuple[Reply, BatchOutcome]] = []
+        self._work = asyncio.Event()
+        self._staged = 0
+        self._error_logged: set[str] = set()
+        self._unrecorded_logged_at = -_UNRECORDED_LOG_INTERVAL
+        """When reject records lost were last logged (long enough ago at first)."""
+
+    @property
+    def waiting(self) -> int:
+        """Batches staged for the next pass, not answered yet."""
+        return len(self._replies)
+
+    def wake(self) -> None:
+        """Make the flush task look again (at stop: it returns once the pass in flight is done)."""
+        self._work.set()
+
+    def enqueue(self, reply: Reply, outcome: BatchOutcome, size: int) -> None:
+        """Queue a batch's answer for after the next flush; past the staging bound, stop reading.
+        (Only the intake calls it: :meth:`.intake.Intake.stage`.)"""
+        self._replies.append((reply, outcome))
         self._work.set()
         self._staged += size
         if (self._staged > _MAX_STAGED_BYTES or self.writer.dirty_files > _MAX_STAGED_FILES) and not self.overloaded:
@@ -89,7 +117,7 @@ class WritePasses:
 
     async def flush_loop(self) -> None:
         """Run a write pass whenever something is staged, until the process stops (its flush task)."""
-        while not self._stopping.is_set():
+        while not self.stopping.is_set():
             await self._work.wait()
             if len(self._replies) > 1 or len(self.connections) > 1:
                 # One more loop pass first: every connection with data ready gets read, so that one
@@ -105,14 +133,14 @@ class WritePasses:
         the loop or beside the worker thread; the flush lock keeps a single write pass in flight
         (adoption takes it too).
         """
-        async with self._flush_lock:
+        async with self.lock:
             replies = self._replies
             self._replies = []
             writer = self.writer
             job = writer.take()
             self._staged = 0
             self._resume_reading()
-            durable = self.config.durability == "fsync"
+            durable = self.durable
             if not durable and _plain(job):
                 written_data, failed = await self._write_on_loop(job)
             elif job.items or job.retired:
@@ -149,7 +177,7 @@ class WritePasses:
                 connection.update_reading()
 
     def _answer(
-        self, replies: list[tuple[Connection, BatchOutcome]], failed: list[tuple[AppendFile, OSError]], nbytes: int
+        self, replies: list[tuple[Reply, BatchOutcome]], failed: list[tuple[AppendFile, OSError]], nbytes: int
     ) -> None:
         metrics = self.metrics
         if nbytes:
@@ -158,37 +186,28 @@ class WritePasses:
             self._report_write_error(target, exc)
         now = time.monotonic()
         any_written = False
-        for connection, outcome in replies:
+        for reply, outcome in replies:
             if not outcome.intact():
-                connection.awaiting -= 1
-                connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
+                reply.lost()
                 continue
             self.count_outcome(outcome)
             any_written = any_written or bool(outcome.written)
             metrics.write_latency.observe(now - outcome.received_at)
-            connection.send(
-                Verdicts(
-                    first=outcome.first,
-                    count=outcome.count,
-                    seqs=outcome.seqs or [],
-                    rejected=outcome.rejections,
-                )
-            )
-            connection.answered()
+            reply.written(outcome)
         if any_written:
             metrics.mark_written()
 
     def fail_lost_batches(self) -> None:
-        """Close at once every connection with a staged batch that a failed write just dropped.
+        """Refuse at once every staged batch that a failed write just dropped (closing its connection).
 
         A producer's events must reach each session in order: a session's watermark takes every
         number up to the highest one written as delivered. Left open until that batch's turn, the
         connection could get a later batch written into the session rebuilt from its file, and the
         dropped batch, resent, would then be answered as a duplicate without ever being written.
         """
-        for connection, outcome in self._replies:
-            if not connection.closing and not outcome.intact():
-                connection.fail(RejectReason.WRITE_FAILED, _WRITE_FAILED)
+        for reply, outcome in self._replies:
+            if not reply.closing and not outcome.intact():
+                reply.lost()
 
     def count_outcome(self, outcome: BatchOutcome) -> None:
         """Count a batch whose lines are written: by stage/status, rejections, duplicates, drops."""

@@ -1,8 +1,9 @@
 """``POST /hooks/claude-code``: a Claude Code hook payload, mapped and staged in the collector.
 
 The answer is always ``200 {}`` (Claude Code reads an empty object as "go on"), whatever became of
-the payload: a hook must never block or fail the agent. It is sent once the events are staged for
-the next write pass, before they are written: a collector killed in between loses them (see
+the payload: a hook must never block or fail the agent. It is sent once the events are staged
+through the intake for the next write pass (:data:`~gz_ia.collector.service.replies.ANSWER_NOW`),
+before they are written: a collector killed in between loses them (see
 docs/reliability.md, "Hooks over HTTP").
 
 The mapping's state (the open tool calls, prompt and session cycles) is held here, per Claude Code
@@ -24,23 +25,23 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from gz_ia.client.protocol import Batch
 from gz_ia.collector.http import Request, Response, Route
+from gz_ia.collector.ingest.validation import checked_batch
 from gz_ia.collector.integrations.claude_code.log_events import log_event
 from gz_ia.collector.integrations.claude_code.mapping import check_payload, hook_events
 from gz_ia.collector.integrations.claude_code.state import SessionStates
-from gz_ia.collector.service.connection import Connection, ConnectionHost
+from gz_ia.collector.service.replies import ANSWER_NOW
 from gz_ia.collector.service.request_roots import default_root, request_root
 from gz_ia.collector.storage.root_lock import RootLocked
 from gz_ia.collector.storage.roots import LayoutError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from gz_ia.client.schema import LogEvent
+    from gz_ia.collector.metrics import Metrics
+    from gz_ia.collector.service.intake import Intake
     from gz_ia.collector.storage.sessions import RootStore
 
-__all__ = ["CLAUDE_CODE_PATH", "DISABLED_HEADER", "MAX_PAYLOAD", "ROOT_HEADER", "ClaudeCodeHooks", "http_routes"]
+__all__ = ["CLAUDE_CODE_PATH", "DISABLED_HEADER", "MAX_PAYLOAD", "ROOT_HEADER", "ClaudeCodeHooks", "hook_routes"]
 
 log = logging.getLogger("gz_ia.collector")
 
@@ -56,14 +57,19 @@ _DISABLED_VALUES: Final = frozenset({"1", "true", "yes", "on"})
 _LOG_INTERVAL: Final = 60.0
 _ROOTS_KEPT: Final = 256
 """Roots whose store is kept open between payloads (a client's connection keeps its one)."""
-_encode: Final = msgspec.msgpack.Encoder().encode
 
 
 class ClaudeCodeHooks:
-    """The route's handler and the state of the sessions it has seen."""
+    """The route's handler and the state of the sessions it has seen.
 
-    def __init__(self, host: ConnectionHost) -> None:
-        self.host = host
+    Args:
+        intake: where each payload's events are staged (answered at once: :data:`ANSWER_NOW`).
+        metrics: where payloads are counted by outcome.
+    """
+
+    def __init__(self, intake: Intake, metrics: Metrics) -> None:
+        self.intake = intake
+        self.metrics = metrics
         self.sessions = SessionStates()
         self.producer = os.urandom(16).hex()
         self.next = 1
@@ -73,7 +79,7 @@ class ClaudeCodeHooks:
 
     async def handle(self, request: Request) -> Response:
         """Map and stage one payload; always ``200 {}``."""
-        metrics = self.host.metrics
+        metrics = self.metrics
         try:
             outcome = self._take(request)
         except Exception as exc:  # a bad payload or a bug: never Claude Code's problem
@@ -103,30 +109,24 @@ class ClaudeCodeHooks:
         events = [log_event(each) for each in fields]
         first = self.next
         self.next += len(events)
-        return self._stage(root, request.peer_uid, first, events)
+        return self._stage(root, request.peer_uid, first, events, len(request.body))
 
-    def _stage(self, root: str, uid: int, first: int, events: list[LogEvent]) -> str:
-        """Hand the events, encoded as a client encodes them, to a connection of the client protocol
-        that has no transport: the same decoding, validation, staging and write pass as a client's
-        batch."""
-        connection = Connection(self.host)
-        connection.uid = uid
-        connection.producer = self.producer
+    def _stage(self, root: str, uid: int, first: int, events: list[LogEvent], size: int) -> str:
+        """Stage the events through the intake, checked as a client's are, and answered at once;
+        they count the payload's ``size`` against the staging bound, as a client's frame does."""
         store = self._roots.get(root)
         if store is None or store.removed:
             try:
-                store = self.host.open_root(Path(root), uid)
+                store = self.intake.open_root(Path(root), uid)
             except (RootLocked, LayoutError, OSError) as exc:
                 self._log_once("root", "Claude Code hook events for root %s not logged: %s", root, exc)
                 return "refused"
             if len(self._roots) >= _ROOTS_KEPT:
                 self._roots.clear()
             self._roots[root] = store
-        connection.root = store
-        body = _encode(Batch(first=first, events=[msgspec.Raw(_encode(event)) for event in events], verdicts=True))
-        connection.handle_frame(body)
-        if connection.closing:  # refused as a whole (its root was removed meanwhile, a bug): see the log
-            self._roots.pop(root, None)
+        batch = checked_batch(first, [msgspec.structs.asdict(event) for event in events])
+        if not self.intake.stage(store, self.producer, batch, ANSWER_NOW, size):
+            self._roots.pop(root, None)  # removed meanwhile: the next payload opens it afresh
             return "refused"
         return "staged"
 
@@ -138,7 +138,7 @@ class ClaudeCodeHooks:
             log.warning(message, *args)
 
 
-def http_routes(host: ConnectionHost) -> Iterable[Route]:
-    """The routes of Claude Code's http hooks, for the collector's HTTP server."""
-    hooks = ClaudeCodeHooks(host)
+def hook_routes(intake: Intake, metrics: Metrics) -> list[Route]:
+    """The routes of Claude Code's http hooks."""
+    hooks = ClaudeCodeHooks(intake, metrics)
     return [Route("POST", CLAUDE_CODE_PATH, hooks.handle, max_body=MAX_PAYLOAD, endpoint="hooks")]

@@ -1,9 +1,10 @@
 """The OTLP/HTTP receiver: ``POST /v1/traces``, ``/v1/logs`` and ``/v1/metrics`` on the loopback side.
 
 A request is read (:mod:`gz_ia.collector.otlp`), mapped to items, and each item staged through the
-same ingest path as a client's batch, under a producer id of its own drawn from the item's key (the
-span or the log record): a re-sent export finds its events already written and is answered as a
-duplicate, across restarts too, since the watermarks are recovered from the stored lines. The
+intake as a client's batch is (:class:`~gz_ia.collector.service.intake.Intake`), under a producer
+id of its own drawn from the item's key (the span or the log record): a re-sent export finds its
+events already written and is answered as a duplicate, across restarts too, since the watermarks
+are recovered from the stored lines. The
 answer is 200 only once every item is written with the collector's durability (the verdicts of a
 client batch wait for the same write pass), 429 with ``Retry-After`` while the collector holds as
 much as it takes (the staging bound; the HTTP side bounds the bodies held), 503 with
@@ -37,24 +38,22 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from gz_ia.client.protocol import RejectReason, Verdicts
-from gz_ia.client.schema import LogEvent
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.http.messages import TooLarge, decoded_body
-from gz_ia.collector.ingest.rules import Rejection
-from gz_ia.collector.ingest.validation import DecodedBatch
+from gz_ia.collector.ingest.validation import checked_batch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
 from gz_ia.collector.reading.segments import SessionView
+from gz_ia.collector.service.replies import FutureReply
+from gz_ia.collector.service.request_roots import own_root, request_root
 from gz_ia.collector.storage.names import active_name
 
-from .request_roots import own_root, request_root
-
 if TYPE_CHECKING:
+    from gz_ia.collector.metrics import Metrics
+    from gz_ia.collector.service.intake import Intake
     from gz_ia.collector.storage.sessions import RootStore
-
-    from .server import Collector
+    from gz_ia.collector.storage.writer import Writer
 
 __all__ = ["MAX_OTLP_BODY", "ROOT_HEADER", "OtlpReceiver", "otlp_routes"]
 
@@ -74,46 +73,23 @@ _LOG_INTERVAL: Final = 60.0
 _EMPTY_JSON: Final = b"{}"
 
 
-class _Reply:
-    """Where the write passes answer one staged item: resolves a future (the HTTP request waits on it).
-
-    It stands for a client connection in :meth:`WritePasses.enqueue`: the same verdicts, sent to a
-    future instead of a socket.
-    """
-
-    __slots__ = ("awaiting", "closing", "future")
-
-    def __init__(self, future: asyncio.Future[bool]) -> None:
-        self.future = future
-        self.awaiting = 1
-        self.closing = False
-
-    def send(self, message: object) -> None:
-        if not self.future.done():
-            self.future.set_result(isinstance(message, Verdicts))
-
-    def fail(self, reason: RejectReason, detail: str) -> None:
-        self.closing = True
-        if not self.future.done():
-            self.future.set_result(False)
-
-    def answered(self) -> None:
-        self.awaiting = 0
-
-    def update_reading(self) -> None:
-        """Nothing to pause: the HTTP side answers 429 instead."""
-
-
 class OtlpReceiver:
     """The receiver's state: spans seen (for their sessions), log pacing.
 
     Its memory is bounded by the HTTP side's bound on the bodies held at once (until each is
     answered) and by decoding one export at a time: nothing awaits between reading a body and
     staging what it holds.
+
+    Args:
+        intake: where each item is staged, and answered once written.
+        writer: the sessions it holds, looked in for a tool call's cycle and a session's root.
+        metrics: where exports and records are counted.
     """
 
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
+    def __init__(self, intake: Intake, writer: Writer, metrics: Metrics) -> None:
+        self.intake = intake
+        self.writer = writer
+        self.metrics = metrics
         self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
         self._logged_at: dict[str, float] = {}
         self._hooked: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
@@ -137,7 +113,7 @@ class OtlpReceiver:
         return handle
 
     def _rejected(self, reason: str, status: int, detail: str) -> Response:
-        self.collector.metrics.otlp_rejected.labels(reason).inc()
+        self.metrics.otlp_rejected.labels(reason).inc()
         self._log_once(
             reason, "OTLP export refused (%d, %s): %s (gzia_otlp_rejected_total counts them)", status, reason, detail
         )
@@ -152,11 +128,11 @@ class OtlpReceiver:
 
     async def receive(self, signal: Signal, request: Request) -> Response:
         """Answer one export request (see the module docstring)."""
-        collector = self.collector
-        if collector.health.failing:
+        intake = self.intake
+        if intake.failing:
             return _error(503, "the collector cannot write now; retry later", retry_after=_RETRY_AFTER_FAILING)
-        if collector.overloaded:
-            collector.metrics.otlp_busy.inc()
+        if intake.busy:
+            self.metrics.otlp_busy.inc()
             return _error(429, "the collector holds as much as it takes; retry later", retry_after=_RETRY_AFTER_BUSY)
         try:
             body = decoded_body(request, MAX_OTLP_BODY)
@@ -195,7 +171,7 @@ class OtlpReceiver:
         staged: list[asyncio.Future[bool]] = []
         for path, grouped in by_root.items():
             try:
-                root = collector.open_root(Path(path), request.peer_uid)
+                root = intake.open_root(Path(path), request.peer_uid)
             except (CollectorError, OSError) as exc:  # locked by another collector, a disk fault, ...
                 return self._rejected("root", 400, f"cannot use the session root: {exc}")
             done = self._stage(root, signal, grouped, per_event)
@@ -210,7 +186,7 @@ class OtlpReceiver:
         """The root of ``uid``'s open ones that holds ``session_id`` (or, for a Claude Code subagent's
         ``<session>.<agent>``, its session), in memory or on disk; None when none does."""
         wanted = (session_id, session_id.partition(".")[0])
-        roots = [root for root in self.collector.writer.roots if root.dirs.uid == uid and not root.removed]
+        roots = [root for root in self.writer.roots if root.dirs.uid == uid and not root.removed]
         for root in roots:
             if any(each in root.sessions for each in wanted):
                 return str(root.path)
@@ -245,31 +221,29 @@ class OtlpReceiver:
     ) -> list[asyncio.Future[bool]] | str:
         """Stage every item (one producer each): the futures of their verdicts (True once written),
         or why the export cannot be answered 200 yet (nothing staged then)."""
-        collector = self.collector
+        intake = self.intake
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[bool]] = []
-        counted = collector.metrics.otlp_records
+        counted = self.metrics.otlp_records
         joined = 0
         written_lately: dict[str, bytes] = {}
         held: dict[int, _Held] = {}
         for index, item in enumerate(items):
             if item.subagent is not None:
-                _place_in_subagent(collector, root, item)
+                _place_in_subagent(self.writer, root, item)
             if item.join_cycle is not None:
-                held[index] = _already_held(collector, root, item, written_lately)
+                held[index] = _already_held(self.writer, root, item, written_lately)
         if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
             return "a tool call of this export is still being written from its first copy"
         for index, item in enumerate(items):
             if held.get(index) is _Held.YES or (item.hooks_record_it and self._opened_by_hooks(root, item.session_id)):
                 joined += 1
                 continue
-            events, rejections, raw = _typed(item)
-            decoded = DecodedBatch(1, True, events, rejections, raw)
             producer = hashlib.sha256(item.key.encode()).hexdigest()[:16]
-            collector.metrics.events_received.inc(len(events))
-            outcome = collector.ingest.apply(root, producer, decoded)
             future: asyncio.Future[bool] = loop.create_future()
-            collector.enqueue(_Reply(future), outcome, per_event * len(events))  # type: ignore[arg-type]  # a Connection's part
+            size = per_event * len(item.events)
+            if not intake.stage(root, producer, checked_batch(1, item.events), FutureReply(future), size):
+                future.set_result(False)  # its root was removed meanwhile: the export is retried
             futures.append(future)
         counted.labels(signal.value, "staged").inc(len(futures))
         if joined:
@@ -297,21 +271,6 @@ class _FirstAction(msgspec.Struct):
     action: str
 
 
-def _typed(item: Item) -> tuple[list[LogEvent | None], dict[int, Rejection], dict[int, bytes]]:
-    """The item's events as LogEvents, checked as a client's are (an invalid one is rejected, recorded)."""
-    events: list[LogEvent | None] = []
-    rejections: dict[int, Rejection] = {}
-    raw: dict[int, bytes] = {}
-    for index, fields in enumerate(item.events):
-        try:
-            events.append(msgspec.convert(fields, LogEvent))
-        except msgspec.ValidationError as exc:
-            events.append(None)
-            rejections[index] = Rejection(RejectReason.INVALID_FIELD, str(exc))
-            raw[index] = msgspec.msgpack.encode(fields)
-    return events, rejections, raw
-
-
 class _Held(enum.Enum):
     """Whether a session holds a tool call's cycle already."""
 
@@ -322,7 +281,7 @@ class _Held(enum.Enum):
     """Its lines staged, not yet written: an answer must wait for them."""
 
 
-def _already_held(collector: Collector, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> _Held:
+def _already_held(writer: Writer, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> _Held:
     """Whether the session, or one of its subagents' sessions, holds the hooks' cycle of the item's
     tool call: open, staged or written lately.
 
@@ -339,7 +298,7 @@ def _already_held(collector: Collector, root: RootStore, item: Item, written_lat
     candidates = [item.session_id, *(each for each in list(root.sessions) if each.startswith(prefix))]
     for session_id in candidates:
         try:
-            state = collector.writer.session(root, session_id)
+            state = writer.session(root, session_id)
         except (OSError, ValueError):
             continue
         if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
@@ -359,7 +318,7 @@ _LATE: Final = timedelta(seconds=2)
 (the SubagentStop hook runs after the request's end, but clocks of two processes differ)."""
 
 
-def _place_in_subagent(collector: Collector, root: RootStore, item: Item) -> None:
+def _place_in_subagent(writer: Writer, root: RootStore, item: Item) -> None:
     """Move a subagent's model request into the subagent's session.
 
     Claude Code's ``api_request`` record of a subagent's request names the main session and the
@@ -372,7 +331,7 @@ def _place_in_subagent(collector: Collector, root: RootStore, item: Item) -> Non
     found: tuple[datetime, str] | None = None
     for session_id in [each for each in list(root.sessions) if each.startswith(prefix)]:
         try:
-            state = collector.writer.session(root, session_id)
+            state = writer.session(root, session_id)
             started = datetime.fromisoformat(state.first_time) if state.first_time else None
         except (OSError, ValueError):
             continue
@@ -413,10 +372,10 @@ def _error(status: int, detail: str, *, retry_after: str | None = None) -> Respo
     return Response(status, body, headers=headers)
 
 
-def otlp_routes(collector: Collector) -> list[Route]:
-    """The OTLP receiver's routes for ``collector``'s HTTP side."""
+def otlp_routes(intake: Intake, writer: Writer, metrics: Metrics) -> list[Route]:
+    """The OTLP receiver's routes, staging through ``intake``."""
     try:
         import opentelemetry.proto  # noqa: F401  # only to tell now whether the extra is there
     except ImportError:
         log.warning("OTLP/HTTP answers 501: %s", OTLP_INSTALL_HINT)
-    return OtlpReceiver(collector).routes()
+    return OtlpReceiver(intake, writer, metrics).routes()
