@@ -104,18 +104,18 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     assert rows == {"laptop.s1": "laptop", "laptop.sub1": "laptop"}
 
     # The page: each session shows its machine, and a click on it filters the list to that machine.
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
         page = browser.new_page()
         page.set_default_timeout(20_000)
         page.goto(address)
-        page.wait_for_function("document.querySelectorAll('#sessions tbody tr').length === 3")
+        rows = page.locator("#sessions tbody tr")
+        expect(rows).to_have_count(3)
         page.click("#sessions tbody tr[data-session='ci-runner.s1'] button.host")
-        page.wait_for_function("document.querySelectorAll('#sessions tbody tr').length === 1")
-        shown = page.eval_on_selector_all("#sessions tbody tr", "rows => rows.map(row => row.dataset.session)")
-        assert shown == ["ci-runner.s1"]
+        expect(rows).to_have_count(1)
+        assert rows.first.get_attribute("data-session") == "ci-runner.s1"
         assert page.input_value("#query") == "host=ci-runner"
         browser.close()
 
