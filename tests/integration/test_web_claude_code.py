@@ -96,6 +96,8 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
         page.locator('#timeline tr[data-action="Bash"]').wait_for()
         page.locator('#timeline tr[data-action="Agent"]').wait_for()
         rows = page.evaluate(ROWS)
+        # The collector's one model of the same tree, fetched with the page's own cookie.
+        model = page.request.get(f"{address.split('?')[0]}api/cycles?session={session}").json()
         page.screenshot(path="/tmp/gz-ia-page-claude.png")
         title = page.locator("#session-title").inner_text()
         browser.close()
@@ -122,3 +124,15 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
         if row["session"] == session and row["tokens"] and not row["rolled"]
     )
     assert own == listed[session]["tokens"]["total"], (rows, listed[session])
+    # The page's fold of the events is the collector's: row for cycle, the same session, action and
+    # tokens (what the browser still folds is held to the Python fold on this real run).
+    drawn = sorted(
+        (row["session"], row["action"], 0 if row["rolled"] else int(row["tokens"].replace(",", "") or 0))
+        for row in rows
+    )
+    folded = sorted(
+        (node["session_id"], cycle["action"], cycle["tokens"]["total"])
+        for node in model["nodes"]
+        for cycle in node["cycles"]
+    )
+    assert drawn == folded, (drawn, folded)
