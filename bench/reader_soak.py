@@ -42,7 +42,7 @@ from ._common import BenchError, scratch_dir, socket_accepts, stop_process, wait
 
 _CLI: Final = [sys.executable, "-c", "from gz_ia.collector.entry import main; main()"]
 _MB: Final = 1 << 20
-_WORDS: Final = "read edit grep test build patch diff file line call tool error ok retry plan step".split()
+_WORDS: Final = ("read", "edit", "grep", "test", "build", "patch", "diff", "file", "line", "call", "tool")
 _EVENT_BYTES: Final = 1024
 """About what one event takes on disk (its note makes up most of it)."""
 
@@ -63,7 +63,7 @@ class _Sink(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
@@ -224,7 +224,7 @@ def _soak(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         def run_mcp() -> None:
             try:
                 asyncio.run(_mcp_follow(env, mcp_done, mcp_seen))
-            except BaseException as error:  # noqa: BLE001 - reported at the end
+            except BaseException as error:
                 mcp_errors.append(error)
 
         threading.Thread(target=run_mcp, daemon=True).start()

@@ -19,7 +19,7 @@ from gz_ia.client.usage import usage_of
 
 from .checkpoints import Checkpoint
 from .names import session_archive
-from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, open_archive, segment_exists
+from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, oldest_segment, open_archive
 from .tally import TALLY_FIELDS, SessionTally, note_delivery
 
 __all__ = ["SessionFold", "Trace", "replay_session"]
@@ -157,9 +157,7 @@ def replay_session(
         fold = SessionFold(checkpoint)
     else:
         complete = checkpoint is None
-        first, offset = number, 0
-        while first > 1 and segment_exists(sessions_fd, session_archive(session_id, first - 1)):
-            first -= 1
+        first, offset = oldest_segment(sessions_fd, session_id, number), 0
         fold = SessionFold()
     for segment_number in range(first, number):
         try:
