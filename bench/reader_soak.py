@@ -82,12 +82,12 @@ def _status(pid: int) -> dict[str, float]:
 def _mcp_server_pid(parent: int) -> int | None:
     """The ``gz-ia mcp`` process the SDK's client started (a child of this process)."""
     for task in Path(f"/proc/{parent}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            try:
+        try:  # a thread, or a child, may end while it is looked at
+            for child in (task / "children").read_text().split():
                 if b"mcp" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
                     return int(child)
-            except OSError:
-                continue
+        except OSError:
+            continue
     return None
 
 
