@@ -152,14 +152,14 @@ def test_a_file_touched_while_closed_for_the_open_file_bound_is_noticed_on_reope
     path = collector.session_file("ed")
     CLOSED_TOUCHES[touch](path)
     assert _send(collector, "ed", 3) == [4, 5, 6]
-    what = touch.split("-")[0]
+    what = touch.split("-", maxsplit=1)[0]
     assert collector.log_lines(f"{path.name} was {what}"), collector.log()
-    code, seqs, stderr = _logs(collector, "ed")
+    _code, seqs, stderr = _logs(collector, "ed")
     assert seqs[-3:] == [4, 5, 6], (seqs, stderr)
     # What the writer recorded (checkpoint offset, size) follows the file it found: after a
     # restart the next event goes on from seq 7 and is read after the others.
     collector.restart()
     assert _send(collector, "ed", 1) == [7]
-    code, seqs, stderr = _logs(collector, "ed")
+    _code, seqs, stderr = _logs(collector, "ed")
     assert seqs[-4:] == [4, 5, 6, 7], (seqs, stderr)
     assert not collector.log_lines("fewer bytes"), collector.log()
