@@ -48,6 +48,7 @@ __all__ = [
     "list_sessions",
     "session_tree",
     "tree_usage",
+    "waiting_of",
 ]
 
 
@@ -83,6 +84,11 @@ class SessionSummary(msgspec.Struct, frozen=True):
         past the failure (a failed tool call the agent recovered from does not make a failed session).
         Where the last FINISH is unknown (an earlier gz-ia's checkpoint), any FAILED event counts."""
         return bool(self.failures) if self.ended_failed is None else self.ended_failed
+
+    waiting: tuple[tuple[str, str, datetime], ...] | None = None
+    """The open cycles where the session waits, from its tally: ``(action, open stage, since)`` of
+    each that no later cycle began after (an open cycle a later one began in is a container, as a turn
+    whose tool calls run). None: not known from the tally (an earlier gz-ia's checkpoint)."""
 
     tokens: tuple[int, int, int, int] = (0, 0, 0, 0)
     """Tokens of the session's own usage records by kind: input, output, cache read, cache creation."""
@@ -192,6 +198,25 @@ def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Ch
     return checkpoint if size == checkpoint.offset else None
 
 
+def waiting_of(state: SessionTally) -> tuple[tuple[str, str, datetime], ...] | None:
+    """:attr:`SessionSummary.waiting` of a tally (None when its open cycles' start times are not all known)."""
+    cycles = state.open_actions
+    if not cycles:
+        return ()
+    since = state.open_since
+    latest = state.latest_begun
+    if latest is None or len(since) != len(cycles):
+        return None
+    found = []
+    for key, stage in cycles.items():
+        begun = since.get(key)
+        if begun is None:
+            return None
+        if begun >= latest:
+            found.append((key if isinstance(key, str) else key[0], stage.value, begun))
+    return tuple(found)
+
+
 def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False) -> SessionSummary:
     """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay)."""
     return SessionSummary(
@@ -205,6 +230,7 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         failures=state.failures,
         segments=segments,
         incomplete=incomplete,
+        waiting=waiting_of(state),
         root_session_id=state.tree_root or None,
         tokens=(state.tokens[0], state.tokens[1], state.tokens[2], state.tokens[3]),
         cost_usd=state.cost_usd,

@@ -59,8 +59,15 @@ class SessionFold(SessionTally):
         """Fold one line into the tally."""
         self.seq = max(self.seq, trace.seq)
         key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
+        if key not in self.open_actions and trace.stage is not Stage.FINISH:  # a cycle begins
+            begun = _time(trace.timestamp)
+            if begun is not None:
+                self.open_since[key] = begun
+                if self.latest_begun is None or begun > self.latest_begun:
+                    self.latest_begun = begun
         if trace.stage is Stage.FINISH:
             self.open_actions.pop(key, None)
+            self.open_since.pop(key, None)
             self.ended_failed = trace.status == "FAILED"
         else:
             self.open_actions[key] = trace.stage
@@ -84,6 +91,14 @@ class SessionFold(SessionTally):
                 self.add_usage(used)
         if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
             self.newest_time = trace.timestamp
+
+
+def _time(stamp: str) -> datetime | None:
+    """RFC 3339 text as a time (None: text that does not parse)."""
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
 
 
 def _later(stamp: str, than: str) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.reading.sessions import waiting_of
 from gz_ia.collector.storage.sessions import RootStore
 
 __all__ = ["summaries_in_memory"]
@@ -49,5 +50,6 @@ def summaries_in_memory(stores: Iterable[RootStore], root: str) -> dict[str, Ses
                 segments=state.segment,
                 root_session_id=state.tree_root or None,
                 ended_failed=state.ended_failed,
+                waiting=waiting_of(state),
             )
     return found
