@@ -143,14 +143,14 @@ def test_a_middle_archive_removed_by_hand_is_named_and_the_older_ones_still_read
     """``rm`` of an archive between others: no retention deletes a middle one, so every reader names
     its seqs and file (exit 3) and still shows the archives older than the hole."""
     collector = make_collector(env=ROTATING)
-    _send(collector, "mid", 0, 150)
+    _send(collector, "mid", 0, 100)
     archives = _archives(collector, "mid")
-    assert len(archives) >= 4
+    assert len(archives) >= 3  # the third is between two older ones and the active file
     wait_for(lambda: all(path.name.endswith(".gz") for path in _archives(collector, "mid")), message="compression")
     archives = _archives(collector, "mid")
     held = [json.loads(line)["seq"] for line in _gunzip(archives[2]).splitlines()]
     archives[2].unlink()
-    kept = [seq for seq in range(1, 151) if seq not in held]
+    kept = [seq for seq in range(1, 101) if seq not in held]
     reverse = ["session", "logs", "mid", "--reverse", "-n", "all"]
     for command in (
         ["session", "logs", "mid", "--json"],
