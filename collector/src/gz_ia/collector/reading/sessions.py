@@ -200,10 +200,12 @@ def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Ch
 
 def waiting_of(state: SessionTally) -> tuple[tuple[str, str, datetime], ...] | None:
     """:attr:`SessionSummary.waiting` of a tally (None when its open cycles' start times are not all known)."""
-    cycles = state.open_actions
+    # Copies (each one C call): the collector's memory is read from another thread than the one
+    # staging events; a cycle opened between the two copies only makes the answer unknown.
+    cycles = state.open_actions.copy()
     if not cycles:
         return ()
-    since = state.open_since
+    since = state.open_since.copy()
     latest = state.latest_begun
     if latest is None or len(since) != len(cycles):
         return None
