@@ -167,8 +167,11 @@ def test_a_middle_archive_removed_by_hand_is_named_and_the_older_ones_still_read
     listing = collector.gz_ia("sessions", "--json", "--verify")
     assert listing.returncode == 3, listing.stderr
     summary = json.loads(listing.stdout)
-    assert summary["incomplete"] is True
+    assert summary["incomplete"] is True and summary["unreadable"] == []
+    number = archives[2].name.split(".events.")[1].split(".")[0]
+    assert summary["damage"][0] == f"segment {int(number)} (mid.events.{number}.jsonl) is missing", summary
     assert f"seq {held[0]}-{held[-1]} missing" in " ".join(summary["damage"]), summary
+    assert f"session mid: segment {int(number)} (mid.events.{number}.jsonl) is missing" in listing.stderr
 
 
 def test_logs_n_reads_the_newest_events_and_a_full_read_names_damage_far_back(collector: Any) -> None:

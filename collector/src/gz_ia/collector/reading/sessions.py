@@ -338,11 +338,24 @@ def _summary(
             unreadable=numbers,
             observe=check,
         )
+        # An archive gone between older ones (removed by hand) is not unreadable: it is named as missing.
+        missing = [
+            number
+            for number in numbers
+            if number != view.active_number
+            and not segment_exists(dirs.sessions_fd, session_archive(session_id, number))
+        ]
     finally:
         view.close()
+    numbers = [number for number in numbers if number not in missing]
     if view.active_unreadable:
         numbers.append(view.active_number)
     damage = tuple(check.finish(view.checkpoint.seq if view.checkpoint is not None else 0)) if check else ()
+    if missing:
+        gone = tuple(
+            f"segment {number} ({session_archive(session_id, number)(False)}) is missing" for number in missing
+        )
+        damage = gone + damage
     summary = _summary_of(
         session_id, fold, segments=view.active_number, incomplete=not complete or bool(numbers) or bool(damage)
     )
