@@ -292,7 +292,8 @@ def _summary(
         rss = [row[name].get("VmRSS", 0.0) for row in samples if row[name]]
         early, late = sorted(rss[:quarter]), sorted(rss[-quarter:])
         readers[name] = {
-            "peak_rss_mb": final[name].get("VmHWM", 0.0),
+            # The MCP server ends with its client, which has read the last event: the samples hold its peak.
+            "peak_rss_mb": max([final[name].get("VmHWM", 0.0)] + [row[name].get("VmHWM", 0.0) for row in samples]),
             "rss_first_quarter_mb": early[len(early) // 2] if early else 0.0,
             "rss_last_quarter_mb": late[len(late) // 2] if late else 0.0,
             "rss_max_sampled_mb": max(rss, default=0.0),
