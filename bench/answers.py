@@ -99,11 +99,15 @@ def build(root: Path, sessions: int, per_session: int) -> dict[str, object]:
         first = json.loads(lines[0])["timestamp"]
         last = json.loads(lines[-1])["timestamp"]
         finishes = sum(1 for line in lines if b'"FINISH"' in line)
+        # Where the session waits, as the writer's tally records it: the open cycle's first event.
+        opened = json.loads(lines[-1]) if left_open else None
         checkpoint = Checkpoint(
             segment=1,
             offset=len(data),
             seq=len(lines),
-            open_actions={f"task-{(len(lines) - 1) // 3}": Stage.READ} if left_open else {},
+            open_actions={opened["action"]: Stage.READ} if opened else {},
+            open_since=[(opened["action"], None, datetime.fromisoformat(opened["timestamp"]))] if opened else [],
+            latest_begun=datetime.fromisoformat(json.loads(lines[-1 if opened else -3])["timestamp"]),
             failures=1 if session_id == failing else 0,
             ended_failed=False,
             first_time=first,

@@ -111,3 +111,77 @@ def test_past_the_bound_the_middle_is_paired_by_position(monkeypatch: pytest.Mon
     answer = diff_sessions(tools("a", "sxyzwe"), tools("b", "sxqzwvve"))
     assert "".join(tag for tag, _, _ in answer.rows) == "==~==++="
     assert answer.first_divergence is not None and answer.first_divergence[0] == 2
+
+
+def _tallied(session_id: str, node: Any, steps: list[tuple[str, str, float, dict[str, Any]]]) -> Any:
+    """Where the session waits read off its tally (what its checkpoint carries), folded from the
+    same events as ``run`` stores them, and through a checkpoint written and read back."""
+    from gz_ia.collector.reading.sessions import SessionSummary, waiting_of
+    from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
+    from gz_ia.collector.storage.replay import SessionFold, Trace
+
+    fold = SessionFold()
+    for seq, (action, stage, at, fields) in enumerate(steps, start=1):
+        event = build_event(
+            session_id=session_id, action=action, stage=stage, agent="a", timestamp=T0 + timedelta(seconds=at), **fields
+        )
+        fold.apply(msgspec.json.decode(msgspec.json.encode({**msgspec.to_builtins(event), "seq": seq}), type=Trace))
+    written = encode_checkpoint(fold.tally_checkpoint(segment=1, offset=0, segment_seq=0, started=0.0))
+    stored = msgspec.json.decode(written, type=Checkpoint)
+    again = SessionFold(stored)
+    summaries = []
+    for tally in (fold, again):
+        summaries.append(
+            SessionSummary(
+                session_id,
+                None,
+                node.agent,
+                None,
+                None,
+                tally.seq,
+                len(tally.open_actions),
+                0,
+                1,
+                waiting=waiting_of(tally),
+            )
+        )
+    return summaries
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [("x", "READ", 0, {}), ("x", "FINISH", 1, {}), ("z", "READ", 4, {}), ("w", "PENDING", 5, {})],
+        [("turn", "READ", 0, {}), ("t", "READ", 1, {"cycle": "a"}), ("t", "READ", 1, {"cycle": "b"})],
+        [
+            ("turn", "READ", 0, {}),
+            ("t", "READ", 1, {}),
+            ("t", "PENDING", 2, {}),
+            ("u", "READ", 3, {}),
+            ("u", "FINISH", 4, {}),
+        ],
+        [("a", "READ", 0, {}), ("a", "FINISH", 1, {})],
+    ],
+)
+def test_where_a_session_waits_is_the_same_from_its_tally_as_from_its_fold(
+    steps: list[tuple[str, str, float, dict[str, Any]]],
+) -> None:
+    """``sessions --hung`` reads checkpoints, not files: the tally's open cycles, their start and the
+    newest cycle's start give the fold's answer (a container cycle left out, cycles named apart)."""
+    from gz_ia.collector.views.answers import waiting_cycles
+
+    node = run("s", steps)
+    for summary in _tallied("s", node, steps):
+        assert waiting_cycles(summary) == tuple(open_cycles(node))
+
+
+def test_a_checkpoint_of_an_earlier_gz_ia_with_open_cycles_says_it_does_not_know() -> None:
+    """Without the start times an earlier gz-ia did not record, the session's file is read instead."""
+    from gz_ia.client.schema import Stage
+    from gz_ia.collector.reading.sessions import waiting_of
+    from gz_ia.collector.storage.checkpoints import Checkpoint
+    from gz_ia.collector.storage.replay import SessionFold
+
+    earlier = SessionFold(Checkpoint(seq=3, open_actions={"x": Stage.READ}))
+    assert waiting_of(earlier) is None
+    assert waiting_of(SessionFold(Checkpoint(seq=3))) == ()

@@ -72,6 +72,14 @@ def test_hung_lists_a_cycle_a_process_left_open(collector: Any) -> None:
     assert "wait for build" in text.stdout and "stuck-1" in text.stdout and "fresh-1" in text.stdout
     assert "done-1" not in text.stdout
     assert collector.gz_ia("sessions", "--hung", "--after", "soon").returncode == 2
+    # The checkpoint carries where the session waits, so that --hung reads no session file.
+    collector.stop()
+    checkpoint = json.loads((collector.root / "state" / "stuck-1.session.json").read_text())
+    assert [(action, cycle) for action, cycle, _since in checkpoint["open_since"]] == [
+        ("session", None),
+        ("wait for build", None),
+    ]
+    assert checkpoint["latest_begun"] == checkpoint["open_since"][1][2]
 
 
 SUBAGENT = """

@@ -139,6 +139,41 @@ def test_a_missing_archive_shows_in_the_session_listing(make_collector: Any) -> 
     assert json.loads(listing.stdout)["incomplete"] is True
 
 
+def test_a_middle_archive_removed_by_hand_is_named_and_the_older_ones_still_read(make_collector: Any) -> None:
+    """``rm`` of an archive between others: no retention deletes a middle one, so every reader names
+    its seqs and file (exit 3) and still shows the archives older than the hole."""
+    collector = make_collector(env=ROTATING)
+    _send(collector, "mid", 0, 100)
+    archives = _archives(collector, "mid")
+    assert len(archives) >= 3  # the third is between two older ones and the active file
+    wait_for(lambda: all(path.name.endswith(".gz") for path in _archives(collector, "mid")), message="compression")
+    archives = _archives(collector, "mid")
+    held = [json.loads(line)["seq"] for line in _gunzip(archives[2]).splitlines()]
+    archives[2].unlink()
+    kept = [seq for seq in range(1, 101) if seq not in held]
+    reverse = ["session", "logs", "mid", "--reverse", "-n", "all"]
+    for command in (
+        ["session", "logs", "mid", "--json"],
+        ["session", "logs", "mid", "-n", "all"],
+        reverse,
+        ["logs", "--json"],
+    ):
+        result = collector.gz_ia(*command)
+        assert result.returncode == 3, (command, result.stderr)
+        assert f"events seq {held[0]}-{held[-1]} not shown: " in result.stderr, (command, result.stderr)
+        assert archives[2].name.split(".events.")[1].split(".")[0] in result.stderr, (command, result.stderr)
+        if "--json" in command:
+            assert _seqs(result.stdout) == kept, command
+    listing = collector.gz_ia("sessions", "--json", "--verify")
+    assert listing.returncode == 3, listing.stderr
+    summary = json.loads(listing.stdout)
+    assert summary["incomplete"] is True and summary["unreadable"] == []
+    number = archives[2].name.split(".events.")[1].split(".")[0]
+    assert summary["damage"][0] == f"segment {int(number)} (mid.events.{number}.jsonl) is missing", summary
+    assert f"seq {held[0]}-{held[-1]} missing" in " ".join(summary["damage"]), summary
+    assert f"session mid: segment {int(number)} (mid.events.{number}.jsonl) is missing" in listing.stderr
+
+
 def test_logs_n_reads_the_newest_events_and_a_full_read_names_damage_far_back(collector: Any) -> None:
     """`gz-ia logs -n 2` over the root asks for the newest events only: a line damaged far back in a
     session is outside what it shows, so it reads (and names) nothing there and exits 0, as

@@ -125,3 +125,42 @@ def test_a_touch_under_load_loses_no_later_event(make_collector: Any) -> None:
     check_since_last_touch()
     assert [seq for seq, _started in sent] == sorted(seq for seq, _started in sent)
     assert len(collector.log_lines("behind the collector's back")) >= 3, collector.log()
+
+
+def _replace_longer(path: Path) -> None:
+    """Save as an editor does, with a line pasted in: the new file is longer than what was written."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    fresh = path.with_name(path.name + ".swp")
+    fresh.write_bytes(b"".join([*lines, lines[-1]]))
+    os.rename(fresh, path)
+
+
+CLOSED_TOUCHES = {"removed": _remove, "replaced-longer": _replace_longer}
+"""Truncated, or replaced by a shorter file, shows in the size alone; these two need the inode."""
+
+
+@pytest.mark.parametrize("touch", sorted(CLOSED_TOUCHES))
+def test_a_file_touched_while_closed_for_the_open_file_bound_is_noticed_on_reopen(
+    make_collector: Any, touch: str
+) -> None:
+    """More sessions than ``max_open_files``: the writer closes the least recently written file; a
+    touch while it is closed is noticed when it opens it again (its inode and size against what it
+    wrote), said in its log, and the events after it are stored after what the file holds."""
+    collector = make_collector("--max-open-files", "4")
+    assert _send(collector, "ed", 3) == [1, 2, 3]
+    for other in range(5):  # one write pass each: the least recently written, "ed", is closed
+        _send(collector, f"other-{other}", 1)
+    path = collector.session_file("ed")
+    CLOSED_TOUCHES[touch](path)
+    assert _send(collector, "ed", 3) == [4, 5, 6]
+    what = touch.split("-", maxsplit=1)[0]
+    assert collector.log_lines(f"{path.name} was {what}"), collector.log()
+    _code, seqs, stderr = _logs(collector, "ed")
+    assert seqs[-3:] == [4, 5, 6], (seqs, stderr)
+    # What the writer recorded (checkpoint offset, size) follows the file it found: after a
+    # restart the next event goes on from seq 7 and is read after the others.
+    collector.restart()
+    assert _send(collector, "ed", 1) == [7]
+    _code, seqs, stderr = _logs(collector, "ed")
+    assert seqs[-4:] == [4, 5, 6, 7], (seqs, stderr)
+    assert not collector.log_lines("fewer bytes"), collector.log()

@@ -384,3 +384,21 @@ def test_writer_does_not_import_prometheus() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("below", [3, 80])
+def test_archives_under_a_hole_made_by_hand_are_still_read(tmp_path: Path, below: int) -> None:
+    """An archive removed by hand with ``below`` older ones kept (found one by one, or past a few
+    dozen in one listing): the reader starts at archive 1 and names the hole's events."""
+    harness = Harness(tmp_path, max_bytes=4096, max_events=3)
+    for _ in range(below + 3):
+        harness.emit("s1", 3)
+    harness.writer.close()
+    hole = harness.sessions_dir() / f"s1.events.{below + 1:06d}.jsonl"
+    hole.unlink()
+    page = reader.read_page(harness.root, "s1", limit=10_000)
+    seqs = [entry.event.seq for entry in page.entries]
+    held = [3 * below + 1, 3 * below + 2, 3 * below + 3]
+    assert seqs == [seq for seq in range(1, 3 * (below + 3) + 1) if seq not in held]
+    assert [(gap.first, gap.last) for gap in page.gaps] == [(held[0], held[-1])]
+    assert f"s1.events.{below + 1:06d}.jsonl) is missing" in page.gaps[0].reason

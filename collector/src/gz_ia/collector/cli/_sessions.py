@@ -189,10 +189,9 @@ def _hung(
     """The hung cycles of ``summaries`` (of the root's ``every``), by session (only those with any)."""
     from gz_ia.collector.views.answers import OpenCycleIndex, hung, last_below
 
-    listed = [(summary.session_id, summary.events) for summary in summaries if summary.open_actions]
     found = {}
     busy = last_below(every)
-    for session_id, cycles in OpenCycleIndex().cycles(root, listed).items():
+    for session_id, cycles in OpenCycleIndex().cycles(root, summaries).items():
         stuck = hung(cycles, now, after, busy)
         if stuck:
             found[session_id] = stuck

@@ -244,6 +244,7 @@ class Ingest:
                 continue
             if following is None:
                 del open_actions[key]
+                state.open_since.pop(key, None)
                 cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
                 finished.append(event)
             elif current is None:
@@ -251,6 +252,9 @@ class Ingest:
                 if refusal is not None:
                     self._reject(root, outcome, producer, number, index, refusal, event, None)
                     continue
+                state.open_since[key] = timestamp
+                if state.latest_begun is None or timestamp > state.latest_begun:
+                    state.latest_begun = timestamp
             elif following is not current:
                 open_actions[key] = following
             if timestamp.tzinfo is not UTC:

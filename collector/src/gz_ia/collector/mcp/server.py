@@ -557,8 +557,7 @@ def hung_actions(
     except (reading.SessionNotFound, reading.LayoutError) as exc:
         raise ToolError(str(exc)) from exc
     now = datetime.now(UTC)
-    listed = [(summary.session_id, summary.events) for summary in summaries if summary.open_actions]
-    found = OpenCycleIndex().cycles(context.root, listed)
+    found = OpenCycleIndex().cycles(context.root, summaries)
     rows: list[HungSession] = []
     for summary in summaries:
         stuck = hung(found.get(summary.session_id, ()), now, after_seconds, busy)

@@ -411,7 +411,7 @@ def copy_lines(
             segment = view.segment(number)
             if segment is None:
                 if view.get(number) is MISSING and number < view.active_number:
-                    view.note(f"segment {number} is missing")
+                    view.note_missing(number)
                 continue
             try:
                 end = complete_end(segment)

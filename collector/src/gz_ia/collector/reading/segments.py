@@ -26,7 +26,13 @@ from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.storage.checkpoints import read_checkpoint
 from gz_ia.collector.storage.names import STATE_SUFFIX, active_name, session_archive
 from gz_ia.collector.storage.roots import LayoutError, LayoutTooNew, RootDirs, open_root
-from gz_ia.collector.storage.segments import Segment, SegmentUnreadable, locate_active, open_archive, segment_exists
+from gz_ia.collector.storage.segments import (
+    Segment,
+    SegmentUnreadable,
+    locate_active,
+    oldest_segment,
+    open_archive,
+)
 
 __all__ = [
     "DELETED",
@@ -151,11 +157,13 @@ class SessionView:
         return segment
 
     def oldest(self) -> int:
-        """Return the oldest retained segment's number (probing down from the active one)."""
-        number = self.active_number
-        while number > 1 and segment_exists(self.dirs.sessions_fd, session_archive(self.session_id, number - 1)):
-            number -= 1
-        return number
+        """Return the oldest retained segment's number, below any archive removed by hand."""
+        return oldest_segment(self.dirs.sessions_fd, self.session_id, self.active_number)
+
+    def note_missing(self, number: int) -> None:
+        """Record that archive ``number`` is gone while older ones are kept: retention deletes the
+        oldest first, so it was removed by hand, and the events it held are named."""
+        self.note(f"segment {number} ({session_archive(self.session_id, number)(False)}) is missing")
 
     def release(self, number: int) -> None:
         """Let go of archive ``number`` once the read is past it: a view that crosses many archives
@@ -192,7 +200,7 @@ class SessionView:
                     self.note(str(exc))
             elif self.get(number) is MISSING and number < self.active_number:
                 if number >= self.oldest():
-                    self.note(f"segment {number} is missing")  # a hole in the middle of the retained history
+                    self.note_missing(number)  # a hole in the middle of the retained history
                 else:
                     self.note_deleted()  # behind the oldest retained segment now: retention went on meanwhile
             if one_segment:
@@ -208,7 +216,9 @@ class SessionView:
             found = self.get(number)
             if isinstance(found, Missing):
                 if number != self.active_number:
-                    return  # the oldest retained segment is behind us
+                    if number < self.oldest():
+                        return  # the oldest retained segment is behind us
+                    self.note_missing(number)
             elif isinstance(found, Unreadable):
                 self.note(found.reason)
             else:

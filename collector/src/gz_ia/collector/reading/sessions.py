@@ -48,6 +48,7 @@ __all__ = [
     "list_sessions",
     "session_tree",
     "tree_usage",
+    "waiting_of",
 ]
 
 
@@ -83,6 +84,11 @@ class SessionSummary(msgspec.Struct, frozen=True):
         past the failure (a failed tool call the agent recovered from does not make a failed session).
         Where the last FINISH is unknown (an earlier gz-ia's checkpoint), any FAILED event counts."""
         return bool(self.failures) if self.ended_failed is None else self.ended_failed
+
+    waiting: tuple[tuple[str, str, datetime], ...] | None = None
+    """The open cycles where the session waits, from its tally: ``(action, open stage, since)`` of
+    each that no later cycle began after (an open cycle a later one began in is a container, as a turn
+    whose tool calls run). None: not known from the tally (an earlier gz-ia's checkpoint)."""
 
     tokens: tuple[int, int, int, int] = (0, 0, 0, 0)
     """Tokens of the session's own usage records by kind: input, output, cache read, cache creation."""
@@ -203,6 +209,27 @@ def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Ch
     return checkpoint if size == checkpoint.offset else None
 
 
+def waiting_of(state: SessionTally) -> tuple[tuple[str, str, datetime], ...] | None:
+    """:attr:`SessionSummary.waiting` of a tally (None when its open cycles' start times are not all known)."""
+    # Copies (each one C call): the collector's memory is read from another thread than the one
+    # staging events; a cycle opened between the two copies only makes the answer unknown.
+    cycles = state.open_actions.copy()
+    if not cycles:
+        return ()
+    since = state.open_since.copy()
+    latest = state.latest_begun
+    if latest is None or len(since) != len(cycles):
+        return None
+    found = []
+    for key, stage in cycles.items():
+        begun = since.get(key)
+        if begun is None:
+            return None
+        if begun >= latest:
+            found.append((key if isinstance(key, str) else key[0], stage.value, begun))
+    return tuple(found)
+
+
 def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False) -> SessionSummary:
     """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay)."""
     tokens, cost = state.usage.counted()
@@ -217,6 +244,7 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         failures=state.failures,
         segments=segments,
         incomplete=incomplete,
+        waiting=waiting_of(state),
         root_session_id=state.tree_root or None,
         tokens=tokens,
         cost_usd=cost,
@@ -323,11 +351,24 @@ def _summary(
             unreadable=numbers,
             observe=check,
         )
+        # An archive gone between older ones (removed by hand) is not unreadable: it is named as missing.
+        missing = [
+            number
+            for number in numbers
+            if number != view.active_number
+            and not segment_exists(dirs.sessions_fd, session_archive(session_id, number))
+        ]
     finally:
         view.close()
+    numbers = [number for number in numbers if number not in missing]
     if view.active_unreadable:
         numbers.append(view.active_number)
     damage = tuple(check.finish(view.checkpoint.seq if view.checkpoint is not None else 0)) if check else ()
+    if missing:
+        gone = tuple(
+            f"segment {number} ({session_archive(session_id, number)(False)}) is missing" for number in missing
+        )
+        damage = gone + damage
     summary = _summary_of(
         session_id, fold, segments=view.active_number, incomplete=not complete or bool(numbers) or bool(damage)
     )

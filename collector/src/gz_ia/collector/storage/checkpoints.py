@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from datetime import datetime
 from typing import Final
 
 import msgspec
@@ -46,6 +47,12 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Open cycles of events that name no ``cycle``: action → open stage."""
     open_cycles: list[tuple[str, str, Stage]] = []
     """Open cycles of events that name one: ``[action, cycle, open stage]``."""
+    open_since: list[tuple[str, str | None, datetime]] = []
+    """When each open cycle began (its first event): ``[action, cycle or null, time]``."""
+    latest_begun: datetime | None = None
+    """When the session's newest cycle began, open or not: an open cycle that began before it is a
+    container (a turn whose tool calls run), not where the session waits. None: no cycle yet, or a
+    checkpoint of an earlier gz-ia, which did not record it (nor ``open_since``)."""
     marks: dict[str, int] = {}
     failures: int = 0
     ended_failed: bool | None = None

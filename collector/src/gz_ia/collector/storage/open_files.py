@@ -28,7 +28,18 @@ log = logging.getLogger("gz_ia.collector")
 class AppendFile:
     """An append-only file under a root, written through a pending buffer."""
 
-    __slots__ = ("dir_fd", "fd", "generation", "last_write", "name", "pending", "segment", "size", "started")
+    __slots__ = (
+        "dir_fd",
+        "fd",
+        "generation",
+        "inode",
+        "last_write",
+        "name",
+        "pending",
+        "segment",
+        "size",
+        "started",
+    )
 
     def __init__(self, dir_fd: int, name: str) -> None:
         self.dir_fd = dir_fd
@@ -41,6 +52,9 @@ class AppendFile:
         """Lines staged for the next write pass, joined once when it detaches them: appending to a
         growing buffer instead reallocates and copies it over and over (1 in 8 appends)."""
         self.size = 0
+        self.inode: tuple[int, int] | None = None
+        """``(device, inode)`` of the file last written (None: not known yet, as after a start), so
+        that a file replaced while its descriptor was closed is told apart at the next open."""
         self.segment = 1
         """Number of the active segment (the archive number it gets when rotated)."""
         self.started = 0.0
@@ -79,17 +93,33 @@ class OpenFiles:
             for _ in range(len(self._open) - self.limit + max(1, self.limit // 8)):
                 oldest, _ = self._open.popitem(last=False)
                 self.close(oldest)
-        fd = os.open(target.name, FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO that has a reader, a device: not ours
+        removed = False
+        try:  # a file written before must still be there: created afresh only when it is gone
+            fd = os.open(
+                target.name, FILE_FLAGS & ~os.O_CREAT if target.size else FILE_FLAGS, 0o600, dir_fd=target.dir_fd
+            )
+        except FileNotFoundError:
+            removed = True
+            fd = os.open(target.name, FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO that has a reader, a device: not ours
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file", target.name)
-        if target.size and os.fstat(fd).st_size < target.size:
-            # Touched while closed: the next append lands after what is there, not after what was written.
+        inode = (info.st_dev, info.st_ino)
+        if target.size and (removed or info.st_size < target.size or inode != (target.inode or inode)):
+            # Touched while closed: the next append lands after what is there, not after what was
+            # written, and the size (the checkpoint's offset) must follow the file found.
             os.close(fd)
-            size = self._adopt(target)
-            log.warning("%s holds fewer bytes than were written to it (%d of %d)", target.name, size, target.size)
-            target.size = size
+            if removed:
+                what = "removed"
+            elif target.inode is None or inode == target.inode:  # None: the first open since a start
+                what = "truncated"
+            else:
+                what = "replaced"
+            self._touched(target, what)
             fd = os.open(target.name, FILE_FLAGS, 0o600, dir_fd=target.dir_fd)
+            info = os.fstat(fd)
+        target.inode = (info.st_dev, info.st_ino)
         target.fd = fd
         self._open[target] = None
         return fd
@@ -173,6 +203,10 @@ class OpenFiles:
         else:
             what = "truncated"
         self.close(target)
+        self._touched(target, what)
+
+    def _touched(self, target: AppendFile, what: str) -> None:
+        """Take the file now at ``target``'s name as the one written on, saying what happened."""
         size = self._adopt(target)
         log.warning(
             "%s was %s behind the collector's back (%d bytes written, %d there now); writing on to the file"
@@ -192,6 +226,7 @@ class OpenFiles:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", target.name)
+            target.inode = (info.st_dev, info.st_ino)
             session_id = session_id_of(target.name)
             if session_id is None:
                 return info.st_size

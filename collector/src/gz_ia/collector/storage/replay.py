@@ -18,7 +18,7 @@ from gz_ia.client.schema import Stage
 
 from .checkpoints import Checkpoint
 from .names import session_archive
-from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, open_archive, segment_exists
+from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, oldest_segment, open_archive
 from .tally import TALLY_FIELDS, SessionTally, note_delivery
 
 __all__ = ["SessionFold", "Trace", "replay_session"]
@@ -58,8 +58,15 @@ class SessionFold(SessionTally):
         """Fold one line into the tally."""
         self.seq = max(self.seq, trace.seq)
         key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
+        if key not in self.open_actions and trace.stage is not Stage.FINISH:  # a cycle begins
+            begun = _time(trace.timestamp)
+            if begun is not None:
+                self.open_since[key] = begun
+                if self.latest_begun is None or begun > self.latest_begun:
+                    self.latest_begun = begun
         if trace.stage is Stage.FINISH:
             self.open_actions.pop(key, None)
+            self.open_since.pop(key, None)
             self.ended_failed = trace.status == "FAILED"
         else:
             self.open_actions[key] = trace.stage
@@ -81,6 +88,14 @@ class SessionFold(SessionTally):
             self.usage.add(trace.attrs)
         if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
             self.newest_time = trace.timestamp
+
+
+def _time(stamp: str) -> datetime | None:
+    """RFC 3339 text as a time (None: text that does not parse)."""
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
 
 
 def _later(stamp: str, than: str) -> bool:
@@ -154,9 +169,7 @@ def replay_session(
         fold = SessionFold(checkpoint)
     else:
         complete = checkpoint is None
-        first, offset = number, 0
-        while first > 1 and segment_exists(sessions_fd, session_archive(session_id, first - 1)):
-            first -= 1
+        first, offset = oldest_segment(sessions_fd, session_id, number), 0
         fold = SessionFold()
     for segment_number in range(first, number):
         try:

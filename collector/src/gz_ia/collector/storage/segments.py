@@ -19,7 +19,7 @@ from typing import Final
 from gz_ia.collector.errors import CollectorError
 
 from .gzip_cache import Archive, decompressed
-from .names import ACTIVE_SUFFIX, session_archive
+from .names import ACTIVE_SUFFIX, parse_archive_name, session_archive
 
 __all__ = [
     "READ_FLAGS",
@@ -27,11 +27,15 @@ __all__ = [
     "Segment",
     "SegmentUnreadable",
     "locate_active",
+    "oldest_segment",
     "open_archive",
     "open_regular",
     "segment_exists",
 ]
 
+_PROBED_BELOW_A_HOLE: Final = 64
+"""Numbers below a missing archive looked up one by one; further down, one listing of the directory
+is cheaper than so many lookups."""
 SCAN_CHUNK: Final = 1 << 20
 """Bytes read at a time when a segment is scanned line by line."""
 READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -143,6 +147,34 @@ def segment_exists(dir_fd: int, name_of: Callable[[bool], str]) -> bool:
             return True
         return True
     return False
+
+
+def oldest_segment(sessions_fd: int, session_id: str, active_number: int) -> int:
+    """Return the number of a session's oldest retained segment (the active one's when no archive is left).
+
+    Retention deletes a session's archives oldest first, so below the first number found missing
+    there is usually nothing left. An archive removed by hand leaves a hole with older archives
+    under it, which a reader must still read and name the hole: so below a missing number the
+    archives are looked for too, one by one when few numbers remain, else in one listing.
+    """
+    number = active_number
+    while number > 1 and segment_exists(sessions_fd, session_archive(session_id, number - 1)):
+        number -= 1
+    hole = number - 1
+    if hole <= 1:
+        return number
+    if hole - 1 <= _PROBED_BELOW_A_HOLE:
+        older = [below for below in range(1, hole) if segment_exists(sessions_fd, session_archive(session_id, below))]
+    else:
+        prefix = session_id + ".events."
+        older = []
+        with os.scandir(sessions_fd) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefix):
+                    parsed = parse_archive_name(entry.name)
+                    if parsed is not None and parsed[0] == session_id and parsed[1] < hole:
+                        older.append(parsed[1])
+    return min(older, default=number)
 
 
 def locate_active(sessions_fd: int, session_id: str, hint: int) -> tuple[int, Segment | None, bool]:

@@ -11,6 +11,7 @@ lines (:class:`.replay.SessionFold`); both convert it to and from its persisted 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from gz_ia.client.schema import Stage
@@ -31,9 +32,11 @@ TALLY_FIELDS: Final = (
     "failures",
     "first_time",
     "last_time",
+    "latest_begun",
     "marks",
     "newest_time",
     "open_actions",
+    "open_since",
     "parent",
     "seq",
     "tree_root",
@@ -56,6 +59,12 @@ class SessionTally:
 
     seq: int
     open_actions: OpenCycles
+    open_since: dict[str | tuple[str, str], datetime]
+    """When each open cycle began (its first event), keyed as :attr:`open_actions`."""
+    latest_begun: datetime | None
+    """When the newest cycle began, open or not (None: unknown, restored from an earlier gz-ia's
+    checkpoint with open cycles). With ``open_since`` it tells where an open session waits without
+    reading its file (:func:`gz_ia.collector.views.answers.waiting_cycles`)."""
     marks: dict[str, int]
     """Per producer, the highest event number stored: the idempotency watermarks."""
     failures: int
@@ -80,6 +89,8 @@ class SessionTally:
         """Start from a session with no events."""
         self.seq = 0
         self.open_actions = {}
+        self.open_since = {}
+        self.latest_begun = None
         self.marks = {}
         self.failures = 0
         self.ended_failed = False
@@ -99,6 +110,11 @@ class SessionTally:
         for action, cycle, stage in checkpoint.open_cycles:
             cycles[action, cycle] = stage
         self.open_actions = cycles
+        since: dict[str | tuple[str, str], datetime] = {}
+        for action, named, begun in checkpoint.open_since:
+            since[action if named is None else (action, named)] = begun
+        self.open_since = since  # fewer than the open cycles: an earlier gz-ia's (see waiting_cycles)
+        self.latest_begun = checkpoint.latest_begun
         self.marks = dict(checkpoint.marks)
         self.failures = checkpoint.failures
         self.ended_failed = checkpoint.ended_failed
@@ -142,6 +158,11 @@ class SessionTally:
             started=started,
             open_actions=open_actions,
             open_cycles=open_cycles,
+            open_since=[
+                (key, None, begun) if isinstance(key, str) else (key[0], key[1], begun)
+                for key, begun in self.open_since.items()
+            ],
+            latest_begun=self.latest_begun,
             marks=dict(self.marks),
             failures=self.failures,
             ended_failed=self.ended_failed,

@@ -36,6 +36,7 @@ __all__ = [
     "hung",
     "last_below",
     "open_cycles",
+    "waiting_cycles",
     "why",
     "why_of",
 ]
@@ -137,23 +138,44 @@ def last_below(summaries: Iterable[SessionSummary]) -> dict[str, datetime]:
     return found
 
 
+def waiting_cycles(summary: SessionSummary) -> tuple[OpenCycle, ...] | None:
+    """:func:`open_cycles` of one session read off its tally (its checkpoint, or the collector's
+    memory) instead of its file; None when the tally does not say (an earlier gz-ia's checkpoint)."""
+    if summary.waiting is None:
+        return None
+    found = [
+        OpenCycle(summary.session_id, summary.agent, action, stage, since) for action, stage, since in summary.waiting
+    ]
+    found.sort(key=lambda cycle: cycle.since)
+    return tuple(found)
+
+
 class OpenCycleIndex:
     """The open cycles of a root's sessions, a session folded again only when it has more events.
 
-    The caller names the sessions the tally says have open cycles (cheap: checkpoints, or the
-    collector's memory); only those are read, so that asking often (every scrape) costs the
-    sessions that changed, not the root.
+    The caller passes the listing's summaries; only those whose tally has open cycles count, and
+    their tally says where each waits (:func:`waiting_cycles`); a session whose tally does not is
+    read, and folded again only when it has more events, so that asking often (every scrape) costs
+    the sessions that changed, not the root.
     """
 
     def __init__(self) -> None:
         self._known: dict[tuple[str, str], tuple[int, tuple[OpenCycle, ...]]] = {}
 
-    def cycles(self, root: Path, sessions: Iterable[tuple[str, int]]) -> dict[str, tuple[OpenCycle, ...]]:
-        """Return the open cycles of each of ``sessions`` (``(session_id, events)``) that has any."""
+    def cycles(self, root: Path, summaries: Iterable[SessionSummary]) -> dict[str, tuple[OpenCycle, ...]]:
+        """Return the open cycles of each of ``summaries`` that has any."""
         place = str(root)
         kept: dict[tuple[str, str], tuple[int, tuple[OpenCycle, ...]]] = {}
         found: dict[str, tuple[OpenCycle, ...]] = {}
-        for session_id, events in sessions:
+        for summary in summaries:
+            if not summary.open_actions:
+                continue
+            session_id, events = summary.session_id, summary.events
+            tallied = waiting_cycles(summary)
+            if tallied is not None:
+                if tallied:
+                    found[session_id] = tallied
+                continue
             key = (place, session_id)
             cached = self._known.get(key)
             if cached is not None and cached[0] == events:

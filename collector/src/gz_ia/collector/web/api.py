@@ -94,9 +94,8 @@ def open_cycles(
     cycles, only those with new events since the last call are read again.
     """
     listing = _listing(root, known)
-    listed = [(summary.session_id, summary.events) for summary in listing if summary.open_actions]
     with _open_lock:
-        return _open_index.cycles(root, listed), last_below(listing)
+        return _open_index.cycles(root, listing), last_below(listing)
 
 
 def _status(summary: SessionSummary) -> str:

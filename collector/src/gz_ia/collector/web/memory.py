@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.reading.sessions import waiting_of
 from gz_ia.collector.storage.sessions import RootStore
 
 __all__ = ["summaries_in_memory"]
@@ -54,5 +55,6 @@ def summaries_in_memory(stores: Iterable[RootStore], root: str) -> dict[str, Ses
                 cost_usd=cost,
                 model=state.usage.model,
                 hooks_usage_counts=state.usage.from_hooks,
+                waiting=waiting_of(state),
             )
     return found
