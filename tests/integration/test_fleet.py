@@ -111,11 +111,11 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
         page = browser.new_page()
         page.set_default_timeout(20_000)
         page.goto(address)
-        rows = page.locator("#sessions tbody tr")
-        expect(rows).to_have_count(3)
+        listed = page.locator("#sessions tbody tr")
+        expect(listed).to_have_count(3)
         page.click("#sessions tbody tr[data-session='ci-runner.s1'] button.host")
-        expect(rows).to_have_count(1)
-        assert rows.first.get_attribute("data-session") == "ci-runner.s1"
+        expect(listed).to_have_count(1)
+        assert listed.first.get_attribute("data-session") == "ci-runner.s1"
         assert page.input_value("#query") == "host=ci-runner"
         browser.close()
 
