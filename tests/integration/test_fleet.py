@@ -158,8 +158,11 @@ def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_double
 
 
 @pytest.mark.shards(1, 2)
-def test_an_outage_of_the_server_is_caught_up(make_collector: Any, nats_server: NatsServer, short_tmp: Path) -> None:
-    """The server stops: the machine keeps accepting, says it is behind, and catches up once the server is back."""
+def test_an_outage_of_the_server_is_caught_up(
+    make_collector: Any, nats_server: NatsServer, short_tmp: Path, soak: Any
+) -> None:
+    """The server stops for minutes (``GZ_IA_SOAK_SECONDS`` bounds them) while an agent keeps logging at a
+    pace: the machine keeps accepting, says it is behind, and catches up once the server is back."""
     hub_root = short_tmp / "hub" / ".harness"
     make_collector(
         env=fleet_env(
@@ -170,12 +173,19 @@ def test_an_outage_of_the_server_is_caught_up(make_collector: Any, nats_server: 
     send_events(laptop, events("before", 20))
     wait_equal(laptop.root, "laptop", hub_root)
     nats_server.stop()
-    send_events(laptop, [*events("during", 30), *events("before", 10, start=20)])
-    wait_for(lambda: _fleet(laptop)["lag_events"] == 40, message="the lag to count the events written meanwhile")
+    written = 0
+    outage_ends = time.monotonic() + soak(180.0)
+    while written < 30 or time.monotonic() < outage_ends:
+        send_events(laptop, events("during", 6, start=written))
+        written += 6
+        time.sleep(0.5)
+    send_events(laptop, events("before", 10, start=20))
+    behind = written + 10
+    wait_for(lambda: _fleet(laptop)["lag_events"] == behind, message="the lag to count the events written meanwhile")
     assert _fleet(laptop)["connected"] is False
     assert "fleet: ship as laptop on nats://127.0.0.1:" in (text := laptop.gz_ia("status", check=True).stdout)
-    assert "NOT CONNECTED (events are kept and shipped later), 40 events behind" in text
-    assert laptop.metric('gzia_fleet_lag_events{role="ship"}') == 40
+    assert f"NOT CONNECTED (events are kept and shipped later), {behind} events behind" in text
+    assert laptop.metric('gzia_fleet_lag_events{role="ship"}') == behind
     nats_server.start()
     wait_equal(laptop.root, "laptop", hub_root)
     wait_for(lambda: _fleet(laptop)["lag_events"] == 0, message="the lag back to 0")
