@@ -87,6 +87,11 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     shared = gz_ia("session", "logs", "s1", "--host", "ci-runner", "--json")
     assert [event["attrs"]["n"] for event in shared] == list(range(25))
     assert [event["parent_session_id"] for event in gz_ia("session", "logs", "sub1", "--json")] == ["laptop.s1"] * 6
+    # The answers read the hub's sessions as they read one machine's: the runner's last cycle is open.
+    hung = gz_ia("sessions", "--hung", "--after", "0s", "--json")
+    assert [(row["session_id"], [cycle["action"] for cycle in row["hung"]]) for row in hung] == [
+        ("ci-runner.s1", ["step-12"])
+    ]
     ambiguous = hub.gz_ia("session", "logs", "s1", env=on_hub)
     assert ambiguous.returncode != 0 and "--host" in ambiguous.stderr and "ci-runner, laptop" in ambiguous.stderr
 
