@@ -123,9 +123,10 @@ def comparable(line: dict[str, Any], host: str | None) -> dict[str, Any]:
 
 
 def read_root(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every session's lines in a root (active files only: the tests write far below a rotation)."""
+    """Every session's complete lines in a root (active files only: the tests write far below a
+    rotation; a line the collector is writing while this reads is left for the next look)."""
     return {
-        path.name.removesuffix(".events.jsonl"): [json.loads(line) for line in path.read_text().splitlines()]
+        path.name.removesuffix(".events.jsonl"): [json.loads(line) for line in path.read_bytes().split(b"\n")[:-1]]
         for path in sorted((root / "sessions").glob("*.events.jsonl"))
     }
 
