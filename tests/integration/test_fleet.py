@@ -275,6 +275,91 @@ def test_a_machine_can_publish_only_as_itself_over_tls(make_collector: Any, shor
         server.close()
 
 
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def test_with_client_certificates_each_machine_is_its_certificate(make_collector: Any, short_tmp: Path) -> None:
+    """Mutual TLS with no password (docs/operations.md): the server maps each client certificate to its
+    user (``verify_and_map``), so the laptop's certificate ships the laptop's subject and no other, and
+    a client without a certificate is refused. The CA and certificates are made here by openssl."""
+    tls = short_tmp / "tls"
+    tls.mkdir()
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=gz-ia test CA",
+             "-keyout", str(tls / "ca.key"), "-out", str(tls / "ca.pem"))  # fmt: skip
+    extensions = {"server": "subjectAltName=IP:127.0.0.1", "laptop": "extendedKeyUsage=clientAuth",
+                  "hub": "extendedKeyUsage=clientAuth"}  # fmt: skip
+    for name, extension in extensions.items():
+        (tls / f"{name}.ext").write_text(extension + "\n")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", str(tls / f"{name}.key"),
+                 "-out", str(tls / f"{name}.csr"))  # fmt: skip
+        _openssl("x509", "-req", "-in", str(tls / f"{name}.csr"), "-CA", str(tls / "ca.pem"), "-CAkey",
+                 str(tls / "ca.key"), "-CAcreateserial", "-days", "1", "-extfile", str(tls / f"{name}.ext"),
+                 "-out", str(tls / f"{name}.pem"))  # fmt: skip
+    config = (
+        f'tls {{ cert_file: "{tls / "server.pem"}", key_file: "{tls / "server.key"}", '
+        f'ca_file: "{tls / "ca.pem"}", verify_and_map: true }}\n'
+        + _PERMISSIONS.replace('user: laptop, password: "laptop-pw"', 'user: "CN=laptop"').replace(
+            'user: hub, password: "hub-pw"', 'user: "CN=hub"'
+        )
+    )
+    server = NatsServer(short_tmp / "nats", config=config)
+    server.start()
+    try:
+        url = f"tls://127.0.0.1:{server.port}"
+
+        def identity(name: str) -> dict[str, str]:
+            return {
+                "GZ_IA_FLEET_TLS_CA": str(tls / "ca.pem"),
+                "GZ_IA_FLEET_TLS_CERT": str(tls / f"{name}.pem"),
+                "GZ_IA_FLEET_TLS_KEY": str(tls / f"{name}.key"),
+            }
+
+        hub_root = short_tmp / "hub" / ".harness"
+        hub = make_collector(
+            env=fleet_env(
+                url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                **identity("hub"),
+            )
+        )  # fmt: skip
+        laptop = make_collector(env=fleet_env(url, "laptop", short_tmp / "laptop-state", **identity("laptop")))
+        send_events(laptop, events("own", 6))
+        wait_equal(laptop.root, "laptop", hub_root)
+
+        async def as_laptop_claiming(host: str) -> None:
+            import ssl
+
+            import nats
+
+            context = ssl.create_default_context(cafile=str(tls / "ca.pem"))
+            context.load_cert_chain(str(tls / "laptop.pem"), str(tls / "laptop.key"))
+            client = await nats.connect(url, tls=context)
+            try:
+                headers = {"Nats-Msg-Id": "x", "Gz-Ia-Host": host}
+                with pytest.raises(Exception):  # noqa: B017, PT011  (the server drops it: no acknowledgement comes)
+                    await client.jetstream().publish(f"gzia.events.{host}.abcdef", b"{}", timeout=1, headers=headers)
+            finally:
+                await client.close()
+
+        async def without_a_certificate() -> None:
+            import ssl
+
+            import nats
+
+            context = ssl.create_default_context(cafile=str(tls / "ca.pem"))
+            with pytest.raises(Exception):  # noqa: B017, PT011  (refused in the handshake)
+                await nats.connect(url, tls=context, max_reconnect_attempts=0, connect_timeout=2, allow_reconnect=False)
+
+        asyncio.run(as_laptop_claiming("mallory"))
+        asyncio.run(without_a_certificate())
+        log = server.log_path.read_text()
+        assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in log
+        assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+        assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
+    finally:
+        server.close()
+
+
 @pytest.mark.slow
 def test_a_three_server_cluster_loses_one_server_mid_load(make_collector: Any, short_tmp: Path, soak: Any) -> None:
     """A stream replicated on three servers: SIGKILL of one while the machine ships and the hub writes."""
