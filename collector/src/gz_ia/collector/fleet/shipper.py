@@ -42,7 +42,7 @@ POLL_INTERVAL: Final = 0.05
 """Seconds between looks at the roots when nothing was left to ship: the lag added at an agent's pace."""
 ROOTS_INTERVAL: Final = 2.0
 """Seconds between re-reads of the roots this collector serves (a new workspace is shipped within it)."""
-LANES: Final = 16
+LANES: Final = 64
 """Sessions shipped at once: each waits for its page's acknowledgements, the others go on meanwhile."""
 PUBLISH_TIMEOUT: Final = 2.0
 """Seconds to wait for one acknowledgement before the round ends and its events are sent again later."""
