@@ -9,7 +9,7 @@ if ! command -v uv >/dev/null 2>&1; then
 fi
 export UV_PYTHON_DOWNLOADS=never
 
-# One sync for both scripts: the whole workspace with every extra ([mcp], [otel]) and the dev tools.
+# One sync for both scripts: the whole workspace with every extra ([mcp], [otel], [fleet]) and the dev tools.
 # `uv sync` is exact (it removes what it was not asked for), so a narrower sync here would uninstall
 # what the other script installed.
 # Bytecode is compiled here: each collector, agent and command starts a fresh interpreter, which
