@@ -92,9 +92,9 @@ class OtlpReceiver:
         self.metrics = metrics
         self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
         self._logged_at: dict[str, float] = {}
-        self._hooked: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
-        """(root, session) of sessions that agent hooks opened, newest last: a session's first event
-        never changes, so a yes is remembered (a no is looked up again: the hooks may come later)."""
+        self._hooked: collections.OrderedDict[tuple[str, str], bool] = collections.OrderedDict()
+        """(root, session) → whether agent hooks opened it, newest last: a session's first event never
+        changes, so the answer is remembered once it has one (a session with none yet is looked up again)."""
 
     def routes(self) -> list[Route]:
         """The three OTLP routes; ``endpoints.otlp`` is the base URL an exporter takes."""
@@ -202,15 +202,17 @@ class OtlpReceiver:
         which telemetry never writes. An agent's hooks run before its first request, and are
         answered once written, so they are there before any of its telemetry."""
         key = (str(root.path), session_id)
-        if key in self._hooked:
+        known = self._hooked.get(key)
+        if known is not None:
             self._hooked.move_to_end(key)
-            return True
-        if _first_action(root, session_id) != "session":
+            return known
+        first = _first_action(root, session_id)
+        if first is None:
             return False
-        self._hooked[key] = None
+        self._hooked[key] = hooked = first == "session"
         while len(self._hooked) > _SPANS_REMEMBERED:
             self._hooked.popitem(last=False)
-        return True
+        return hooked
 
     def _bound_sessions(self) -> None:
         while len(self.sessions) > _SPANS_REMEMBERED:
