@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from tests.conftest import free_port, send_events, wait_for
+from tests.fixtures.chromium import chromium, open_page
 from tests.integration.nats_harness import NatsServer, events, fleet_env, read_root, wait_equal
 
 
@@ -109,20 +110,16 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     assert rows == {"laptop.s1": "laptop", "laptop.sub1": "laptop"}
 
     # The page: each session shows its machine, and a click on it filters the list to that machine.
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
-        page = browser.new_page()
-        page.set_default_timeout(20_000)
-        page.goto(address)
+    with chromium() as browser:
+        page = open_page(browser, address)
         listed = page.locator("#sessions tbody tr")
         expect(listed).to_have_count(3)
         page.click("#sessions tbody tr[data-session='ci-runner.s1'] button.host")
         expect(listed).to_have_count(1)
         assert listed.first.get_attribute("data-session") == "ci-runner.s1"
         assert page.input_value("#query") == "host=ci-runner"
-        browser.close()
 
 
 def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_doubles_nothing(

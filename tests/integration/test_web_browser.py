@@ -20,28 +20,15 @@ from typing import Any
 
 import pytest
 from tests.conftest import REPO, CollectorProcess, send_events
+from tests.fixtures.chromium import CHROMIUM, TIMEOUT_MS, _browser, needs_chromium
 from tests.integration.live_agents import Agent
 
 from gz_ia.client import build_event
 
-CHROMIUM = "/usr/bin/chromium"
 STRANGER = 65534
-TIMEOUT_MS = 20_000
-"""Safety bound on each wait; a passing run needs a fraction of it."""
+__all__ = ["_browser"]  # the fixture, imported to be found here
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"
-)
-
-
-@pytest.fixture(name="browser")
-def _browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield browser
-        browser.close()
+pytestmark = needs_chromium
 
 
 @pytest.fixture(name="agent")

@@ -10,23 +10,19 @@ cycle started.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import wait_for
+from tests.fixtures.chromium import chromium, needs_chromium, open_page
 from tests.fixtures.claude_run import ClaudeCode
 from tests.fixtures.model_apis.anthropic import FakeAnthropic, ToolUse, Turn
 
-CHROMIUM = "/usr/bin/chromium"
-TIMEOUT_MS = 20_000
-"""Safety bound on each wait; a passing run needs a fraction of it."""
-
 pytestmark = [
     pytest.mark.agents,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 
@@ -62,8 +58,6 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
 ) -> None:
     """The subagent's Bash call is drawn under the Agent call, model requests are rows with tokens,
     rows go by start time, and the session has a title, not its UUID."""
-    from playwright.sync_api import sync_playwright
-
     claude = ClaudeCode(short_tmp / "home", collector.workspace, api, collector.env)
     claude.install_hooks()
     task = {"description": "Run a check", "prompt": "SUB-PAGE-MARKER: run echo", "subagent_type": "general-purpose"}
@@ -88,11 +82,8 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
         message="the four API requests' usage records",
     )
     address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1500, "height": 800})
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(f"{address}#/s/{session}")
+    with chromium() as browser:
+        page = open_page(browser, f"{address}#/s/{session}")
         page.locator('#timeline tr[data-action="Bash"]').wait_for()
         page.locator('#timeline tr[data-action="Agent"]').wait_for()
         rows = page.evaluate(ROWS)
@@ -100,7 +91,6 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
         model = page.request.get(f"{address.split('?')[0]}api/cycles?session={session}").json()
         page.screenshot(path="/tmp/gz-ia-page-claude.png")
         title = page.locator("#session-title").inner_text()
-        browser.close()
     actions = [row["action"] for row in rows]
     agent = actions.index("Agent")
     below = rows[agent + 1 :]

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,35 +24,16 @@ from urllib.parse import quote
 
 import pytest
 from tests.conftest import CollectorProcess, send_events
+from tests.fixtures.chromium import _browser, needs_chromium, open_page
 
 from gz_ia.client import build_event
 
-CHROMIUM = "/usr/bin/chromium"
-TIMEOUT_MS = 20_000
-"""Safety bound on each wait; a passing run needs a fraction of it."""
+__all__ = ["_browser"]  # the fixture, imported to be found here
+
 STRANGER = 65534
 SHOTS = Path("/tmp/gz-ia-page-shots")
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"
-)
-
-
-@pytest.fixture(name="browser")
-def _browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
-
-def _page(browser: Any, address: str) -> Any:
-    page = browser.new_page(viewport={"width": 1500, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(address)
-    return page
+pytestmark = needs_chromium
 
 
 def _shoot(page: Any, name: str) -> None:
@@ -118,7 +98,7 @@ def test_a_finished_session_is_a_waterfall_in_time_order_on_its_own_scale(
 
     _finished_tree(collector)
     address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
-    page = _page(browser, address)
+    page = open_page(browser, address)
     row = page.locator('#sessions tr[data-session="wf-top"]')
     row.wait_for()
     assert "Bash: npm test" in row.locator(".title").inner_text()  # the first action, not the UUID
@@ -184,12 +164,10 @@ def test_a_page_waits_for_a_root_and_a_session_that_have_no_event_yet(
     address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
     base = address.split("&root=")[0]
     complaints: list[str] = []
-    page = _page(browser, f"{base}&root={quote(str(root))}")
+    page = open_page(browser, f"{base}&root={quote(str(root))}")
     page.on("console", lambda message: complaints.append(message.text) if message.type == "error" else None)
     page.locator("#live.on").wait_for()
-    other = browser.new_page(viewport={"width": 1400, "height": 800})
-    other.set_default_timeout(TIMEOUT_MS)
-    other.goto(f"{base}&root={quote(str(root))}#/s/first-one")
+    other = open_page(browser, f"{base}&root={quote(str(root))}#/s/first-one", width=1400)
     other.locator("#live.on").wait_for()
 
     root.mkdir()  # as a client makes it before its first event
@@ -228,7 +206,7 @@ def test_after_a_restart_the_page_reconnects_and_says_what_to_do_when_its_key_is
     gets a page that says to run gz-ia ui, and a reload shows that page, not JSON."""
     send_events(collector, [build_event(session_id="rs-one", action="before", stage="READ", agent="claude")])
     address = collector.gz_ia("ui", "--no-browser", check=True).stdout.strip()
-    page = _page(browser, f"{address}#/s/rs-one")
+    page = open_page(browser, f"{address}#/s/rs-one")
     page.locator("#live.on").wait_for()
     page.locator('#timeline tr[data-action="before"]').wait_for()
 
