@@ -281,6 +281,22 @@ def test_root_of_another_uid_refused(collector: Any) -> None:
     assert list(root.iterdir()) == []
 
 
+def test_a_directory_of_other_files_is_never_made_a_root(collector: Any) -> None:
+    """A client naming a directory of other things as its root (a home, a project, /etc for root) is
+    refused with root_not_allowed and a sentence saying what to name; nothing is written into it."""
+    project = collector.base / "project"
+    project.mkdir()
+    (project / "main.py").write_text("print()\n")
+    client = collector.client()
+    client._sender.root = project
+    with pytest.raises(EventRejected) as caught:
+        client.send(build_event(session_id="s-1", action="a", stage="READ", agent="sec"), timeout=10)
+    client.close(timeout=0)
+    assert caught.value.reason == "root_not_allowed"
+    assert "name an empty directory or a .harness" in str(caught.value)
+    assert sorted(path.name for path in project.iterdir()) == ["main.py"]
+
+
 def test_planted_session_symlink_never_followed(collector: Any) -> None:
     """A symlink planted at <root>/sessions/<id>.events.jsonl is never written through nor read through."""
     outside = collector.base / "outside.txt"

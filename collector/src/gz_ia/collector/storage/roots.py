@@ -15,9 +15,10 @@ import os
 from pathlib import Path
 from typing import Final
 
+from gz_ia.client.env import HARNESS_DIR
 from gz_ia.collector.errors import CollectorError
 
-from .names import LAYOUT_FILE, LAYOUT_VERSION, SESSIONS_DIR, STATE_DIR
+from .names import LAYOUT_FILE, LAYOUT_VERSION, SESSIONS_DIR, STATE_DIR, is_rejects_file, parse_rejects_archive_name
 
 __all__ = [
     "LayoutError",
@@ -135,6 +136,31 @@ def open_root(path: Path, *, owner: int | None, create: bool = True) -> RootDirs
     return RootDirs(path, root_fd, sessions_fd, info.st_uid, state_fd, epoch)
 
 
+def _check_unclaimed(root_fd: int, path: Path) -> None:
+    """Refuse to make a root of a directory that holds other things: a home, ``/etc`` or a project
+    named as the root by mistake would get ``sessions/`` and ``state/`` written into it. A
+    ``.harness`` (made for gz-ia, as a client makes it) and an empty directory become roots; so does
+    one holding only gz-ia's own names (a root made before roots had a layout file)."""
+    if path.name == HARNESS_DIR:
+        return
+    foreign = sorted(name for name in os.listdir(root_fd) if not _is_own_name(name))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise LayoutError(
+            f"root {str(path)!r} holds other files ({shown}) and is not a gz-ia root: "
+            f"name an empty directory or a {HARNESS_DIR} directory as the root"
+        )
+
+
+def _is_own_name(name: str) -> bool:
+    return (
+        name in (SESSIONS_DIR, STATE_DIR)
+        or is_rejects_file(name)
+        or parse_rejects_archive_name(name) is not None
+        or name.startswith(f".{LAYOUT_FILE}.")  # a layout file whose writer was killed before its rename
+    )
+
+
 def _check_layout(root_fd: int, path: Path, *, create: bool) -> str:
     """Check the root's layout version and return its epoch ("" when it has none)."""
     try:
@@ -142,6 +168,7 @@ def _check_layout(root_fd: int, path: Path, *, create: bool) -> str:
     except FileNotFoundError:
         if not create:
             return ""
+        _check_unclaimed(root_fd, path)
         # The epoch tells this root from a root rebuilt at the same path: cursors carry it.
         epoch = os.urandom(8).hex()  # as secrets.token_hex, without its imports
         write_file_atomically(
