@@ -4,7 +4,8 @@ One collector (``--durability`` as given) on a scratch root. Interleaved round b
 busy machine slows both alike:
 
 * ``client``: ``gz_ia.client.Client`` sends ``--spans`` tool cycles (READ + FINISH each, the events
-  an ``execute_tool`` span becomes) and waits for every verdict (written);
+  an ``execute_tool`` span becomes, the FINISH with the ``tool`` attr the receiver gives it: the same
+  lines stored) and waits for every verdict (written);
 * ``otlp``: ``--spans`` ``execute_tool`` spans, pre-encoded as OTLP protobuf export requests of
   ``--batch`` spans each, POSTed one after another on one keep-alive connection; each answer comes
   after the write.
@@ -89,6 +90,7 @@ def _client_round(socket_path: Path, root: Path, spans: int, round_number: int) 
                 agent="bench",
                 cycle=cycle,
                 duration_ms=1,
+                attrs={"tool": "Read"},  # as the receiver stores an execute_tool span's FINISH
             )
         if not client.flush(300.0):
             raise RuntimeError("the client did not deliver every event")

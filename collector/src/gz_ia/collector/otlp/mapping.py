@@ -81,12 +81,15 @@ def safe_id(raw: str) -> str:
     return cleaned[:MAX_SESSION_ID_LENGTH]
 
 
+_PLAIN_VALUES: Final = frozenset(("string_value", "bool_value", "int_value", "double_value"))
+
+
 def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
+    if kind in _PLAIN_VALUES:
+        return getattr(any_value, kind)
     if kind is None:
         return None
-    if kind in ("string_value", "bool_value", "int_value", "double_value"):
-        return getattr(any_value, kind)
     if kind == "bytes_value":
         return any_value.bytes_value.hex()
     return str(getattr(any_value, kind))[:1024]
@@ -140,9 +143,7 @@ def _cycle(call_id: str) -> str:
     return call_id[-MAX_CYCLE_LENGTH:]
 
 
-def _event(
-    when: datetime, session: tuple[str, str | None], agent: str, action: str, stage: str, **fields: Any
-) -> dict[str, Any]:
+def _event(when: datetime, session: tuple[str, str | None], agent: str, action: str, stage: str) -> dict[str, Any]:
     event = {
         "timestamp": when,
         "session_id": session[0],
@@ -153,7 +154,6 @@ def _event(
     }
     if session[1]:
         event["parent_session_id"] = session[1]
-    event.update({key: value for key, value in fields.items() if value is not None})
     return event
 
 
@@ -170,14 +170,17 @@ def _cycle_events(
     attrs: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between."""
-    duration = max(0, int((ended - started).total_seconds() * 1000))
-    finish: dict[str, Any] = {"duration_ms": duration, "cycle": cycle, "attrs": attrs or None}
+    opening = _event(started, session, agent, action, start)
+    opening["cycle"] = cycle
+    finish = _event(ended if ended > started else started, session, agent, action, "FINISH")
+    finish["duration_ms"] = max(0, int((ended - started).total_seconds() * 1000))
+    finish["cycle"] = cycle
+    if attrs:
+        finish["attrs"] = attrs
     if error is not None:
-        finish.update(status="FAILED", error=error[:16384] or "failed")
-    return [
-        _event(started, session, agent, action, start, cycle=cycle),
-        _event(max(started, ended), session, agent, action, "FINISH", **finish),
-    ]
+        finish["status"] = "FAILED"
+        finish["error"] = error[:16384] or "failed"
+    return [opening, finish]
 
 
 def _start_stage(tool: str) -> str:

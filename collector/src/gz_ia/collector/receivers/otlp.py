@@ -41,7 +41,7 @@ import msgspec
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.http.messages import TooLarge, decoded_body
-from gz_ia.collector.ingest.validation import checked_batch
+from gz_ia.collector.ingest.validation import checked_batches
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
 from gz_ia.collector.reading.segments import SessionView
@@ -159,8 +159,14 @@ class OtlpReceiver:
         # Without a root named, each session goes where the collector already writes it (its
         # agent's hooks made it in the workspace's root), else to the collector's own root.
         by_root: dict[str, list[Item]] = {}
+        holding: dict[str, str | None] = {}  # an export holds many records of each session
         for item in items:
-            found = None if named else self._root_holding(item.session_id, request.peer_uid)
+            found = None
+            if not named:
+                if item.session_id in holding:
+                    found = holding[item.session_id]
+                else:
+                    found = holding[item.session_id] = self._root_holding(item.session_id, request.peer_uid)
             by_root.setdefault(found or where.path, []).append(item)
         # What staging holds counts against the collector's bound as the body's share of each
         # event, as a client's batch counts its frame's size.
@@ -177,7 +183,8 @@ class OtlpReceiver:
             done = self._stage(root, signal, grouped, per_event)
             if isinstance(done, str):
                 return _error(503, f"{done}; retry later", retry_after="1")
-            staged.extend(done)
+            if done is not None:
+                staged.append(done)
         if staged and not all(await asyncio.gather(*staged)):
             return _error(503, "the collector could not write this export; retry later", retry_after="1")
         return _ok(protobuf)
@@ -220,14 +227,11 @@ class OtlpReceiver:
 
     def _stage(
         self, root: RootStore, signal: Signal, items: list[Item], per_event: int
-    ) -> list[asyncio.Future[bool]] | str:
-        """Stage every item (one producer each): the futures of their verdicts (True once written),
-        or why the export cannot be answered 200 yet (nothing staged then)."""
-        intake = self.intake
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[bool]] = []
+    ) -> asyncio.Future[bool] | str | None:
+        """Stage every item (one producer each, so that a resent one is a duplicate) as one batch of
+        the intake: the future of its verdict (True once written; None: every item was joined to a
+        copy already held), or why the export cannot be answered 200 yet (nothing staged then)."""
         counted = self.metrics.otlp_records
-        joined = 0
         written_lately: dict[str, bytes] = {}
         held: dict[int, _Held] = {}
         for index, item in enumerate(items):
@@ -237,20 +241,28 @@ class OtlpReceiver:
                 held[index] = _already_held(self.writer, root, item, written_lately)
         if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
             return "a tool call of this export is still being written from its first copy"
-        for index, item in enumerate(items):
-            if held.get(index) is _Held.YES or (item.hooks_record_it and self._opened_by_hooks(root, item.session_id)):
-                joined += 1
-                continue
-            producer = hashlib.sha256(item.key.encode()).hexdigest()[:16]
-            future: asyncio.Future[bool] = loop.create_future()
-            size = per_event * len(item.events)
-            if not intake.stage(root, producer, checked_batch(1, item.events), FutureReply(future), size):
-                future.set_result(False)  # its root was removed meanwhile: the export is retried
-            futures.append(future)
-        counted.labels(signal.value, "staged").inc(len(futures))
+        kept = [
+            item
+            for index, item in enumerate(items)
+            if held.get(index) is not _Held.YES
+            and not (item.hooks_record_it and self._opened_by_hooks(root, item.session_id))
+        ]
+        checked = checked_batches([item.events for item in kept])
+        batches = [
+            (hashlib.sha256(item.key.encode()).hexdigest()[:16], batch)
+            for item, batch in zip(kept, checked, strict=True)
+        ]
+        joined = len(items) - len(batches)
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
-        return futures
+        if not batches:
+            return None
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        size = per_event * sum(len(batch.events) for _, batch in batches)
+        if not self.intake.stage_keyed(root, batches, FutureReply(future), size):
+            future.set_result(False)  # its root was removed meanwhile: the export is retried
+        counted.labels(signal.value, "staged").inc(len(batches))
+        return future
 
 
 def _first_action(root: RootStore, session_id: str) -> str | None:
