@@ -159,6 +159,77 @@ def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_double
     assert sum(len(lines) for lines in read_root(hub_root).values()) == len(load)
 
 
+def test_a_page_cut_otherwise_after_a_crash_lands_exactly_once(
+    make_collector: Any, nats_server: NatsServer, short_tmp: Path
+) -> None:
+    """A machine that crashed between the stream's acknowledgement and saving its position publishes
+    again from the saved one, and cuts its pages otherwise when more was written meanwhile: the new
+    message (another id, so the stream keeps it) overlaps what the hub holds, which drops that part
+    event by event and writes the rest. The crash's state is made by hand (the positions file deleted
+    while the server is down, so the re-publish is certain to be one message of events 1-30 over the
+    stream's 1-15); everything else is real."""
+    hub_root = short_tmp / "hub" / ".harness"
+    hub_env = fleet_env(
+        nats_server.url,
+        "hub",
+        short_tmp / "hub-state",
+        GZ_IA_FLEET_HUB="true",
+        GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+        GZ_IA_DURABILITY="fsync",
+    )
+    hub = make_collector(env=hub_env)
+    laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
+    send_events(laptop, events("cut", 15))
+    wait_equal(laptop.root, "laptop", hub_root)
+    nats_server.stop()
+    laptop.kill()
+    positions = list((short_tmp / "laptop-state" / "fleet").glob("ship-*.json"))
+    assert len(positions) == 1
+    positions[0].unlink()
+    laptop.start()
+    send_events(laptop, events("cut", 15, start=15))
+    nats_server.start()
+    wait_equal(laptop.root, "laptop", hub_root)
+    assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 30
+    assert hub.metric('gzia_fleet_hub_events_total{outcome="duplicate"}') == 15
+
+
+def test_pages_are_cut_to_the_servers_max_payload(make_collector: Any, short_tmp: Path) -> None:
+    """A server whose ``max_payload`` is far below a page's bytes: the machine cuts its pages into messages
+    that fit (the server would refuse a larger one), and the hub holds every event once."""
+    server = NatsServer(short_tmp / "nats", config="max_payload: 4096\n")
+    server.start()
+    try:
+        hub_root = short_tmp / "hub" / ".harness"
+        hub_env = fleet_env(
+            server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
+        )
+        make_collector(env=hub_env)
+        laptop = make_collector(env=fleet_env(server.url, "laptop", short_tmp / "laptop-state"))
+        large = []
+        for event in events("large", 24):
+            event.attrs["pad"] = "x" * 900  # about a kilobyte a line: a page of 24 is about 24 KiB
+            large.append(event)
+        send_events(laptop, large)
+        wait_equal(laptop.root, "laptop", hub_root)
+
+        async def stored() -> list[int]:
+            import nats
+
+            client = await nats.connect(server.url)
+            try:
+                js = client.jetstream()
+                count = (await js.stream_info("GZIA")).state.messages
+                return [len((await js.get_msg("GZIA", seq)).data or b"") for seq in range(1, count + 1)]
+            finally:
+                await client.close()
+
+        sizes = asyncio.run(stored())
+        assert len(sizes) >= 8 and max(sizes) <= 4096 - 1024, sizes  # three lines a message at most
+    finally:
+        server.close()
+
+
 @pytest.mark.shards(1, 2)
 def test_an_outage_of_the_server_is_caught_up(
     make_collector: Any, nats_server: NatsServer, short_tmp: Path, soak: Any
