@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 import pytest
 from tests.conftest import free_port, send_events, wait_for
 from tests.fixtures.chromium import chromium, open_page
@@ -206,10 +207,11 @@ def test_pages_are_cut_to_the_servers_max_payload(make_collector: Any, short_tmp
         )
         make_collector(env=hub_env)
         laptop = make_collector(env=fleet_env(server.url, "laptop", short_tmp / "laptop-state"))
-        large = []
-        for event in events("large", 24):
-            event.attrs["pad"] = "x" * 900  # about a kilobyte a line: a page of 24 is about 24 KiB
-            large.append(event)
+        # About a kilobyte a line: a page of 24 is about 24 KiB.
+        large = [
+            msgspec.structs.replace(event, attrs={**(event.attrs or {}), "pad": "x" * 900})
+            for event in events("large", 24)
+        ]
         send_events(laptop, large)
         wait_equal(laptop.root, "laptop", hub_root)
 
