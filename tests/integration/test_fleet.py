@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -340,6 +341,58 @@ def test_a_machine_can_publish_only_as_itself_over_tls(make_collector: Any, shor
         assert "TLS required for client connections" in log
         assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in log
         assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+        assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
+    finally:
+        server.close()
+
+
+def test_each_machine_is_its_nkey_and_a_wrong_seed_is_refused(make_collector: Any, short_tmp: Path) -> None:
+    """Users known by NKEY (docs/operations.md): the server holds each machine's public key and the
+    machine signs its challenge with the seed in ``fleet.nkey_seed``, so the laptop's key ships the
+    laptop's subject, and a machine whose seed the server does not know is refused (its events stay home).
+    The keys are drawn here with ``nkeys``, the package nats-py signs with."""
+    import nkeys
+
+    seeds: dict[str, Path] = {}
+    public: dict[str, str] = {}
+    for name in ("laptop", "hub", "stranger"):
+        seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+        seeds[name] = short_tmp / f"{name}.nk"
+        seeds[name].write_bytes(seed)
+        seeds[name].chmod(0o600)
+        public[name] = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    config = _PERMISSIONS.replace('user: laptop, password: "laptop-pw"', f'nkey: "{public["laptop"]}"').replace(
+        'user: hub, password: "hub-pw"', f'nkey: "{public["hub"]}"'
+    )
+    server = NatsServer(short_tmp / "nats", config=config)
+    server.start()
+    try:
+        hub_root = short_tmp / "hub" / ".harness"
+        hub = make_collector(
+            env=fleet_env(
+                server.url,
+                "hub",
+                short_tmp / "hub-state",
+                GZ_IA_FLEET_HUB="true",
+                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                GZ_IA_FLEET_NKEY_SEED=str(seeds["hub"]),
+            )
+        )
+        laptop = make_collector(
+            env=fleet_env(server.url, "laptop", short_tmp / "laptop-state", GZ_IA_FLEET_NKEY_SEED=str(seeds["laptop"]))
+        )
+        stranger = make_collector(
+            env=fleet_env(
+                server.url, "laptop", short_tmp / "stranger-state", GZ_IA_FLEET_NKEY_SEED=str(seeds["stranger"])
+            )
+        )
+        send_events(laptop, events("own", 6))
+        send_events(stranger, events("posing", 4))
+        wait_equal(laptop.root, "laptop", hub_root)
+        refused = f'authentication error - Nkey "{public["stranger"]}"'
+        wait_for(lambda: refused in server.log_path.read_text(), message="the server's refusal")
+        assert _fleet(laptop)["connected"] is True and _fleet(stranger)["connected"] is False
+        assert "laptop.posing" not in read_root(hub_root)
         assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
     finally:
         server.close()
