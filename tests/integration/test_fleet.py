@@ -58,6 +58,12 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     hub_status = json.loads(hub.gz_ia("status", "--json", check=True).stdout)["fleet"]
     assert hub_status["role"] == "hub" and hub_status["connected"] is True
     assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 40 + 6 + 25
+    # Nothing of it reaches another local user: the hub's root and each machine's positions are its own.
+    positions = list((short_tmp / "laptop-state").rglob("ship-*.json"))
+    shipped = [*positions, *hub_root.rglob("*")]
+    assert positions and all(path.stat().st_mode & 0o077 == 0 for path in [hub_root, *shipped]), [
+        (str(path), oct(path.stat().st_mode)) for path in shipped if path.stat().st_mode & 0o077
+    ]
 
     # A message claiming a host its subject does not name (hand-published: no collector sends one).
     line = (laptop.root / "sessions" / "s1.events.jsonl").read_text().splitlines()[0]
