@@ -169,7 +169,10 @@ class Ingest:
         """Stage every event of ``batch`` from ``producer`` and return the batch's outcome."""
         outcome = BatchOutcome(batch.first, len(batch.events), want_seqs=batch.verdicts, received_at=time.monotonic())
         staged = _Staged()
-        self._stage(root, producer, batch, outcome, staged)
+        # First: the stage protocol keys cycles by the redacted action, so an action's events
+        # (redacted here, or already by a client's spool) stay one cycle.
+        events = batch.events if self.redactor is None else self.redactor.events(batch.events)
+        self._stage(root, producer, batch, events, outcome, staged)
         self._settle(outcome, staged)
         return outcome
 
@@ -186,15 +189,27 @@ class Ingest:
             1, sum(len(batch.events) for _, batch in batches), want_seqs=False, received_at=time.monotonic()
         )
         staged = _Staged()
+        every = [event for _, batch in batches for event in batch.events]
+        redacted = every if self.redactor is None else self.redactor.events(every)  # one call for the export
+        start = 0
         for producer, batch in batches:
-            self._stage(root, producer, batch, outcome, staged)
+            end = start + len(batch.events)
+            self._stage(root, producer, batch, redacted[start:end], outcome, staged)
+            start = end
         self._settle(outcome, staged)
         return outcome
 
     def _stage(
-        self, root: RootStore, producer: str, batch: DecodedBatch, outcome: BatchOutcome, staged: _Staged
+        self,
+        root: RootStore,
+        producer: str,
+        batch: DecodedBatch,
+        events: list[LogEvent | None],
+        outcome: BatchOutcome,
+        staged: _Staged,
     ) -> None:
-        """Stage ``batch`` of ``producer`` into ``outcome``; what the outcome counts once is noted in ``staged``.
+        """Stage ``batch`` of ``producer`` (its ``events`` redacted) into ``outcome``; what the outcome
+        counts once is noted in ``staged``.
 
         This loop runs for every event the collector receives, so it keeps per-event work to
         attribute reads, dictionary lookups and one JSON encoding; whatever can be done once per
@@ -222,9 +237,6 @@ class Ingest:
         safe_parents = self._safe_parents
         cycles = self.cycles
         rejections = batch.rejections
-        # First: the stage protocol keys cycles by the redacted action, so an action's events
-        # (redacted here, or already by a client's spool) stay one cycle.
-        events = batch.events if self.redactor is None else self.redactor.events(batch.events)
         for index, event in enumerate(events):
             number = first + index
             if event is None:

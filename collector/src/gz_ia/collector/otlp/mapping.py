@@ -99,8 +99,22 @@ def _value(any_value: Any) -> Any:
     return str(getattr(any_value, kind))[:1024]
 
 
-def _attributes(pairs: Iterable[Any]) -> dict[str, Any]:
-    return {pair.key: _value(pair.value) for pair in pairs}
+class _Attributes:
+    """A record's attributes by key, each converted when asked for: agents send many that no
+    mapping reads (their user, terminal, version, a tool's whole parameters), on every record."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, pairs: Iterable[Any]) -> None:
+        self._values = {pair.key: pair.value for pair in pairs}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The attribute's plain value (``default`` when the record has none of that name)."""
+        value = self._values.get(key)
+        if value is None:
+            return default
+        kind = value.WhichOneof("value")
+        return getattr(value, kind) if kind in _PLAIN_VALUES else _value(value)
 
 
 def _time(nanos: int) -> datetime:
@@ -199,7 +213,7 @@ def _span_error(span: Any) -> str | None:
         return None
     for event in span.events:
         if event.name == "exception":
-            attributes = _attributes(event.attributes)
+            attributes = _Attributes(event.attributes)
             kind, message = attributes.get("exception.type"), attributes.get("exception.message")
             text = ": ".join(str(part) for part in (kind, message) if part)
             if text:
@@ -207,7 +221,7 @@ def _span_error(span: Any) -> str | None:
     return span.status.message or "the span's status is ERROR"
 
 
-def _span_usage(attributes: dict[str, Any]) -> dict[str, Any] | None:
+def _span_usage(attributes: _Attributes) -> dict[str, Any] | None:
     tokens = {
         "input_tokens": _int(attributes.get("gen_ai.usage.input_tokens", attributes.get("gen_ai.usage.prompt_tokens"))),
         "output_tokens": _int(
@@ -232,7 +246,7 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
     """
     items: list[Item] = []
     for resource_spans in request.resource_spans:
-        service = str(_attributes(resource_spans.resource.attributes).get("service.name") or "otel")
+        service = str(_Attributes(resource_spans.resource.attributes).get("service.name") or "otel")
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 item = _span_item(span, service, sessions)
@@ -242,7 +256,7 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
 
 
 def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str, str | None]]) -> Item | None:
-    attributes = _attributes(span.attributes)
+    attributes = _Attributes(span.attributes)
     operation = attributes.get("gen_ai.operation.name")
     trace, span_id, parent = span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
     if not trace or not span_id:
@@ -284,7 +298,7 @@ def map_logs(request: Any) -> list[Item]:
     """Return the items of an ``ExportLogsServiceRequest``'s agent log events (see the module docstring)."""
     items: list[Item] = []
     for resource_logs in request.resource_logs:
-        resource = _attributes(resource_logs.resource.attributes)
+        resource = _Attributes(resource_logs.resource.attributes)
         service = str(resource.get("service.name") or "")
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
@@ -294,7 +308,7 @@ def map_logs(request: Any) -> list[Item]:
     return items
 
 
-def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[str, str]:
+def _event_name(record: Any, attributes: _Attributes, service: str) -> tuple[str, str]:
     """``(source, kind)`` of a log event: ``("claude_code", "tool_result")``."""
     # Codex puts its source location in the record's event_name ("event otel/src/...rs:737") and
     # the event's name in the attribute, so the attribute comes first.
@@ -307,7 +321,7 @@ def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[
     return source or _SERVICES.get(service, service.replace("-", "_")), kind
 
 
-def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, Any]) -> tuple[str, str | None] | None:
+def _log_session(source: str, attributes: _Attributes, resource: _Attributes) -> tuple[str, str | None] | None:
     raw = (
         attributes.get("session.id")
         or attributes.get("conversation.id")
@@ -324,8 +338,8 @@ def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, An
     return main, None
 
 
-def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | None:
-    attributes = _attributes(record.attributes)
+def _log_item(record: Any, service: str, resource: _Attributes) -> Item | None:
+    attributes = _Attributes(record.attributes)
     source, kind = _event_name(record, attributes, service)
     agent = _AGENTS.get(source)
     if agent is None:
@@ -402,7 +416,7 @@ def _gemini_exit_status(metadata: Any) -> str | None:
     return f"exit code {code}" if type(code) is int and code != 0 else None
 
 
-def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any] | None:
+def _log_usage(source: str, kind: str, attributes: _Attributes) -> dict[str, Any] | None:
     """The usage attrs of an API request event, or None for an event that is not one."""
     get = attributes.get
     if (source, kind) in (("claude_code", "api_request"), ("codex", "api_request")):
