@@ -244,7 +244,9 @@ class Ingest:
                 continue
             if following is None:
                 del open_actions[key]
-                state.open_since.pop(key, None)
+                since = state.open_since.pop(key, None)
+                if since is not None and timestamp < since:
+                    state.note_begun(timestamp)  # the cycle began earlier than its first event says
                 cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
                 finished.append(event)
             elif current is None:
@@ -255,8 +257,12 @@ class Ingest:
                 state.open_since[key] = timestamp
                 if state.latest_begun is None or timestamp > state.latest_begun:
                     state.latest_begun = timestamp
+                state.cycles += 1
+                state.note_begun(timestamp)
             elif following is not current:
                 open_actions[key] = following
+                if timestamp < state.open_since.get(key, timestamp):
+                    state.note_begun(timestamp)
             if timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
             state.seq += 1
@@ -284,12 +290,18 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+                if stage is _FINISH:
+                    state.note_failed(stamp, event.action, event.error)
             if stage is _FINISH:
                 state.ended_failed = event.status is FAILED
             if event.attrs is not None:
                 found = state.usage.add(event.attrs)
-                if found is not None and not found[1]:  # the metrics count each model call once
-                    outcome.usage.append((event.agent, found[0]))
+                if found is not None:
+                    state.note_usage_at(stamp)
+                    if not found[1]:  # the metrics count each model call once
+                        outcome.usage.append((event.agent, found[0]))
+            if following is None and not open_actions:
+                state.note_quiet()
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:

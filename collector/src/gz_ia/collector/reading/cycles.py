@@ -102,6 +102,13 @@ class ActionSpan:
         return self.status is None
 
     @property
+    def begun(self) -> datetime:
+        """When the cycle's first event was stamped (``start`` may be set back by a reported
+        duration): the earliest of its first READ, first PENDING and FINISH."""
+        stamps = [stamp for stamp in (self.read_at, self.pending_at, self.finished_at) if stamp is not None]
+        return min(stamps) if stamps else self.start
+
+    @property
     def elapsed_ms(self) -> int:
         """The reported duration, else the time between the first and last event."""
         if self.duration_ms is not None:

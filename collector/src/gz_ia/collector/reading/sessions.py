@@ -20,7 +20,7 @@ import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
 from gz_ia.collector.storage.archive_seal import seal_holds
-from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
+from gz_ia.collector.storage.checkpoints import Checkpoint, FirstFailed, QuietPoint, read_checkpoint
 from gz_ia.collector.storage.names import (
     ACTIVE_SUFFIX,
     STATE_SUFFIX,
@@ -41,15 +41,31 @@ from .verify import SeqCheck
 __all__ = [
     "MAX_TREE_DEPTH",
     "Listing",
+    "SessionHistory",
     "SessionSummary",
     "TreeNode",
     "build_tree",
     "covering_checkpoint",
+    "history_of",
     "list_sessions",
     "session_tree",
     "tree_usage",
     "waiting_of",
 ]
+
+
+class SessionHistory(msgspec.Struct, frozen=True):
+    """What a session's tally knows of its time line, for ``gz-ia session why`` to split it at a
+    moment without reading its lines (:mod:`.after`)."""
+
+    quiet: tuple[QuietPoint, ...]
+    """Moments no cycle of the session was open, oldest first."""
+    end: QuietPoint
+    """The totals, and the stretch since the last quiet point (ending at the last line)."""
+    first_failed: FirstFailed | None
+    """Its FAILED FINISH with the earliest timestamp."""
+    newest: datetime | None
+    """Its greatest timestamp."""
 
 
 class SessionSummary(msgspec.Struct, frozen=True):
@@ -98,6 +114,9 @@ class SessionSummary(msgspec.Struct, frozen=True):
     hooks_usage_counts: bool = True
     """The usage above is its hooks' readings: it has no other usage record
     (:class:`gz_ia.client.usage.UsageSum`)."""
+    history: SessionHistory | None = None
+    """None when its tally does not know it (an earlier gz-ia's checkpoint, a time that does not
+    parse, its first segment deleted by retention): then only its lines tell."""
 
     @property
     def status(self) -> str:
@@ -230,6 +249,26 @@ def waiting_of(state: SessionTally) -> tuple[tuple[str, str, datetime], ...] | N
     return tuple(found)
 
 
+def history_of(state: SessionTally) -> SessionHistory | None:
+    """:attr:`SessionSummary.history` of a tally."""
+    quiet = state.quiet
+    if quiet is None:
+        return None
+    usage = state.usage
+    end = QuietPoint(
+        state.seq,
+        state.cycles,
+        sum(usage.tokens),
+        usage.cost_usd,
+        usage.records,
+        sum(usage.hook_tokens),
+        usage.hook_cost_usd,
+        usage.hook_records,
+        msgspec.structs.replace(state.stretch),
+    )
+    return SessionHistory(tuple(quiet), end, state.first_failed, _time(state.newest_time or ""))
+
+
 def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False) -> SessionSummary:
     """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay)."""
     tokens, cost = state.usage.counted()
@@ -251,6 +290,7 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         model=state.usage.model,
         hooks_usage_counts=state.usage.from_hooks,
         ended_failed=state.ended_failed,
+        history=history_of(state),
     )
 
 
@@ -422,6 +462,9 @@ def list_sessions(
                 summary = msgspec.structs.replace(summary, incomplete=True, unreadable=tuple(named))
             elif listing.holed(session_id) and not summary.incomplete:
                 summary = msgspec.structs.replace(summary, incomplete=True)
+            if summary.history is not None and summary.segments > 1 and 1 not in listing.archives.get(session_id, ()):
+                # Retention deleted its oldest lines: what is left is the files' to tell.
+                summary = msgspec.structs.replace(summary, history=None)
             summaries.append(summary)
     finally:
         dirs.close()

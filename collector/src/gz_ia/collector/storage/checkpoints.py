@@ -20,9 +20,72 @@ from gz_ia.client.schema import Stage
 from .names import LAYOUT_VERSION
 from .segments import READ_FLAGS
 
-__all__ = ["USAGE_FOLD", "Checkpoint", "encode_checkpoint", "read_checkpoint"]
+__all__ = [
+    "MAX_QUIET_POINTS",
+    "USAGE_FOLD",
+    "Checkpoint",
+    "FirstFailed",
+    "QuietPoint",
+    "Stretch",
+    "encode_checkpoint",
+    "read_checkpoint",
+]
 
 _MAX_BYTES: Final = 1 << 24
+
+
+class Stretch(msgspec.Struct, array_like=True):
+    """When the cycles of a stretch of a session's lines began, and when their usage was recorded:
+    ``[begun_low, begun_high, usage_low, usage_high]`` (None: no cycle, no usage record).
+
+    Bounds, not exact values: a cycle begins at the earliest of its first READ, first PENDING and its
+    FINISH (as the fold says), and each of those that comes earlier than its first event widens them.
+    """
+
+    begun_low: datetime | None = None
+    begun_high: datetime | None = None
+    usage_low: datetime | None = None
+    usage_high: datetime | None = None
+
+
+class QuietPoint(msgspec.Struct, array_like=True, frozen=True):
+    """A moment no cycle of the session was open: what its lines up to there add up to.
+
+    Every cycle lies between two such moments, so that what a session did after any time is the
+    totals less these counts, except in the one stretch whose cycles began (or recorded usage) on
+    both sides of it: only that stretch is read again (``gz-ia session why``).
+    """
+
+    seq: int
+    cycles: int
+    """Cycles begun up to here."""
+    tokens: int
+    """Tokens (every kind) of the usage records up to here that are not a hook's reading."""
+    cost_usd: float
+    records: int
+    hook_tokens: int
+    """The same, of the hooks' readings (:data:`gz_ia.client.usage.HOOK_READING`)."""
+    hook_cost_usd: float
+    hook_records: int
+    stretch: Stretch
+    """Of the lines since the previous point (or the first line)."""
+
+
+MAX_QUIET_POINTS: Final = 64
+"""Quiet points a checkpoint keeps: past it every other one is dropped (two stretches become one)
+and only points at least twice as many events apart are taken, so that a stretch stays about a
+64th of the session."""
+
+
+class FirstFailed(msgspec.Struct, array_like=True, frozen=True):
+    """The session's FAILED FINISH with the earliest timestamp: ``[time, action, error, tied]``."""
+
+    at: datetime
+    action: str
+    error: str | None = None
+    tied: bool = False
+    """Another FAILED FINISH has the same time: which one came first is the fold's to say (by where
+    each cycle began), so a reader folds the session."""
 
 
 class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -82,6 +145,18 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     hook_records: int = 0
     usage_fold: int = 0
     """:data:`USAGE_FOLD` when the usage above follows today's rule (0: an earlier gz-ia's)."""
+    history: bool = False
+    """Whether the five fields below were kept from the session's first line (False: a checkpoint
+    of an earlier gz-ia, or of a tally restored from one; a reader then folds the session's lines)."""
+    cycles: int = 0
+    """Cycles begun (a READ or PENDING with no open cycle of its action, or a lone FINISH)."""
+    first_failed: FirstFailed | None = None
+    quiet: list[QuietPoint] = []
+    """Moments no cycle was open, oldest first, at most :data:`MAX_QUIET_POINTS`."""
+    quiet_step: int = 1
+    """Events at least between two quiet points (doubled at each thinning)."""
+    stretch: Stretch | None = None
+    """The stretch since the last quiet point (its open cycles' own beginnings are ``open_since``)."""
 
     @property
     def usage_complete(self) -> bool:

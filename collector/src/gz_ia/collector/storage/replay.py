@@ -34,6 +34,7 @@ class Trace(msgspec.Struct, gc=False):
     delivery: str | None = None
     status: str = "OK"
     timestamp: str = ""
+    error: str | None = None
     parent_session_id: str | None = None
     agent: str = ""
     root_session_id: str | None = None
@@ -58,18 +59,33 @@ class SessionFold(SessionTally):
         """Fold one line into the tally."""
         self.seq = max(self.seq, trace.seq)
         key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
-        if key not in self.open_actions and trace.stage is not Stage.FINISH:  # a cycle begins
-            begun = _time(trace.timestamp)
-            if begun is not None:
-                self.open_since[key] = begun
-                if self.latest_begun is None or begun > self.latest_begun:
-                    self.latest_begun = begun
-        if trace.stage is Stage.FINISH:
+        stage = trace.stage
+        moment = _time(trace.timestamp)
+        current = self.open_actions.get(key)
+        if moment is None:
+            self.quiet = None  # a time no reader can place: the history is the files' to tell
+        elif current is None:  # a cycle begins (a lone FINISH is one, as the fold counts it)
+            self.cycles += 1
+            self.note_begun(moment)
+            if stage is not Stage.FINISH:
+                self.open_since[key] = moment
+                if self.latest_begun is None or moment > self.latest_begun:
+                    self.latest_begun = moment
+        elif stage is not current:
+            # Its first PENDING or its FINISH: the fold's cycle begins at the earliest of them.
+            since = self.open_since.get(key)
+            if since is not None and moment < since:
+                self.note_begun(moment)
+            if current is Stage.PENDING and stage is Stage.READ:
+                self.quiet = None  # a move the collector refuses: only the fold can say
+        if stage is Stage.FINISH:
             self.open_actions.pop(key, None)
             self.open_since.pop(key, None)
             self.ended_failed = trace.status == "FAILED"
+            if self.ended_failed and moment is not None:
+                self.note_failed(moment, trace.action, trace.error)
         else:
-            self.open_actions[key] = trace.stage
+            self.open_actions[key] = stage
         if trace.delivery:
             producer, _, number = trace.delivery.rpartition(":")
             if number.isdigit():
@@ -84,10 +100,12 @@ class SessionFold(SessionTally):
         elif not self.parent and trace.parent_session_id:
             self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
-        if trace.attrs is not None:
-            self.usage.add(trace.attrs)
-        if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
+        if trace.attrs is not None and self.usage.add(trace.attrs) is not None and moment is not None:
+            self.note_usage_at(moment)
+        if self.newest_time is not None and moment is not None and _later(moment, self.newest_time):
             self.newest_time = trace.timestamp
+        if stage is Stage.FINISH and not self.open_actions:
+            self.note_quiet()
 
 
 def _time(stamp: str) -> datetime | None:
@@ -98,11 +116,10 @@ def _time(stamp: str) -> datetime | None:
         return None
 
 
-def _later(stamp: str, than: str) -> bool:
-    """Tell whether RFC 3339 time ``stamp`` is after ``than`` ("" is before everything; text that
-    does not parse is never later)."""
+def _later(moment: datetime, than: str) -> bool:
+    """Tell whether ``moment`` is after RFC 3339 time ``than`` ("" is before everything; text that
+    does not parse is never earlier)."""
     try:
-        moment = datetime.fromisoformat(stamp)
         return not than or moment > datetime.fromisoformat(than)
     except ValueError:
         return False

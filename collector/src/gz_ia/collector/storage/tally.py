@@ -14,10 +14,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
+import msgspec
+
 from gz_ia.client.schema import Stage
 from gz_ia.client.usage import UsageSum
 
-from .checkpoints import USAGE_FOLD, Checkpoint
+from .checkpoints import MAX_QUIET_POINTS, USAGE_FOLD, Checkpoint, FirstFailed, QuietPoint, Stretch
 
 __all__ = ["MAX_WATERMARKS", "TALLY_FIELDS", "OpenCycles", "SessionTally", "note_delivery"]
 
@@ -28,8 +30,10 @@ OpenCycles = dict[str | tuple[str, str], Stage]
 
 TALLY_FIELDS: Final = (
     "agent",
+    "cycles",
     "ended_failed",
     "failures",
+    "first_failed",
     "first_time",
     "last_time",
     "latest_begun",
@@ -38,7 +42,10 @@ TALLY_FIELDS: Final = (
     "open_actions",
     "open_since",
     "parent",
+    "quiet",
+    "quiet_step",
     "seq",
+    "stretch",
     "tree_root",
     "usage",
 )
@@ -85,6 +92,70 @@ class SessionTally:
     """The usage records' tokens by kind, cost and model. Restored from a checkpoint of an earlier
     gz-ia, which counted none, they start at zero."""
 
+    cycles: int
+    """Cycles begun."""
+    first_failed: FirstFailed | None
+    """The FAILED FINISH with the earliest timestamp."""
+    quiet: list[QuietPoint] | None
+    """Moments no cycle was open (:class:`.checkpoints.QuietPoint`); None when the session's history
+    is not known (restored from an earlier gz-ia's checkpoint): then ``cycles`` and ``first_failed``
+    are not either."""
+    quiet_step: int
+    stretch: Stretch
+    """Since the last quiet point: when its cycles began and its usage was recorded."""
+
+    def note_begun(self, at: datetime) -> None:
+        """A cycle begins at ``at`` (or, for one begun already, one of its stages came earlier)."""
+        stretch = self.stretch
+        if stretch.begun_low is None or at < stretch.begun_low:
+            stretch.begun_low = at
+        if stretch.begun_high is None or at > stretch.begun_high:
+            stretch.begun_high = at
+
+    def note_usage_at(self, at: datetime) -> None:
+        """A usage record was stamped ``at``."""
+        stretch = self.stretch
+        if stretch.usage_low is None or at < stretch.usage_low:
+            stretch.usage_low = at
+        if stretch.usage_high is None or at > stretch.usage_high:
+            stretch.usage_high = at
+
+    def note_failed(self, at: datetime, action: str, error: str | None) -> None:
+        """A FINISH stamped ``at`` was FAILED."""
+        known = self.first_failed
+        if known is None or at < known.at:
+            self.first_failed = FirstFailed(at, action, error)
+        elif at == known.at and not known.tied:
+            self.first_failed = FirstFailed(known.at, known.action, known.error, tied=True)
+
+    def note_quiet(self) -> None:
+        """No cycle is open after the line just counted: a quiet point, if far enough from the last."""
+        quiet = self.quiet
+        if quiet is None or self.seq - (quiet[-1].seq if quiet else 0) < self.quiet_step:
+            return
+        usage = self.usage
+        quiet.append(
+            QuietPoint(
+                self.seq,
+                self.cycles,
+                sum(usage.tokens),
+                usage.cost_usd,
+                usage.records,
+                sum(usage.hook_tokens),
+                usage.hook_cost_usd,
+                usage.hook_records,
+                self.stretch,
+            )
+        )
+        self.stretch = Stretch()
+        if len(quiet) > MAX_QUIET_POINTS:
+            # Every other point goes: the stretch it ended joins the next one.
+            kept = [_joined(quiet[index], quiet[index + 1]) for index in range(0, len(quiet) - 1, 2)]
+            if len(quiet) % 2:
+                kept.append(quiet[-1])
+            self.quiet = kept
+            self.quiet_step *= 2
+
     def clear_tally(self) -> None:
         """Start from a session with no events."""
         self.seq = 0
@@ -101,6 +172,11 @@ class SessionTally:
         self.agent = ""
         self.newest_time = ""
         self.usage = UsageSum()
+        self.cycles = 0
+        self.first_failed = None
+        self.quiet = []
+        self.quiet_step = 1
+        self.stretch = Stretch()
 
     def load_tally(self, checkpoint: Checkpoint) -> None:
         """Take the tally a checkpoint stored."""
@@ -133,6 +209,12 @@ class SessionTally:
         usage.hook_tokens = [*checkpoint.hook_tokens, 0, 0, 0, 0][:4]
         usage.hook_cost_usd = checkpoint.hook_cost_usd
         usage.hook_records = checkpoint.hook_records
+        self.cycles = checkpoint.cycles
+        self.first_failed = checkpoint.first_failed
+        self.quiet = list(checkpoint.quiet) if checkpoint.history else None
+        self.quiet_step = checkpoint.quiet_step
+        stretch = checkpoint.stretch
+        self.stretch = Stretch() if stretch is None else msgspec.structs.replace(stretch)
 
     def copy_tally(self, other: SessionTally) -> None:
         """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
@@ -180,7 +262,35 @@ class SessionTally:
             hook_cost_usd=usage.hook_cost_usd,
             hook_records=usage.hook_records,
             usage_fold=USAGE_FOLD,
+            history=self.quiet is not None,
+            cycles=self.cycles if self.quiet is not None else 0,
+            first_failed=self.first_failed if self.quiet is not None else None,
+            quiet=list(self.quiet) if self.quiet is not None else [],
+            quiet_step=self.quiet_step,
+            stretch=msgspec.structs.replace(self.stretch) if self.quiet is not None else None,
         )
+
+
+def _joined(earlier: QuietPoint, later: QuietPoint) -> QuietPoint:
+    """``later`` ending the two stretches the points end, as one."""
+    a, b = earlier.stretch, later.stretch
+    return msgspec.structs.replace(
+        later,
+        stretch=Stretch(
+            _low(a.begun_low, b.begun_low),
+            _high(a.begun_high, b.begun_high),
+            _low(a.usage_low, b.usage_low),
+            _high(a.usage_high, b.usage_high),
+        ),
+    )
+
+
+def _low(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _high(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def note_delivery(marks: dict[str, int], producer: str, number: int) -> None:

@@ -1,0 +1,149 @@
+"""What a session did after a moment: the cycles begun and the usage recorded after it, read off its
+tally's quiet points instead of its lines (``gz-ia session why``).
+
+A quiet point is a moment no cycle of the session was open, so every cycle lies in one stretch
+between two of them, and the tally keeps, for each stretch, its counts and when its cycles began and
+its usage was recorded. A stretch wholly before the moment adds nothing, one wholly after it adds
+its counts; only a stretch on both sides of it is read again and folded
+(:class:`.cycles.TimelineBuilder`, the one fold), from the line after the point that opens it. The
+answer is the fold's, by construction: each count is one the fold would make of the same lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import msgspec
+
+from gz_ia.client.schema import StoredEvent
+from gz_ia.collector.storage.checkpoints import QuietPoint, Stretch
+from gz_ia.collector.storage.roots import RootDirs
+
+from .cursor import relocate
+from .cycles import ActionSpan, SessionNode, TimelineBuilder
+from .segments import SessionNotFound, open_view
+from .sessions import SessionSummary
+
+__all__ = ["AfterCounts", "after_moment", "counts_of_spans"]
+
+_START: Final = QuietPoint(0, 0, 0, 0.0, 0, 0, 0.0, 0, Stretch())
+_decoder: Final = msgspec.json.Decoder(StoredEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class AfterCounts:
+    """Of one session, after a moment: cycles whose first event came after it, and the tokens and
+    cost of the cycles whose (last) usage record did."""
+
+    actions: int
+    tokens: int
+    cost_usd: float
+
+
+def counts_of_spans(spans: list[ActionSpan], moment: datetime, *, hooks_count: bool) -> AfterCounts:
+    """:class:`AfterCounts` of folded cycles; ``hooks_count``: the session's usage is its hooks'
+    readings (it has no other usage record), else a cycle whose usage is a hook's reading adds none."""
+    actions = tokens = 0
+    cost = 0.0
+    for span in spans:
+        if span.begun > moment:
+            actions += 1
+        if span.usage_at is not None and span.usage_at > moment and (hooks_count or not span.usage_from_hook):
+            tokens += span.tokens
+            cost += span.cost_usd
+    return AfterCounts(actions, tokens, cost)
+
+
+def after_moment(dirs: RootDirs, summary: SessionSummary, moment: datetime) -> AfterCounts | None:
+    """What ``summary``'s session did after ``moment``; None when its tally cannot say (no history,
+    or a stretch to read again that is no longer as the tally counted it): then fold its lines."""
+    history = summary.history
+    if history is None or summary.incomplete:
+        return None
+    hooks_count = history.end.records == 0
+    actions = tokens = 0
+    cost = 0.0
+    again: list[tuple[int, int]] = []
+    previous = _START
+    for point in (*history.quiet, history.end):
+        stretch = point.stretch
+        cycles = point.cycles - previous.cycles
+        added_actions = added_tokens = 0
+        added_cost = 0.0
+        straddles = False
+        if cycles:
+            low, high = stretch.begun_low, stretch.begun_high
+            if low is None or high is None:
+                return None
+            if moment < low:
+                added_actions = cycles
+            elif moment < high:
+                straddles = True
+        high = stretch.usage_high
+        if not straddles and high is not None and moment < high:
+            low = stretch.usage_low
+            records = point.records - previous.records
+            hook_records = point.hook_records - previous.hook_records
+            if low is None or moment >= low or (records and hook_records and not hooks_count):
+                # A cycle with both kinds counts by its last record: only its lines say which.
+                straddles = True
+            elif hooks_count:
+                added_tokens = point.hook_tokens - previous.hook_tokens
+                added_cost = point.hook_cost_usd - previous.hook_cost_usd
+            else:
+                added_tokens = point.tokens - previous.tokens
+                added_cost = point.cost_usd - previous.cost_usd
+        if straddles:
+            again.append((previous.seq, point.seq))
+        else:
+            actions += added_actions
+            tokens += added_tokens
+            cost += added_cost
+        previous = point
+    if again:
+        spans = _fold_stretches(dirs, summary.session_id, again)
+        if spans is None:
+            return None
+        read = counts_of_spans(spans, moment, hooks_count=hooks_count)
+        actions += read.actions
+        tokens += read.tokens
+        cost += read.cost_usd
+    return AfterCounts(actions, tokens, cost)
+
+
+def _fold_stretches(dirs: RootDirs, session_id: str, stretches: list[tuple[int, int]]) -> list[ActionSpan] | None:
+    """The cycles of the lines ``(after, until]`` (by ``seq``) of each stretch; None unless every line
+    is there, in order, and decodes."""
+    try:
+        view = open_view(dirs, session_id)
+    except SessionNotFound:
+        return None
+    try:
+        builder = TimelineBuilder(SessionNode(session_id))
+        for after, until in stretches:
+            if after:
+                position = relocate(view, after)
+                if position is None:
+                    return None
+                lines = view.forward(position.segment, position.offset)
+            else:
+                lines = view.forward(1, 0)
+            expected = after + 1
+            for _number, _start, _end, raw in lines:
+                if expected > until:
+                    break
+                try:
+                    event = _decoder.decode(raw)
+                except msgspec.DecodeError:
+                    return None
+                if event.seq != expected or event.session_id != session_id:
+                    return None
+                builder.add(event)
+                expected += 1
+            if expected <= until or view.incomplete:
+                return None
+        return builder.top.actions
+    finally:
+        view.close()

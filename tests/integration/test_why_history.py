@@ -1,0 +1,173 @@
+"""`gz-ia session why` read off the tallies' quiet points equals the fold of every line.
+
+A real collector writes a tree whose sessions have what the split must get right: a subagent whose
+usage is its hooks' readings, a session with both a hook's reading and a telemetry-style record (and
+one cycle holding both), a failure early in a subagent and one late in the top, a cycle open across
+the failure, cycles whose stages are stamped out of order, and enough cycles that the quiet points
+are thinned. Events carry their own times (as an agent's do), so that the shape is the same every run.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gz_ia.client import build_event
+from gz_ia.collector.reading import list_sessions
+from gz_ia.collector.reading.after import after_moment, counts_of_spans
+from gz_ia.collector.reading.cycles import load_tree
+from gz_ia.collector.reading.segments import open_dirs
+from gz_ia.collector.storage.checkpoints import MAX_QUIET_POINTS, Checkpoint, encode_checkpoint
+from gz_ia.collector.storage.replay import replay_session
+from gz_ia.collector.storage.segments import locate_active
+from gz_ia.collector.views.answers import why, why_of
+
+pytestmark = pytest.mark.needs_collector
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+HOOK = {"gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 2, "gz-ia.usage_from": "hook"}
+TELEMETRY = {"gen_ai.usage.input_tokens": 5, "gen_ai.usage.output_tokens": 1, "gz-ia.cost_usd": 0.25}
+
+
+def write_tree(collector: Any) -> None:
+    """Send the tree through a real client and wait until the collector has stored it."""
+    client = collector.client()
+
+    def emit(session: str, action: str, stage: str, at: float, **fields: Any) -> None:
+        client.emit(
+            build_event(
+                session_id=session,
+                action=action,
+                stage=stage,
+                agent="codex",
+                timestamp=T0 + timedelta(seconds=at),
+                **fields,
+            )
+        )
+
+    # The top: 200 numbered steps; a turn open from 150 s to 250 s (across the child's failure);
+    # usage of both kinds, one cycle holding both; stages out of order; a late failure.
+    for step in range(200):
+        at = 1 + step * 2.0
+        named = {"cycle": f"c{step}"}
+        if step == 75:
+            emit("h-top", "turn", "READ", 150)
+        if step == 50:
+            emit("h-top", "step", "READ", at, **named)
+            emit("h-top", "step", "PENDING", at - 20.5, **named)  # stamped before its READ (and cycles before)
+            emit("h-top", "step", "FINISH", at + 1, attrs=TELEMETRY, **named)
+            continue
+        if step == 60:
+            at -= 3.0  # this cycle is stamped before the one before it
+        attrs: dict[str, Any] | None = TELEMETRY if step % 3 == 0 else HOOK if step % 5 == 0 else None
+        emit("h-top", "step", "READ", at, **named)
+        if step == 100:
+            emit("h-top", "step", "PENDING", at + 0.5, attrs=HOOK, **named)  # one cycle, both kinds
+            attrs = TELEMETRY
+        if step == 180:
+            emit("h-top", "step", "FINISH", at + 1.5, status="FAILED", error="late", **named)
+            continue
+        emit("h-top", "step", "FINISH", at + 1.5, **({"attrs": attrs} if attrs else {}), **named)
+        if step == 125:
+            emit("h-top", "turn", "FINISH", 250, attrs=TELEMETRY)
+    # A subagent whose usage is its hooks' readings, failing early.
+    for step in range(100):
+        at = 100 + step * 2.0
+        emit("h-child", "run", "READ", at, parent_session_id="h-top")
+        failed = {"status": "FAILED", "error": "early"} if step == 5 else {}
+        emit("h-child", "run", "FINISH", at + 1.25, parent_session_id="h-top", attrs=HOOK, **failed)
+    # One that ended before the failure, one that began after it.
+    for step in range(10):
+        for session, at in (("h-before", 1 + step), ("h-after", 400 + step)):
+            emit(session, "look", "READ", at, parent_session_id="h-top")
+            emit(session, "look", "FINISH", at + 0.5, parent_session_id="h-top", attrs=TELEMETRY)
+    assert client.flush(10)
+    client.close()
+
+
+def replayed_checkpoint(root: Path, session_id: str) -> Checkpoint:
+    """The checkpoint a replay of every line of the session from nothing arrives at."""
+    dirs = open_dirs(root)
+    try:
+        number, active, _ = locate_active(dirs.sessions_fd, session_id, 1)
+        try:
+            fold, segment_seq, complete = replay_session(dirs.sessions_fd, session_id, None, number, active)
+        finally:
+            if active is not None:
+                active.close()
+        assert complete
+        return fold.tally_checkpoint(segment=number, offset=0, segment_seq=segment_seq, started=0.0)
+    finally:
+        dirs.close()
+
+
+def full_why(root: Path, session_id: str) -> dict[str, Any] | None:
+    answer = why_of(load_tree(root, session_id))
+    return None if answer is None else answer.as_json()
+
+
+def fast_why(root: Path, session_id: str) -> dict[str, Any] | None:
+    answer = why(root, session_id)
+    return None if answer is None else answer.as_json()
+
+
+def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> None:
+    write_tree(collector)
+    root = collector.root
+    assert fast_why(root, "h-top") == full_why(root, "h-top")
+    answer = fast_why(root, "h-top")
+    assert answer is not None
+    assert answer["first_failure"]["session_id"] == "h-child" and answer["first_failure"]["error"] == "early"
+    assert fast_why(root, "h-child") == full_why(root, "h-child")
+    # Every session, split at many moments (each stamp and either side of it), as the fold splits it.
+    summaries = {summary.session_id: summary for summary in list_sessions(root)}
+    dirs = open_dirs(root)
+    try:
+        for session_id in ("h-top", "h-child", "h-before", "h-after"):
+            summary = summaries[session_id]
+            assert summary.history is not None, session_id
+            node = load_tree(root, session_id, tree=False)
+            stamps = sorted({stamp for span in node.actions for stamp in (span.begun, span.usage_at) if stamp})
+            micro = timedelta(microseconds=1)
+            # A sample, and every stamp where the cycle stamped out of order lies.
+            out_of_order = [
+                stamp for stamp in stamps if T0 + timedelta(seconds=75) <= stamp <= T0 + timedelta(seconds=105)
+            ]
+            for stamp in sorted({*stamps[::6], *out_of_order}):
+                for moment in (stamp - micro, stamp, stamp + micro):
+                    fast = after_moment(dirs, summary, moment)
+                    full = counts_of_spans(node.actions, moment, hooks_count=node.usage.from_hooks)
+                    assert fast is not None, (session_id, moment)
+                    assert (fast.actions, fast.tokens) == (full.actions, full.tokens), (session_id, moment)
+                    assert fast.cost_usd == pytest.approx(full.cost_usd, abs=1e-9), (session_id, moment)
+    finally:
+        dirs.close()
+
+    # The checkpoint the writer left says the same as a fold: its cycles, its first failure, and
+    # quiet points thinned to the bound.
+    collector.stop()
+    state = root / "state" / "h-top.session.json"
+    checkpoint = json.loads(state.read_text())
+    top = load_tree(root, "h-top", tree=False)
+    assert checkpoint["history"] is True
+    assert checkpoint["cycles"] == top.cycles == 201
+    assert checkpoint["first_failed"][1:] == ["step", "late", False]
+    assert 1 < len(checkpoint["quiet"]) <= MAX_QUIET_POINTS
+    assert checkpoint["quiet_step"] > 1
+    # A replay of the lines (recovery, the listing) keeps the same history as the writer did.
+    for session_id in ("h-top", "h-child"):
+        written = json.loads((root / "state" / f"{session_id}.session.json").read_text())
+        replayed = json.loads(encode_checkpoint(replayed_checkpoint(root, session_id)))
+        for name in ("history", "cycles", "first_failed", "quiet", "quiet_step", "stretch"):
+            assert replayed.get(name) == written.get(name), (session_id, name)
+
+    # A checkpoint of an earlier gz-ia knows none of it: the session is folded as before.
+    for name in ("history", "cycles", "first_failed", "quiet", "quiet_step", "stretch"):
+        checkpoint.pop(name, None)
+    state.write_text(json.dumps(checkpoint) + "\n")
+    assert next(s for s in list_sessions(root) if s.session_id == "h-top").history is None
+    assert fast_why(root, "h-top") == full_why(root, "h-top")
