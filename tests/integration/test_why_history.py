@@ -49,9 +49,9 @@ def write_tree(collector: Any) -> None:
             )
         )
 
-    # The top: 200 numbered steps; a turn open from 150 s to 250 s (across the child's failure);
+    # The top: 400 numbered steps; a turn open from 150 s to 250 s (across the child's failure);
     # usage of both kinds, one cycle holding both; stages out of order; a late failure.
-    for step in range(200):
+    for step in range(400):
         at = 1 + step * 2.0
         named = {"cycle": f"c{step}"}
         if step == 75:
@@ -124,7 +124,7 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
     assert answer["first_failure"]["session_id"] == "h-child" and answer["first_failure"]["error"] == "early"
     assert fast_why(root, "h-child") == full_why(root, "h-child")
     # Every session, split at many moments (each stamp and either side of it), as the fold splits it.
-    summaries = {summary.session_id: summary for summary in list_sessions(root)}
+    summaries = {summary.session_id: summary for summary in list_sessions(root, history=True)}
     dirs = open_dirs(root)
     try:
         for session_id in ("h-top", "h-child", "h-before", "h-after"):
@@ -154,7 +154,7 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
     checkpoint = json.loads(state.read_text())
     top = load_tree(root, "h-top", tree=False)
     assert checkpoint["history"] is True
-    assert checkpoint["cycles"] == top.cycles == 201
+    assert checkpoint["cycles"] == top.cycles == 401
     assert checkpoint["first_failed"][1:] == ["step", "late", False]
     assert 1 < len(checkpoint["quiet"]) <= MAX_QUIET_POINTS
     assert checkpoint["quiet_step"] > 1
@@ -169,5 +169,5 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
     for name in ("history", "cycles", "first_failed", "quiet", "quiet_step", "stretch"):
         checkpoint.pop(name, None)
     state.write_text(json.dumps(checkpoint) + "\n")
-    assert next(s for s in list_sessions(root) if s.session_id == "h-top").history is None
+    assert next(s for s in list_sessions(root, history=True) if s.session_id == "h-top").history is None
     assert fast_why(root, "h-top") == full_why(root, "h-top")

@@ -20,10 +20,11 @@ import msgspec
 from gz_ia.client.schema import StoredEvent
 from gz_ia.collector.storage.checkpoints import QuietPoint, Stretch
 from gz_ia.collector.storage.roots import RootDirs
+from gz_ia.collector.storage.segments import Segment
 
 from .cursor import relocate
 from .cycles import ActionSpan, SessionNode, TimelineBuilder
-from .segments import SessionNotFound, open_view
+from .segments import SessionNotFound, SessionView, lines_forward, open_view, seq_of
 from .sessions import SessionSummary
 
 __all__ = ["AfterCounts", "after_moment", "counts_of_spans"]
@@ -62,12 +63,15 @@ def after_moment(dirs: RootDirs, summary: SessionSummary, moment: datetime) -> A
     history = summary.history
     if history is None or summary.incomplete:
         return None
+    quiet = history.quiet()
+    if quiet is None:
+        return None
     hooks_count = history.end.records == 0
     actions = tokens = 0
     cost = 0.0
     again: list[tuple[int, int]] = []
     previous = _START
-    for point in (*history.quiet, history.end):
+    for point in (*quiet, history.end):
         stretch = point.stretch
         cycles = point.cycles - previous.cycles
         added_actions = added_tokens = 0
@@ -124,10 +128,10 @@ def _fold_stretches(dirs: RootDirs, session_id: str, stretches: list[tuple[int, 
         builder = TimelineBuilder(SessionNode(session_id))
         for after, until in stretches:
             if after:
-                position = relocate(view, after)
-                if position is None:
+                found = _boundary_after(view, after)
+                if found is None:
                     return None
-                lines = view.forward(position.segment, position.offset)
+                lines = view.forward(*found)
             else:
                 lines = view.forward(1, 0)
             expected = after + 1
@@ -147,3 +151,62 @@ def _fold_stretches(dirs: RootDirs, session_id: str, stretches: list[tuple[int, 
         return builder.top.actions
     finally:
         view.close()
+
+
+_NARROW: Final = 1 << 16
+"""Bytes a bisection narrows a segment to before it reads line by line."""
+_PROBE: Final = 1 << 13
+
+
+def _boundary_after(view: SessionView, seq: int) -> tuple[int, int] | None:
+    """``(segment, offset)`` right after the line of event ``seq``; None when it is not stored.
+
+    The segment is found as a cursor's is (:func:`.cursor.relocate`); inside it, the collector's
+    lines go up by ``seq``, so a bisection on the ``seq`` of the line after a probe narrows the search
+    to a few lines instead of scanning the segment from its start. Anything unexpected (a line
+    longer than a probe, one that does not decode) leaves the rest to :func:`.cursor.relocate`.
+    """
+    number = view.active_number
+    while number >= 1:
+        segment = view.get(number)
+        if isinstance(segment, Segment):
+            first = next((s for line in lines_forward(segment, 0) if (s := seq_of(line[3])) is not None), None)
+            if first is not None and first <= seq + 1:
+                if first == seq + 1:
+                    return number, 0
+                end = _end_by_bisection(segment, seq)
+                if end is not None:
+                    return number, end
+                position = relocate(view, seq)
+                return None if position is None else (position.segment, position.offset)
+        elif number != view.active_number:
+            return None
+        view.release(number)
+        number -= 1
+    return None
+
+
+def _end_by_bisection(segment: Segment, seq: int) -> int | None:
+    low, high = 0, segment.size  # the line of ``seq`` starts at or after ``low``, before ``high``
+    while high - low > _NARROW:
+        middle = (low + high) // 2
+        probe = segment.read(middle, _PROBE)
+        cut = probe.find(b"\n")
+        end = probe.find(b"\n", cut + 1)
+        if cut < 0 or end < 0:
+            return None
+        start = middle + cut + 1
+        found = seq_of(probe[cut + 1 : end])
+        if found is None or start >= high:
+            return None
+        if found <= seq:
+            low = start
+        else:
+            high = start
+    for _number, _start, end, raw in lines_forward(segment, low):
+        found = seq_of(raw)
+        if found == seq:
+            return end
+        if found is None or found > seq:
+            return None
+    return None

@@ -22,12 +22,15 @@ from .segments import READ_FLAGS
 
 __all__ = [
     "MAX_QUIET_POINTS",
+    "NO_QUIET",
     "USAGE_FOLD",
     "Checkpoint",
     "FirstFailed",
     "QuietPoint",
     "Stretch",
     "encode_checkpoint",
+    "encode_quiet",
+    "quiet_points",
     "read_checkpoint",
 ]
 
@@ -71,10 +74,14 @@ class QuietPoint(msgspec.Struct, array_like=True, frozen=True):
     """Of the lines since the previous point (or the first line)."""
 
 
-MAX_QUIET_POINTS: Final = 64
+MAX_QUIET_POINTS: Final = 256
 """Quiet points a checkpoint keeps: past it every other one is dropped (two stretches become one)
-and only points at least twice as many events apart are taken, so that a stretch stays about a
-64th of the session."""
+and only points at least twice as many events apart are taken, so that a stretch stays within about
+a 128th of the session (what ``why`` reads again of it), for a checkpoint of at most some 40 KB."""
+
+
+NO_QUIET: Final = msgspec.Raw(b"[]")
+"""No quiet point, as a checkpoint keeps it (left out of its text: omitted as the default it is)."""
 
 
 class FirstFailed(msgspec.Struct, array_like=True, frozen=True):
@@ -151,8 +158,10 @@ class Checkpoint(msgspec.Struct, kw_only=True, omit_defaults=True):
     cycles: int = 0
     """Cycles begun (a READ or PENDING with no open cycle of its action, or a lone FINISH)."""
     first_failed: FirstFailed | None = None
-    quiet: list[QuietPoint] = []
-    """Moments no cycle was open, oldest first, at most :data:`MAX_QUIET_POINTS`."""
+    quiet: msgspec.Raw = NO_QUIET
+    """Moments no cycle was open, oldest first, at most :data:`MAX_QUIET_POINTS` (a list of
+    :class:`QuietPoint`), kept as text until a reader asks (:func:`quiet_points`): listing a root
+    reads every checkpoint and needs none of them."""
     quiet_step: int = 1
     """Events at least between two quiet points (doubled at each thinning)."""
     stretch: Stretch | None = None
@@ -171,6 +180,22 @@ _PLAIN_KEY_AGENTS: Final = frozenset({"codex", "gemini-cli"})
 
 _encoder: Final = msgspec.json.Encoder()
 _decoder: Final = msgspec.json.Decoder(Checkpoint)
+
+
+_quiet_decoder: Final = msgspec.json.Decoder(list[QuietPoint])
+
+
+def quiet_points(text: msgspec.Raw) -> list[QuietPoint] | None:
+    """The quiet points a checkpoint keeps as text; None when the text is not theirs (damaged)."""
+    try:
+        return _quiet_decoder.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+def encode_quiet(points: list[QuietPoint]) -> msgspec.Raw:
+    """Quiet points as a checkpoint keeps them."""
+    return msgspec.Raw(_encoder.encode(points)) if points else NO_QUIET
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:

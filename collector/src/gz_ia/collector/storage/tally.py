@@ -19,7 +19,17 @@ import msgspec
 from gz_ia.client.schema import Stage
 from gz_ia.client.usage import UsageSum
 
-from .checkpoints import MAX_QUIET_POINTS, USAGE_FOLD, Checkpoint, FirstFailed, QuietPoint, Stretch
+from .checkpoints import (
+    MAX_QUIET_POINTS,
+    NO_QUIET,
+    USAGE_FOLD,
+    Checkpoint,
+    FirstFailed,
+    QuietPoint,
+    Stretch,
+    encode_quiet,
+    quiet_points,
+)
 
 __all__ = ["MAX_WATERMARKS", "TALLY_FIELDS", "OpenCycles", "SessionTally", "note_delivery"]
 
@@ -96,10 +106,10 @@ class SessionTally:
     """Cycles begun."""
     first_failed: FirstFailed | None
     """The FAILED FINISH with the earliest timestamp."""
-    quiet: list[QuietPoint] | None
-    """Moments no cycle was open (:class:`.checkpoints.QuietPoint`); None when the session's history
-    is not known (restored from an earlier gz-ia's checkpoint): then ``cycles`` and ``first_failed``
-    are not either."""
+    quiet: list[QuietPoint] | msgspec.Raw | None
+    """Moments no cycle was open (:class:`.checkpoints.QuietPoint`), or their text as a checkpoint
+    keeps it until they are needed (:meth:`quiet_list`); None when the session's history is not known
+    (restored from an earlier gz-ia's checkpoint): then ``cycles`` and ``first_failed`` are not either."""
     quiet_step: int
     stretch: Stretch
     """Since the last quiet point: when its cycles began and its usage was recorded."""
@@ -128,9 +138,16 @@ class SessionTally:
         elif at == known.at and not known.tied:
             self.first_failed = FirstFailed(known.at, known.action, known.error, tied=True)
 
+    def quiet_list(self) -> list[QuietPoint] | None:
+        """The quiet points (decoded from the checkpoint's text on first use)."""
+        quiet = self.quiet
+        if isinstance(quiet, msgspec.Raw):
+            quiet = self.quiet = quiet_points(quiet)
+        return quiet
+
     def note_quiet(self) -> None:
         """No cycle is open after the line just counted: a quiet point, if far enough from the last."""
-        quiet = self.quiet
+        quiet = self.quiet_list()
         if quiet is None or self.seq - (quiet[-1].seq if quiet else 0) < self.quiet_step:
             return
         usage = self.usage
@@ -211,10 +228,9 @@ class SessionTally:
         usage.hook_records = checkpoint.hook_records
         self.cycles = checkpoint.cycles
         self.first_failed = checkpoint.first_failed
-        self.quiet = list(checkpoint.quiet) if checkpoint.history else None
+        self.quiet = checkpoint.quiet if checkpoint.history else None
         self.quiet_step = checkpoint.quiet_step
-        stretch = checkpoint.stretch
-        self.stretch = Stretch() if stretch is None else msgspec.structs.replace(stretch)
+        self.stretch = checkpoint.stretch or Stretch()  # the checkpoint is not used after
 
     def copy_tally(self, other: SessionTally) -> None:
         """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
@@ -265,10 +281,16 @@ class SessionTally:
             history=self.quiet is not None,
             cycles=self.cycles if self.quiet is not None else 0,
             first_failed=self.first_failed if self.quiet is not None else None,
-            quiet=list(self.quiet) if self.quiet is not None else [],
+            quiet=_quiet_text_of(self.quiet),
             quiet_step=self.quiet_step,
             stretch=msgspec.structs.replace(self.stretch) if self.quiet is not None else None,
         )
+
+
+def _quiet_text_of(quiet: list[QuietPoint] | msgspec.Raw | None) -> msgspec.Raw:
+    if quiet is None:
+        return NO_QUIET
+    return quiet if isinstance(quiet, msgspec.Raw) else encode_quiet(quiet)
 
 
 def _joined(earlier: QuietPoint, later: QuietPoint) -> QuietPoint:

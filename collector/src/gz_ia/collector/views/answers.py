@@ -261,7 +261,7 @@ def why(root: Path, session_id: str) -> Why | None:
     Raises:
         SessionNotFound: nothing stored for the session.
     """
-    top = reading.session_tree(root, session_id)
+    top = reading.session_tree(root, session_id, history=True)
     items = [item for _, item in top.walk()]
     folded: dict[str, SessionNode] = {}
 
