@@ -49,13 +49,17 @@ def write_tree(collector: Any) -> None:
             )
         )
 
-    # The top: 400 numbered steps; a turn open from 150 s to 250 s (across the child's failure);
+    # The top: a session cycle open throughout, 400 numbered steps; a turn open from 150 s to 250 s
+    # (across the child's failure) with usage recorded while it is open;
     # usage of both kinds, one cycle holding both; stages out of order; a late failure.
+    emit("h-top", "session", "READ", 0.5)  # open all along, as Claude Code's session is
     for step in range(400):
         at = 1 + step * 2.0
         named = {"cycle": f"c{step}"}
         if step == 75:
             emit("h-top", "turn", "READ", 150)
+        if step == 100:
+            emit("h-top", "turn", "PENDING", 200, attrs=HOOK)  # usage on an open cycle: no quiet moment
         if step == 50:
             emit("h-top", "step", "READ", at, **named)
             emit("h-top", "step", "PENDING", at - 20.5, **named)  # stamped before its READ (and cycles before)
@@ -74,6 +78,7 @@ def write_tree(collector: Any) -> None:
         emit("h-top", "step", "FINISH", at + 1.5, **({"attrs": attrs} if attrs else {}), **named)
         if step == 125:
             emit("h-top", "turn", "FINISH", 250, attrs=TELEMETRY)
+    emit("h-top", "session", "FINISH", 805, attrs=TELEMETRY)
     # A subagent whose usage is its hooks' readings, failing early.
     for step in range(100):
         at = 100 + step * 2.0
@@ -154,10 +159,11 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
     checkpoint = json.loads(state.read_text())
     top = load_tree(root, "h-top", tree=False)
     assert checkpoint["history"] is True
-    assert checkpoint["cycles"] == top.cycles == 401
+    assert checkpoint["cycles"] == top.cycles == 402
     assert checkpoint["first_failed"][1:] == ["step", "late", False]
     assert 1 < len(checkpoint["quiet"]) <= MAX_QUIET_POINTS
     assert checkpoint["quiet_step"] > 1
+    assert all(point[-1] for point in checkpoint["quiet"])  # each carries the open session cycle
     # A replay of the lines (recovery, the listing) keeps the same history as the writer did.
     for session_id in ("h-top", "h-child"):
         written = json.loads((root / "state" / f"{session_id}.session.json").read_text())

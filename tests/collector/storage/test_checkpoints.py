@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from gz_ia.client.schema import Stage
-from gz_ia.collector.storage.checkpoints import MAX_QUIET_POINTS, USAGE_FOLD, Checkpoint, encode_checkpoint
+from gz_ia.collector.storage.checkpoints import MAX_QUIET_POINTS, USAGE_FOLD, Checkpoint, QuietPoint, encode_checkpoint
 from gz_ia.collector.storage.replay import SessionFold, Trace
 from gz_ia.collector.storage.writer import Writer
 
@@ -69,13 +69,13 @@ def test_a_codex_or_gemini_checkpoint_of_an_earlier_gz_ia_is_not_taken_for_its_u
         assert msgspec.structs.replace(earlier, agent=agent, usage_fold=USAGE_FOLD).usage_complete
 
 
-# Since `gz-ia session why` reads it: cycles begun, the first failure, quiet points and the stretch since.
+# Since `gz-ia session why` reads it: cycles begun, the first failure, quiet points, the stretch since.
 WITH_HISTORY = STORED.replace(
     b',"usage_fold":1}\n',
     b',"usage_fold":1,"history":true,"cycles":21,"first_failed":["2026-12-01T10:30:00Z","edit","boom",false],'
-    b'"quiet":[[40,20,12,0.25,3,6,0.5,1,["2026-12-01T10:00:00Z","2026-12-01T10:50:00Z",'
-    b'"2026-12-01T10:01:00Z","2026-12-01T10:51:00Z"]]],"quiet_step":2,'
-    b'"stretch":["2026-12-01T10:55:00Z","2026-12-01T10:56:00Z",null,null]}\n',
+    b'"quiet":[[40,20,12,0.25,3,6,0.5,1,"2026-12-01T10:00:00Z","2026-12-01T10:50:00Z",'
+    b'"2026-12-01T10:01:00Z","2026-12-01T10:51:00Z",["read",["edit","c1"]]]],"quiet_step":2,'
+    b'"begun_low":"2026-12-01T10:55:00Z","open_used":[["edit","c1"]]}\n',
 )
 
 
@@ -94,15 +94,16 @@ def test_quiet_points_are_thinned_to_the_bound_and_count_what_came_before_them()
             at = start + timedelta(seconds=2 * number + offset)
             attrs = {"gen_ai.usage.input_tokens": 10} if stage is Stage.FINISH else None
             fold.apply(Trace("step", stage, seq=2 * number + offset + 1, timestamp=at.isoformat(), attrs=attrs))
-    points = fold.quiet_list()
-    assert points is not None and len(points) <= MAX_QUIET_POINTS
+    rows = fold.quiet_list()
+    assert rows is not None and len(rows) <= MAX_QUIET_POINTS
+    points = [QuietPoint(*row) for row in rows]
     assert fold.quiet_step == 8  # thinned three times (at the 257th, 385th and 641st cycle)
     assert len(points) > MAX_QUIET_POINTS // 2
     low = start
     for point in points:
         assert (point.cycles, point.tokens, point.records) == (point.seq // 2, 10 * point.seq // 2, point.seq // 2)
         # Its stretch: the cycles begun since the point before, READ at even seconds.
-        assert point.stretch.begun_low == low
-        assert point.stretch.begun_high == start + timedelta(seconds=point.seq - 2)
+        assert point.begun_low == low
+        assert point.begun_high == start + timedelta(seconds=point.seq - 2)
         low = start + timedelta(seconds=point.seq)
     assert fold.cycles == cycles

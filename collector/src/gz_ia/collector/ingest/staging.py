@@ -246,7 +246,9 @@ class Ingest:
                 del open_actions[key]
                 since = state.open_since.pop(key, None)
                 if since is not None and timestamp < since:
-                    state.note_begun(timestamp)  # the cycle began earlier than its first event says
+                    state.begun_earlier(key, timestamp)  # the fold's cycle begins at its earliest stage
+                if state.used_open:
+                    state.used_open.discard(key)
                 cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
                 finished.append(event)
             elif current is None:
@@ -257,12 +259,10 @@ class Ingest:
                 state.open_since[key] = timestamp
                 if state.latest_begun is None or timestamp > state.latest_begun:
                     state.latest_begun = timestamp
-                state.cycles += 1
-                state.note_begun(timestamp)
             elif following is not current:
                 open_actions[key] = following
                 if timestamp < state.open_since.get(key, timestamp):
-                    state.note_begun(timestamp)
+                    state.begun_earlier(key, timestamp)
             if timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
             state.seq += 1
@@ -281,6 +281,10 @@ class Ingest:
             stamp = state.last_stamp = event.timestamp
             if stamp > state.newest_stamp:  # noqa: PLR1730 - max() would add a call per event
                 state.newest_stamp = stamp
+            if current is None:  # a cycle began (for `gz-ia session why`: quiet points)
+                state.cycles += 1
+                if stamp < state.begun_low:  # noqa: PLR1730
+                    state.begun_low = stamp
             if not state.first_time:
                 state.note_first(event)
             elif not state.parent and event.parent_session_id is not None:
@@ -297,11 +301,19 @@ class Ingest:
             if event.attrs is not None:
                 found = state.usage.add(event.attrs)
                 if found is not None:
-                    state.note_usage_at(stamp)
+                    if stamp < state.usage_low:  # noqa: PLR1730
+                        state.usage_low = stamp
+                    if following is not None:
+                        state.used_open.add(key)
                     if not found[1]:  # the metrics count each model call once
                         outcome.usage.append((event.agent, found[0]))
-            if following is None and not open_actions:
-                state.note_quiet()
+            if (  # a quiet point for `gz-ia session why` (SessionTally.quiet_due)
+                following is None
+                and state.seq >= state.quiet_next
+                and not state.used_open
+                and (state.newest_stamp >= state.quiet_after or state.seq >= state.quiet_force)
+            ):
+                state.note_quiet(state.newest_stamp)
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:

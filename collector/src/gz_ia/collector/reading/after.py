@@ -11,14 +11,16 @@ answer is the fold's, by construction: each count is one the fold would make of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Final
 
 import msgspec
 
 from gz_ia.client.schema import StoredEvent
-from gz_ia.collector.storage.checkpoints import QuietPoint, Stretch
+from gz_ia.collector.storage.checkpoints import QuietPoint
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import Segment
 
@@ -29,7 +31,7 @@ from .sessions import SessionSummary
 
 __all__ = ["AfterCounts", "after_moment", "counts_of_spans"]
 
-_START: Final = QuietPoint(0, 0, 0, 0.0, 0, 0, 0.0, 0, Stretch())
+_START: Final = QuietPoint(0, 0, 0, 0.0, 0, 0, 0.0, 0, None, None, None, None)
 _decoder: Final = msgspec.json.Decoder(StoredEvent)
 
 
@@ -43,14 +45,18 @@ class AfterCounts:
     cost_usd: float
 
 
-def counts_of_spans(spans: list[ActionSpan], moment: datetime, *, hooks_count: bool) -> AfterCounts:
+def counts_of_spans(
+    spans: list[ActionSpan], moment: datetime, *, hooks_count: bool, carried: Iterable[ActionSpan] = ()
+) -> AfterCounts:
     """:class:`AfterCounts` of folded cycles; ``hooks_count``: the session's usage is its hooks'
-    readings (it has no other usage record), else a cycle whose usage is a hook's reading adds none."""
+    readings (it has no other usage record), else a cycle whose usage is a hook's reading adds none.
+    ``carried``: cycles begun before the lines folded, whose usage counts and not themselves."""
     actions = tokens = 0
     cost = 0.0
     for span in spans:
         if span.begun > moment:
             actions += 1
+    for span in chain(spans, carried):
         if span.usage_at is not None and span.usage_at > moment and (hooks_count or not span.usage_from_hook):
             tokens += span.tokens
             cost += span.cost_usd
@@ -69,25 +75,24 @@ def after_moment(dirs: RootDirs, summary: SessionSummary, moment: datetime) -> A
     hooks_count = history.end.records == 0
     actions = tokens = 0
     cost = 0.0
-    again: list[tuple[int, int]] = []
+    again: list[tuple[QuietPoint, int]] = []
     previous = _START
     for point in (*quiet, history.end):
-        stretch = point.stretch
         cycles = point.cycles - previous.cycles
         added_actions = added_tokens = 0
         added_cost = 0.0
         straddles = False
         if cycles:
-            low, high = stretch.begun_low, stretch.begun_high
+            low, high = point.begun_low, point.begun_high
             if low is None or high is None:
                 return None
             if moment < low:
                 added_actions = cycles
             elif moment < high:
                 straddles = True
-        high = stretch.usage_high
+        high = point.usage_high
         if not straddles and high is not None and moment < high:
-            low = stretch.usage_low
+            low = point.usage_low
             records = point.records - previous.records
             hook_records = point.hook_records - previous.hook_records
             if low is None or moment >= low or (records and hook_records and not hooks_count):
@@ -100,57 +105,62 @@ def after_moment(dirs: RootDirs, summary: SessionSummary, moment: datetime) -> A
                 added_tokens = point.tokens - previous.tokens
                 added_cost = point.cost_usd - previous.cost_usd
         if straddles:
-            again.append((previous.seq, point.seq))
+            again.append((previous, point.seq))
         else:
             actions += added_actions
             tokens += added_tokens
             cost += added_cost
         previous = point
     if again:
-        spans = _fold_stretches(dirs, summary.session_id, again)
-        if spans is None:
+        try:
+            view = open_view(dirs, summary.session_id)
+        except SessionNotFound:
             return None
-        read = counts_of_spans(spans, moment, hooks_count=hooks_count)
-        actions += read.actions
-        tokens += read.tokens
-        cost += read.cost_usd
+        try:
+            for start, until in again:
+                folded = _fold_stretch(view, start, until)
+                if folded is None:
+                    return None
+                read = counts_of_spans(folded[0], moment, hooks_count=hooks_count, carried=folded[1])
+                actions += read.actions
+                tokens += read.tokens
+                cost += read.cost_usd
+        finally:
+            view.close()
     return AfterCounts(actions, tokens, cost)
 
 
-def _fold_stretches(dirs: RootDirs, session_id: str, stretches: list[tuple[int, int]]) -> list[ActionSpan] | None:
-    """The cycles of the lines ``(after, until]`` (by ``seq``) of each stretch; None unless every line
-    is there, in order, and decodes."""
-    try:
-        view = open_view(dirs, session_id)
-    except SessionNotFound:
+def _fold_stretch(view: SessionView, start: QuietPoint, until: int) -> tuple[list[ActionSpan], list[ActionSpan]] | None:
+    """The cycles begun in the lines after ``start`` up to ``seq`` ``until``, and those ``start``
+    carried (their events join them); None unless every line is there, in order, and decodes."""
+    session_id = view.session_id
+    after = start.seq
+    builder = TimelineBuilder(SessionNode(session_id))
+    carried = [
+        builder.resume(session_id, key if isinstance(key, str) else f"{key[0]}\0{key[1]}") for key in start.carried
+    ]
+    if after:
+        found = _boundary_after(view, after)
+        if found is None:
+            return None
+        lines = view.forward(*found)
+    else:
+        lines = view.forward(1, 0)
+    expected = after + 1
+    for _number, _start, _end, raw in lines:
+        if expected > until:
+            break
+        try:
+            event = _decoder.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        if event.seq != expected or event.session_id != session_id:
+            return None
+        builder.add(event)
+        expected += 1
+    if expected <= until or view.incomplete:
         return None
-    try:
-        builder = TimelineBuilder(SessionNode(session_id))
-        for after, until in stretches:
-            if after:
-                found = _boundary_after(view, after)
-                if found is None:
-                    return None
-                lines = view.forward(*found)
-            else:
-                lines = view.forward(1, 0)
-            expected = after + 1
-            for _number, _start, _end, raw in lines:
-                if expected > until:
-                    break
-                try:
-                    event = _decoder.decode(raw)
-                except msgspec.DecodeError:
-                    return None
-                if event.seq != expected or event.session_id != session_id:
-                    return None
-                builder.add(event)
-                expected += 1
-            if expected <= until or view.incomplete:
-                return None
-        return builder.top.actions
-    finally:
-        view.close()
+    return builder.top.actions, carried
 
 
 _NARROW: Final = 1 << 16

@@ -40,7 +40,7 @@ from gz_ia.collector.storage.names import (
 from gz_ia.collector.storage.replay import SessionFold, replay_session
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import SegmentUnreadable, segment_exists
-from gz_ia.collector.storage.tally import SessionTally
+from gz_ia.collector.storage.tally import LATEST, SessionTally
 
 from .segments import SessionNotFound, SessionView, open_dirs, require_root
 from .verify import SeqCheck
@@ -286,7 +286,10 @@ def history_of(state: SessionTally) -> SessionHistory | None:
         sum(usage.hook_tokens),
         usage.hook_cost_usd,
         usage.hook_records,
-        state.stretch,  # a tally summarised is not folded further
+        None if state.begun_low is LATEST else state.begun_low,
+        state.latest_begun,
+        None if state.usage_low is LATEST else state.usage_low,
+        None if state.usage_low is LATEST else _time(state.newest_time or ""),
     )
     return SessionHistory(text, end, state.first_failed, state.newest_time or "")
 

@@ -19,7 +19,7 @@ from gz_ia.client.schema import Stage
 from .checkpoints import Checkpoint
 from .names import session_archive
 from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, oldest_segment, open_archive
-from .tally import TALLY_FIELDS, SessionTally, note_delivery
+from .tally import QUIET_GAP, TALLY_FIELDS, SessionTally, note_delivery
 
 __all__ = ["SessionFold", "Trace", "replay_session"]
 
@@ -60,27 +60,32 @@ class SessionFold(SessionTally):
         self.seq = max(self.seq, trace.seq)
         key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
         stage = trace.stage
-        moment = _time(trace.timestamp)
+        parsed = _time(trace.timestamp)
+        # What `why` keeps needs times it can compare (the collector stores them all in UTC).
+        moment = parsed if parsed is not None and parsed.tzinfo is not None else None
         current = self.open_actions.get(key)
+        if current is None and stage is not Stage.FINISH and parsed is not None:  # a cycle begins
+            self.open_since[key] = parsed
+            if self.latest_begun is None or parsed > self.latest_begun:
+                self.latest_begun = parsed
         if moment is None:
-            self.quiet = None  # a time no reader can place: the history is the files' to tell
+            self.forget_history()  # a time no reader can place: the history is the files' to tell
         elif current is None:  # a cycle begins (a lone FINISH is one, as the fold counts it)
             self.cycles += 1
-            self.note_begun(moment)
-            if stage is not Stage.FINISH:
-                self.open_since[key] = moment
-                if self.latest_begun is None or moment > self.latest_begun:
-                    self.latest_begun = moment
+            self.begun_low = min(self.begun_low, moment)
+            if stage is Stage.FINISH:
+                self.forget_history()  # a move the collector refuses: only the fold can say
         elif stage is not current:
             # Its first PENDING or its FINISH: the fold's cycle begins at the earliest of them.
             since = self.open_since.get(key)
             if since is not None and moment < since:
-                self.note_begun(moment)
+                self.begun_earlier(key, moment)
             if current is Stage.PENDING and stage is Stage.READ:
-                self.quiet = None  # a move the collector refuses: only the fold can say
+                self.forget_history()  # a move the collector refuses: only the fold can say
         if stage is Stage.FINISH:
             self.open_actions.pop(key, None)
             self.open_since.pop(key, None)
+            self.used_open.discard(key)
             self.ended_failed = trace.status == "FAILED"
             if self.ended_failed and moment is not None:
                 self.note_failed(moment, trace.action, trace.error)
@@ -94,6 +99,8 @@ class SessionFold(SessionTally):
             self.failures += 1
         if not self.first_time:
             self.first_time = trace.timestamp
+            if moment is not None:
+                self.quiet_after = moment + QUIET_GAP  # as the writer's tally: none in the first second
             self.parent = trace.parent_session_id or ""
             self.tree_root = trace.root_session_id or ""
             self.agent = trace.agent
@@ -101,11 +108,17 @@ class SessionFold(SessionTally):
             self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
         if trace.attrs is not None and self.usage.add(trace.attrs) is not None and moment is not None:
-            self.note_usage_at(moment)
-        if self.newest_time is not None and moment is not None and _later(moment, self.newest_time):
+            self.usage_low = min(self.usage_low, moment)
+            if stage is not Stage.FINISH:
+                self.used_open.add(key)
+        if self.newest_time is not None and parsed is not None and _later(parsed, self.newest_time):
             self.newest_time = trace.timestamp
-        if stage is Stage.FINISH and not self.open_actions:
-            self.note_quiet()
+        if stage is Stage.FINISH and self.seq >= self.quiet_next and not self.used_open:
+            newest = _time(self.newest_time) if self.newest_time else None
+            if newest is None or newest.tzinfo is None:
+                self.forget_history()
+            elif self.quiet_due(newest):
+                self.note_quiet(newest)
 
 
 def _time(stamp: str) -> datetime | None:

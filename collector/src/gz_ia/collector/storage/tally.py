@@ -11,7 +11,7 @@ lines (:class:`.replay.SessionFold`); both convert it to and from its persisted 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -20,26 +20,49 @@ from gz_ia.client.schema import Stage
 from gz_ia.client.usage import UsageSum
 
 from .checkpoints import (
+    MAX_CARRIED,
     MAX_QUIET_POINTS,
     NO_QUIET,
     USAGE_FOLD,
     Checkpoint,
     FirstFailed,
-    QuietPoint,
-    Stretch,
+    QuietRow,
     encode_quiet,
-    quiet_points,
+    quiet_rows,
 )
 
-__all__ = ["MAX_WATERMARKS", "TALLY_FIELDS", "OpenCycles", "SessionTally", "note_delivery"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "MAX_WATERMARKS",
+    "QUIET_FORCE",
+    "QUIET_GAP",
+    "TALLY_FIELDS",
+    "OpenCycles",
+    "SessionTally",
+    "note_delivery",
+]
 
 MAX_WATERMARKS: Final = 4096
+_CARRIED: Final = 12
+"""Where a :data:`.checkpoints.QuietRow` keeps the cycles it carries."""
+LATEST: Final = datetime.max.replace(tzinfo=UTC)
+"""After every timestamp: no cycle begun, no usage record, since the last quiet point."""
+EARLIEST: Final = datetime.min.replace(tzinfo=UTC)
+QUIET_GAP: Final = timedelta(seconds=1)
+"""Quiet points are at least this far apart in time (the greatest timestamp so far), unless
+:data:`QUIET_FORCE` steps of events passed: a burst of cycles milliseconds apart makes one stretch,
+and each point costs staging what a few events do."""
+QUIET_FORCE: Final = 64
+_NEVER: Final = 1 << 62
+"""A ``quiet_next`` no session reaches: its history is not known, no point is taken."""
 
 OpenCycles = dict[str | tuple[str, str], Stage]
 """A session's open cycles: the action, or ``(action, cycle)`` for events naming their cycle → open stage."""
 
 TALLY_FIELDS: Final = (
     "agent",
+    "begun_low",
     "cycles",
     "ended_failed",
     "failures",
@@ -53,11 +76,16 @@ TALLY_FIELDS: Final = (
     "open_since",
     "parent",
     "quiet",
+    "quiet_after",
+    "quiet_force",
+    "quiet_next",
     "quiet_step",
+    "quiet_text",
     "seq",
-    "stretch",
     "tree_root",
     "usage",
+    "usage_low",
+    "used_open",
 )
 """The tally's fields: the slots that each class mixing in :class:`SessionTally` declares."""
 
@@ -106,29 +134,47 @@ class SessionTally:
     """Cycles begun."""
     first_failed: FirstFailed | None
     """The FAILED FINISH with the earliest timestamp."""
-    quiet: list[QuietPoint] | msgspec.Raw | None
-    """Moments no cycle was open (:class:`.checkpoints.QuietPoint`), or their text as a checkpoint
+    quiet: list[QuietRow] | msgspec.Raw | None
+    """Quiet points (:class:`.checkpoints.QuietPoint`, as plain rows), or their text as a checkpoint
     keeps it until they are needed (:meth:`quiet_list`); None when the session's history is not known
     (restored from an earlier gz-ia's checkpoint): then ``cycles`` and ``first_failed`` are not either."""
     quiet_step: int
-    stretch: Stretch
-    """Since the last quiet point: when its cycles began and its usage was recorded."""
+    quiet_text: msgspec.Raw | None
+    """:attr:`quiet` as text, while it stays as it was encoded (a long session's checkpoint is
+    written every few seconds; its points change rarely)."""
+    quiet_next: int
+    """The ``seq`` from which the next quiet point may be taken (0: to be found out)."""
+    quiet_after: datetime
+    """The greatest timestamp from which it may be taken, unless ``seq`` reached :attr:`quiet_force`."""
+    quiet_force: int
 
-    def note_begun(self, at: datetime) -> None:
-        """A cycle begins at ``at`` (or, for one begun already, one of its stages came earlier)."""
-        stretch = self.stretch
-        if stretch.begun_low is None or at < stretch.begun_low:
-            stretch.begun_low = at
-        if stretch.begun_high is None or at > stretch.begun_high:
-            stretch.begun_high = at
+    def quiet_due(self, newest: datetime) -> bool:
+        """Whether a cycle that just finished, when no open cycle has usage, makes a quiet point
+        (:meth:`note_quiet`), the greatest timestamp being ``newest``: staging's test, inline there."""
+        seq = self.seq
+        return seq >= self.quiet_next and (newest >= self.quiet_after or seq >= self.quiet_force)
 
-    def note_usage_at(self, at: datetime) -> None:
-        """A usage record was stamped ``at``."""
-        stretch = self.stretch
-        if stretch.usage_low is None or at < stretch.usage_low:
-            stretch.usage_low = at
-        if stretch.usage_high is None or at > stretch.usage_high:
-            stretch.usage_high = at
+    def forget_history(self) -> None:
+        """The session's history can no longer be kept: from now on only its lines tell it."""
+        self.quiet = None
+        self.quiet_next = _NEVER
+
+    begun_low: datetime
+    """The earliest a cycle begun since the last quiet point began (:data:`LATEST`: none)."""
+    usage_low: datetime
+    """The earliest usage record since the last quiet point (:data:`LATEST`: none)."""
+    used_open: set[str | tuple[str, str]]
+    """The open cycles with a usage record, keyed as :attr:`open_actions`."""
+
+    def begun_earlier(self, key: str | tuple[str, str], at: datetime) -> None:
+        """A stage of the open cycle ``key`` came at ``at``, before its first event: the fold says the
+        cycle began then. One carried past the last quiet point began in a stretch already closed,
+        whose bounds can no longer say so: the history is then the files' to tell."""
+        quiet = self.quiet_list()
+        if quiet and key in quiet[-1][_CARRIED]:
+            self.forget_history()
+        elif at < self.begun_low:
+            self.begun_low = at.astimezone(UTC)  # as stored
 
     def note_failed(self, at: datetime, action: str, error: str | None) -> None:
         """A FINISH stamped ``at`` was FAILED."""
@@ -138,40 +184,82 @@ class SessionTally:
         elif at == known.at and not known.tied:
             self.first_failed = FirstFailed(known.at, known.action, known.error, tied=True)
 
-    def quiet_list(self) -> list[QuietPoint] | None:
+    def quiet_list(self) -> list[QuietRow] | None:
         """The quiet points (decoded from the checkpoint's text on first use)."""
         quiet = self.quiet
         if isinstance(quiet, msgspec.Raw):
-            quiet = self.quiet = quiet_points(quiet)
+            quiet = self.quiet = quiet_rows(quiet)
         return quiet
 
-    def note_quiet(self) -> None:
-        """No cycle is open after the line just counted: a quiet point, if far enough from the last."""
-        quiet = self.quiet_list()
-        if quiet is None or self.seq - (quiet[-1].seq if quiet else 0) < self.quiet_step:
+    def note_quiet(self, newest: datetime | None) -> None:
+        """A quiet point, as :meth:`quiet_due` found one due (unless more than :data:`MAX_CARRIED`
+        cycles are open). ``newest``: the greatest timestamp so far."""
+        quiet = self.quiet
+        if quiet.__class__ is not list or not self.quiet_next:
+            if not self._quiet_due():
+                return
+            quiet = self.quiet
+        assert isinstance(quiet, list)
+        open_actions = self.open_actions
+        if open_actions and len(open_actions) > MAX_CARRIED:
             return
         usage = self.usage
+        tokens = usage.tokens
+        hook_tokens = usage.hook_tokens
+        begun_low = self.begun_low
+        usage_low = self.usage_low
+        seq = self.seq
         quiet.append(
-            QuietPoint(
-                self.seq,
+            (
+                seq,
                 self.cycles,
-                sum(usage.tokens),
+                tokens[0] + tokens[1] + tokens[2] + tokens[3],
                 usage.cost_usd,
                 usage.records,
-                sum(usage.hook_tokens),
+                hook_tokens[0] + hook_tokens[1] + hook_tokens[2] + hook_tokens[3] if usage.hook_records else 0,
                 usage.hook_cost_usd,
                 usage.hook_records,
-                self.stretch,
+                None if begun_low is LATEST else begun_low,
+                self.latest_begun,
+                None if usage_low is LATEST else usage_low,
+                None if usage_low is LATEST else newest,
+                tuple(open_actions) if open_actions else (),
             )
         )
-        self.stretch = Stretch()
+        self.begun_low = self.usage_low = LATEST
+        self.quiet_text = None
         if len(quiet) > MAX_QUIET_POINTS:
-            # Every other point goes: the stretch it ended joins the next one.
-            kept = [_joined(quiet[index], quiet[index + 1]) for index in range(0, len(quiet) - 1, 2)]
-            if len(quiet) % 2:
-                kept.append(quiet[-1])
-            self.quiet = kept
+            self.quiet = _thinned(quiet)
             self.quiet_step *= 2
+        step = self.quiet_step
+        self.quiet_next = seq + step
+        self.quiet_force = seq + QUIET_FORCE * step
+        self.quiet_after = EARLIEST if newest is None else newest + QUIET_GAP
+
+    def _quiet_text(self) -> msgspec.Raw:
+        """The quiet points as a checkpoint keeps them (encoded once for as long as they stay)."""
+        quiet = self.quiet
+        if quiet is None:
+            return NO_QUIET
+        if isinstance(quiet, msgspec.Raw):
+            return quiet
+        text = self.quiet_text
+        if text is None:
+            text = self.quiet_text = encode_quiet(quiet)
+        return text
+
+    def _quiet_due(self) -> bool:
+        """Whether a point is due now, for a tally restored from a checkpoint (its points decoded and
+        ``quiet_next`` set from the last of them first)."""
+        quiet = self.quiet_list()
+        if quiet is None:
+            self.quiet_next = _NEVER
+            return False
+        if not self.quiet_next:
+            last = quiet[-1][0] if quiet else 0
+            self.quiet_next = last + self.quiet_step
+            self.quiet_force = last + QUIET_FORCE * self.quiet_step
+        return self.seq >= self.quiet_next
 
     def clear_tally(self) -> None:
         """Start from a session with no events."""
@@ -193,7 +281,12 @@ class SessionTally:
         self.first_failed = None
         self.quiet = []
         self.quiet_step = 1
-        self.stretch = Stretch()
+        self.quiet_next = 1  # a point may be taken from the first line on
+        self.quiet_after = EARLIEST
+        self.quiet_force = QUIET_FORCE
+        self.quiet_text = None
+        self.begun_low = self.usage_low = LATEST
+        self.used_open = set()
 
     def load_tally(self, checkpoint: Checkpoint) -> None:
         """Take the tally a checkpoint stored."""
@@ -230,7 +323,13 @@ class SessionTally:
         self.first_failed = checkpoint.first_failed
         self.quiet = checkpoint.quiet if checkpoint.history else None
         self.quiet_step = checkpoint.quiet_step
-        self.stretch = checkpoint.stretch or Stretch()  # the checkpoint is not used after
+        self.quiet_next = 0  # found out from the last point when one may be due
+        self.quiet_after = EARLIEST
+        self.quiet_force = 0
+        self.quiet_text = None
+        self.begun_low = checkpoint.begun_low or LATEST
+        self.usage_low = checkpoint.usage_low or LATEST
+        self.used_open = set(checkpoint.open_used)
 
     def copy_tally(self, other: SessionTally) -> None:
         """Take ``other``'s tally (sharing its containers: ``other`` is dropped after)."""
@@ -281,38 +380,31 @@ class SessionTally:
             history=self.quiet is not None,
             cycles=self.cycles if self.quiet is not None else 0,
             first_failed=self.first_failed if self.quiet is not None else None,
-            quiet=_quiet_text_of(self.quiet),
+            quiet=self._quiet_text(),
             quiet_step=self.quiet_step,
-            stretch=msgspec.structs.replace(self.stretch) if self.quiet is not None else None,
+            begun_low=None if self.quiet is None or self.begun_low is LATEST else self.begun_low,
+            usage_low=None if self.quiet is None or self.usage_low is LATEST else self.usage_low,
+            open_used=list(self.used_open) if self.quiet is not None else [],
         )
 
 
-def _quiet_text_of(quiet: list[QuietPoint] | msgspec.Raw | None) -> msgspec.Raw:
-    if quiet is None:
-        return NO_QUIET
-    return quiet if isinstance(quiet, msgspec.Raw) else encode_quiet(quiet)
-
-
-def _joined(earlier: QuietPoint, later: QuietPoint) -> QuietPoint:
-    """``later`` ending the two stretches the points end, as one."""
-    a, b = earlier.stretch, later.stretch
-    return msgspec.structs.replace(
-        later,
-        stretch=Stretch(
-            _low(a.begun_low, b.begun_low),
-            _high(a.begun_high, b.begun_high),
-            _low(a.usage_low, b.usage_low),
-            _high(a.usage_high, b.usage_high),
-        ),
-    )
-
-
-def _low(a: datetime | None, b: datetime | None) -> datetime | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def _high(a: datetime | None, b: datetime | None) -> datetime | None:
-    return b if a is None else a if b is None else max(a, b)
+def _thinned(rows: list[QuietRow]) -> list[QuietRow]:
+    """Every other point dropped, the stretch it ended joined to the next one's: the lows are the
+    earlier of the two, the highs (the newest first event, the greatest timestamp, so far) the later's."""
+    kept: list[QuietRow] = [
+        (
+            *b[:8],
+            b[8] if a[8] is None or (b[8] is not None and b[8] < a[8]) else a[8],
+            b[9] if b[9] is not None else a[9],
+            b[10] if a[10] is None or (b[10] is not None and b[10] < a[10]) else a[10],
+            b[11] if b[11] is not None else a[11],
+            b[12],
+        )
+        for a, b in zip(rows[0::2], rows[1::2], strict=False)
+    ]
+    if len(rows) % 2:
+        kept.append(rows[-1])
+    return kept
 
 
 def note_delivery(marks: dict[str, int], producer: str, number: int) -> None:
