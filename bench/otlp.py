@@ -4,10 +4,12 @@ One collector (``--durability`` as given) on a scratch root. Interleaved round b
 busy machine slows both alike:
 
 * ``client``: ``gz_ia.client.Client`` sends ``--spans`` tool cycles (READ + FINISH each, the events
-  an ``execute_tool`` span becomes) and waits for every verdict (written);
-* ``otlp``: ``--spans`` ``execute_tool`` spans, pre-encoded as OTLP protobuf export requests of
-  ``--batch`` spans each, POSTed one after another on one keep-alive connection; each answer comes
-  after the write.
+  an ``execute_tool`` span becomes, the FINISH with the ``tool`` attr the receiver gives it: the same
+  lines stored) and waits for every verdict (written);
+* ``otlp``: ``--spans`` ``execute_tool`` spans (``--signal logs``: as many of Claude Code's
+  ``claude_code.tool_result`` log records, each looked up among the hooks' cycles of its session
+  before it is stored), pre-encoded as OTLP protobuf export requests of ``--batch`` each, POSTed one
+  after another on one keep-alive connection; each answer comes after the write.
 
 Reported per variant: spans (cycles) per second received and written, and collector CPU per span
 (user + system of the collector process during the clock), medians over the rounds, and the OTLP
@@ -15,7 +17,8 @@ figures as ratios to the client protocol's. The agent-side cost is the exporters
 
 Usage (from the repository root)::
 
-    uv run --no-sync python -m bench.otlp [--spans 20000] [--batch 512] [--rounds 3] [--json out.json]
+    uv run --no-sync python -m bench.otlp [--signal traces|logs] [--spans 20000] [--batch 512] [--rounds 3]
+                                          [--json out.json]
 """
 
 from __future__ import annotations
@@ -75,12 +78,48 @@ def _requests(spans: int, batch: int, round_number: int) -> list[bytes]:
     return bodies
 
 
-def _client_round(socket_path: Path, root: Path, spans: int, round_number: int) -> None:
+def _log_requests(records: int, batch: int, round_number: int) -> list[bytes]:
+    """``records`` of Claude Code's ``claude_code.tool_result`` log events as protobuf export
+    requests of ``batch`` records each (64 a session, as the spans), new call ids each round."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+
+    now = time.time_ns()
+    bodies = []
+    for start in range(0, records, batch):
+        request = ExportLogsServiceRequest()
+        resource: ResourceLogs = request.resource_logs.add()
+        resource.resource.attributes.append(KeyValue(key="service.name", value=AnyValue(string_value="claude-code")))
+        scope: ScopeLogs = resource.scope_logs.add()
+        for index in range(start, min(records, start + batch)):
+            record: LogRecord = scope.log_records.add()
+            record.time_unix_nano = now
+            record.body.string_value = "claude_code.tool_result"
+            pairs = {
+                "event.name": "tool_result",
+                "session.id": f"l{round_number % 1000}-{index // 64}",
+                "tool_name": "Read",
+                "tool_use_id": f"toolu_{round_number}_{index:x}",
+                "success": "true",
+                "duration_ms": "1",
+            }
+            record.attributes.extend(
+                KeyValue(key=key, value=AnyValue(string_value=value)) for key, value in pairs.items()
+            )
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
+def _client_round(socket_path: Path, root: Path, spans: int, round_number: int, signal: str = "traces") -> None:
     client = Client(socket_path=socket_path, root=root)
     try:
         for index in range(spans):
             session_id = f"c{round_number % 1000}-{index // 64}"
             cycle = f"{index:x}"
+            # The lines the receiver stores for the same call: an execute_tool span's FINISH names
+            # its tool, a tool_result's its tool and call id.
+            attrs = {"tool": "Read"} if signal == "traces" else {"tool": "Read", "tool_use_id": f"toolu_{cycle}"}
             client.log(session_id=session_id, action="Read", stage="READ", agent="bench", cycle=cycle)
             client.log(
                 session_id=session_id,
@@ -89,6 +128,7 @@ def _client_round(socket_path: Path, root: Path, spans: int, round_number: int) 
                 agent="bench",
                 cycle=cycle,
                 duration_ms=1,
+                attrs=attrs,
             )
         if not client.flush(300.0):
             raise RuntimeError("the client did not deliver every event")
@@ -96,12 +136,12 @@ def _client_round(socket_path: Path, root: Path, spans: int, round_number: int) 
         client.close()
 
 
-def _otlp_round(port: int, key: str, bodies: list[bytes]) -> None:
+def _otlp_round(port: int, key: str, bodies: list[bytes], signal: str = "traces") -> None:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     headers = {"Content-Type": "application/x-protobuf", "X-Gz-Ia-Key": key}
     try:
         for body in bodies:
-            connection.request("POST", "/v1/traces", body, headers)
+            connection.request("POST", f"/v1/{signal}", body, headers)
             answer = connection.getresponse()
             answer.read()
             if answer.status != 200:
@@ -116,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--durability", choices=["os", "fsync"], default="os")
+    parser.add_argument(
+        "--signal", choices=["traces", "logs"], default="traces", help="spans, or Claude Code's tool_result log records"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gzb-otlp-", dir="/tmp") as scratch:
@@ -149,19 +192,26 @@ def main(argv: list[str] | None = None) -> int:
             _otlp_round(port, key, _requests(10, 10, 999))
             figures: dict[str, list[tuple[float, float]]] = {"client": [], "otlp": []}
             for number in range(args.rounds):
-                bodies = _requests(args.spans, args.batch, number)
+                make = _requests if args.signal == "traces" else _log_requests
+                bodies = make(args.spans, args.batch, number)
                 for variant in ("client", "otlp") if number % 2 == 0 else ("otlp", "client"):
                     cpu = cpu_seconds(proc.pid)
                     started = time.perf_counter()
                     if variant == "client":
-                        _client_round(socket_path, root, args.spans, number)
+                        _client_round(socket_path, root, args.spans, number, args.signal)
                     else:
-                        _otlp_round(port, key, bodies)
+                        _otlp_round(port, key, bodies, args.signal)
                     wall = time.perf_counter() - started
                     figures[variant].append((wall, cpu_seconds(proc.pid) - cpu))
         finally:
             stop_process(proc)
-    report: dict[str, Any] = {"spans": args.spans, "batch": args.batch, "rounds": args.rounds, "note": SCHEMA_NOTE}
+    report: dict[str, Any] = {
+        "signal": args.signal,
+        "spans": args.spans,
+        "batch": args.batch,
+        "rounds": args.rounds,
+        "note": SCHEMA_NOTE,
+    }
     for variant, runs in figures.items():
         wall = statistics.median(run[0] for run in runs)
         cpu = statistics.median(run[1] for run in runs)

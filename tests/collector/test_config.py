@@ -133,6 +133,7 @@ def test_every_key_has_an_environment_variable(config_file: Path) -> None:
         "fleet.consumer": "hub-a",
         "fleet.hosts": "laptop, runner",
         "fleet.credentials": "/tmp/x.creds",
+        "fleet.nkey_seed": "/tmp/x.nk",
         "fleet.tls_ca": "/tmp/ca.pem",
         "fleet.tls_cert": "/tmp/cert.pem",
         "fleet.tls_key": "/tmp/key.pem",

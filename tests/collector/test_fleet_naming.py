@@ -16,7 +16,8 @@ def test_a_subject_names_the_machine_and_the_root_and_reads_back() -> None:
 
 
 def test_a_resend_carries_the_same_id_and_the_same_producer() -> None:
-    assert message_id("laptop", "r", "s1", 7) == message_id("laptop", "r", "s1", 7) == "laptop/r/s1/7"
+    assert message_id("laptop", "r", "s1", 7) == message_id("laptop", "r", "s1", 7, 7) == "laptop/r/s1/7"
+    assert message_id("laptop", "r", "s1", 7, 9) == "laptop/r/s1/7-9" != message_id("laptop", "r", "s1", 7, 8)
     producer = producer_of("laptop", "r")
     assert producer == producer_of("laptop", "r") != producer_of("runner", "r")
     assert len(producer) == 32 and all(ch in "0123456789abcdef" for ch in producer)

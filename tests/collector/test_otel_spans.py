@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import usage_attrs
+from gz_ia.client.usage import HOOK_READING, USAGE_FROM, usage_attrs
 from gz_ia.collector.otel.spans import TraceState, fold, usage_attributes
+from gz_ia.collector.reading.cycles import build_session
 
 
 def event(seq: int, action: str, stage: str, **fields: Any) -> StoredEvent:
@@ -118,3 +124,79 @@ def test_cycles_get_their_kind_tool_and_the_root_session() -> None:
     assert (plain.attributes["input.value"], plain.attributes["output.value"]) == ("ruff .", "clean")
     for span in spans:
         assert (span.attributes["session.id"], span.attributes["gz_ia.session.id"]) == ("root", "kid")
+
+
+_ACTIONS = ("Bash", "Read", "model m", "prompt", "Agent")
+
+
+@st.composite
+def _session(draw: Any) -> list[StoredEvent]:
+    """A session's events as agents write them: cycles that interleave, name their cycle or not,
+    finish OK or FAILED or never, carry usage from hooks or from records, with times that go back."""
+    events: list[StoredEvent] = []
+    base = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    for seq in range(1, draw(st.integers(1, 40)) + 1):
+        attrs: dict[str, Any] = {}
+        if draw(st.booleans()):
+            attrs["tool"] = draw(st.sampled_from(["Bash", "Read"]))
+        usage = draw(st.sampled_from([None, "record", "hook"]))
+        if usage is not None:
+            attrs |= usage_attrs(input_tokens=draw(st.integers(0, 500)), output_tokens=draw(st.integers(0, 50)))
+            attrs["gen_ai.usage.cost_usd"] = draw(st.sampled_from([0.0, 0.25, 0.001]))
+            if usage == "hook":
+                attrs[USAGE_FROM] = HOOK_READING
+        stage = draw(st.sampled_from(["READ", "PENDING", "FINISH"]))
+        status = draw(st.sampled_from([Status.OK, Status.FAILED])) if stage == "FINISH" else Status.OK
+        events.append(
+            StoredEvent(
+                seq=seq,
+                timestamp=base + timedelta(milliseconds=draw(st.integers(-3_000, 3_000)) + 1_000 * seq),
+                session_id="kid",
+                action=draw(st.sampled_from(_ACTIONS)),
+                cycle=draw(st.sampled_from([None, None, "c1", "c2"])),
+                stage=Stage(stage),
+                agent="claude-code",
+                status=status,
+                error="boom" if status is Status.FAILED else None,
+                duration_ms=draw(st.one_of(st.none(), st.integers(0, 9_000))) if stage == "FINISH" else None,
+                attrs=attrs or None,
+            )
+        )
+    return events
+
+
+@settings(max_examples=60, deadline=None)
+@given(_session(), st.integers(1, 40))
+def test_the_exported_spans_are_the_cycles_every_window_shows(events: list[StoredEvent], cut: int) -> None:
+    """The export folds with the one model of a session (:mod:`gz_ia.collector.reading.cycles`): every
+    finished cycle is one span with the times, outcome and usage ``gz-ia session view``, the page's
+    API and ``gz-ia sessions`` count, also when the export is folded in two batches (a restart)."""
+    summary = build_session("kid", events)
+    state = TraceState(session_id="kid")
+    hooks_count = summary.usage.from_hooks
+    exported = fold(state, events[:cut], "kid", hooks_count=hooks_count)
+    state = msgspec.json.decode(msgspec.json.encode(state), type=TraceState)  # persisted between the two
+    exported += fold(state, events[cut:], "kid", hooks_count=hooks_count)
+    finished = [span for span in summary.actions if not span.is_open]
+    firsts = sorted(span.attributes["gz_ia.first_seq"] for span in exported)
+    assert firsts == sorted(span.first_seq for span in finished)
+    by_first = {span.first_seq: span for span in finished}
+    tokens = cost = 0.0
+    for span in exported:
+        model = by_first[int(span.attributes["gz_ia.first_seq"])]
+        assert span.attributes["gz_ia.last_seq"] == model.last_seq
+        assert span.attributes["gz_ia.status"] == model.status.value  # type: ignore[union-attr]
+        assert (span.error is not None) == (model.status is Status.FAILED)
+        assert (span.start_ns, span.end_ns) == (
+            int(model.start.timestamp() * 1_000_000) * 1000,
+            max(int(model.start.timestamp() * 1_000_000), int(model.end.timestamp() * 1_000_000)) * 1000,
+        )
+        assert span.attributes.get("llm.token_count.completion", 0) == model.token_kinds[1]
+        assert span.attributes.get("gen_ai.usage.input_tokens", 0) == model.tokens - model.token_kinds[1]
+        assert span.attributes.get("gz_ia.cost_usd", 0.0) == model.cost_usd
+        tokens += model.tokens
+        cost += model.cost_usd
+    # The finished cycles' usage is the session's, less what cycles still open hold.
+    open_tokens = sum(span.tokens for span in summary.actions if span.is_open)
+    assert tokens + open_tokens == sum(summary.tokens)
+    assert cost + sum(span.cost_usd for span in summary.actions if span.is_open) == pytest.approx(summary.cost_usd)

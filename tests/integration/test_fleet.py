@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 import pytest
 from tests.conftest import free_port, send_events, wait_for
 from tests.fixtures.chromium import chromium, open_page
@@ -56,6 +58,12 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     hub_status = json.loads(hub.gz_ia("status", "--json", check=True).stdout)["fleet"]
     assert hub_status["role"] == "hub" and hub_status["connected"] is True
     assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 40 + 6 + 25
+    # Nothing of it reaches another local user: the hub's root and each machine's positions are its own.
+    positions = list((short_tmp / "laptop-state").rglob("ship-*.json"))
+    shipped = [*positions, *hub_root.rglob("*")]
+    assert positions and all(path.stat().st_mode & 0o077 == 0 for path in [hub_root, *shipped]), [
+        (str(path), oct(path.stat().st_mode)) for path in shipped if path.stat().st_mode & 0o077
+    ]
 
     # A message claiming a host its subject does not name (hand-published: no collector sends one).
     line = (laptop.root / "sessions" / "s1.events.jsonl").read_text().splitlines()[0]
@@ -157,6 +165,78 @@ def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_double
     hub.start()
     wait_equal(laptop.root, "laptop", hub_root)
     assert sum(len(lines) for lines in read_root(hub_root).values()) == len(load)
+
+
+def test_a_page_cut_otherwise_after_a_crash_lands_exactly_once(
+    make_collector: Any, nats_server: NatsServer, short_tmp: Path
+) -> None:
+    """A machine that crashed between the stream's acknowledgement and saving its position publishes
+    again from the saved one, and cuts its pages otherwise when more was written meanwhile: the new
+    message (another id, so the stream keeps it) overlaps what the hub holds, which drops that part
+    event by event and writes the rest. The crash's state is made by hand (the positions file deleted
+    while the server is down, so the re-publish is certain to be one message of events 1-30 over the
+    stream's 1-15); everything else is real."""
+    hub_root = short_tmp / "hub" / ".harness"
+    hub_env = fleet_env(
+        nats_server.url,
+        "hub",
+        short_tmp / "hub-state",
+        GZ_IA_FLEET_HUB="true",
+        GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+        GZ_IA_DURABILITY="fsync",
+    )
+    hub = make_collector(env=hub_env)
+    laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
+    send_events(laptop, events("cut", 15))
+    wait_equal(laptop.root, "laptop", hub_root)
+    nats_server.stop()
+    laptop.kill()
+    positions = list((short_tmp / "laptop-state" / "fleet").glob("ship-*.json"))
+    assert len(positions) == 1
+    positions[0].unlink()
+    laptop.start()
+    send_events(laptop, events("cut", 15, start=15))
+    nats_server.start()
+    wait_equal(laptop.root, "laptop", hub_root)
+    assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 30
+    assert hub.metric('gzia_fleet_hub_events_total{outcome="duplicate"}') == 15
+
+
+def test_pages_are_cut_to_the_servers_max_payload(make_collector: Any, short_tmp: Path) -> None:
+    """A server whose ``max_payload`` is far below a page's bytes: the machine cuts its pages into messages
+    that fit (the server would refuse a larger one), and the hub holds every event once."""
+    server = NatsServer(short_tmp / "nats", config="max_payload: 4096\n")
+    server.start()
+    try:
+        hub_root = short_tmp / "hub" / ".harness"
+        hub_env = fleet_env(
+            server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
+        )
+        make_collector(env=hub_env)
+        laptop = make_collector(env=fleet_env(server.url, "laptop", short_tmp / "laptop-state"))
+        # About a kilobyte a line: a page of 24 is about 24 KiB.
+        large = [
+            msgspec.structs.replace(event, attrs={**(event.attrs or {}), "pad": "x" * 900})
+            for event in events("large", 24)
+        ]
+        send_events(laptop, large)
+        wait_equal(laptop.root, "laptop", hub_root)
+
+        async def stored() -> list[int]:
+            import nats
+
+            client = await nats.connect(server.url)
+            try:
+                js = client.jetstream()
+                count = (await js.stream_info("GZIA")).state.messages
+                return [len((await js.get_msg("GZIA", seq)).data or b"") for seq in range(1, count + 1)]
+            finally:
+                await client.close()
+
+        sizes = asyncio.run(stored())
+        assert len(sizes) >= 8 and max(sizes) <= 4096 - 1024, sizes  # three lines a message at most
+    finally:
+        server.close()
 
 
 @pytest.mark.shards(1, 2)
@@ -267,6 +347,58 @@ def test_a_machine_can_publish_only_as_itself_over_tls(make_collector: Any, shor
         assert "TLS required for client connections" in log
         assert 'Publish Violation - Subject "gzia.events.mallory.abcdef"' in log
         assert not any(name.startswith("mallory.") for name in read_root(hub_root))
+        assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
+    finally:
+        server.close()
+
+
+def test_each_machine_is_its_nkey_and_a_wrong_seed_is_refused(make_collector: Any, short_tmp: Path) -> None:
+    """Users known by NKEY (docs/operations.md): the server holds each machine's public key and the
+    machine signs its challenge with the seed in ``fleet.nkey_seed``, so the laptop's key ships the
+    laptop's subject, and a machine whose seed the server does not know is refused (its events stay home).
+    The keys are drawn here with ``nkeys``, the package nats-py signs with."""
+    import nkeys
+
+    seeds: dict[str, Path] = {}
+    public: dict[str, str] = {}
+    for name in ("laptop", "hub", "stranger"):
+        seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+        seeds[name] = short_tmp / f"{name}.nk"
+        seeds[name].write_bytes(seed)
+        seeds[name].chmod(0o600)
+        public[name] = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    config = _PERMISSIONS.replace('user: laptop, password: "laptop-pw"', f'nkey: "{public["laptop"]}"').replace(
+        'user: hub, password: "hub-pw"', f'nkey: "{public["hub"]}"'
+    )
+    server = NatsServer(short_tmp / "nats", config=config)
+    server.start()
+    try:
+        hub_root = short_tmp / "hub" / ".harness"
+        hub = make_collector(
+            env=fleet_env(
+                server.url,
+                "hub",
+                short_tmp / "hub-state",
+                GZ_IA_FLEET_HUB="true",
+                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
+                GZ_IA_FLEET_NKEY_SEED=str(seeds["hub"]),
+            )
+        )
+        laptop = make_collector(
+            env=fleet_env(server.url, "laptop", short_tmp / "laptop-state", GZ_IA_FLEET_NKEY_SEED=str(seeds["laptop"]))
+        )
+        stranger = make_collector(
+            env=fleet_env(
+                server.url, "laptop", short_tmp / "stranger-state", GZ_IA_FLEET_NKEY_SEED=str(seeds["stranger"])
+            )
+        )
+        send_events(laptop, events("own", 6))
+        send_events(stranger, events("posing", 4))
+        wait_equal(laptop.root, "laptop", hub_root)
+        refused = f'authentication error - Nkey "{public["stranger"]}"'
+        wait_for(lambda: refused in server.log_path.read_text(), message="the server's refusal")
+        assert _fleet(laptop)["connected"] is True and _fleet(stranger)["connected"] is False
+        assert "laptop.posing" not in read_root(hub_root)
         assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
     finally:
         server.close()

@@ -126,3 +126,8 @@ def test_a_claude_code_session_with_a_subagent_reads_as_a_waterfall(
         for cycle in node["cycles"]
     )
     assert drawn == folded, (drawn, folded)
+    # In the same order: each session's rows as the model orders its cycles (by start, the duration
+    # a FINISH reports moving a start earlier).
+    for node in model["nodes"]:
+        shown = [row["action"] for row in rows if row["session"] == node["session_id"]]
+        assert shown == [cycle["action"] for cycle in node["cycles"]], (node["session_id"], shown)

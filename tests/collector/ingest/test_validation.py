@@ -11,7 +11,7 @@ import pytest
 
 from gz_ia.client.protocol import Batch, RejectReason, encode_frame
 from gz_ia.collector.ingest.staging import Ingest
-from gz_ia.collector.ingest.validation import checked_batch, decode_batch
+from gz_ia.collector.ingest.validation import checked_batch, checked_batches, decode_batch
 from gz_ia.collector.storage.writer import Writer
 
 GOOD: dict[str, Any] = {
@@ -173,3 +173,16 @@ def test_events_made_in_the_collector_are_checked_as_a_clients_frame_is(change: 
     assert msgspec.to_builtins(checked.events) == msgspec.to_builtins(decoded.events)
     assert checked.rejections == decoded.rejections
     assert checked.raw.keys() == decoded.raw.keys()
+
+
+def test_an_exports_items_are_checked_together_and_a_bad_one_alone() -> None:
+    """checked_batches converts an export's items in one call; one bad event there is rejected in its
+    own item with the reason checked_batch gives it, and every other item is whole."""
+    good = [[dict(GOOD)], [dict(GOOD), {**GOOD, "stage": "FINISH"}]]
+    assert [len(batch.events) for batch in checked_batches(good)] == [1, 2]
+    assert all(batch.rejections == {} and batch.first == 1 for batch in checked_batches(good))
+    bad = [[dict(GOOD)], [dict(GOOD), {**GOOD, "session_id": "x" * 129}], [dict(GOOD)]]
+    checked = checked_batches(bad)
+    assert [batch.rejections for batch in checked] == [{}, checked_batch(1, bad[1]).rejections, {}]
+    assert checked[1].rejections[1].reason is RejectReason.INVALID_SESSION_ID
+    assert checked[1].events[0] is not None and checked[1].events[1] is None

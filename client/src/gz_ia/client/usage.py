@@ -33,6 +33,7 @@ __all__ = [
     "TOKEN_KINDS",
     "USAGE_FROM",
     "UsageSum",
+    "Used",
     "reading_of",
     "recorded_usage",
     "usage_attrs",

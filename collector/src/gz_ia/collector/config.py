@@ -178,6 +178,9 @@ class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """On a hub: only these machines' subjects (partitioning by host across hubs); empty: every host."""
     credentials: str = ""
     """A NATS credentials file (JWT and NKEY seed)."""
+    nkey_seed: str = ""
+    """A file holding this machine's NKEY seed (``SU...``), where the servers know users by their NKEY
+    (unused with ``credentials``, which holds a seed of its own)."""
     tls_ca: str = ""
     """CA file to verify the servers with (``tls://`` URLs)."""
     tls_cert: str = ""

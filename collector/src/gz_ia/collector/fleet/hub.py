@@ -1,13 +1,15 @@
 """The hub: consumes the fleet stream with a durable pull consumer and writes every machine's events.
 
-Each message is checked (its subject must name the host it claims, else it is refused and counted),
-turned into the event its machine stored, with the session ids made ``<host>.<id>``
-(:func:`.naming.hub_session_id`), and written through the collector's own socket
-(:mod:`.own_socket`) as that machine's root's producer, numbered by its stored ``seq``. A message is
-acknowledged only once its verdict came (after the write, synced with ``durability = "fsync"``); a
-redelivery of what is held gets the verdict ``-1`` and is acknowledged without a second line. A
-message whose predecessor in its session (:data:`.naming.HEADER_AFTER`) is not held yet waits
-(``nak`` with a delay): the stream may hold a re-published event after its successor.
+Each message (one session's stored lines, one or many) is checked (its subject must name the host it
+claims, else it is refused and counted), split into the events its machine stored, with the session
+ids made ``<host>.<id>`` (:func:`.naming.hub_session_id`), and written through the collector's own
+socket (:mod:`.own_socket`) as that machine's root's producer, numbered by their stored ``seq``. A
+message is acknowledged only once the verdicts of all its events came (after the write, synced with
+``durability = "fsync"``). Whatever is held already is dropped event by event, by ``seq``: a
+redelivery, or a re-publish cut into other messages after a machine's crash; the collector's own
+watermark (verdict ``-1``) does the same after a hub's restart. A message whose predecessor in its
+session (:data:`.naming.HEADER_AFTER`) is not held yet waits (``nak`` with a delay): the stream may
+hold a re-published event after its successor.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from gz_ia.client.limits import MAX_FRAME
+from gz_ia.client.protocol import MAX_BATCH_EVENTS
 from gz_ia.collector.config import FleetConfig
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.reading import SessionNotFound, read_page
@@ -38,8 +42,11 @@ __all__ = ["FleetHub"]
 
 log = logging.getLogger("gz_ia.collector")
 
-FETCH: Final = 4096
-"""Messages fetched at once; their writes are grouped by session into batches."""
+FETCH: Final = 256
+"""Messages fetched at once (each up to a page of a session's events); their writes are grouped by
+session into batches."""
+BATCH_BYTES: Final = MAX_FRAME - 1024
+"""Encoded events per batch written: the batch's envelope around them fits in what is left of a frame."""
 LAG_INTERVAL: Final = 1.0
 """Seconds between looks at the consumer's lag while messages keep coming."""
 GAP_DELAY: Final = 1.0
@@ -55,6 +62,8 @@ _encode_event = msgspec.msgpack.Encoder().encode
 
 @dataclass
 class _Item:
+    """One event of a message: its stored ``seq``, the ``seq`` it follows, its body to write."""
+
     msg: Msg
     seq: int
     after: int
@@ -143,20 +152,20 @@ class FleetHub:
             own.close()
 
     async def take(self, messages: Iterable[Msg]) -> None:
-        """Write ``messages`` (in stream order) and acknowledge each once its fate is durable."""
+        """Write ``messages`` (in stream order) and acknowledge each once the fate of all its events is durable."""
         groups: dict[tuple[str, str, str], list[_Item]] = {}
         for msg in messages:
             try:
-                key, item = self._parse(msg)
+                key, items = self._parse(msg)
             except _Refused as refused:
                 self.metrics.fleet_refused.labels(refused.reason).inc()
                 log.warning("fleet hub: refused a message on %s: %s", msg.subject, refused.reason)
                 await msg.term()
                 continue
-            groups.setdefault(key, []).append(item)
+            groups.setdefault(key, []).extend(items)
         await asyncio.gather(*(self._take_session(key, items) for key, items in groups.items()))
 
-    def _parse(self, msg: Msg) -> tuple[tuple[str, str, str], _Item]:
+    def _parse(self, msg: Msg) -> tuple[tuple[str, str, str], list[_Item]]:
         parsed = parse_subject(msg.subject)
         headers = msg.headers or {}
         if parsed is None:
@@ -166,19 +175,28 @@ class FleetHub:
             raise _Refused("host_mismatch")
         if self.config.hosts and host not in self.config.hosts:
             raise _Refused("host_not_served")
+        items: list[_Item] = []
+        session_id: str | None = None
         try:
-            event = _decode_line(msg.data)
-            seq = int(event.pop("seq"))
-            after = int(headers.get(HEADER_AFTER, seq - 1))
-            session_id = str(event["session_id"])
+            after_header = headers.get(HEADER_AFTER)
+            for line in msg.data.split(b"\n"):
+                event = _decode_line(line)
+                seq = int(event.pop("seq"))
+                after = items[-1].seq if items else int(after_header) if after_header is not None else seq - 1
+                if session_id is None:
+                    session_id = str(event["session_id"])
+                elif event["session_id"] != session_id or seq <= after:  # one session's lines, in order
+                    raise _Refused("malformed")
+                for name in _STORED_ONLY:
+                    event.pop(name, None)
+                for name in _ID_FIELDS:
+                    if isinstance(event.get(name), str):
+                        event[name] = hub_session_id(host, event[name])
+                items.append(_Item(msg, seq, after, _encode_event(event)))
         except (msgspec.DecodeError, KeyError, TypeError, ValueError):
             raise _Refused("malformed") from None
-        for name in _STORED_ONLY:
-            event.pop(name, None)
-        for name in _ID_FIELDS:
-            if isinstance(event.get(name), str):
-                event[name] = hub_session_id(host, event[name])
-        return (host, root_id, session_id), _Item(msg, seq, after, _encode_event(event))
+        assert session_id is not None  # split() gives at least one line
+        return (host, root_id, session_id), items
 
     async def _held_seq(self, key: tuple[str, str, str]) -> int:
         """The newest ``seq`` of this machine's session held here: from memory, else from the hub's file
@@ -218,6 +236,7 @@ class FleetHub:
         held = await self._held_seq(key)
         acks: list[_Item] = []
         run: list[_Item] = []
+        size = 0
         runs: list[list[_Item]] = []
         waiting: list[_Item] = []
         expected = held
@@ -233,10 +252,13 @@ class FleetHub:
             elif item.after > expected and (item.msg.metadata.num_delivered or 1) < MAX_GAP_WAITS:
                 waiting.append(item)
             else:
-                if run and item.seq != run[-1].seq + 1:
+                if run and (
+                    item.seq != run[-1].seq + 1 or len(run) >= MAX_BATCH_EVENTS or size + len(item.body) > BATCH_BYTES
+                ):
                     runs.append(run)
-                    run = []
+                    run, size = [], 0
                 run.append(item)
+                size += len(item.body)
                 expected = item.seq
         if run:
             runs.append(run)
@@ -262,7 +284,11 @@ class FleetHub:
             self._held.pop(key, None)
             acked = {id(item) for item in acks}
             waiting = [item for batch in runs for item in batch if id(item) not in acked] + waiting
-        for item in acks:
-            await item.msg.ack()
-        for item in waiting:
-            await item.msg.nak(delay=GAP_DELAY)
+        # A message is acknowledged once all its events are held; one with an event still to come is
+        # delivered again, and what of it was written meanwhile is then dropped as held.
+        later = {id(item.msg): item.msg for item in waiting}
+        done = {id(item.msg): item.msg for item in acks if id(item.msg) not in later}
+        for msg in done.values():
+            await msg.ack()
+        for msg in later.values():
+            await msg.nak(delay=GAP_DELAY)

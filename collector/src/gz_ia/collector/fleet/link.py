@@ -83,6 +83,8 @@ async def connect(
     }
     if config.credentials:
         options["user_credentials"] = config.credentials
+    elif config.nkey_seed:  # the server's challenge is signed with it: the seed never leaves the machine
+        options["nkeys_seed"] = config.nkey_seed
     tls = _tls(config)
     if tls is not None:
         options["tls"] = tls

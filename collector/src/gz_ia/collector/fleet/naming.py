@@ -2,8 +2,11 @@
 
 One subject per machine and root (``gzia.events.<host>.<root id>``) lets a NATS account allow a
 machine to publish only as itself (``gzia.events.<host>.>``), and lets hubs split the machines
-between them by subject. The message id (``<host>/<root id>/<session>/<seq>``) is what JetStream
-de-duplicates a re-publish by; the stored ``seq`` never changes, so a resend always carries it.
+between them by subject. A message carries one session's stored lines from ``seq`` first to last; its
+id (``<host>/<root id>/<session>/<first>-<last>``, ``.../<seq>`` for one line) is what JetStream
+de-duplicates a re-publish by. The stored ``seq`` never changes, so a resend of the same lines carries
+the same id; a resend cut differently (after a crash) has another id, and the hub drops what it
+already holds of it line by line.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ MSG_ID: Final = "Nats-Msg-Id"
 HEADER_HOST: Final = "Gz-Ia-Host"
 """The host a message claims to come from; a hub refuses it unless the subject names the same."""
 HEADER_AFTER: Final = "Gz-Ia-After"
-"""The ``seq`` of the event shipped before this one in its session (0 for the first): a hub writes an
-event only once it holds that one, so a message the stream stored out of order waits for its gap."""
+"""The ``seq`` of the event shipped before a message's first line in its session (0 for the first): a
+hub writes a message only once it holds that one, so a message the stream stored out of order waits
+for its gap. Each further line of a message follows the line before it."""
 
 
 def subject(host: str, root_id: str) -> str:
@@ -47,9 +51,12 @@ def parse_subject(name: str) -> tuple[str, str] | None:
     return parts[2], parts[3]
 
 
-def message_id(host: str, root_id: str, session_id: str, seq: int) -> str:
-    """The id JetStream de-duplicates a re-publish by: the same for every resend of one stored event."""
-    return f"{host}/{root_id}/{session_id}/{seq}"
+def message_id(host: str, root_id: str, session_id: str, first: int, last: int | None = None) -> str:
+    """The id JetStream de-duplicates a re-publish by: the same for every resend of the same stored
+    events (``first`` to ``last`` of one session)."""
+    if last is None or last == first:
+        return f"{host}/{root_id}/{session_id}/{first}"
+    return f"{host}/{root_id}/{session_id}/{first}-{last}"
 
 
 def producer_of(host: str, root_id: str) -> str:

@@ -129,6 +129,7 @@ class FleetRunner:
         if client is None:
             return
         await self._set_connected(True)
+        self.shipper.fit(client.max_payload)
         js = client.jetstream(publish_async_max_pending=2 * LANES * PAGE)
         while not stopping.is_set():
             try:

@@ -2,10 +2,12 @@
 
 The shipper reads the session files as any reader does (:mod:`gz_ia.collector.reading`), so it ships
 what was written and only that, after the write, never from the ingest path: an outage of the
-stream costs the collector nothing but a growing lag, caught up from the files when it ends. Each
-event goes out under its stable id (:func:`.naming.message_id`) with the ``seq`` shipped before it
-in its session (:data:`.naming.HEADER_AFTER`); a session's position moves only over events the
-stream acknowledged, contiguously, and is saved after every round (:mod:`.positions`).
+stream costs the collector nothing but a growing lag, caught up from the files when it ends. A page
+of a session's lines goes out as one message (a few above :data:`MESSAGE_BYTES`): one publish, one
+acknowledgement and one message for the hub to take, not one per event. Each message carries its
+stable id (:func:`.naming.message_id`) and the ``seq`` shipped before it in its session
+(:data:`.naming.HEADER_AFTER`); a session's position moves only over messages the stream
+acknowledged, contiguously, and is saved after every round (:mod:`.positions`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ __all__ = ["Shipper"]
 log = logging.getLogger("gz_ia.collector")
 
 PAGE: Final = 512
-"""Events read and published at once for one session: the acknowledgements of a page are awaited together."""
+"""Events read at once for one session, published as one message (or a few, see :data:`MESSAGE_BYTES`)
+whose acknowledgements are awaited together."""
+MESSAGE_BYTES: Final = 256 * 1024
+"""Most bytes of stored lines in one message, a page being cut into several above it: within the
+server's ``max_payload`` (1 MiB by default; a smaller one is read from the server), and a hub's
+fetch of many messages stays bounded. A single larger line still goes alone."""
+HEADERS_ROOM: Final = 1024
+"""Bytes of a message kept for its headers under the server's ``max_payload``."""
 POLL_INTERVAL: Final = 0.05
 """Seconds between looks at the roots when nothing was left to ship: the lag added at an agent's pace."""
 ROOTS_INTERVAL: Final = 2.0
@@ -100,6 +109,24 @@ def _changed(root: _Root) -> list[tuple[str, tuple[int, int, int], int]]:
     return changed
 
 
+def cut_messages(entries: list[tuple[bytes, int, str]], most_bytes: int) -> list[list[tuple[bytes, int, str]]]:
+    """``entries`` (line, seq, cursor) cut into messages of consecutive lines, each at most ``most_bytes``
+    once joined (a longer line alone)."""
+    messages: list[list[tuple[bytes, int, str]]] = []
+    current: list[tuple[bytes, int, str]] = []
+    size = 0
+    for entry in entries:
+        length = len(entry[0]) + 1
+        if current and size + length > most_bytes + 1:
+            messages.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += length
+    if current:
+        messages.append(current)
+    return messages
+
+
 class Shipper:
     """Publishes the roots served through ``sockets`` (all but ``skip``) as ``host``.
 
@@ -131,6 +158,13 @@ class Shipper:
         self._roots_read = 0.0
         self.failing = False
         """The last round ended on an unacknowledged publish."""
+        self.message_bytes = MESSAGE_BYTES
+        """Most bytes of lines in one message (lowered by :meth:`fit` to what the server takes)."""
+
+    def fit(self, max_payload: int) -> None:
+        """Keep messages within the server's ``max_payload`` (read when connecting)."""
+        if max_payload > 0:
+            self.message_bytes = max(1, min(MESSAGE_BYTES, max_payload - HEADERS_ROOM))
 
     def lag(self) -> int:
         """Events written here and not yet acknowledged by the stream (as of the last look)."""
@@ -226,21 +260,24 @@ class Shipper:
                     positions[session_id] = Shipped(max(after, last.event.seq), last.cursor)
                     continue
                 return page.end, acknowledged
+            messages = cut_messages(entries, self.message_bytes)
             pending: list[asyncio.Future[Any]] = []
             previous = after
             failure: BaseException | None = None
-            for data, seq, _cursor in entries:
+            for lines in messages:
+                first, final = lines[0][1], lines[-1][1]
                 headers = {
-                    MSG_ID: message_id(self.host, root.id, session_id, seq),
+                    MSG_ID: message_id(self.host, root.id, session_id, first, final),
                     HEADER_HOST: self.host,
                     HEADER_AFTER: str(previous),
                 }
+                body = b"\n".join(data for data, _seq, _cursor in lines)
                 try:
-                    pending.append(await js.publish_async(topic, data, wait_stall=PUBLISH_TIMEOUT, headers=headers))
+                    pending.append(await js.publish_async(topic, body, wait_stall=PUBLISH_TIMEOUT, headers=headers))
                 except Exception as exc:  # disconnected, or too many unacknowledged: what went out is awaited
                     failure = exc
                     break
-                previous = seq
+                previous = final
             results: list[Any] = list(
                 await asyncio.gather(
                     *(asyncio.wait_for(future, PUBLISH_TIMEOUT) for future in pending), return_exceptions=True
@@ -249,10 +286,10 @@ class Shipper:
             if failure is not None:
                 results.append(failure)
             ok = 0
-            for result in results:
+            for lines, result in zip(messages, results, strict=False):
                 if isinstance(result, BaseException):
                     break
-                ok += 1
+                ok += len(lines)
             if ok:
                 _data, last_seq, last_cursor = entries[ok - 1]
                 positions[session_id] = Shipped(last_seq, last_cursor)

@@ -119,6 +119,17 @@ class BatchOutcome:
         return self.rejects is None or self.rejects[0].generation == self.rejects[1]
 
 
+class _Staged:
+    """What the batches of one outcome staged, counted once after them."""
+
+    __slots__ = ("accepted", "failed_stages", "finished")
+
+    def __init__(self) -> None:
+        self.accepted: list[LogEvent] = []
+        self.finished: list[LogEvent] = []
+        self.failed_stages: list[Stage] = []
+
+
 class Ingest:
     """Apply batches to the writer's session state.
 
@@ -155,21 +166,48 @@ class Ingest:
         return sum(len(state.open_actions) for root in self.writer.roots for state in root.sessions.values())
 
     def apply(self, root: RootStore, producer: str, batch: DecodedBatch) -> BatchOutcome:
-        """Stage every event of ``batch`` from ``producer`` and return the batch's outcome.
+        """Stage every event of ``batch`` from ``producer`` and return the batch's outcome."""
+        outcome = BatchOutcome(batch.first, len(batch.events), want_seqs=batch.verdicts, received_at=time.monotonic())
+        staged = _Staged()
+        self._stage(root, producer, batch, outcome, staged)
+        self._settle(outcome, staged)
+        return outcome
+
+    def apply_keyed(self, root: RootStore, batches: list[tuple[str, DecodedBatch]]) -> BatchOutcome:
+        """Stage batches of many producers as one outcome, answered together.
+
+        For a source whose every record is its own producer (an OTLP export's spans and log
+        records, each keyed so that a resent one is known as a duplicate): what a batch costs
+        beside its events (an outcome, its answer, its counts) is paid once for the whole export.
+        The outcome's seqs and rejection indexes are not kept per batch: such a source is answered
+        as a whole.
+        """
+        outcome = BatchOutcome(
+            1, sum(len(batch.events) for _, batch in batches), want_seqs=False, received_at=time.monotonic()
+        )
+        staged = _Staged()
+        for producer, batch in batches:
+            self._stage(root, producer, batch, outcome, staged)
+        self._settle(outcome, staged)
+        return outcome
+
+    def _stage(
+        self, root: RootStore, producer: str, batch: DecodedBatch, outcome: BatchOutcome, staged: _Staged
+    ) -> None:
+        """Stage ``batch`` of ``producer`` into ``outcome``; what the outcome counts once is noted in ``staged``.
 
         This loop runs for every event the collector receives, so it keeps per-event work to
         attribute reads, dictionary lookups and one JSON encoding; whatever can be done once per
-        batch (delivery watermarks, metric counts, loss notices) is done after the loop.
+        batch (delivery watermarks) or once per outcome (metric counts, loss notices) is done after it.
         """
-        outcome = BatchOutcome(batch.first, len(batch.events), want_seqs=batch.verdicts, received_at=time.monotonic())
         writer = self.writer
         sessions = root.sessions
         encode_into = self._encoder.encode_into
         seqs = outcome.seqs
         touched = outcome.touched
-        accepted: list[LogEvent] = []
-        finished: list[LogEvent] = []
-        failed_stages: list[Stage] = []
+        accepted = staged.accepted
+        finished = staged.finished
+        failed_stages = staged.failed_stages
         last_numbers: dict[SessionState, int] = {}
         line = self._line
         # The producer as a JSON string without its closing quote (escaped, though hello admits only
@@ -180,7 +218,7 @@ class Ingest:
         if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
             # Below 1 every number would pass for a duplicate of one already written.
             self._reject_all(root, outcome, producer, batch, invalid_event_number(first))
-            return outcome
+            return
         safe_parents = self._safe_parents
         cycles = self.cycles
         rejections = batch.rejections
@@ -327,14 +365,18 @@ class Ingest:
                 marks[producer] = number
             touched[state] = state.generation
         writer.mark_dirty_all(last_numbers)
-        outcome.written = _count_written(accepted, failed_stages)
+
+    @staticmethod
+    def _settle(outcome: BatchOutcome, staged: _Staged) -> None:
+        """Count what the outcome's batches staged: once, after their events."""
+        finished = staged.finished
+        outcome.written = _count_written(staged.accepted, staged.failed_stages)
         outcome.durations = [(event.status, event.duration_ms) for event in finished if event.duration_ms is not None]
         for event in finished:
             if event.agent == LOSS_AGENT and event.attrs:
                 dropped = event.attrs.get("dropped")
                 if isinstance(dropped, int):
                     outcome.client_dropped += dropped
-        return outcome
 
     def _open_session(
         self, root: RootStore, outcome: BatchOutcome, producer: str, number: int, index: int, event: LogEvent

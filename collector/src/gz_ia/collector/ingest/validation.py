@@ -18,7 +18,7 @@ from gz_ia.client.schema import MAX_SESSION_ID_LENGTH, LogEvent
 
 from .rules import Rejection, broken_field_rule, malformed
 
-__all__ = ["DecodedBatch", "checked_batch", "classify", "decode_batch"]
+__all__ = ["DecodedBatch", "checked_batch", "checked_batches", "classify", "decode_batch"]
 
 
 def _with_loose_ids() -> type[LogEvent]:
@@ -52,6 +52,7 @@ _fast_batch_decoder: Final = msgspec.msgpack.Decoder(
 )
 _event_decoder: Final = msgspec.msgpack.Decoder(LogEvent)
 _WireEvents: Final[Any] = list[_WireLogEvent]  # type: ignore[valid-type]
+_WireEventLists: Final[Any] = list[list[_WireLogEvent]]  # type: ignore[valid-type]
 
 
 _any_decoder: Final = msgspec.msgpack.Decoder()
@@ -118,6 +119,16 @@ def checked_batch(first: int, events: list[dict[str, Any]]) -> DecodedBatch:
             bodies[index] = msgspec.msgpack.encode(fields)
             rejections[index] = classify(bodies[index], exc)
     return DecodedBatch(first, True, checked, rejections, bodies)
+
+
+def checked_batches(event_lists: list[list[dict[str, Any]]]) -> list[DecodedBatch]:
+    """:func:`checked_batch` (first number 1) of each list, converted in one call when all are valid:
+    a receiver's export holds many small items, each a batch of its own."""
+    try:
+        typed = msgspec.convert(event_lists, _WireEventLists)
+    except msgspec.ValidationError:
+        return [checked_batch(1, events) for events in event_lists]
+    return [DecodedBatch(1, True, events, {}, {}) for events in typed]
 
 
 def classify(body: bytes, exc: msgspec.DecodeError) -> Rejection:

@@ -34,9 +34,9 @@ from typing import Final
 
 import msgspec
 
-from gz_ia.client.schema import Stage, Status, StoredEvent
+from gz_ia.client.schema import Status, StoredEvent
 from gz_ia.client.usage import COST_USD, MODEL, TOKEN_KEYS, USAGE_FROM, reading_of
-from gz_ia.collector.reading.cycles import cycle_key
+from gz_ia.collector.reading.cycles import ActionSpan, cycle_key, fold_event, settle_usage, start_span
 
 __all__ = [
     "AGENT_CYCLES",
@@ -151,22 +151,17 @@ class SpanEventData(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class OpenCycle(msgspec.Struct, kw_only=True):
-    """A cycle whose FINISH has not been read yet (persisted with the exporter's position)."""
+    """A cycle whose FINISH has not been read yet (persisted with the exporter's position).
 
-    action: str
-    cycle: str | None = None
-    first_seq: int
+    ``span`` is the cycle as the one model of a session folds it (:func:`gz_ia.collector.reading.cycles.fold_event`:
+    its times, outcome and usage); the rest is what a trace span carries beside it.
+    """
+
+    span: ActionSpan
     agent: str
-    role: str | None = None
     events: list[SpanEventData] = msgspec.field(default_factory=list)
     dropped_events: int = 0
     attrs: dict[str, Attr] = msgspec.field(default_factory=dict)
-    tokens: list[int] = msgspec.field(default_factory=list)
-    """Tokens by kind of its usage records (empty: none), counted as :mod:`gz_ia.collector.reading.cycles` does."""
-    cost_usd: float = 0.0
-    model: str = ""
-    usage_from_hook: bool = False
-    """Its usage is a hook's reading (:data:`gz_ia.client.usage.HOOK_READING`)."""
 
 
 class TraceState(msgspec.Struct, kw_only=True):
@@ -232,10 +227,7 @@ def fold(
         key = cycle_key(event)
         cycle = state.open.get(key)
         if cycle is None:
-            cycle = OpenCycle(
-                action=event.action, cycle=event.cycle, first_seq=event.seq, agent=event.agent, role=event.role
-            )
-            state.open[key] = cycle
+            cycle = state.open[key] = OpenCycle(span=start_span(event), agent=event.agent)
         if len(cycle.events) < MAX_SPAN_EVENTS:
             cycle.events.append(
                 SpanEventData(
@@ -251,22 +243,16 @@ def fold(
             cycle.dropped_events += 1
         if state.role is None and event.role:
             state.role = event.role
+        found = None
         if event.attrs:  # without the nulls of old lines: OpenTelemetry has no null attribute
             cycle.attrs.update((key, value) for key, value in event.attrs.items() if value is not None)
             found = reading_of(event.attrs)
-            if found is not None:
-                (counts, cost, model), from_hook = found
-                cycle.tokens = [a + b for a, b in zip(cycle.tokens or [0, 0, 0, 0], counts, strict=True)]
-                cycle.cost_usd += cost
-                cycle.model = model or cycle.model
-                cycle.usage_from_hook = from_hook
-                if not from_hook:
-                    state.usage_records += 1
-        if event.stage is Stage.FINISH:
+            if found is not None and not found[1]:
+                state.usage_records += 1
+        if fold_event(cycle.span, event, found):
             del state.open[key]
-            if cycle.usage_from_hook and (state.usage_records or not hooks_count):
-                cycle.tokens, cycle.cost_usd = [], 0.0  # the hook read again what another record counts
-            finished.append(_cycle_span(cycle, event, root_session_id))
+            counted = settle_usage(cycle.span, hooks_count=hooks_count and not state.usage_records)
+            finished.append(_cycle_span(cycle, event, root_session_id, counted=counted))
         state.seq = event.seq
     return finished
 
@@ -293,13 +279,15 @@ def _common(root_session_id: str, session_id: str, agent: str) -> dict[str, Attr
     }
 
 
-def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> SpanData:
+def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str, *, counted: bool) -> SpanData:
+    """The span of a finished cycle; ``counted``: its usage is what counts (else it carries none)."""
+    span = cycle.span
     session_id = finish.session_id
-    tool = cycle.attrs.get("tool")
-    is_tool = tool is not None or (cycle.action not in AGENT_CYCLES and not cycle.tokens)
+    tool = span.tool
+    is_tool = tool is not None or (span.action not in AGENT_CYCLES and not counted)
     attributes = _common(root_session_id, session_id, cycle.agent)
     if is_tool:
-        tool_name = str(tool) if tool is not None else cycle.action
+        tool_name = tool if tool is not None else span.action
         attributes |= {
             "openinference.span.kind": "TOOL",
             "gen_ai.operation.name": "execute_tool",
@@ -308,46 +296,46 @@ def _cycle_span(cycle: OpenCycle, finish: StoredEvent, root_session_id: str) -> 
         }
         if cycle.attrs.get("tool_use_id") is not None:
             attributes["gen_ai.tool.call.id"] = str(cycle.attrs["tool_use_id"])
-    elif cycle.tokens:
+    elif counted:
         attributes |= {"openinference.span.kind": "LLM", "gen_ai.operation.name": "chat"}
     else:
         attributes |= {"openinference.span.kind": "CHAIN", "gen_ai.operation.name": "invoke_agent"}
-    if cycle.tokens:  # Phoenix counts tokens and prices them on LLM spans only: a tool call with usage is one
+    if counted:  # Phoenix counts tokens and prices them on LLM spans only: a tool call with usage is one
         attributes["openinference.span.kind"] = "LLM"
     attributes |= {
-        "gz_ia.action": cycle.action,
+        "gz_ia.action": span.action,
         "gz_ia.status": finish.status.value,
-        "gz_ia.first_seq": cycle.first_seq,
+        "gz_ia.first_seq": span.first_seq,
         "gz_ia.last_seq": finish.seq,
     }
-    if cycle.cycle is not None:
-        attributes["gz_ia.cycle"] = cycle.cycle
-    if cycle.role:
-        attributes["gz_ia.role"] = cycle.role
-    if finish.duration_ms is not None:
-        attributes["gz_ia.duration_ms"] = finish.duration_ms
+    if span.cycle is not None:
+        attributes["gz_ia.cycle"] = span.cycle
+    if span.role:
+        attributes["gz_ia.role"] = span.role
+    if span.duration_ms is not None:
+        attributes["gz_ia.duration_ms"] = span.duration_ms
     if cycle.dropped_events:
         attributes["gz_ia.dropped_span_events"] = cycle.dropped_events
-    failed = finish.status is Status.FAILED
+    failed = span.status is Status.FAILED
     if failed:
         attributes["error.type"] = "gz_ia.failed"
     attributes |= _io_attributes(cycle.attrs)
     for key, value in cycle.attrs.items():
         if key not in _USAGE_ATTRS:
             attributes[attribute_name(key)] = value
-    if cycle.tokens:
-        attributes |= usage_attributes(cycle.tokens, cycle.cost_usd, cycle.model)
-    start = cycle.events[0].time_ns if cycle.events else _ns(finish.timestamp)
+    if counted:
+        attributes |= usage_attributes(span.token_kinds, span.cost_usd, span.model)
+    start = _ns(span.start)
     return SpanData(
-        name=cycle.action,
+        name=span.action,
         trace_id=trace_id_of(root_session_id),
-        span_id=cycle_span_id(root_session_id, session_id, cycle.first_seq),
+        span_id=cycle_span_id(root_session_id, session_id, span.first_seq),
         parent_span_id=session_span_id(root_session_id, session_id),
         start_ns=start,
-        end_ns=max(start, _ns(finish.timestamp)),
+        end_ns=max(start, _ns(span.end)),
         attributes=attributes,
         events=list(cycle.events),
-        error=(finish.error or "FAILED") if failed else None,
+        error=(span.error or "FAILED") if failed else None,
         exception=failed,
     )
 

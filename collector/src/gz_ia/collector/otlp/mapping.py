@@ -40,6 +40,8 @@ READING_TOOLS: Final = frozenset(
 )
 """Tools whose cycles start with READ (every other tool's with PENDING), as the hooks decide."""
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_SAFE_ID: Final = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9_.-]{{0,{MAX_SESSION_ID_LENGTH - 1}}}")
+"""What :func:`safe_id` leaves as it is: safe characters, no leading dot, within the length."""
 _STATUS_ERROR: Final = 2
 _NAME: Final = 400
 _AGENTS: Final = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": "gemini-cli"}
@@ -77,16 +79,21 @@ class Item:
 
 def safe_id(raw: str) -> str:
     """``raw`` as a session id, as the Claude Code hook makes one (unsafe characters become ``-``)."""
+    if _SAFE_ID.fullmatch(raw):  # an agent's UUID, as nearly every one is: itself
+        return raw
     cleaned = "".join(char if char in _SAFE else "-" for char in raw).lstrip(".") or "-"
     return cleaned[:MAX_SESSION_ID_LENGTH]
 
 
+_PLAIN_VALUES: Final = frozenset(("string_value", "bool_value", "int_value", "double_value"))
+
+
 def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
+    if kind in _PLAIN_VALUES:
+        return getattr(any_value, kind)
     if kind is None:
         return None
-    if kind in ("string_value", "bool_value", "int_value", "double_value"):
-        return getattr(any_value, kind)
     if kind == "bytes_value":
         return any_value.bytes_value.hex()
     return str(getattr(any_value, kind))[:1024]
@@ -140,9 +147,7 @@ def _cycle(call_id: str) -> str:
     return call_id[-MAX_CYCLE_LENGTH:]
 
 
-def _event(
-    when: datetime, session: tuple[str, str | None], agent: str, action: str, stage: str, **fields: Any
-) -> dict[str, Any]:
+def _event(when: datetime, session: tuple[str, str | None], agent: str, action: str, stage: str) -> dict[str, Any]:
     event = {
         "timestamp": when,
         "session_id": session[0],
@@ -153,7 +158,6 @@ def _event(
     }
     if session[1]:
         event["parent_session_id"] = session[1]
-    event.update({key: value for key, value in fields.items() if value is not None})
     return event
 
 
@@ -170,14 +174,17 @@ def _cycle_events(
     attrs: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between."""
-    duration = max(0, int((ended - started).total_seconds() * 1000))
-    finish: dict[str, Any] = {"duration_ms": duration, "cycle": cycle, "attrs": attrs or None}
+    opening = _event(started, session, agent, action, start)
+    opening["cycle"] = cycle
+    finish = _event(ended if ended > started else started, session, agent, action, "FINISH")
+    finish["duration_ms"] = max(0, int((ended - started).total_seconds() * 1000))
+    finish["cycle"] = cycle
+    if attrs:
+        finish["attrs"] = attrs
     if error is not None:
-        finish.update(status="FAILED", error=error[:16384] or "failed")
-    return [
-        _event(started, session, agent, action, start, cycle=cycle),
-        _event(max(started, ended), session, agent, action, "FINISH", **finish),
-    ]
+        finish["status"] = "FAILED"
+        finish["error"] = error[:16384] or "failed"
+    return [opening, finish]
 
 
 def _start_stage(tool: str) -> str:
@@ -329,7 +336,6 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     ended = _time(record.time_unix_nano or record.observed_time_unix_nano)
     duration = _int(attributes.get("duration_ms")) or 0
     started = ended - timedelta(milliseconds=duration)
-    record_key = _digest(session[0], record.SerializeToString(deterministic=True))
     if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
         tool = str(attributes.get("tool_name") or attributes.get("function_name") or "tool")
         if source == "codex":
@@ -343,6 +349,7 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
             error = _exit_status(attributes.get("output"))
         elif source == "gemini_cli":
             error = _gemini_exit_status(attributes.get("metadata"))
+        record_key = "" if call_id else _record_key(session[0], record)
         cycle = _cycle(str(call_id)) if call_id else record_key
         attrs: dict[str, Any] = {"tool": tool[:1024]}
         if call_id:
@@ -357,6 +364,7 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     usage = _log_usage(source, kind, attributes)
     if usage is None:
         return None
+    record_key = _record_key(session[0], record)
     model = str(usage.get("gen_ai.request.model") or "model")
     events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
     query_source = str(attributes.get("query_source") or "")  # a subagent's: "agent:builtin:<type>"
@@ -366,6 +374,11 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     # Gemini CLI's hooks record each model request with its tokens (AfterModel), Claude Code's and
     # Codex's none: theirs are the only per-request usage there is.
     return Item(f"log:{record_key}", session[0], events, subagent=subagent, hooks_record_it=source == "gemini_cli")
+
+
+def _record_key(session_id: str, record: Any) -> str:
+    """What names a log record that names no call: its session and its whole content."""
+    return _digest(session_id, record.SerializeToString(deterministic=True))
 
 
 _EXIT: Final = re.compile(r"Process exited with code (-?\d+)")

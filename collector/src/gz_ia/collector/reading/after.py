@@ -1,12 +1,13 @@
 """What a session did after a moment: the cycles begun and the usage recorded after it, read off its
 tally's quiet points instead of its lines (``gz-ia session why``).
 
-A quiet point is a moment no cycle of the session was open, so every cycle lies in one stretch
-between two of them, and the tally keeps, for each stretch, its counts and when its cycles began and
-its usage was recorded. A stretch wholly before the moment adds nothing, one wholly after it adds
-its counts; only a stretch on both sides of it is read again and folded
-(:class:`.cycles.TimelineBuilder`, the one fold), from the line after the point that opens it. The
-answer is the fold's, by construction: each count is one the fold would make of the same lines.
+A quiet point is a moment when no open cycle of the session had recorded usage (those open are
+carried past it), so every cycle begins in one stretch between two points and records all its usage
+in one, and the tally keeps, for each stretch, its counts and when its cycles began and its usage
+was recorded. A stretch wholly before the moment adds nothing, one wholly after it adds its counts;
+only a stretch on both sides of it is read again, from the line after the point that opens it with
+the cycles that point carries, and folded by the one fold (:class:`.cycles.TimelineBuilder`). The
+answer is the fold's, by construction: each count is one the fold makes of the same lines.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import Segment
 
 from .cursor import relocate
-from .cycles import ActionSpan, SessionNode, TimelineBuilder
+from .cycles import ActionSpan, SessionNode, TimelineBuilder, settle_usage
 from .segments import SessionNotFound, SessionView, lines_forward, open_view, seq_of
 from .sessions import SessionSummary
 
@@ -49,7 +50,7 @@ def counts_of_spans(
     spans: list[ActionSpan], moment: datetime, *, hooks_count: bool, carried: Iterable[ActionSpan] = ()
 ) -> AfterCounts:
     """:class:`AfterCounts` of folded cycles; ``hooks_count``: the session's usage is its hooks'
-    readings (it has no other usage record), else a cycle whose usage is a hook's reading adds none.
+    readings (it has no other usage record), else they add none (:func:`.cycles.settle_usage`).
     ``carried``: cycles begun before the lines folded, whose usage counts and not themselves."""
     actions = tokens = 0
     cost = 0.0
@@ -57,7 +58,8 @@ def counts_of_spans(
         if span.begun > moment:
             actions += 1
     for span in chain(spans, carried):
-        if span.usage_at is not None and span.usage_at > moment and (hooks_count or not span.usage_from_hook):
+        settle_usage(span, hooks_count=hooks_count)  # as the fold's end does (a settled one stays)
+        if span.usage_at is not None and span.usage_at > moment:
             tokens += span.tokens
             cost += span.cost_usd
     return AfterCounts(actions, tokens, cost)
@@ -93,10 +95,7 @@ def after_moment(dirs: RootDirs, summary: SessionSummary, moment: datetime) -> A
         high = point.usage_high
         if not straddles and high is not None and moment < high:
             low = point.usage_low
-            records = point.records - previous.records
-            hook_records = point.hook_records - previous.hook_records
-            if low is None or moment >= low or (records and hook_records and not hooks_count):
-                # A cycle with both kinds counts by its last record: only its lines say which.
+            if low is None or moment >= low:
                 straddles = True
             elif hooks_count:
                 added_tokens = point.hook_tokens - previous.hook_tokens

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gz_ia.client.schema import Stage, Status, StoredEvent
-from gz_ia.client.usage import UsageSum
+from gz_ia.client.usage import UsageSum, Used
 
 from .pages import iter_events
 from .segments import SessionNotFound
@@ -38,7 +38,10 @@ __all__ = [
     "TimelineBuilder",
     "build_session",
     "cycle_key",
+    "fold_event",
     "load_tree",
+    "settle_usage",
+    "start_span",
 ]
 
 MAX_OPEN_TRACKED: Final = 10_000
@@ -83,14 +86,19 @@ class ActionSpan:
     """The tool its events' attrs name (``tool``), when one does: what tells two calls of one action apart."""
     token_kinds: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     """Tokens by kind (:data:`gz_ia.client.usage.TOKEN_KINDS`) of the usage records among its events
-    that count (a hook's reading does not once its session has another usage record)."""
+    that count: every record but a hook's reading, and the hook's readings once :func:`settle_usage`
+    found that they count (their session has no other usage record)."""
     cost_usd: float = 0.0
     model: str = ""
     """The model its last usage record names ("" when none does)."""
     usage_at: datetime | None = None
     """When its last usage record was stamped (None: it has none)."""
-    usage_from_hook: bool = False
-    """Its usage is a hook's reading (:data:`gz_ia.client.usage.HOOK_READING`)."""
+    recorded: bool = False
+    """A usage record that is not a hook's reading is among its events."""
+    hook_kinds: list[int] | None = None
+    """Tokens by kind of the hooks' readings among its events (:data:`gz_ia.client.usage.HOOK_READING`),
+    held apart until :func:`settle_usage` (None: none, or settled)."""
+    hook_cost_usd: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -190,6 +198,87 @@ class LeftOut:
         return found
 
 
+def start_span(event: StoredEvent) -> ActionSpan:
+    """The cycle ``event`` starts: its session has no cycle of the event's key open (:func:`cycle_key`)."""
+    stamp = event.timestamp
+    return ActionSpan(event.action, event.role, start=stamp, end=stamp, first_seq=event.seq, cycle=event.cycle)
+
+
+def fold_event(span: ActionSpan, event: StoredEvent, found: tuple[Used, bool] | None) -> bool:
+    """Fold one event of ``span``'s cycle into it: its times, its stages, the tool it names, its usage
+    record (``found``, as :meth:`gz_ia.client.usage.UsageSum.add` read it) and, at FINISH, its outcome.
+    Returns True when the event closes the cycle.
+
+    Every window's cycles are made by this function (the readers' :class:`TimelineBuilder`, the OTel
+    export's spans), so a cycle starts, ends, lasts and costs the same wherever it is shown.
+    """
+    stamp = event.timestamp
+    span.events += 1
+    attrs = event.attrs
+    if attrs is not None:
+        if span.tool is None:
+            tool = attrs.get("tool")
+            if isinstance(tool, str):
+                span.tool = tool
+        if found is not None:
+            (counts, cost, model), from_hook = found
+            if from_hook:
+                kinds = span.hook_kinds
+                if kinds is None:
+                    kinds = span.hook_kinds = [0, 0, 0, 0]
+                span.hook_cost_usd += cost
+            else:
+                kinds = span.token_kinds
+                span.cost_usd += cost
+                span.recorded = True
+            for index, count in enumerate(counts):
+                kinds[index] += count
+            span.model = model or span.model
+            span.usage_at = stamp
+    if stamp > span.end:  # noqa: PLR1730 - a call per event: a plain comparison rather than max()
+        span.end = stamp
+    span.last_seq = event.seq
+    stage = event.stage
+    if stage is Stage.READ:
+        if span.read_at is None:
+            span.read_at = stamp
+    elif stage is Stage.PENDING:
+        if span.pending_at is None:
+            span.pending_at = stamp
+    else:
+        span.finished_at = stamp
+        span.status = event.status
+        span.error = event.error
+        span.duration_ms = duration = event.duration_ms
+        if duration is not None:
+            # The reported duration is measured by the agent; make the bar at least that long.
+            begun = stamp - timedelta(milliseconds=duration)
+            if begun < span.start:  # noqa: PLR1730
+                span.start = begun
+        return True
+    if event.status is Status.FAILED:
+        span.error = event.error
+    return False
+
+
+def settle_usage(span: ActionSpan, *, hooks_count: bool) -> bool:
+    """Add the cycle's hook readings to its usage where they are what counts (``hooks_count``: its
+    session has no other usage record, :attr:`gz_ia.client.usage.UsageSum.from_hooks`), else drop
+    them: they read again what another record counts. Returns whether the cycle has usage that counts.
+    """
+    hook = span.hook_kinds
+    if hook is not None:
+        span.hook_kinds = None
+        if hooks_count:
+            kinds = span.token_kinds
+            for index, count in enumerate(hook):
+                kinds[index] += count
+            span.cost_usd += span.hook_cost_usd
+            span.recorded = True
+        span.hook_cost_usd = 0.0
+    return span.recorded
+
+
 class TimelineBuilder:
     """Fold the events of a session tree, each session's in ``seq`` order, into its :class:`SessionNode` s.
 
@@ -216,8 +305,7 @@ class TimelineBuilder:
         if node is None:
             node = self.nodes[session_id] = SessionNode(session_id)
         node.events += 1
-        attrs = event.attrs
-        found = None if attrs is None else node.usage.add(attrs)
+        found = None if event.attrs is None else node.usage.add(event.attrs)
         seq = event.seq
         if seq > node.last_seq:  # noqa: PLR1730 - a call per event (see above)
             node.last_seq = seq
@@ -237,58 +325,20 @@ class TimelineBuilder:
         key = (session_id, cycle_key(event))
         span = self._open.get(key)
         if span is None:
-            span = ActionSpan(event.action, event.role, start=stamp, end=stamp, first_seq=seq, cycle=event.cycle)
+            span = start_span(event)
             self._new_span(node, span)
             if stage is not Stage.FINISH:
                 self._follow(key, span)
-        span.events += 1
-        if attrs is not None:
-            if span.tool is None:
-                tool = attrs.get("tool")
-                if isinstance(tool, str):
-                    span.tool = tool
-            if found is not None:
-                (counts, cost, model), from_hook = found
-                kinds = span.token_kinds
-                for index, count in enumerate(counts):
-                    kinds[index] += count
-                span.cost_usd += cost
-                span.model = model or span.model
-                span.usage_at = stamp
-                span.usage_from_hook = from_hook
-        if stamp > span.end:  # noqa: PLR1730
-            span.end = stamp
-        span.last_seq = seq
         stages = self._stages[session_id]
-        if stage is Stage.READ:
-            stages[0] += 1
-            if span.read_at is None:
-                span.read_at = stamp
-        elif stage is Stage.PENDING:
-            stages[1] += 1
-            if span.pending_at is None:
-                span.pending_at = stamp
-        else:
-            stages[2] += 1
-            span.finished_at = stamp
-            span.status = status = event.status
-            span.error = event.error
-            span.duration_ms = duration = event.duration_ms
-            if duration is not None:
-                # The reported duration is measured by the agent; make the bar at least that long.
-                begun = stamp - timedelta(milliseconds=duration)
-                if begun < span.start:  # noqa: PLR1730
-                    span.start = begun
+        stages[0 if stage is Stage.READ else 1 if stage is Stage.PENDING else 2] += 1
+        if fold_event(span, event, found):
             self._open.pop(key, None)
-            if status is Status.FAILED:
+            if span.status is Status.FAILED:
                 node.failed += 1
             else:
                 node.finished_ok += 1
             if not span.drawn:
                 self._finished_left_out(node, span)
-            return
-        if event.status is Status.FAILED:
-            span.error = event.error
 
     def resume(self, session_id: str, key: str) -> ActionSpan:
         """Follow a cycle of ``session_id`` that began before the events this builder is given (keyed
@@ -353,11 +403,9 @@ class TimelineBuilder:
             tokens, node.cost_usd = node.usage.counted()
             node.tokens = list(tokens)
             node.model = node.usage.model
-            if not node.usage.from_hooks:  # the hooks' readings repeat what other records count
-                for span in node.actions:
-                    if span.usage_from_hook:
-                        span.token_kinds = [0, 0, 0, 0]
-                        span.cost_usd = 0.0
+            hooks_count = node.usage.from_hooks
+            for span in node.actions:
+                settle_usage(span, hooks_count=hooks_count)
         return self.top
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import enum
 import hashlib
 import json
 import logging
@@ -41,13 +40,15 @@ import msgspec
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.http.messages import TooLarge, decoded_body
-from gz_ia.collector.ingest.validation import checked_batch
+from gz_ia.collector.ingest.validation import checked_batches
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
 from gz_ia.collector.reading.segments import SessionView
 from gz_ia.collector.service.replies import FutureReply
 from gz_ia.collector.service.request_roots import own_root, request_root
 from gz_ia.collector.storage.names import active_name
+
+from .held_calls import CallLookup, Held, RecentCycles
 
 if TYPE_CHECKING:
     from gz_ia.collector.metrics import Metrics
@@ -64,8 +65,6 @@ MAX_OTLP_BODY: Final = 32 << 20
 ROOT_HEADER: Final = "x-gz-ia-root"
 """The session root to write to (``OTEL_EXPORTER_OTLP_HEADERS=x-gz-ia-root=/path/.harness``), one
 that exists (:mod:`.request_roots`); without it, the root the collector's own environment finds."""
-_RECENT_BYTES: Final = 1 << 20
-"""How far back in a session's active file a tool result looks for the hooks' cycle of its call."""
 _SPANS_REMEMBERED: Final = 100_000
 _RETRY_AFTER_BUSY: Final = "1"
 _RETRY_AFTER_FAILING: Final = "5"
@@ -92,6 +91,7 @@ class OtlpReceiver:
         self.metrics = metrics
         self.sessions: collections.OrderedDict[str, tuple[str, str | None]] = collections.OrderedDict()
         self._logged_at: dict[str, float] = {}
+        self._recent = RecentCycles()
         self._hooked: collections.OrderedDict[tuple[str, str], bool] = collections.OrderedDict()
         """(root, session) → whether agent hooks opened it, newest last: a session's first event never
         changes, so the answer is remembered once it has one (a session with none yet is looked up again)."""
@@ -159,8 +159,14 @@ class OtlpReceiver:
         # Without a root named, each session goes where the collector already writes it (its
         # agent's hooks made it in the workspace's root), else to the collector's own root.
         by_root: dict[str, list[Item]] = {}
+        holding: dict[str, str | None] = {}  # an export holds many records of each session
         for item in items:
-            found = None if named else self._root_holding(item.session_id, request.peer_uid)
+            found = None
+            if not named:
+                if item.session_id in holding:
+                    found = holding[item.session_id]
+                else:
+                    found = holding[item.session_id] = self._root_holding(item.session_id, request.peer_uid)
             by_root.setdefault(found or where.path, []).append(item)
         # What staging holds counts against the collector's bound as the body's share of each
         # event, as a client's batch counts its frame's size.
@@ -177,7 +183,8 @@ class OtlpReceiver:
             done = self._stage(root, signal, grouped, per_event)
             if isinstance(done, str):
                 return _error(503, f"{done}; retry later", retry_after="1")
-            staged.extend(done)
+            if done is not None:
+                staged.append(done)
         if staged and not all(await asyncio.gather(*staged)):
             return _error(503, "the collector could not write this export; retry later", retry_after="1")
         return _ok(protobuf)
@@ -220,37 +227,42 @@ class OtlpReceiver:
 
     def _stage(
         self, root: RootStore, signal: Signal, items: list[Item], per_event: int
-    ) -> list[asyncio.Future[bool]] | str:
-        """Stage every item (one producer each): the futures of their verdicts (True once written),
-        or why the export cannot be answered 200 yet (nothing staged then)."""
-        intake = self.intake
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[bool]] = []
+    ) -> asyncio.Future[bool] | str | None:
+        """Stage every item (one producer each, so that a resent one is a duplicate) as one batch of
+        the intake: the future of its verdict (True once written; None: every item was joined to a
+        copy already held), or why the export cannot be answered 200 yet (nothing staged then)."""
         counted = self.metrics.otlp_records
-        joined = 0
-        written_lately: dict[str, bytes] = {}
-        held: dict[int, _Held] = {}
+        lookup = CallLookup(self.writer, root, self._recent)
+        held: dict[int, Held] = {}
         for index, item in enumerate(items):
             if item.subagent is not None:
-                _place_in_subagent(self.writer, root, item)
+                _place_in_subagent(lookup, item)
             if item.join_cycle is not None:
-                held[index] = _already_held(self.writer, root, item, written_lately)
-        if _Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
+                held[index] = lookup.held(item.session_id, item.join_cycle)
+        if Held.BEING_WRITTEN in held.values():  # before anything is staged: the retry joins it written
             return "a tool call of this export is still being written from its first copy"
-        for index, item in enumerate(items):
-            if held.get(index) is _Held.YES or (item.hooks_record_it and self._opened_by_hooks(root, item.session_id)):
-                joined += 1
-                continue
-            producer = hashlib.sha256(item.key.encode()).hexdigest()[:16]
-            future: asyncio.Future[bool] = loop.create_future()
-            size = per_event * len(item.events)
-            if not intake.stage(root, producer, checked_batch(1, item.events), FutureReply(future), size):
-                future.set_result(False)  # its root was removed meanwhile: the export is retried
-            futures.append(future)
-        counted.labels(signal.value, "staged").inc(len(futures))
+        kept = [
+            item
+            for index, item in enumerate(items)
+            if held.get(index) is not Held.YES
+            and not (item.hooks_record_it and self._opened_by_hooks(root, item.session_id))
+        ]
+        checked = checked_batches([item.events for item in kept])
+        batches = [
+            (hashlib.sha256(item.key.encode()).hexdigest()[:16], batch)
+            for item, batch in zip(kept, checked, strict=True)
+        ]
+        joined = len(items) - len(batches)
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
-        return futures
+        if not batches:
+            return None
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        size = per_event * sum(len(batch.events) for _, batch in batches)
+        if not self.intake.stage_keyed(root, batches, FutureReply(future), size):
+            future.set_result(False)  # its root was removed meanwhile: the export is retried
+        counted.labels(signal.value, "staged").inc(len(batches))
+        return future
 
 
 def _first_action(root: RootStore, session_id: str) -> str | None:
@@ -273,54 +285,12 @@ class _FirstAction(msgspec.Struct):
     action: str
 
 
-class _Held(enum.Enum):
-    """Whether a session holds a tool call's cycle already."""
-
-    NO = "no"
-    YES = "yes"
-    """Open (its READ staged) or among the session's newest written lines."""
-    BEING_WRITTEN = "being written"
-    """Its lines staged, not yet written: an answer must wait for them."""
-
-
-def _already_held(writer: Writer, root: RootStore, item: Item, written_lately: dict[str, bytes]) -> _Held:
-    """Whether the session, or one of its subagents' sessions, holds the hooks' cycle of the item's
-    tool call: open, staged or written lately.
-
-    Claude Code's record of a subagent's tool call carries its main session's id and no agent id,
-    while its hooks log the call in the subagent's session (``<session>.<agent id>``): so those
-    sessions, as this collector holds them, are looked in too. ``written_lately`` keeps each
-    session's newest bytes for the rest of the request: its file's tail is read once, however many
-    tool results the export holds.
-    """
-    cycle = item.join_cycle
-    assert cycle is not None
-    needle = b'"cycle":' + msgspec.json.encode(cycle)
-    prefix = item.session_id + "."
-    candidates = [item.session_id, *(each for each in list(root.sessions) if each.startswith(prefix))]
-    for session_id in candidates:
-        try:
-            state = writer.session(root, session_id)
-        except (OSError, ValueError):
-            continue
-        if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
-            return _Held.YES
-        if any(needle in line for line in state.pending):
-            return _Held.BEING_WRITTEN
-        recent = written_lately.get(session_id)
-        if recent is None:
-            recent = written_lately[session_id] = _file_tail(root, session_id)
-        if needle in recent:
-            return _Held.YES
-    return _Held.NO
-
-
 _LATE: Final = timedelta(seconds=2)
 """How long after a finished subagent session's last event its model request may still be stamped
 (the SubagentStop hook runs after the request's end, but clocks of two processes differ)."""
 
 
-def _place_in_subagent(writer: Writer, root: RootStore, item: Item) -> None:
+def _place_in_subagent(lookup: CallLookup, item: Item) -> None:
     """Move a subagent's model request into the subagent's session.
 
     Claude Code's ``api_request`` record of a subagent's request names the main session and the
@@ -329,11 +299,10 @@ def _place_in_subagent(writer: Writer, root: RootStore, item: Item) -> None:
     request's time (the one started last, when several are); with none, it stays in the main session.
     """
     at = item.events[-1]["timestamp"]
-    prefix = item.session_id + "."
     found: tuple[datetime, str] | None = None
-    for session_id in [each for each in list(root.sessions) if each.startswith(prefix)]:
+    for session_id in lookup.below(item.session_id):
         try:
-            state = writer.session(root, session_id)
+            state = lookup.writer.session(lookup.root, session_id)
             started = datetime.fromisoformat(state.first_time) if state.first_time else None
         except (OSError, ValueError):
             continue
@@ -346,19 +315,6 @@ def _place_in_subagent(writer: Writer, root: RootStore, item: Item) -> None:
         for event in item.events:
             event["session_id"], event["parent_session_id"] = found[1], item.session_id
         item.session_id = found[1]
-
-
-def _file_tail(root: RootStore, session_id: str) -> bytes:
-    """The last :data:`_RECENT_BYTES` of the session's active file (nothing when it has none)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(active_name(session_id), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root.dirs.sessions_fd)
-        try:
-            size = os.fstat(fd).st_size
-            start = max(0, size - _RECENT_BYTES)
-            return os.pread(fd, size - start, start)
-        finally:
-            os.close(fd)
-    return b""
 
 
 def _ok(protobuf: bool) -> Response:

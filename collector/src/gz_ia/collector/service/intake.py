@@ -89,6 +89,17 @@ class Intake:
         self._passes.enqueue(reply, outcome, size)
         return True
 
+    def stage_keyed(self, root: RootStore, batches: list[tuple[str, DecodedBatch]], reply: Reply, size: int) -> bool:
+        """Stage batches of many producers into ``root`` as one, ``reply`` told once all are written:
+        a source whose every record is its own producer (an export's spans) and that is answered as
+        a whole. As :meth:`stage` otherwise."""
+        if root.removed:
+            return False
+        self._received.inc(sum(len(batch.events) for _, batch in batches))
+        outcome = self._ingest.apply_keyed(root, [(producer, self._bounded(batch)) for producer, batch in batches])
+        self._passes.enqueue(reply, outcome, size)
+        return True
+
     def write_now(self, root: RootStore, producer: str, batches: list[DecodedBatch]) -> list[BatchOutcome] | None:
         """Stage ``batches`` and write them at once, outside the write passes, for a source that
         deletes what it delivered once it is written (spool adoption); it holds the passes' lock.

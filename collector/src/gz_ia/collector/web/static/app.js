@@ -426,6 +426,11 @@ function addEvent(event, fresh) {
     current.error = event.error || null;
     current.finished = true;
     current.duration_ms = event.duration_ms;
+    // As the collector's model: the duration the agent measured makes the bar at least that long.
+    if (typeof event.duration_ms === "number" && at.getTime() - event.duration_ms < current.start.getTime()) {
+      current.start = new Date(at.getTime() - event.duration_ms);
+      view.orderDirty = true;
+    }
   }
   current.last = at;
   current.fresh = current.fresh || fresh;
