@@ -1,14 +1,15 @@
 """The answers against the listing: ``gz-ia sessions --hung`` and ``gz-ia session why`` beside
 ``gz-ia sessions`` on the same root, as a ratio.
 
-Builds two roots directly as files (what the collector would have written: one active segment and a
-checkpoint per session, as ``bench/query.py`` does), each one tree of agents under ``top``:
+Builds two roots directly as files (what the collector would have written: one active segment per
+session, and its checkpoint as the collector's tally makes it, by a replay of the file), each one
+tree of agents under ``top``:
 
 * ``10k``: 10,000 sessions (``top`` and 9,999 subagents) of ``--per-session`` events each (30: ten
   READ, PENDING, FINISH cycles); one session in 100 ends on a cycle left open two hours ago, and one
   subagent fails a third of the way through the tree's time;
-* ``1m``: a 1,000,000-event tree: ``top`` and 9 subagents of 100,000 events each, one of them
-  failing a third of the way, one left open.
+* ``1m``: a 1,000,000-event tree: ``top`` and 9 subagents of 100,000 events each (99,999: whole
+  cycles), one of them failing a third of the way, one left open.
 
 Every FINISH carries a usage record. Each command runs as a process, in turn, one warm-up round then
 ``--repeat`` rounds (the files are in the page cache, as for a user asking twice); the figures are
