@@ -28,17 +28,21 @@ from gz_ia.collector.views.answers import why, why_of
 
 pytestmark = pytest.mark.needs_collector
 
+HISTORY = ("history", "cycles", "first_failed", "quiet", "quiet_step", "begun_low", "usage_low", "open_used")
+"""The checkpoint's fields that `why` reads (an earlier gz-ia wrote none of them)."""
+
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOOK = {"gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 2, "gz-ia.usage_from": "hook"}
 TELEMETRY = {"gen_ai.usage.input_tokens": 5, "gen_ai.usage.output_tokens": 1, "gz-ia.cost_usd": 0.25}
 
 
 def write_tree(collector: Any) -> None:
-    """Send the tree through a real client and wait until the collector has stored it."""
-    client = collector.client()
+    """Send the tree through a real client and wait until the collector has stored it; the collector
+    restarts halfway (the rest goes on from the tallies its checkpoints restore)."""
+    clients = [collector.client()]
 
     def emit(session: str, action: str, stage: str, at: float, **fields: Any) -> None:
-        client.emit(
+        clients[-1].emit(
             build_event(
                 session_id=session,
                 action=action,
@@ -56,6 +60,12 @@ def write_tree(collector: Any) -> None:
     for step in range(400):
         at = 1 + step * 2.0
         named = {"cycle": f"c{step}"}
+        if step == 200:
+            assert clients[-1].flush(10)
+            clients[-1].close()
+            collector.stop()
+            collector.start()
+            clients.append(collector.client())
         if step == 75:
             emit("h-top", "turn", "READ", 150)
         if step == 100:
@@ -90,8 +100,8 @@ def write_tree(collector: Any) -> None:
         for session, at in (("h-before", 1 + step), ("h-after", 400 + step)):
             emit(session, "look", "READ", at, parent_session_id="h-top")
             emit(session, "look", "FINISH", at + 0.5, parent_session_id="h-top", attrs=TELEMETRY)
-    assert client.flush(10)
-    client.close()
+    assert clients[-1].flush(10)
+    clients[-1].close()
 
 
 def replayed_checkpoint(root: Path, session_id: str) -> Checkpoint:
@@ -168,11 +178,11 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
     for session_id in ("h-top", "h-child"):
         written = json.loads((root / "state" / f"{session_id}.session.json").read_text())
         replayed = json.loads(encode_checkpoint(replayed_checkpoint(root, session_id)))
-        for name in ("history", "cycles", "first_failed", "quiet", "quiet_step", "stretch"):
+        for name in HISTORY:
             assert replayed.get(name) == written.get(name), (session_id, name)
 
     # A checkpoint of an earlier gz-ia knows none of it: the session is folded as before.
-    for name in ("history", "cycles", "first_failed", "quiet", "quiet_step", "stretch"):
+    for name in HISTORY:
         checkpoint.pop(name, None)
     state.write_text(json.dumps(checkpoint) + "\n")
     assert next(s for s in list_sessions(root, history=True) if s.session_id == "h-top").history is None

@@ -147,6 +147,12 @@ class SessionTally:
     quiet_after: datetime
     """The greatest timestamp from which it may be taken, unless ``seq`` reached :attr:`quiet_force`."""
     quiet_force: int
+    begun_low: datetime
+    """The earliest a cycle begun since the last quiet point began (:data:`LATEST`: none)."""
+    usage_low: datetime
+    """The earliest usage record since the last quiet point (:data:`LATEST`: none)."""
+    used_open: set[str | tuple[str, str]]
+    """The open cycles with a usage record, keyed as :attr:`open_actions`."""
 
     def quiet_due(self, newest: datetime) -> bool:
         """Whether a cycle that just finished, when no open cycle has usage, makes a quiet point
@@ -158,13 +164,6 @@ class SessionTally:
         """The session's history can no longer be kept: from now on only its lines tell it."""
         self.quiet = None
         self.quiet_next = _NEVER
-
-    begun_low: datetime
-    """The earliest a cycle begun since the last quiet point began (:data:`LATEST`: none)."""
-    usage_low: datetime
-    """The earliest usage record since the last quiet point (:data:`LATEST`: none)."""
-    used_open: set[str | tuple[str, str]]
-    """The open cycles with a usage record, keyed as :attr:`open_actions`."""
 
     def begun_earlier(self, key: str | tuple[str, str], at: datetime) -> None:
         """A stage of the open cycle ``key`` came at ``at``, before its first event: the fold says the
