@@ -19,7 +19,7 @@ from gz_ia.client.schema import Stage
 from .checkpoints import Checkpoint
 from .names import session_archive
 from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, oldest_segment, open_archive
-from .tally import QUIET_GAP, TALLY_FIELDS, SessionTally, note_delivery
+from .tally import LATEST, QUIET_GAP, TALLY_FIELDS, SessionTally, note_delivery
 
 __all__ = ["SessionFold", "Trace", "replay_session"]
 
@@ -47,13 +47,17 @@ _trace_decoder: Final = msgspec.json.Decoder(Trace)
 class SessionFold(SessionTally):
     """A tally rebuilt from a checkpoint (or from nothing) and the lines after it."""
 
-    __slots__ = TALLY_FIELDS
+    __slots__ = (*TALLY_FIELDS, "newest_moment")
 
     def __init__(self, checkpoint: Checkpoint | None = None) -> None:
         if checkpoint is None:
             self.clear_tally()
         else:
             self.load_tally(checkpoint)
+        newest = self.newest_time
+        self.newest_moment = (_time(newest) or LATEST) if newest else None
+        """``newest_time`` as a time, parsed once (:data:`LATEST` when it does not parse: then no
+        line is later, as before)."""
 
     def apply(self, trace: Trace) -> None:
         """Fold one line into the tally."""
@@ -72,7 +76,8 @@ class SessionFold(SessionTally):
             self.forget_history()  # a time no reader can place: the history is the files' to tell
         elif current is None:  # a cycle begins (a lone FINISH is one, as the fold counts it)
             self.cycles += 1
-            self.begun_low = min(self.begun_low, moment)
+            if moment < self.begun_low:  # noqa: PLR1730 - a call per line costs
+                self.begun_low = moment
             if stage is Stage.FINISH:
                 self.forget_history()  # a move the collector refuses: only the fold can say
         elif stage is not current:
@@ -85,7 +90,8 @@ class SessionFold(SessionTally):
         if stage is Stage.FINISH:
             self.open_actions.pop(key, None)
             self.open_since.pop(key, None)
-            self.used_open.discard(key)
+            if self.used_open:
+                self.used_open.discard(key)
             self.ended_failed = trace.status == "FAILED"
             if self.ended_failed and moment is not None:
                 self.note_failed(moment, trace.action, trace.error)
@@ -108,14 +114,18 @@ class SessionFold(SessionTally):
             self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
         if trace.attrs is not None and self.usage.add(trace.attrs) is not None and moment is not None:
-            self.usage_low = min(self.usage_low, moment)
+            if moment < self.usage_low:  # noqa: PLR1730
+                self.usage_low = moment
             if stage is not Stage.FINISH:
                 self.used_open.add(key)
-        if self.newest_time is not None and parsed is not None and _later(parsed, self.newest_time):
-            self.newest_time = trace.timestamp
+        if self.newest_time is not None and parsed is not None:
+            newest = self.newest_moment
+            if newest is None or parsed > newest:
+                self.newest_time = trace.timestamp
+                self.newest_moment = parsed
         if stage is Stage.FINISH and self.seq >= self.quiet_next and not self.used_open:
-            newest = _time(self.newest_time) if self.newest_time else None
-            if newest is None or newest.tzinfo is None:
+            newest = self.newest_moment
+            if newest is None or newest.tzinfo is None or newest is LATEST:
                 self.forget_history()
             elif self.quiet_due(newest):
                 self.note_quiet(newest)
@@ -127,15 +137,6 @@ def _time(stamp: str) -> datetime | None:
         return datetime.fromisoformat(stamp)
     except ValueError:
         return None
-
-
-def _later(moment: datetime, than: str) -> bool:
-    """Tell whether ``moment`` is after RFC 3339 time ``than`` ("" is before everything; text that
-    does not parse is never earlier)."""
-    try:
-        return not than or moment > datetime.fromisoformat(than)
-    except ValueError:
-        return False
 
 
 def _scan_traces(segment: Segment, start: int = 0) -> Iterator[Trace]:
