@@ -1,15 +1,18 @@
 """`gz-ia session why` read off the tallies' quiet points equals the fold of every line.
 
 A real collector writes a tree whose sessions have what the split must get right: a subagent whose
-usage is its hooks' readings, a session with both a hook's reading and a telemetry-style record (and
-one cycle holding both), a failure early in a subagent and one late in the top, a cycle open across
-the failure, cycles whose stages are stamped out of order, and enough cycles that the quiet points
-are thinned. Events carry their own times (as an agent's do), so that the shape is the same every run.
+usage is its hooks' readings, a session with both a hook's reading and other records (one cycle
+holding both, and a Claude Code API request through the OTLP door), a failure early in a subagent and
+one late in the top, a session cycle open throughout and a turn open across the failure with usage
+recorded while it is open, cycles whose stages are stamped out of order, enough cycles that the
+quiet points are thinned, and a restart of the collector halfway. Events carry their own times (as
+an agent's do), so that the shape is the same every run.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,9 @@ def write_tree(collector: Any) -> None:
         emit("h-top", "step", "FINISH", at + 1.5, **({"attrs": attrs} if attrs else {}), **named)
         if step == 125:
             emit("h-top", "turn", "FINISH", 250, attrs=TELEMETRY)
+    # Claude Code's telemetry: an API request's usage record, through the collector's OTLP door.
+    assert clients[-1].flush(10)
+    post_api_request(collector, "h-top", at=601.25, tokens=(40, 7))
     emit("h-top", "session", "FINISH", 805, attrs=TELEMETRY)
     # A subagent whose usage is its hooks' readings, failing early.
     for step in range(100):
@@ -102,6 +108,33 @@ def write_tree(collector: Any) -> None:
             emit(session, "look", "FINISH", at + 0.5, parent_session_id="h-top", attrs=TELEMETRY)
     assert clients[-1].flush(10)
     clients[-1].close()
+
+
+def post_api_request(collector: Any, session_id: str, *, at: float, tokens: tuple[int, int]) -> None:
+    """One Claude Code ``api_request`` log record, as its OpenTelemetry exports it (OTLP/HTTP JSON)."""
+
+    def attribute(key: str, value: Any) -> dict[str, Any]:
+        kind = "intValue" if isinstance(value, int) else "doubleValue" if isinstance(value, float) else "stringValue"
+        return {"key": key, "value": {kind: str(value) if kind == "intValue" else value}}
+
+    stamp = int((T0 + timedelta(seconds=at)).timestamp() * 1e9)
+    attributes = {"event.name": "api_request", "session.id": session_id, "model": "claude-x", "duration_ms": 900}
+    attributes |= {"input_tokens": tokens[0], "output_tokens": tokens[1], "cost_usd": 0.125}
+    record = {
+        "timeUnixNano": str(stamp),
+        "body": {"stringValue": "claude_code.api_request"},
+        "attributes": [attribute(key, value) for key, value in attributes.items()],
+    }
+    service = [attribute("service.name", "claude-code")]
+    body = {"resourceLogs": [{"resource": {"attributes": service}, "scopeLogs": [{"logRecords": [record]}]}]}
+    request = urllib.request.Request(
+        collector.http_url + "/v1/logs",
+        data=json.dumps(body).encode(),
+        headers=collector.http_headers(**{"Content-Type": "application/json", "X-Gz-Ia-Root": str(collector.root)}),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
 
 
 def replayed_checkpoint(root: Path, session_id: str) -> Checkpoint:
@@ -148,11 +181,10 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
             node = load_tree(root, session_id, tree=False)
             stamps = sorted({stamp for span in node.actions for stamp in (span.begun, span.usage_at) if stamp})
             micro = timedelta(microseconds=1)
-            # A sample, and every stamp where the cycle stamped out of order lies.
-            out_of_order = [
-                stamp for stamp in stamps if T0 + timedelta(seconds=75) <= stamp <= T0 + timedelta(seconds=105)
-            ]
-            for stamp in sorted({*stamps[::6], *out_of_order}):
+            # A sample, and every stamp where the cycle stamped out of order and the API request lie.
+            around = [(75, 105), (595, 605)]
+            near = [stamp for stamp in stamps for low, high in around if low <= (stamp - T0).total_seconds() <= high]
+            for stamp in sorted({*stamps[::6], *near}):
                 for moment in (stamp - micro, stamp, stamp + micro):
                     fast = after_moment(dirs, summary, moment)
                     full = counts_of_spans(node.actions, moment, hooks_count=node.usage.from_hooks)
@@ -169,11 +201,11 @@ def test_why_off_the_quiet_points_is_the_fold_of_every_line(collector: Any) -> N
     checkpoint = json.loads(state.read_text())
     top = load_tree(root, "h-top", tree=False)
     assert checkpoint["history"] is True
-    assert checkpoint["cycles"] == top.cycles == 402
+    assert checkpoint["cycles"] == top.cycles == 403  # with the API request's
     assert checkpoint["first_failed"][1:] == ["step", "late", False]
     assert 1 < len(checkpoint["quiet"]) <= MAX_QUIET_POINTS
     assert checkpoint["quiet_step"] > 1
-    assert all(point[-1] for point in checkpoint["quiet"])  # each carries the open session cycle
+    assert all(point[-1] for point in checkpoint["quiet"][:-1])  # each carries the open session cycle
     # A replay of the lines (recovery, the listing) keeps the same history as the writer did.
     for session_id in ("h-top", "h-child"):
         written = json.loads((root / "state" / f"{session_id}.session.json").read_text())
