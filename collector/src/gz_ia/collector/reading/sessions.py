@@ -66,8 +66,8 @@ class SessionHistory(msgspec.Struct, frozen=True):
     moment without reading its lines (:mod:`.after`)."""
 
     quiet_text: msgspec.Raw
-    """Moments no cycle of the session was open, oldest first, as the checkpoint keeps them
-    (:meth:`quiet`: decoded only when asked)."""
+    """Its quiet points (:class:`gz_ia.collector.storage.checkpoints.QuietPoint`), oldest first, as
+    the checkpoint keeps them (:meth:`quiet`: decoded only when asked)."""
     end: QuietPoint
     """The totals, and the stretch since the last quiet point (ending at the last line)."""
     first_failed: FirstFailed | None
