@@ -1,20 +1,22 @@
 """The answers against the listing: ``gz-ia sessions --hung`` and ``gz-ia session why`` beside
 ``gz-ia sessions`` on the same root, as a ratio.
 
-Builds two roots directly as files (what the collector would have written: one active segment and a
-checkpoint per session, as ``bench/query.py`` does), each one tree of agents under ``top``:
+Builds two roots directly as files (what the collector would have written: one active segment per
+session, and its checkpoint as the collector's tally makes it, by a replay of the file), each one
+tree of agents under ``top``:
 
 * ``10k``: 10,000 sessions (``top`` and 9,999 subagents) of ``--per-session`` events each (30: ten
   READ, PENDING, FINISH cycles); one session in 100 ends on a cycle left open two hours ago, and one
   subagent fails a third of the way through the tree's time;
-* ``1m``: a 1,000,000-event tree: ``top`` and 9 subagents of 100,000 events each, one of them
-  failing a third of the way, one left open.
+* ``1m``: a 1,000,000-event tree: ``top`` and 9 subagents of 100,000 events each (99,999: whole
+  cycles), one of them failing a third of the way, one left open.
 
 Every FINISH carries a usage record. Each command runs as a process, in turn, one warm-up round then
 ``--repeat`` rounds (the files are in the page cache, as for a user asking twice); the figures are
 medians of wall time, and the ratios the medians of each round's ratio to ``gz-ia sessions --json``
 (run under the same load). The answers are checked: ``--hung`` lists the open sessions, ``why``
-names the failing subagent; ``why_never_failed`` asks about a subagent that did not fail (exit 1),
+names the failing subagent and says what the fold of every line of the tree says (computed once, in
+the bench's process); ``why_never_failed`` asks about a subagent that did not fail (exit 1),
 which reads the listing alone.
 
 Usage::
@@ -39,12 +41,15 @@ from typing import Final
 
 import msgspec
 
-from gz_ia.client.schema import Stage
-from gz_ia.collector.storage.checkpoints import Checkpoint, encode_checkpoint
+from gz_ia.collector.reading.cycles import load_tree
+from gz_ia.collector.storage.checkpoints import encode_checkpoint
 from gz_ia.collector.storage.names import LAYOUT_FILE, LAYOUT_VERSION
+from gz_ia.collector.storage.replay import SessionFold, Trace
+from gz_ia.collector.views.answers import why_of
 
 CLI: Final = "from gz_ia.collector.entry import main; main()"
 TOP: Final = "top"
+_traces: Final = msgspec.json.Decoder(Trace)
 SHAPES: Final = {"10k": (10_000, 30), "1m": (10, 100_000)}
 """Sessions of the tree, and events per session."""
 
@@ -68,7 +73,8 @@ def build(root: Path, sessions: int, per_session: int) -> dict[str, object]:
         parent = "" if number == 0 else TOP
         left_open = number % open_every == open_every - 1
         lines: list[bytes] = []
-        for index in range(per_session):
+        # Whole cycles (99,999 of 100,000 events): a session not left open ends on a FINISH.
+        for index in range(per_session - per_session % 3):
             stage = ("READ", "PENDING", "FINISH")[index % 3]
             if left_open and index >= per_session - 3:
                 stage = "READ"  # the last cycle: a READ, never finished
@@ -96,27 +102,12 @@ def build(root: Path, sessions: int, per_session: int) -> dict[str, object]:
             hung.append(session_id)
         data = b"\n".join(lines) + b"\n"
         (root / "sessions" / f"{session_id}.events.jsonl").write_bytes(data)
-        first = json.loads(lines[0])["timestamp"]
-        last = json.loads(lines[-1])["timestamp"]
-        finishes = sum(1 for line in lines if b'"FINISH"' in line)
-        # Where the session waits, as the writer's tally records it: the open cycle's first event.
-        opened = json.loads(lines[-1]) if left_open else None
-        checkpoint = Checkpoint(
-            segment=1,
-            offset=len(data),
-            seq=len(lines),
-            open_actions={opened["action"]: Stage.READ} if opened else {},
-            open_since=[(opened["action"], None, datetime.fromisoformat(opened["timestamp"]))] if opened else [],
-            latest_begun=datetime.fromisoformat(json.loads(lines[-1 if opened else -3])["timestamp"]),
-            failures=1 if session_id == failing else 0,
-            ended_failed=False,
-            first_time=first,
-            last_time=last,
-            newest_time=last,
-            parent=parent,
-            agent="claude" if number % 2 else "codex",
-            tokens=[100 * finishes, 10 * finishes, 0, 0],
-        )
+        # The checkpoint the collector's writer would leave: the tally of every line (open cycles,
+        # where the session waits, its quiet points for `why`), as a replay of the file builds it.
+        fold = SessionFold()
+        for trace in _traces.decode_lines(data):
+            fold.apply(trace)
+        checkpoint = fold.tally_checkpoint(segment=1, offset=len(data), segment_seq=0, started=time.time())
         (root / "state" / f"{session_id}.session.json").write_bytes(encode_checkpoint(checkpoint))
     return {"hung": sorted(hung), "failing": failing}
 
@@ -148,7 +139,9 @@ def measure(root: Path, expected: dict[str, object], repeat: int) -> dict[str, o
                 listed = sorted(json.loads(line)["session_id"] for line in out.splitlines())
                 assert listed == expected["hung"], (listed[:5], expected["hung"])
             if name == "why":
-                assert json.loads(out)["first_failure"]["session_id"] == expected["failing"], out
+                answer = json.loads(out)
+                assert answer["first_failure"]["session_id"] == expected["failing"], out
+                assert answer == expected["why"], (answer, expected["why"])
             if round_number:
                 times[name].append(elapsed)
     base = times["sessions"]
@@ -175,6 +168,10 @@ def main() -> int:
         try:
             print(f"{shape}: building {sessions:,} sessions x {per_session:,} events", file=sys.stderr)
             expected = build(scratch / ".harness", sessions, per_session)
+            # The answer `why` must give: the fold of every line of the tree, as before it read checkpoints.
+            full = why_of(load_tree(scratch / ".harness", TOP))
+            assert full is not None
+            expected["why"] = full.as_json()
             results[shape] = measure(scratch / ".harness", expected, options.repeat)
             print(f"{shape}: {json.dumps(results[shape])}", file=sys.stderr)
         finally:

@@ -294,7 +294,11 @@ class Ingest:
                 continue
             if following is None:
                 del open_actions[key]
-                state.open_since.pop(key, None)
+                since = state.open_since.pop(key, None)
+                if since is not None and timestamp < since:
+                    state.begun_earlier(key, timestamp)  # the fold's cycle begins at its earliest stage
+                if state.used_open:
+                    state.used_open.discard(key)
                 cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
                 finished.append(event)
             elif current is None:
@@ -307,6 +311,8 @@ class Ingest:
                     state.latest_begun = timestamp
             elif following is not current:
                 open_actions[key] = following
+                if timestamp < state.open_since.get(key, timestamp):
+                    state.begun_earlier(key, timestamp)
             if timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
             state.seq += 1
@@ -325,6 +331,10 @@ class Ingest:
             stamp = state.last_stamp = event.timestamp
             if stamp > state.newest_stamp:  # noqa: PLR1730 - max() would add a call per event
                 state.newest_stamp = stamp
+            if current is None:  # a cycle began (for `gz-ia session why`: quiet points)
+                state.cycles += 1
+                if stamp < state.begun_low:  # noqa: PLR1730
+                    state.begun_low = stamp
             if not state.first_time:
                 state.note_first(event)
             elif not state.parent and event.parent_session_id is not None:
@@ -334,12 +344,26 @@ class Ingest:
             if event.status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
+                if stage is _FINISH:
+                    state.note_failed(stamp, event.action, event.error)
             if stage is _FINISH:
                 state.ended_failed = event.status is FAILED
             if event.attrs is not None:
                 found = state.usage.add(event.attrs)
-                if found is not None and not found[1]:  # the metrics count each model call once
-                    outcome.usage.append((event.agent, found[0]))
+                if found is not None:
+                    if stamp < state.usage_low:  # noqa: PLR1730
+                        state.usage_low = stamp
+                    if following is not None:
+                        state.used_open.add(key)
+                    if not found[1]:  # the metrics count each model call once
+                        outcome.usage.append((event.agent, found[0]))
+            if (  # a quiet point for `gz-ia session why` (SessionTally.quiet_due)
+                following is None
+                and state.seq >= state.quiet_next
+                and not state.used_open
+                and (state.newest_stamp >= state.quiet_after or state.seq >= state.quiet_force)
+            ):
+                state.note_quiet(state.newest_stamp)
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:

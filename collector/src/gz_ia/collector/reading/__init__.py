@@ -22,6 +22,8 @@ is a :class:`Gap`. The modules, bottom to top (each imports only those before it
 * :mod:`.sessions` (on :mod:`.segments` alone): summaries of a root's sessions and the tree;
 * :mod:`.cycles`: the one model of a session (its cycles, status and usage, per cycle, per session
   and over its subagents) that every window reads; imported as ``reading.cycles``.
+* :mod:`.after` (on :mod:`.cycles`): what a session did after a moment, off its checkpoint's quiet
+  points (``gz-ia session why``); imported as ``reading.after``.
 * :mod:`.hosts` (alone): on a fleet hub's root, which machine a session came from.
 
 Storage's layout helpers are the only thing this package imports from the collector, and storage

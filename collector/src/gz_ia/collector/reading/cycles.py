@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,6 +49,7 @@ MAX_OPEN_TRACKED: Final = 10_000
 (it counts as open; a later event of it starts a new cycle)."""
 MAX_ACTION_NAMES: Final = 1_000
 """Action names the left-out totals keep apart; the cycles of any further name are added up together."""
+_LONG_AGO: Final = datetime.min.replace(tzinfo=UTC)
 MAX_FAILURES_LISTED: Final = 50
 """FAILED cycles left out of the drawing that are still listed one by one (the newest)."""
 
@@ -108,6 +109,13 @@ class ActionSpan:
     def is_open(self) -> bool:
         """True while no FINISH closed the cycle."""
         return self.status is None
+
+    @property
+    def begun(self) -> datetime:
+        """When the cycle's first event was stamped (``start`` may be set back by a reported
+        duration): the earliest of its first READ, first PENDING and FINISH."""
+        stamps = [stamp for stamp in (self.read_at, self.pending_at, self.finished_at) if stamp is not None]
+        return min(stamps) if stamps else self.start
 
     @property
     def elapsed_ms(self) -> int:
@@ -331,6 +339,14 @@ class TimelineBuilder:
                 node.finished_ok += 1
             if not span.drawn:
                 self._finished_left_out(node, span)
+
+    def resume(self, session_id: str, key: str) -> ActionSpan:
+        """Follow a cycle of ``session_id`` that began before the events this builder is given (keyed
+        as :func:`cycle_key`): its events join it, and it is neither counted nor drawn (it has no
+        action here: only what those events add, its usage, is read off it)."""
+        span = ActionSpan("", None, start=_LONG_AGO, end=_LONG_AGO)
+        self._open[session_id, key] = span
+        return span
 
     def _new_span(self, node: SessionNode, span: ActionSpan) -> None:
         node.cycles += 1

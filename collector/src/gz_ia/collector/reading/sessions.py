@@ -20,7 +20,14 @@ import msgspec
 
 from gz_ia.client.schema import is_safe_session_id
 from gz_ia.collector.storage.archive_seal import seal_holds
-from gz_ia.collector.storage.checkpoints import Checkpoint, read_checkpoint
+from gz_ia.collector.storage.checkpoints import (
+    Checkpoint,
+    FirstFailed,
+    QuietPoint,
+    encode_quiet,
+    quiet_points,
+    read_checkpoint,
+)
 from gz_ia.collector.storage.names import (
     ACTIVE_SUFFIX,
     STATE_SUFFIX,
@@ -33,7 +40,7 @@ from gz_ia.collector.storage.names import (
 from gz_ia.collector.storage.replay import SessionFold, replay_session
 from gz_ia.collector.storage.roots import RootDirs
 from gz_ia.collector.storage.segments import SegmentUnreadable, segment_exists
-from gz_ia.collector.storage.tally import SessionTally
+from gz_ia.collector.storage.tally import LATEST, SessionTally
 
 from .segments import SessionNotFound, SessionView, open_dirs, require_root
 from .verify import SeqCheck
@@ -41,15 +48,41 @@ from .verify import SeqCheck
 __all__ = [
     "MAX_TREE_DEPTH",
     "Listing",
+    "SessionHistory",
     "SessionSummary",
     "TreeNode",
     "build_tree",
     "covering_checkpoint",
+    "history_of",
     "list_sessions",
     "session_tree",
     "tree_usage",
     "waiting_of",
 ]
+
+
+class SessionHistory(msgspec.Struct, frozen=True):
+    """What a session's tally knows of its time line, for ``gz-ia session why`` to split it at a
+    moment without reading its lines (:mod:`.after`)."""
+
+    quiet_text: msgspec.Raw
+    """Its quiet points (:class:`gz_ia.collector.storage.checkpoints.QuietPoint`), oldest first, as
+    the checkpoint keeps them (:meth:`quiet`: decoded only when asked)."""
+    end: QuietPoint
+    """The totals, and the stretch since the last quiet point (ending at the last line)."""
+    first_failed: FirstFailed | None
+    """Its FAILED FINISH with the earliest timestamp."""
+    newest_time: str
+    """Its greatest timestamp, as stored ("" when unknown)."""
+
+    @property
+    def newest(self) -> datetime | None:
+        """Its greatest timestamp."""
+        return _time(self.newest_time)
+
+    def quiet(self) -> list[QuietPoint] | None:
+        """The quiet points; None when their text is damaged."""
+        return quiet_points(self.quiet_text)
 
 
 class SessionSummary(msgspec.Struct, frozen=True):
@@ -98,6 +131,9 @@ class SessionSummary(msgspec.Struct, frozen=True):
     hooks_usage_counts: bool = True
     """The usage above is its hooks' readings: it has no other usage record
     (:class:`gz_ia.client.usage.UsageSum`)."""
+    history: SessionHistory | None = None
+    """None when its tally does not know it (an earlier gz-ia's checkpoint, a time that does not
+    parse, its first segment deleted by retention): then only its lines tell."""
 
     @property
     def status(self) -> str:
@@ -177,7 +213,9 @@ def _time(text: str) -> datetime | None:
         return None
 
 
-def _quick_summary(dirs: RootDirs, session_id: str, listing: Listing) -> SessionSummary | None:
+def _quick_summary(
+    dirs: RootDirs, session_id: str, listing: Listing, *, history: bool = False
+) -> SessionSummary | None:
     """Summarise from the checkpoint alone when it covers the whole active file (the common case).
 
     The directory listing already says which archives exist, so this costs one ``stat`` and one
@@ -185,7 +223,9 @@ def _quick_summary(dirs: RootDirs, session_id: str, listing: Listing) -> Session
     racing with us) goes the careful way through :func:`_summary`.
     """
     checkpoint = covering_checkpoint(dirs, session_id, listing)
-    return None if checkpoint is None else _summary_of(session_id, SessionFold(checkpoint), segments=checkpoint.segment)
+    if checkpoint is None:
+        return None
+    return _summary_of(session_id, SessionFold(checkpoint), segments=checkpoint.segment, history=history)
 
 
 def covering_checkpoint(dirs: RootDirs, session_id: str, listing: Listing) -> Checkpoint | None:
@@ -230,8 +270,35 @@ def waiting_of(state: SessionTally) -> tuple[tuple[str, str, datetime], ...] | N
     return tuple(found)
 
 
-def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False) -> SessionSummary:
-    """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay)."""
+def history_of(state: SessionTally) -> SessionHistory | None:
+    """:attr:`SessionSummary.history` of a tally."""
+    quiet = state.quiet
+    if quiet is None:
+        return None
+    text = quiet if isinstance(quiet, msgspec.Raw) else encode_quiet(quiet)
+    usage = state.usage
+    end = QuietPoint(
+        state.seq,
+        state.cycles,
+        sum(usage.tokens),
+        usage.cost_usd,
+        usage.records,
+        sum(usage.hook_tokens),
+        usage.hook_cost_usd,
+        usage.hook_records,
+        None if state.begun_low is LATEST else state.begun_low,
+        state.latest_begun,
+        None if state.usage_low is LATEST else state.usage_low,
+        None if state.usage_low is LATEST else _time(state.newest_time or ""),
+    )
+    return SessionHistory(text, end, state.first_failed, state.newest_time or "")
+
+
+def _summary_of(
+    session_id: str, state: SessionTally, *, segments: int, incomplete: bool = False, history: bool = False
+) -> SessionSummary:
+    """A summary from a session's tally (restored from its checkpoint, or rebuilt by a replay);
+    ``history``: with :attr:`SessionSummary.history`."""
     tokens, cost = state.usage.counted()
     return SessionSummary(
         session_id=session_id,
@@ -251,6 +318,7 @@ def _summary_of(session_id: str, state: SessionTally, *, segments: int, incomple
         model=state.usage.model,
         hooks_usage_counts=state.usage.from_hooks,
         ended_failed=state.ended_failed,
+        history=history_of(state) if history else None,
     )
 
 
@@ -317,7 +385,7 @@ class Listing:
 
 
 def _summary(
-    dirs: RootDirs, session_id: str, *, verify: bool = False, listing: Listing | None = None
+    dirs: RootDirs, session_id: str, *, verify: bool = False, listing: Listing | None = None, history: bool = False
 ) -> SessionSummary | None:
     try:
         view = SessionView(dirs, session_id)
@@ -370,7 +438,11 @@ def _summary(
         )
         damage = gone + damage
     summary = _summary_of(
-        session_id, fold, segments=view.active_number, incomplete=not complete or bool(numbers) or bool(damage)
+        session_id,
+        fold,
+        segments=view.active_number,
+        incomplete=not complete or bool(numbers) or bool(damage),
+        history=history,
     )
     if damage:
         summary = msgspec.structs.replace(summary, damage=damage)
@@ -381,7 +453,7 @@ def _summary(
 
 
 def list_sessions(
-    root: Path, *, verify: bool = False, known: Mapping[str, SessionSummary] | None = None
+    root: Path, *, verify: bool = False, known: Mapping[str, SessionSummary] | None = None, history: bool = False
 ) -> list[SessionSummary]:
     """Summarise every session stored under ``root``, ordered by first event (then id).
 
@@ -393,7 +465,8 @@ def list_sessions(
     instead of the seals, so that any damage shows and only damage shows, at the cost of reading
     the whole root. ``unreadable`` names the files found so. A missing root has no sessions.
     ``known`` gives summaries that are taken as they are instead of reading those sessions' files
-    (what the collector writing them holds in memory, newer than their checkpoints).
+    (what the collector writing them holds in memory, newer than their checkpoints). ``history``
+    adds each :attr:`SessionSummary.history` (``gz-ia session why``; the rest need none of it).
 
     Raises:
         LayoutTooNew: the root was written by a newer gz-ia.
@@ -412,7 +485,9 @@ def list_sessions(
             if verify:
                 summary = _summary(dirs, session_id, verify=True, listing=listing)
             else:
-                summary = _quick_summary(dirs, session_id, listing) or _summary(dirs, session_id, listing=listing)
+                summary = _quick_summary(dirs, session_id, listing, history=history) or _summary(
+                    dirs, session_id, listing=listing, history=history
+                )
             if summary is None:
                 continue
             # Verifying decompressed every archive: what it read is the verdict, not their seals.
@@ -422,6 +497,9 @@ def list_sessions(
                 summary = msgspec.structs.replace(summary, incomplete=True, unreadable=tuple(named))
             elif listing.holed(session_id) and not summary.incomplete:
                 summary = msgspec.structs.replace(summary, incomplete=True)
+            if summary.history is not None and summary.segments > 1 and 1 not in listing.archives.get(session_id, ()):
+                # Retention deleted its oldest lines: what is left is the files' to tell.
+                summary = msgspec.structs.replace(summary, history=None)
             summaries.append(summary)
     finally:
         dirs.close()
@@ -525,10 +603,12 @@ def _no_events(session_id: str, parent: str | None) -> SessionSummary:
     return SessionSummary(session_id, parent, "", None, None, 0, 0, 0, 0)
 
 
-def session_tree(root: Path, session_id: str, *, known: Mapping[str, SessionSummary] | None = None) -> TreeNode:
+def session_tree(
+    root: Path, session_id: str, *, known: Mapping[str, SessionSummary] | None = None, history: bool = False
+) -> TreeNode:
     """Return the subagent tree below ``session_id``: each node's summary gives status and duration.
 
-    ``known``: as for :func:`list_sessions`.
+    ``known``, ``history``: as for :func:`list_sessions`.
 
     Raises:
         SessionNotFound: nothing stored for the session.
@@ -536,4 +616,4 @@ def session_tree(root: Path, session_id: str, *, known: Mapping[str, SessionSumm
     if not is_safe_session_id(session_id):
         raise SessionNotFound(f"{session_id!r} is not a valid session id")
     require_root(root)
-    return build_tree(list_sessions(root, known=known), session_id)
+    return build_tree(list_sessions(root, known=known, history=history), session_id)

@@ -19,7 +19,7 @@ from gz_ia.client.schema import Stage
 from .checkpoints import Checkpoint
 from .names import session_archive
 from .segments import SCAN_CHUNK, Segment, SegmentUnreadable, oldest_segment, open_archive
-from .tally import TALLY_FIELDS, SessionTally, note_delivery
+from .tally import LATEST, QUIET_GAP, TALLY_FIELDS, SessionTally, note_delivery
 
 __all__ = ["SessionFold", "Trace", "replay_session"]
 
@@ -34,6 +34,7 @@ class Trace(msgspec.Struct, gc=False):
     delivery: str | None = None
     status: str = "OK"
     timestamp: str = ""
+    error: str | None = None
     parent_session_id: str | None = None
     agent: str = ""
     root_session_id: str | None = None
@@ -46,30 +47,56 @@ _trace_decoder: Final = msgspec.json.Decoder(Trace)
 class SessionFold(SessionTally):
     """A tally rebuilt from a checkpoint (or from nothing) and the lines after it."""
 
-    __slots__ = TALLY_FIELDS
+    __slots__ = (*TALLY_FIELDS, "newest_moment")
 
     def __init__(self, checkpoint: Checkpoint | None = None) -> None:
         if checkpoint is None:
             self.clear_tally()
         else:
             self.load_tally(checkpoint)
+        newest = self.newest_time
+        self.newest_moment = (_time(newest) or LATEST) if newest else None
+        """``newest_time`` as a time, parsed once (:data:`LATEST` when it does not parse: then no
+        line is later, as before)."""
 
     def apply(self, trace: Trace) -> None:
         """Fold one line into the tally."""
         self.seq = max(self.seq, trace.seq)
         key = trace.action if trace.cycle is None else (trace.action, trace.cycle)
-        if key not in self.open_actions and trace.stage is not Stage.FINISH:  # a cycle begins
-            begun = _time(trace.timestamp)
-            if begun is not None:
-                self.open_since[key] = begun
-                if self.latest_begun is None or begun > self.latest_begun:
-                    self.latest_begun = begun
-        if trace.stage is Stage.FINISH:
+        stage = trace.stage
+        parsed = _time(trace.timestamp)
+        # What `why` keeps needs times it can compare (the collector stores them all in UTC).
+        moment = parsed if parsed is not None and parsed.tzinfo is not None else None
+        current = self.open_actions.get(key)
+        if current is None and stage is not Stage.FINISH and parsed is not None:  # a cycle begins
+            self.open_since[key] = parsed
+            if self.latest_begun is None or parsed > self.latest_begun:
+                self.latest_begun = parsed
+        if moment is None:
+            self.forget_history()  # a time no reader can place: the history is the files' to tell
+        elif current is None:  # a cycle begins (a lone FINISH is one, as the fold counts it)
+            self.cycles += 1
+            if moment < self.begun_low:  # noqa: PLR1730 - a call per line costs
+                self.begun_low = moment
+            if stage is Stage.FINISH:
+                self.forget_history()  # a move the collector refuses: only the fold can say
+        elif stage is not current:
+            # Its first PENDING or its FINISH: the fold's cycle begins at the earliest of them.
+            since = self.open_since.get(key)
+            if since is not None and moment < since:
+                self.begun_earlier(key, moment)
+            if current is Stage.PENDING and stage is Stage.READ:
+                self.forget_history()  # a move the collector refuses: only the fold can say
+        if stage is Stage.FINISH:
             self.open_actions.pop(key, None)
             self.open_since.pop(key, None)
+            if self.used_open:
+                self.used_open.discard(key)
             self.ended_failed = trace.status == "FAILED"
+            if self.ended_failed and moment is not None:
+                self.note_failed(moment, trace.action, trace.error)
         else:
-            self.open_actions[key] = trace.stage
+            self.open_actions[key] = stage
         if trace.delivery:
             producer, _, number = trace.delivery.rpartition(":")
             if number.isdigit():
@@ -78,16 +105,30 @@ class SessionFold(SessionTally):
             self.failures += 1
         if not self.first_time:
             self.first_time = trace.timestamp
+            if moment is not None:
+                self.quiet_after = moment + QUIET_GAP  # as the writer's tally: none in the first second
             self.parent = trace.parent_session_id or ""
             self.tree_root = trace.root_session_id or ""
             self.agent = trace.agent
         elif not self.parent and trace.parent_session_id:
             self.parent = trace.parent_session_id  # as staging does: the first event naming one
         self.last_time = trace.timestamp or self.last_time
-        if trace.attrs is not None:
-            self.usage.add(trace.attrs)
-        if self.newest_time is not None and trace.timestamp and _later(trace.timestamp, self.newest_time):
-            self.newest_time = trace.timestamp
+        if trace.attrs is not None and self.usage.add(trace.attrs) is not None and moment is not None:
+            if moment < self.usage_low:  # noqa: PLR1730
+                self.usage_low = moment
+            if stage is not Stage.FINISH:
+                self.used_open.add(key)
+        if self.newest_time is not None and parsed is not None:
+            newest = self.newest_moment
+            if newest is None or parsed > newest:
+                self.newest_time = trace.timestamp
+                self.newest_moment = parsed
+        if stage is Stage.FINISH and self.seq >= self.quiet_next and not self.used_open:
+            newest = self.newest_moment
+            if newest is None or newest.tzinfo is None or newest is LATEST:
+                self.forget_history()
+            elif self.quiet_due(newest):
+                self.note_quiet(newest)
 
 
 def _time(stamp: str) -> datetime | None:
@@ -96,16 +137,6 @@ def _time(stamp: str) -> datetime | None:
         return datetime.fromisoformat(stamp)
     except ValueError:
         return None
-
-
-def _later(stamp: str, than: str) -> bool:
-    """Tell whether RFC 3339 time ``stamp`` is after ``than`` ("" is before everything; text that
-    does not parse is never later)."""
-    try:
-        moment = datetime.fromisoformat(stamp)
-        return not than or moment > datetime.fromisoformat(than)
-    except ValueError:
-        return False
 
 
 def _scan_traces(segment: Segment, start: int = 0) -> Iterator[Trace]:

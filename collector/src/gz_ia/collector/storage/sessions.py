@@ -21,7 +21,7 @@ from .checkpoints import Checkpoint, encode_checkpoint
 from .names import REJECTS_STEM, active_name, state_name
 from .open_files import AppendFile
 from .roots import RootDirs, write_file_atomically
-from .tally import TALLY_FIELDS, SessionTally
+from .tally import QUIET_GAP, TALLY_FIELDS, SessionTally
 
 __all__ = ["RootStore", "SessionState"]
 
@@ -99,6 +99,7 @@ class SessionState(AppendFile, SessionTally):
     def note_first(self, event: LogEvent) -> None:
         """Take the session's summary fields from its first event."""
         self.first_time = _format_timestamp(event.timestamp)
+        self.quiet_after = event.timestamp + QUIET_GAP  # no quiet point in a session's first second
         self.parent = event.parent_session_id or ""
         self.tree_root = event.root_session_id or ""
         self.agent = event.agent

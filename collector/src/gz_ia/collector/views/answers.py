@@ -19,6 +19,8 @@ from typing import Any, Final
 from gz_ia.client.schema import Status
 from gz_ia.collector import reading
 from gz_ia.collector.reading import SessionSummary
+from gz_ia.collector.reading.after import after_moment, counts_of_spans
+from gz_ia.collector.reading.segments import open_dirs
 
 from .timeline import ActionSpan, SessionNode, load_tree
 
@@ -50,9 +52,7 @@ def _iso(stamp: datetime) -> str:
 
 
 def _begun(span: ActionSpan) -> datetime:
-    """When the cycle's first event was stamped (``start`` may be set back by a reported duration)."""
-    stamps = [stamp for stamp in (span.read_at, span.pending_at, span.finished_at) if stamp is not None]
-    return min(stamps) if stamps else span.start
+    return span.begun
 
 
 # --- is it stuck -------------------------------------------------------------------------------------
@@ -251,50 +251,100 @@ class Why:
 def why(root: Path, session_id: str) -> Why | None:
     """The first failure of ``session_id``'s tree and what came after it; None when nothing failed.
 
-    Reads in two steps what the answer needs: first the sessions whose tally counts a FAILED event
-    (the first failure is among them; none: the tree never failed, and nothing else is read), then
-    the others that have events after that failure. A session that ended before it adds nothing.
+    Reads what the answer needs off the sessions' tallies (:attr:`reading.SessionSummary.history`):
+    the first failure is the earliest each tally with a FAILED event records, and what a session
+    did after it is its totals less what its quiet points count before it, with only the stretch
+    around the failure read again (:func:`reading.after.after_moment`). A session whose tally does
+    not say (an earlier gz-ia's checkpoint, two failures at one time) is folded whole, as every
+    session was before. A session that ended before the failure adds nothing.
 
     Raises:
         SessionNotFound: nothing stored for the session.
     """
-    top = reading.session_tree(root, session_id)
+    top = reading.session_tree(root, session_id, history=True)
     items = [item for _, item in top.walk()]
     folded: dict[str, SessionNode] = {}
 
-    def fold(session: str) -> None:
+    def fold(session: str) -> SessionNode:
         try:
-            folded[session] = load_tree(root, session, tree=False)
+            node = load_tree(root, session, tree=False)
         except reading.SessionNotFound:
-            folded[session] = SessionNode(session)  # known only as a parent, or removed since
-
-    for item in items:
-        if item.summary.failures or item.summary.incomplete:
-            fold(item.session_id)
-    failure = _first_failure(folded.values())
-    if failure is None:
-        return None
-    for item in items:
-        last = item.summary.last_time
-        if item.session_id not in folded and last is not None and last > failure:
-            fold(item.session_id)
-
-    def node_of(item: Any) -> SessionNode:  # as deep as the reader's tree: at most MAX_TREE_DEPTH
-        node = folded.get(item.session_id) or SessionNode(item.session_id)
-        node.children = [node_of(child) for child in item.children]
+            node = SessionNode(session)  # known only as a parent, or removed since
+        folded[session] = node
         return node
 
-    return why_of(node_of(top))
+    first: tuple[datetime, int, str, str, str | None] | None = None
+    for order, item in enumerate(items):
+        summary = item.summary
+        if not (summary.failures or summary.incomplete):
+            continue
+        history = None if summary.incomplete else summary.history
+        if history is not None and (history.first_failed is None or not history.first_failed.tied):
+            known = history.first_failed
+            found = None if known is None else (known.at, order, item.session_id, known.action, known.error)
+        else:
+            spans = [
+                span
+                for span in fold(item.session_id).actions
+                if span.status is Status.FAILED and span.finished_at is not None
+            ]
+            earliest = min(spans, key=lambda span: span.finished_at or span.start, default=None)
+            found = None
+            if earliest is not None and earliest.finished_at is not None:
+                found = (earliest.finished_at, order, item.session_id, earliest.action, earliest.error)
+        if found is not None and (first is None or found[:2] < first[:2]):
+            first = found
+    if first is None:
+        return None
+    stamp, _, failed_session, failed_action, failed_error = first
+    actions = tokens = 0
+    cost = 0.0
+    last: datetime | None = None
+    dirs = None
+    try:
+        for item in items:
+            summary = item.summary
+            node = folded.get(item.session_id)
+            ended = summary.last_time is None or summary.last_time <= stamp
+            if node is None and ended and not (summary.failures or summary.incomplete):
+                continue  # ended before the failure
+            counts = None
+            newest: datetime | None = None
+            if node is None and summary.history is not None:
+                if dirs is None:
+                    dirs = open_dirs(root)
+                counts = after_moment(dirs, summary, stamp)
+                newest = summary.history.newest
+            if counts is None:
+                node = node if node is not None else fold(item.session_id)
+                counts = counts_of_spans(node.actions, stamp, hooks_count=node.usage.from_hooks)
+                newest = node.last
+            actions += counts.actions
+            tokens += counts.tokens
+            cost += counts.cost_usd
+            if newest is not None and (last is None or newest > last):
+                last = newest
+    finally:
+        if dirs is not None:
+            dirs.close()
+    wall = max(0, int(((last or stamp) - stamp).total_seconds() * 1000))
+    return Why(
+        Failure(failed_session, failed_action, failed_error, stamp),
+        _chain(top, failed_session),
+        After(actions, wall, tokens, cost),
+    )
 
 
-def _first_failure(nodes: Iterable[SessionNode]) -> datetime | None:
-    stamps = [
-        span.finished_at
-        for node in nodes
-        for span in node.actions
-        if span.status is Status.FAILED and span.finished_at is not None
-    ]
-    return min(stamps) if stamps else None
+def _chain(top: reading.TreeNode, session_id: str) -> tuple[str, ...]:
+    """The session ids from ``top`` down to ``session_id``, as :func:`why_of` walks them up."""
+    parent_of: dict[str, str] = {}
+    for _, item in top.walk():
+        for child in item.children:
+            parent_of.setdefault(child.session_id, item.session_id)
+    chain = [session_id]
+    while chain[-1] != top.session_id and chain[-1] in parent_of and len(chain) <= len(parent_of):
+        chain.append(parent_of[chain[-1]])
+    return tuple(reversed(chain))
 
 
 def why_of(top: SessionNode) -> Why | None:
