@@ -103,6 +103,15 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
     ]
     ambiguous = hub.gz_ia("session", "logs", "s1", env=on_hub)
     assert ambiguous.returncode != 0 and "--host" in ambiguous.stderr and "ci-runner, laptop" in ambiguous.stderr
+    # The answers take a machine's own id as the reading commands do.
+    why = hub.gz_ia("session", "why", "s1", "--host", "laptop", env=on_hub)
+    assert why.returncode == 1 and "no cycle of session laptop.s1" in why.stderr, why.stderr
+    why = hub.gz_ia("session", "why", "sub1", env=on_hub)
+    assert why.returncode == 1 and "laptop.sub1" in why.stderr, why.stderr
+    assert "--host" in hub.gz_ia("session", "why", "s1", env=on_hub).stderr
+    assert "HOST.SESSION_ID" in hub.gz_ia("session", "diff", "s1", "sub1", env=on_hub).stderr
+    (compared,) = gz_ia("session", "diff", "laptop.s1", "ci-runner.s1", "--json")
+    assert (compared["totals"]["a"]["actions"], compared["totals"]["b"]["actions"]) == (20, 13)
 
     # The page's API: every machine's sessions, each with its host, and host=NAME as a match.
     from tests.integration.test_web import request

@@ -11,6 +11,7 @@ import click
 
 from ._common import EXIT_NOT_FOUND, root_of
 from ._complete import complete_session_id
+from ._hosts import host_option, hosted
 from ._output import Output, not_found, quietly
 
 __all__ = ["parse_age", "session_diff_command", "session_why_command"]
@@ -34,16 +35,20 @@ def parse_age(text: str) -> float:
 @click.command("why")
 @click.argument("session_id", shell_complete=complete_session_id)
 @click.option("--json", "as_json", is_flag=True, help="first_failure, chain and after as one JSON object.")
+@host_option
 @click.pass_context
 @quietly
-def session_why_command(ctx: click.Context, session_id: str, as_json: bool) -> None:
+def session_why_command(ctx: click.Context, session_id: str, as_json: bool, host: str | None) -> None:
     """Say where SESSION_ID's tree first failed (subagents included) and what it did after that.
 
-    Exits 0 with the failure, 1 with a sentence when nothing in the tree failed.
+    Exits 0 with the failure, 1 with a sentence when nothing in the tree failed. On a fleet hub,
+    SESSION_ID is a machine's own id (or the hub's HOST.SESSION_ID); --host picks the machine where
+    several used it.
     """
     from gz_ia.collector import reading
     from gz_ia.collector.views.answers import why
 
+    session_id = hosted(ctx, session_id, host)
     try:
         answer = why(root_of(ctx), session_id)
     except reading.SessionNotFound as exc:
@@ -81,13 +86,15 @@ def session_diff_command(ctx: click.Context, a: str, b: str, as_json: bool) -> N
     they first differ.
 
     Each line is one aligned pair: '=' the same step in both, '~' a different step, '-' only in A,
-    '+' only in B. The totals of each follow.
+    '+' only in B. The totals of each follow. On a fleet hub, A and B may be a machine's own ids
+    (or the hub's HOST.SESSION_ID, to compare two machines' runs of one id).
     """
     from gz_ia.collector import reading
     from gz_ia.collector.views.answers import diff_sessions
     from gz_ia.collector.views.timeline import load_tree
 
     root = root_of(ctx)
+    a, b = (hosted(ctx, name, None, choose="its HOST.SESSION_ID") for name in (a, b))
     try:
         answer = diff_sessions(load_tree(root, a, tree=False), load_tree(root, b, tree=False))
     except reading.SessionNotFound as exc:

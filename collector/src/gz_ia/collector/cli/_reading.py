@@ -16,17 +16,16 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import click
 
-from gz_ia.client import env
 from gz_ia.client.schema import Status
 
 from ._common import EXIT_FAILED, EXIT_GAP, EXIT_NO_MATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, root_of, socket_path_of
 from ._complete import complete_session_id
 from ._history import all_ids, members_of, start_positions, stored_history
+from ._hosts import exists, host_option, hosted
 from ._log_options import (
     MACHINE_OUTPUTS,
     filters_of,
@@ -57,12 +56,7 @@ __all__ = ["all_logs", "session_logs"]
 @click.option(
     "--seq", default=None, metavar="N|N..M", help="Only the event with this seq (or this range); exit 1 if missing."
 )
-@click.option(
-    "--host",
-    default=None,
-    metavar="NAME",
-    help="On a fleet hub: machine NAME's session SESSION_ID (where several machines used that id).",
-)
+@host_option
 @log_options
 @click.pass_context
 @quietly
@@ -76,24 +70,7 @@ def session_logs(
     different fields ANDed. On a fleet hub, SESSION_ID is a machine's own id (or the hub's
     HOST.SESSION_ID); --host picks the machine where several used it.
     """
-    _run_logs(ctx, [_hosted(ctx, session_id, host)], tree=tree, until_finished=until_finished, **options)
-
-
-def _hosted(ctx: click.Context, session_id: str, host: str | None) -> str:
-    """The hub's name of a machine's session: ``HOST.ID`` (docs/operations.md, "Many machines")."""
-    if host is not None:
-        return f"{host}.{session_id}"
-    from gz_ia.collector import reading
-
-    named = ctx.find_root().params.get("root")  # as root_of finds it, its warning left to the command
-    root = Path(named).absolute() if named else env.find_root(passed_over=[])
-    if not reading.is_hub_root(root) or _exists(root, session_id):
-        return session_id
-    found = reading.hosted_sessions(root, session_id)
-    if len(found) > 1:
-        hosts = ", ".join(str(reading.host_of(name)) for name in found)
-        raise click.UsageError(f"session {session_id!r} exists on several machines ({hosts}): choose one with --host")
-    return found[0] if found else session_id
+    _run_logs(ctx, [hosted(ctx, session_id, host)], tree=tree, until_finished=until_finished, **options)
 
 
 @click.command("logs")
@@ -281,7 +258,7 @@ def _run_logs(
             nonlocal timed_out
             if deadline is None or time.monotonic() < deadline:
                 return False
-            if watch is None and (waiting_for is None or _exists(root, waiting_for)):
+            if watch is None and (waiting_for is None or exists(root, waiting_for)):
                 return False  # the session started: --timeout bounded only the wait for it
             timed_out = True
             return True
@@ -318,7 +295,7 @@ def _run_logs(
         if timed_out:
             what = (
                 f"session {waiting_for} did not start"
-                if waiting_for and not _exists(root, waiting_for)
+                if waiting_for and not exists(root, waiting_for)
                 else ("the followed action did not finish")
             )
             click.echo(f"gz-ia: {what} within --timeout {options['timeout']}", err=True)
@@ -358,16 +335,6 @@ def _window(history: Iterable[Any], count: int | None, *, reverse: bool) -> Iter
 
 def _finish_code(watch: Any) -> int:
     return EXIT_FAILED if watch.status is Status.FAILED else 0
-
-
-def _exists(root: Path, session_id: str) -> bool:
-    from gz_ia.collector import reading
-
-    try:
-        reading.end_cursor(root, session_id)
-    except reading.SessionNotFound:
-        return False
-    return True
 
 
 def _check_seqs(
