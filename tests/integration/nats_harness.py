@@ -96,6 +96,13 @@ def fleet_env(url: str, host: str, state: Path, **more: str) -> dict[str, str]:
     return {"GZ_IA_FLEET_URL": url, "GZ_IA_FLEET_HOST": host, "GZ_IA_STATE_DIR": str(state), **more}
 
 
+def hub_env(url: str, base: Path, **more: str) -> tuple[dict[str, str], Path]:
+    """A hub's environment (its state and its root below ``base``) and the root it writes."""
+    root = base / "hub" / ".harness"
+    hub = {"GZ_IA_FLEET_HUB": "true", "GZ_IA_FLEET_HUB_ROOT": str(root)}
+    return fleet_env(url, "hub", base / "hub-state", **hub, **more), root
+
+
 def events(session_id: str, count: int, start: int = 0, parent: str | None = None) -> Iterator[LogEvent]:
     """``count`` action cycles' worth of events (READ then FINISH) in one session, each named by its number."""
     for number in range(start, start + count):

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import wait_for
-from tests.fixtures.backends import BackendServer, _mlflow_server, _phoenix, http_json
+from tests.fixtures.backends import BackendServer, _mlflow_server, _phoenix, cycle_start_ns, http_json
 
 pytestmark = [pytest.mark.backends, pytest.mark.timeout(1500)]
 __all__ = ["_mlflow_server", "_phoenix"]  # the session fixtures, imported to be found here
@@ -44,18 +44,6 @@ SPAN_KINDS = {
 
 def _ns(line: dict[str, Any]) -> int:
     return int(datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp() * 1_000_000) * 1000
-
-
-def _cycle_start_ns(first: dict[str, Any], finish: dict[str, Any]) -> int:
-    """Where a cycle's span starts, as the one model of a session draws it: its first event, or
-    earlier when the duration its FINISH reports says the action began before that."""
-    from datetime import datetime, timedelta
-
-    def moment(line: dict[str, Any]) -> datetime:
-        return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))
-
-    begun = min(moment(first), moment(finish) - timedelta(milliseconds=finish.get("duration_ms") or 0))
-    return int(begun.timestamp() * 1_000_000) * 1000
 
 
 def _iso_ns(text: str) -> int:
@@ -190,7 +178,7 @@ def check_phoenix_tree(collector: Any, spans: list[dict[str, Any]], root: str) -
     assert bash_failed["status_message"] == "make: *** [all] Error 2"
     exceptions = [event for event in bash_failed["events"] if event["name"] == "exception"]
     assert [event["attributes"]["exception.message"] for event in exceptions] == ["make: *** [all] Error 2"]
-    assert _iso_ns(bash_ok["start_time"]) == _cycle_start_ns(stored[root][2], stored[root][3])
+    assert _iso_ns(bash_ok["start_time"]) == cycle_start_ns(stored[root][2], stored[root][3])
     assert _iso_ns(bash_ok["end_time"]) == _ns(stored[root][3])
     agent = by_name["Agent"][0]
     attributes = agent["attributes"]

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from tests.conftest import free_port, send_events, wait_for
 from tests.fixtures.chromium import chromium, open_page
-from tests.integration.nats_harness import NatsServer, events, fleet_env, read_root, wait_equal
+from tests.integration.nats_harness import NatsServer, events, fleet_env, hub_env, read_root, wait_equal
 
 
 @pytest.fixture(name="nats_server")
@@ -35,17 +35,8 @@ def test_two_machines_reach_the_hub_exactly_once_and_apart_and_a_forged_host_is_
 ) -> None:
     """Two machines with a session id in common: the hub keeps each machine's session apart, equal to it;
     a message whose subject names another host than the one it claims is refused and counted."""
-    hub_root = short_tmp / "hub" / ".harness"
-    hub = make_collector(
-        env=fleet_env(
-            nats_server.url,
-            "hub",
-            short_tmp / "hub-state",
-            GZ_IA_FLEET_HUB="true",
-            GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-            GZ_IA_DURABILITY="fsync",
-        )
-    )
+    environment, hub_root = hub_env(nats_server.url, short_tmp, GZ_IA_DURABILITY="fsync")
+    hub = make_collector(env=environment)
     laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
     runner = make_collector(env=fleet_env(nats_server.url, "ci-runner", short_tmp / "runner-state"))
     send_events(laptop, [*events("s1", 40), *events("sub1", 6, parent="s1")])
@@ -143,17 +134,8 @@ def test_kill_of_the_shipping_collector_and_of_the_hub_mid_load_loses_and_double
     make_collector: Any, nats_server: NatsServer, short_tmp: Path
 ) -> None:
     """SIGKILL of the machine's collector while it ships, then of the hub while it writes: every session equal."""
-    hub_root = short_tmp / "hub" / ".harness"
-    hub_env = fleet_env(
-        nats_server.url,
-        "hub",
-        short_tmp / "hub-state",
-        GZ_IA_FLEET_HUB="true",
-        GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-        GZ_IA_FLEET_ACK_WAIT="1",
-        GZ_IA_DURABILITY="fsync",
-    )
-    hub = make_collector(env=hub_env)
+    environment, hub_root = hub_env(nats_server.url, short_tmp, GZ_IA_FLEET_ACK_WAIT="1", GZ_IA_DURABILITY="fsync")
+    hub = make_collector(env=environment)
     laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
     load = [event for number in range(20) for event in events(f"k{number}", 150)]
     send_events(laptop, load[:1500])
@@ -185,16 +167,8 @@ def test_a_page_cut_otherwise_after_a_crash_lands_exactly_once(
     event by event and writes the rest. The crash's state is made by hand (the positions file deleted
     while the server is down, so the re-publish is certain to be one message of events 1-30 over the
     stream's 1-15); everything else is real."""
-    hub_root = short_tmp / "hub" / ".harness"
-    hub_env = fleet_env(
-        nats_server.url,
-        "hub",
-        short_tmp / "hub-state",
-        GZ_IA_FLEET_HUB="true",
-        GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-        GZ_IA_DURABILITY="fsync",
-    )
-    hub = make_collector(env=hub_env)
+    environment, hub_root = hub_env(nats_server.url, short_tmp, GZ_IA_DURABILITY="fsync")
+    hub = make_collector(env=environment)
     laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
     send_events(laptop, events("cut", 15))
     wait_equal(laptop.root, "laptop", hub_root)
@@ -217,11 +191,8 @@ def test_pages_are_cut_to_the_servers_max_payload(make_collector: Any, short_tmp
     server = NatsServer(short_tmp / "nats", config="max_payload: 4096\n")
     server.start()
     try:
-        hub_root = short_tmp / "hub" / ".harness"
-        hub_env = fleet_env(
-            server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
-        )
-        make_collector(env=hub_env)
+        environment, hub_root = hub_env(server.url, short_tmp)
+        make_collector(env=environment)
         laptop = make_collector(env=fleet_env(server.url, "laptop", short_tmp / "laptop-state"))
         # About a kilobyte a line: a page of 24 is about 24 KiB.
         large = [
@@ -254,12 +225,8 @@ def test_an_outage_of_the_server_is_caught_up(
 ) -> None:
     """The server stops for minutes (``GZ_IA_SOAK_SECONDS`` bounds them) while an agent keeps logging at a
     pace: the machine keeps accepting, says it is behind, and catches up once the server is back."""
-    hub_root = short_tmp / "hub" / ".harness"
-    make_collector(
-        env=fleet_env(
-            nats_server.url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root)
-        )
-    )
+    environment, hub_root = hub_env(nats_server.url, short_tmp)
+    make_collector(env=environment)
     laptop = make_collector(env=fleet_env(nats_server.url, "laptop", short_tmp / "laptop-state"))
     send_events(laptop, events("before", 20))
     wait_equal(laptop.root, "laptop", hub_root)
@@ -317,19 +284,9 @@ def test_a_machine_can_publish_only_as_itself_over_tls(make_collector: Any, shor
     server = NatsServer(short_tmp / "nats", config=config)
     server.start()
     try:
-        hub_root = short_tmp / "hub" / ".harness"
         ca = {"GZ_IA_FLEET_TLS_CA": str(tls / "cert.pem")}
-        hub_url = f"tls://hub:hub-pw@127.0.0.1:{server.port}"
-        hub = make_collector(
-            env=fleet_env(
-                hub_url,
-                "hub",
-                short_tmp / "hub-state",
-                GZ_IA_FLEET_HUB="true",
-                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-                **ca,
-            )
-        )
+        environment, hub_root = hub_env(f"tls://hub:hub-pw@127.0.0.1:{server.port}", short_tmp, **ca)
+        hub = make_collector(env=environment)
         laptop_url = f"tls://laptop:laptop-pw@127.0.0.1:{server.port}"
         laptop = make_collector(env=fleet_env(laptop_url, "laptop", short_tmp / "laptop-state", **ca))
         send_events(laptop, events("own", 6))
@@ -382,17 +339,8 @@ def test_each_machine_is_its_nkey_and_a_wrong_seed_is_refused(make_collector: An
     server = NatsServer(short_tmp / "nats", config=config)
     server.start()
     try:
-        hub_root = short_tmp / "hub" / ".harness"
-        hub = make_collector(
-            env=fleet_env(
-                server.url,
-                "hub",
-                short_tmp / "hub-state",
-                GZ_IA_FLEET_HUB="true",
-                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-                GZ_IA_FLEET_NKEY_SEED=str(seeds["hub"]),
-            )
-        )
+        environment, hub_root = hub_env(server.url, short_tmp, GZ_IA_FLEET_NKEY_SEED=str(seeds["hub"]))
+        hub = make_collector(env=environment)
         laptop = make_collector(
             env=fleet_env(server.url, "laptop", short_tmp / "laptop-state", GZ_IA_FLEET_NKEY_SEED=str(seeds["laptop"]))
         )
@@ -453,13 +401,8 @@ def test_with_client_certificates_each_machine_is_its_certificate(make_collector
                 "GZ_IA_FLEET_TLS_KEY": str(tls / f"{name}.key"),
             }
 
-        hub_root = short_tmp / "hub" / ".harness"
-        hub = make_collector(
-            env=fleet_env(
-                url, "hub", short_tmp / "hub-state", GZ_IA_FLEET_HUB="true", GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-                **identity("hub"),
-            )
-        )  # fmt: skip
+        environment, hub_root = hub_env(url, short_tmp, **identity("hub"))
+        hub = make_collector(env=environment)
         laptop = make_collector(env=fleet_env(url, "laptop", short_tmp / "laptop-state", **identity("laptop")))
         send_events(laptop, events("own", 6))
         wait_equal(laptop.root, "laptop", hub_root)
@@ -516,18 +459,8 @@ def test_a_three_server_cluster_loses_one_server_mid_load(make_collector: Any, s
         for server in servers:
             wait_for(lambda server=server: "Server is ready" in server.log_path.read_text(), message="a server")
         url = ",".join(server.url for server in servers)
-        hub_root = short_tmp / "hub" / ".harness"
-        make_collector(
-            env=fleet_env(
-                url,
-                "hub",
-                short_tmp / "hub-state",
-                GZ_IA_FLEET_HUB="true",
-                GZ_IA_FLEET_HUB_ROOT=str(hub_root),
-                GZ_IA_FLEET_REPLICAS="3",
-                GZ_IA_FLEET_ACK_WAIT="2",
-            )
-        )
+        environment, hub_root = hub_env(url, short_tmp, GZ_IA_FLEET_REPLICAS="3", GZ_IA_FLEET_ACK_WAIT="2")
+        make_collector(env=environment)
         laptop = make_collector(env=fleet_env(url, "laptop", short_tmp / "laptop-state", GZ_IA_FLEET_REPLICAS="3"))
         send_events(laptop, [event for number in range(10) for event in events(f"c{number}", 20)])
         wait_equal(laptop.root, "laptop", hub_root)

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from tests.conftest import free_port, wait_for
+from tests.fixtures.backends import cycle_start_ns
 
 from gz_ia.collector.otel.spans import cycle_span_id, session_span_id
 
@@ -442,18 +443,6 @@ def _hex(value: int, size: int) -> str:
     return value.to_bytes(size, "big").hex()
 
 
-def _cycle_start_ns(first: dict[str, Any], finish: dict[str, Any]) -> int:
-    """Where a cycle's span starts, as the one model of a session draws it: its first event, or
-    earlier when the duration its FINISH reports says the action began before that."""
-    from datetime import datetime, timedelta
-
-    def moment(line: dict[str, Any]) -> datetime:
-        return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))
-
-    begun = min(moment(first), moment(finish) - timedelta(milliseconds=finish.get("duration_ms") or 0))
-    return int(begun.timestamp() * 1_000_000) * 1000
-
-
 def _ns(stored: dict[str, Any]) -> int:
     from datetime import datetime
 
@@ -527,7 +516,7 @@ def check_tree(collector: Any, spans: list[dict[str, Any]]) -> None:
     assert plan["attributes"]["gz_ia.duration_ms"] == 42
     assert plan["status_code"] == 1  # OK
     assert [event[0] for event in plan["events"]] == ["READ", "PENDING", "FINISH"]
-    plan_start = _cycle_start_ns(stored["root"][0], stored["root"][2])
+    plan_start = cycle_start_ns(stored["root"][0], stored["root"][2])
     assert (plan["start"], plan["end"]) == (plan_start, _ns(stored["root"][2]))
     assert [event[1] for event in plan["events"]] == [_ns(line) for line in stored["root"][:3]]
     assert test["status_code"] == 2  # ERROR
@@ -536,7 +525,7 @@ def check_tree(collector: Any, spans: list[dict[str, Any]]) -> None:
                                                              "exception.message": "boom"})  # fmt: skip
     assert test["attributes"]["gz_ia.attr.tokens"] == 12
     assert "llm.token_count.total" not in test["attributes"]  # a bare total is no usage record: counted nowhere
-    assert (test["start"], test["end"]) == (_cycle_start_ns(stored["kid"][0], stored["kid"][1]), _ns(stored["kid"][1]))
+    assert (test["start"], test["end"]) == (cycle_start_ns(stored["kid"][0], stored["kid"][1]), _ns(stored["kid"][1]))
     root_span = by_id.get(session["root"])
     if root_span is not None:  # sent once the session is final: its deploy cycle finished
         assert root_span["status_code"] == 1
@@ -566,7 +555,7 @@ def test_cycles_and_sessions_arrive_as_one_trace_tree(collector: Any, receiver: 
     wait_for(lambda: deploy in receiver.span_ids(), message="the deploy cycle once finished")
     span = next(span for span in receiver.spans if span["span_id"] == deploy)
     stored = collector.all_sessions()["root"]
-    assert (span["start"], span["end"]) == (_cycle_start_ns(stored[3], stored[4]), _ns(stored[4]))
+    assert (span["start"], span["end"]) == (cycle_start_ns(stored[3], stored[4]), _ns(stored[4]))
     root_id = _hex(session_span_id("root", "root"), 8)
     wait_for(lambda: root_id in receiver.span_ids(), message="the root session's span once final")
     assert [s["end"] for s in receiver.spans if s["span_id"] == root_id] == [_ns(stored[4])]  # sent once, final
