@@ -254,30 +254,30 @@ def test_path_traversal_parent_session_id_refused(collector: Any, parent: str, f
     assert not collector.session_file("child-1").exists()
 
 
+def _refused_root(collector: Any, root: Path) -> EventRejected:
+    """What the collector answers a client whose hello names ``root``."""
+    client = collector.client()
+    client._sender.root = root
+    with pytest.raises(EventRejected) as caught:
+        client.send(build_event(session_id="s-1", action="a", stage="READ", agent="sec"), timeout=10)
+    client.close(timeout=0)
+    return caught.value
+
+
 def test_symlinked_root_refused(collector: Any) -> None:
     """A root that is a symlink is refused with root_not_allowed; nothing is written at its target."""
     real = collector.base / "real" / ".harness"
     real.mkdir(parents=True)
     link = collector.base / "link-harness"
     link.symlink_to(real, target_is_directory=True)
-    client = collector.client()
-    client._sender.root = link
-    with pytest.raises(EventRejected) as caught:
-        client.send(build_event(session_id="s-1", action="a", stage="READ", agent="sec"), timeout=10)
-    client.close(timeout=0)
-    assert caught.value.reason == "root_not_allowed"
+    assert _refused_root(collector, link).reason == "root_not_allowed"
     assert list(real.iterdir()) == []
 
 
 def test_root_of_another_uid_refused(collector: Any) -> None:
     """A root owned by another uid than the sender's is refused with root_not_allowed."""
     root = root_for_other_uid(collector.base)
-    client = collector.client()
-    client._sender.root = root
-    with pytest.raises(EventRejected) as caught:
-        client.send(build_event(session_id="s-1", action="a", stage="READ", agent="sec"), timeout=10)
-    client.close(timeout=0)
-    assert caught.value.reason == "root_not_allowed"
+    assert _refused_root(collector, root).reason == "root_not_allowed"
     assert list(root.iterdir()) == []
 
 
@@ -287,13 +287,9 @@ def test_a_directory_of_other_files_is_never_made_a_root(collector: Any) -> None
     project = collector.base / "project"
     project.mkdir()
     (project / "main.py").write_text("print()\n")
-    client = collector.client()
-    client._sender.root = project
-    with pytest.raises(EventRejected) as caught:
-        client.send(build_event(session_id="s-1", action="a", stage="READ", agent="sec"), timeout=10)
-    client.close(timeout=0)
-    assert caught.value.reason == "root_not_allowed"
-    assert "name an empty directory or a .harness" in str(caught.value)
+    refused = _refused_root(collector, project)
+    assert refused.reason == "root_not_allowed"
+    assert "name an empty directory or a .harness" in str(refused)
     assert sorted(path.name for path in project.iterdir()) == ["main.py"]
 
 
