@@ -355,6 +355,8 @@ def test_each_machine_is_its_nkey_and_a_wrong_seed_is_refused(make_collector: An
         refused = f'authentication error - Nkey "{public["stranger"]}"'
         wait_for(lambda: refused in server.log_path.read_text(), message="the server's refusal")
         assert _fleet(laptop)["connected"] is True and _fleet(stranger)["connected"] is False
+        # Never let in, it still says how far behind it is: every event it wrote.
+        wait_for(lambda: _fleet(stranger)["lag_events"] == 4, message="the refused machine's lag")
         assert "laptop.posing" not in read_root(hub_root)
         assert hub.metric('gzia_fleet_hub_events_total{outcome="written"}') == 6
     finally:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from gz_ia.client import env
 from gz_ia.collector.config import FleetConfig
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["FleetRunner", "hub_root"]
 
 log = logging.getLogger("gz_ia.collector")
+
+MEASURE_INTERVAL: Final = 2.0
+"""Seconds between looks at what is written while no server was reached yet (for the lag reported)."""
 
 
 def hub_root(config: FleetConfig) -> Path:
@@ -111,9 +114,23 @@ class FleetRunner:
         self.connected = connected
         self.metrics.fleet_connected.set(1 if connected else 0)
 
+    async def _measure_until_connected(self, stopping: asyncio.Event) -> None:
+        """Until a server is first reached, keep the lag reported true (the shipper measures it once
+        it ships): a machine the servers refuse says how much it holds back."""
+        while not self.connected and not stopping.is_set():
+            try:
+                await self.shipper.measure()
+            except Exception:  # an unreadable root: reported by the shipper once it ships
+                log.debug("fleet: measuring the lag failed", exc_info=True)
+            try:
+                await asyncio.wait_for(stopping.wait(), MEASURE_INTERVAL)
+            except TimeoutError:
+                pass
+
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = stopping = asyncio.Event()
+        measuring = asyncio.create_task(self._measure_until_connected(stopping))
         client = None
         while client is None and not stopping.is_set():
             try:
@@ -127,6 +144,7 @@ class FleetRunner:
                 except TimeoutError:
                     pass
         if client is None:
+            measuring.cancel()
             return
         await self._set_connected(True)
         self.shipper.fit(client.max_payload)

@@ -66,6 +66,9 @@ class _Root:
     """Per session, the stat of its active file when everything in it was shipped."""
     ends: dict[str, int] = field(default_factory=dict)
     """Per session, the newest ``seq`` stored, as last looked at."""
+    measured: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """Per session, the stat of its active file when its newest ``seq`` was last read for the lag
+    alone (no server reached yet)."""
 
     def lag(self) -> int:
         shipped = self.positions.sessions
@@ -80,8 +83,13 @@ def _stat(root: Path, session_id: str) -> tuple[int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _changed(root: _Root) -> list[tuple[str, tuple[int, int, int], int]]:
-    """The sessions written since they were last shipped: ``(id, stat, newest seq)``."""
+def _changed(
+    root: _Root, since: dict[str, tuple[int, int, int]] | None = None
+) -> list[tuple[str, tuple[int, int, int], int]]:
+    """The sessions written since they were last shipped (``since``: since their stat there):
+    ``(id, stat, newest seq)``."""
+    if since is None:
+        since = root.seen
     sessions = root.path / "sessions"
     found: set[str] = set()
     try:
@@ -98,7 +106,7 @@ def _changed(root: _Root) -> list[tuple[str, tuple[int, int, int], int]]:
     changed = []
     for session_id in sorted(found):
         stat = _stat(root.path, session_id)
-        if root.seen.get(session_id) == stat:
+        if since.get(session_id) == stat:
             continue
         try:
             end = cursor_seq(end_cursor(root.path, session_id), session_id)
@@ -169,6 +177,15 @@ class Shipper:
     def lag(self) -> int:
         """Events written here and not yet acknowledged by the stream (as of the last look)."""
         return sum(root.lag() for root in list(self.roots.values()))
+
+    async def measure(self) -> None:
+        """Read how far each root is written, without shipping: while no server was ever reached,
+        the lag ``gz-ia status`` and the metrics report is every event written since the positions."""
+        self._refresh_roots()
+        for root in list(self.roots.values()):
+            for session_id, stat, _end in await asyncio.to_thread(_changed, root, root.measured):
+                root.measured[session_id] = stat
+        self.metrics.fleet_lag.labels("ship").set(self.lag())
 
     def _skipped(self, path: Path) -> bool:
         """Whether ``path`` is the hub's own root (shipping it would feed the hub its own writes)."""
