@@ -74,9 +74,11 @@ client.flush(timeout=2)
 """
 
 
-def test_health_follows_the_write_of_an_adopted_spool(collector: Any, small_disk: Path) -> None:
+def test_health_follows_the_write_of_an_adopted_spool(make_collector: Any, small_disk: Path) -> None:
     """The disk fills, the only agent gives up and spools its events; once the disk has room the
-    collector's spool adoption writes them, and that write makes it healthy again."""
+    collector's spool adoption (looking every 2 s here, ``spool_adoption_interval``) writes them, and
+    that write makes it healthy again."""
+    collector = make_collector(env={"GZ_IA_SPOOL_ADOPTION_INTERVAL": "2"})
     root = small_disk / ".harness"
     root.mkdir()
     client = Client(socket_path=collector.socket, root=root)
@@ -92,8 +94,8 @@ def test_health_follows_the_write_of_an_adopted_spool(collector: Any, small_disk
     wait_for(lambda: _status(collector)[0] == EXIT_UNHEALTHY, timeout=30, message="an unhealthy status")
     assert list(spool_dir().glob("*.spool"))
     filler.unlink()
-    # Adoption runs every 30 s: nothing else writes to the root meanwhile.
-    wait_for(lambda: not list(spool_dir().glob("*.spool")), timeout=90, message="the spool to be adopted")
+    # Adoption looks every 2 s: nothing else writes to the root meanwhile.
+    wait_for(lambda: not list(spool_dir().glob("*.spool")), timeout=60, message="the spool to be adopted")
     assert len((root / "sessions" / "spooled.events.jsonl").read_text().splitlines()) == 20
     code, report = _status(collector)
     assert (code, report["healthy"], report["reasons"]) == (0, True, [])

@@ -259,8 +259,10 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     allow_uids: list[int] = []
     """Other uids allowed to connect (the collector's own uid always is)."""
     spool_dir: str = ""
-    """Where clients spill events (adopted at start and every 30 s when their process died); empty:
-    ``$GZ_IA_SPOOL_DIR`` or ``$XDG_STATE_HOME/gz-ia/spool``."""
+    """Where clients spill events (adopted at start and every ``spool_adoption_interval`` seconds when
+    their process died); empty: ``$GZ_IA_SPOOL_DIR`` or ``$XDG_STATE_HOME/gz-ia/spool``."""
+    spool_adoption_interval: float = 30.0
+    """Seconds between looks for the spools of clients that died (each look lists the spool directory)."""
     max_open_actions: int = 10_000
     """Open (unfinished) actions per session."""
     max_open_actions_total: int = 1_000_000
@@ -299,6 +301,8 @@ class CollectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
                 raise ValueError(f"{key} must be >= 0 (0: derived from the descriptor limit)")
         if self.max_backlog_batches < 1:
             raise ValueError("max_backlog_batches must be at least 1")
+        if not self.spool_adoption_interval > 0:
+            raise ValueError("spool_adoption_interval must be > 0 seconds")
         if self.metrics_address not in ("", "off", "auto"):
             host, _, port = self.metrics_address.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:

@@ -60,7 +60,6 @@ __all__ = ["Collector"]
 log = logging.getLogger("gz_ia.collector")
 
 _DRAIN_TIMEOUT: Final = 5.0
-_ADOPTION_INTERVAL: Final = 30.0
 _STATUS_INTERVAL: Final = 10.0
 """Seconds between ``STATUS=`` updates to systemd when there is no watchdog to piggyback on."""
 
@@ -500,7 +499,7 @@ class Collector:
 
     async def _adoption_loop(self) -> None:
         while True:
-            await asyncio.sleep(_ADOPTION_INTERVAL)
+            await asyncio.sleep(self.config.spool_adoption_interval)  # read again after a reload
             async with self.passes.lock:  # adoption writes synchronously: never beside a write pass
                 try:
                     self.adopt_spools()

@@ -49,7 +49,6 @@ __all__ = ["Front"]
 log = logging.getLogger("gz_ia.collector")
 
 _STATUS_INTERVAL: Final = 10.0
-_ADOPTION_INTERVAL: Final = 30.0
 
 
 class Front:
@@ -210,7 +209,7 @@ class Front:
 
     async def _adoption_loop(self) -> None:
         while True:
-            await asyncio.sleep(_ADOPTION_INTERVAL)
+            await asyncio.sleep(self.config.spool_adoption_interval)  # read again after a reload
             await self._adopt()
 
     async def _watchdog_loop(self) -> None:
