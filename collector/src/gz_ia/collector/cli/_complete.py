@@ -17,19 +17,16 @@ __all__ = ["complete_session_id"]
 
 
 def _session_ids(root: os.PathLike[str] | str) -> set[str]:
-    from gz_ia.collector.storage.names import parse_archive_name, session_id_of, session_id_of_state
+    from gz_ia.collector.storage.names import session_id_of_state, stored_session_id
 
     found: set[str] = set()
-    for directory, name_of in (("sessions", session_id_of), ("state", session_id_of_state)):
+    for directory, name_of in (("sessions", stored_session_id), ("state", session_id_of_state)):
         try:
             names = os.listdir(os.path.join(root, directory))
         except OSError:
             continue
         for name in names:
             session_id = name_of(name)
-            if session_id is None and directory == "sessions":
-                archive = parse_archive_name(name)
-                session_id = archive[0] if archive is not None else None
             if session_id is not None:
                 found.add(session_id)
     return found

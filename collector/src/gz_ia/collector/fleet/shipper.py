@@ -24,7 +24,7 @@ from gz_ia.collector.metrics import root_id
 from gz_ia.collector.reading import SessionNotFound, cursor_seq, end_cursor, read_page
 from gz_ia.collector.reading.segments import seq_of
 from gz_ia.collector.service.known_roots import KnownRoots
-from gz_ia.collector.storage.names import parse_archive_name, session_id_of
+from gz_ia.collector.storage.names import stored_session_id
 
 from .naming import HEADER_AFTER, HEADER_HOST, MSG_ID, message_id, subject
 from .positions import Shipped, ShippingPositions
@@ -91,18 +91,11 @@ def _changed(
     if since is None:
         since = root.seen
     sessions = root.path / "sessions"
-    found: set[str] = set()
     try:
         names = os.listdir(sessions)
     except OSError:
         return []
-    for name in names:
-        session_id = session_id_of(name)
-        if session_id is None:
-            archive = parse_archive_name(name)
-            session_id = archive[0] if archive is not None else None
-        if session_id is not None:
-            found.add(session_id)
+    found = {each for name in names if (each := stored_session_id(name)) is not None}
     changed = []
     for session_id in sorted(found):
         stat = _stat(root.path, session_id)

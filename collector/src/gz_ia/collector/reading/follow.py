@@ -18,7 +18,7 @@ from typing import Final
 
 from gz_ia.client.schema import is_safe_session_id
 from gz_ia.collector.errors import CollectorError
-from gz_ia.collector.storage.names import active_name, parse_archive_name, session_id_of, state_name
+from gz_ia.collector.storage.names import active_name, state_name, stored_session_id
 from gz_ia.collector.storage.roots import RootDirs
 
 from .cursor import Position, check_epoch, decode_cursor_epoch, end_position, single_position
@@ -63,15 +63,7 @@ def _stat_key(dirs: RootDirs, session_id: str) -> tuple[int, ...]:
 
 def _stored_session_ids(dirs: RootDirs) -> set[str]:
     """The sessions with a file in ``sessions/`` (a follower of a whole root reads new ones from their start)."""
-    found: set[str] = set()
-    for name in os.listdir(dirs.sessions_fd):
-        session_id = session_id_of(name)
-        if session_id is None:
-            archive = parse_archive_name(name)
-            session_id = archive[0] if archive is not None else None
-        if session_id is not None:
-            found.add(session_id)
-    return found
+    return {found for name in os.listdir(dirs.sessions_fd) if (found := stored_session_id(name)) is not None}
 
 
 def follow(

@@ -48,6 +48,7 @@ __all__ = [
     "session_id_of",
     "session_id_of_state",
     "state_name",
+    "stored_session_id",
     "torn_name",
 ]
 
@@ -86,6 +87,15 @@ def session_id_of(file_name: str) -> str | None:
         return None
     session_id = file_name[: -len(ACTIVE_SUFFIX)]
     return session_id if is_safe_session_id(session_id) else None
+
+
+def stored_session_id(file_name: str) -> str | None:
+    """Return the session id of a session segment's file name, active or archived; None for any other file."""
+    session_id = session_id_of(file_name)
+    if session_id is None:
+        archive = parse_archive_name(file_name)
+        session_id = archive[0] if archive is not None else None
+    return session_id
 
 
 def archive_name(session_id: str, segment: int, *, compressed: bool = False) -> str:
