@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from gz_ia.collector.receivers import held_calls
 from gz_ia.collector.receivers.held_calls import RECENT_BYTES, RecentCycles
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.writer import Writer
@@ -53,3 +55,19 @@ def test_a_replaced_or_long_file_is_read_from_its_last_mib(tmp_path: Path) -> No
     replaced.write_bytes(_line("far") + filler * (RECENT_BYTES // len(filler) + 1) + _line("near"))
     os.replace(replaced, active)  # an editor's save, a rotation: another file under the name
     assert _ids(recent.cycles(root, "s1")) == ["near"]  # "far" is past the last MiB, "old" was another file
+
+
+def test_what_is_remembered_is_bounded_by_the_ids_of_all_sessions(tmp_path: Path, monkeypatch: Any) -> None:
+    """Past the bound on cycle ids held, the sessions looked up longest ago are forgotten (read again
+    from their file if asked for), never the one just read."""
+    monkeypatch.setattr(held_calls, "_IDS_KEPT", 3)
+    root = _root(tmp_path)
+    recent = RecentCycles()
+    for session_id, count in (("s1", 2), ("s2", 2)):
+        (root.path / "sessions" / f"{session_id}.events.jsonl").write_bytes(
+            b"".join(_line(f"{session_id}-{n}") for n in range(count))
+        )
+    assert _ids(recent.cycles(root, "s1")) == ["s1-0", "s1-1"]
+    assert _ids(recent.cycles(root, "s2")) == ["s2-0", "s2-1"]
+    assert list(recent._seen) == [(str(root.path), "s2")] and recent._ids == 2
+    assert _ids(recent.cycles(root, "s1")) == ["s1-0", "s1-1"]  # read again: nothing lost but memory

@@ -33,10 +33,12 @@ __all__ = ["RECENT_BYTES", "CallLookup", "Held", "RecentCycles"]
 
 RECENT_BYTES: Final = 1 << 20
 """How far back in a session's active file a look-up first reads for the hooks' cycles."""
-_CYCLES_KEPT: Final = 8192
-"""Cycle ids remembered per session (the newest): far more tool calls than a MiB of lines holds."""
+_CYCLES_KEPT: Final = 4096
+"""Cycle ids remembered per session (the newest): more tool calls than a MiB of lines holds."""
 _SESSIONS_KEPT: Final = 1024
 """Sessions whose cycle ids are remembered (the ones looked up last)."""
+_IDS_KEPT: Final = 1 << 17
+"""Cycle ids remembered in all (about 10 MB): past it the sessions looked up longest ago are forgotten."""
 _CYCLE: Final = re.compile(rb'"cycle":("(?:[^"\\]|\\.)*")')
 """A stored line's ``cycle``, as its JSON string (the collector writes it without spaces)."""
 
@@ -67,6 +69,8 @@ class RecentCycles:
 
     def __init__(self) -> None:
         self._seen: collections.OrderedDict[tuple[str, str], _Seen] = collections.OrderedDict()
+        self._ids = 0
+        """Cycle ids held, every session's."""
 
     def cycles(self, root: RootStore, session_id: str) -> dict[bytes, None]:
         """The JSON-encoded cycle ids in ``session_id``'s active file, as of now (read since last time)."""
@@ -84,17 +88,26 @@ class RecentCycles:
                     seen = self._remember(key, _Seen(file))
                     seen.offset = max(0, info.st_size - RECENT_BYTES)
                 if info.st_size > seen.offset:
+                    held = len(seen.cycles)
                     self._read(fd, seen, info.st_size)
+                    self._ids += len(seen.cycles) - held
+                self._forget_oldest()
             finally:
                 os.close(fd)
         return seen.cycles if seen is not None else {}
 
     def _remember(self, key: tuple[str, str], seen: _Seen) -> _Seen:
+        replaced = self._seen.pop(key, None)
+        if replaced is not None:
+            self._ids -= len(replaced.cycles)
         self._seen[key] = seen
-        self._seen.move_to_end(key)
-        while len(self._seen) > _SESSIONS_KEPT:
-            self._seen.popitem(last=False)
         return seen
+
+    def _forget_oldest(self) -> None:
+        """Keep within the bounds, forgetting the sessions looked up longest ago (never the newest)."""
+        while len(self._seen) > 1 and (len(self._seen) > _SESSIONS_KEPT or self._ids > _IDS_KEPT):
+            _key, forgotten = self._seen.popitem(last=False)
+            self._ids -= len(forgotten.cycles)
 
     @staticmethod
     def _read(fd: int, seen: _Seen, size: int) -> None:
