@@ -29,7 +29,9 @@ class WrittenFeed:
         self.hub = hub
         self._sources: dict[RootStore, str] = {}
 
-    def __call__(self, written: list[tuple[AppendFile, bytes]]) -> None:
+    def __call__(self, written: list[tuple[AppendFile, bytes]], counts: dict[AppendFile, int]) -> None:
+        """Publish each session's written lines (``counts``: how many each file's bytes hold, so
+        that with no subscriber the bytes are numbered without being searched)."""
         sources = self._sources
         hub = self.hub
         publish = hub.publish
@@ -44,7 +46,8 @@ class WrittenFeed:
                     sources.clear()  # stores of roots long gone: recomputed when they come back
                 source = sources[store] = source_of(store.path)
             if not buffering:
-                hub.skip(source, data.count(b"\n"))
+                count = counts.get(target)
+                hub.skip(source, data.count(b"\n") if count is None else count)
                 continue
             lines = data.split(b"\n")
             lines.pop()  # every stored line ends with a newline: nothing after the last one
