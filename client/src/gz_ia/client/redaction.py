@@ -14,16 +14,17 @@ came and the union of what they found is masked, so that one rule's match never 
 (``curl -u AKIA…:x``: the user-password rule takes the key id for a user name, the key id is masked
 all the same); overlapping matches become one mark. Redacting a redacted text changes nothing.
 
-Speed: most texts hold no secret, and most events no attrs and an action already seen. Every
-default rule starts at a literal, its anchor (``--``, ``_``, ``:``, ``AccountKey=``, ``mysql``, …);
-rules are grouped by their anchor's first character, and a text is searched once per group whose
-character it holds, each expression skipping in C to that character and failing fast on the rest
-of the anchor. Only a text a group finds something in is searched rule by rule, and only with that
-group's rules. A text found clean is remembered (a bounded set), since the same action name comes
-with each event of its cycle; :meth:`Redactor.events` takes a whole batch, so that the usual event
-(no attrs, no error, the agent and role of the last clean one, a known action) costs no call. Rules
-of the user's own (``GZ_IA_REDACTION_PATTERNS``, the collector's ``[redaction]``) have no anchor:
-with any, every text is searched with them too.
+Speed: most texts hold no secret, and most events no attrs and an action already seen. Every default
+rule starts at a literal, its anchor (``--``, ``_``, ``:``, ``AccountKey=``, ``mysql``, …); rules
+are grouped by their anchor's first character, and a text is searched once per group that it holds
+the literal of (what all the group's anchors begin with: ``k-``, ``glpat-``, ``:``), each expression
+skipping in C to that character and failing fast on the rest of the anchor. Only a text a group
+finds something in is searched rule by rule, and only with that group's rules. A text found clean is
+remembered (a bounded set), since the same action name comes with each event of its cycle;
+:meth:`Redactor.events` takes a whole batch, so that the usual event (no attrs, no error, the agent
+and role of the last clean one, a known action) costs no call. Rules of the user's own
+(``GZ_IA_REDACTION_PATTERNS``, the collector's ``[redaction]``) have no anchor: with any, every text
+is searched with them too.
 """
 
 from __future__ import annotations
@@ -358,15 +359,16 @@ class Redactor:
             for index, anchored in enumerate(kept)
         ]
         # Grouped by the first character of their anchor: one search per group, and only in a text
-        # that holds that character. Each expression starts with that literal, which the search
-        # skips to in C, and each branch with the rest of its anchor, which fails fast; one
-        # expression of every rule would instead try every branch at each of many characters.
+        # that holds the literal all the group's anchors begin with ("k-", "glpat-", or a single
+        # character). Each expression starts with that character, which the search skips to in C,
+        # and each branch with the rest of its anchor, which fails fast; one expression of every
+        # rule would instead try every branch at each of many characters.
         by_first: dict[str, dict[str, list[int]]] = {}
         for index, anchored in enumerate(kept):
             by_first.setdefault(anchored.anchor[0], {}).setdefault(anchored.anchor[1:], []).append(index)
         self._groups = [
             (
-                first,
+                os.path.commonprefix([first + rest for rest in rests]),  # noqa: RUF071 (of strings, not paths)
                 re.compile(
                     re.escape(first)
                     + "(?:"
@@ -392,12 +394,22 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """Return ``value`` with every secret replaced by its mark (``value`` itself when clean)."""
-        if value in self._clean:
+        clean = self._clean
+        if value in clean:
             return value
-        found = [rules for anchor, pattern, rules in self._groups if anchor in value and pattern.search(value)]
-        if found or self._extra or _MARK in value:
-            return self._masked(value, [rule for rules in found for rule in rules] + self._extra)
-        self._remember_clean(value)
+        # A loop, not a comprehension: most texts are new and clean, and this runs for each of them.
+        found: list[_Searched] | None = None
+        for prefix, pattern, rules in self._groups:
+            if prefix in value and pattern.search(value) is not None:
+                if found is None:
+                    found = list(rules)
+                else:
+                    found += rules
+        if found is not None or self._extra or _MARK in value:
+            return self._masked(value, (found or []) + self._extra)
+        if len(clean) >= _CLEAN_KEPT:
+            clean.clear()
+        clean.add(value)
         return value
 
     def _remember_clean(self, value: str) -> None:
@@ -466,12 +478,13 @@ class Redactor:
         """:meth:`event` for each of a batch's events (None, an event that did not decode, stays).
 
         One call per batch rather than per event: most events take the clean path of
-        :meth:`event`, which costs less than the call would.
+        :meth:`event`, which costs less than the call would. A batch with nothing to mask is
+        returned as it is, not copied.
         """
         clean = self._clean
-        redacted = list(events)
+        redacted: list[LogEvent | None] | None = None  # copied only when an event changes
         agent, role = self._clean_agent, self._clean_role
-        for index, event in enumerate(redacted):
+        for index, event in enumerate(events):
             if event is None or (
                 event.attrs is None
                 and event.error is None
@@ -480,9 +493,13 @@ class Redactor:
                 and event.action in clean
             ):
                 continue
-            redacted[index] = self.event(event)
+            done = self.event(event)
             agent, role = self._clean_agent, self._clean_role
-        return redacted
+            if done is not event:
+                if redacted is None:
+                    redacted = list(events)
+                redacted[index] = done
+        return events if redacted is None else redacted
 
     def event(self, event: LogEvent) -> LogEvent:
         """Return ``event`` with its free text redacted and cut to its limits (itself when clean).
