@@ -311,7 +311,8 @@ class Ingest:
                     state.latest_begun = timestamp
             elif following is not current:
                 open_actions[key] = following
-                if timestamp < state.open_since.get(key, timestamp):
+                # Only a stage stamped before the newest can be before its cycle's first.
+                if timestamp < state.newest_stamp and timestamp < state.open_since.get(key, timestamp):
                     state.begun_earlier(key, timestamp)
             if timestamp.tzinfo is not UTC:
                 event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
@@ -319,10 +320,12 @@ class Ingest:
             # Encoded into a small reused buffer (msgspec sizes its buffer for each call), then
             # copied out as the session's next pending line.
             encode_into(event, line, 0)
-            if event.attrs is not None and b"null" in line:
+            attrs = event.attrs
+            if attrs is not None and b"null" in line:
                 # A NaN or an infinity from an older client, which JSON writes as null and no reader
                 # takes: stored as the client stores it now. (A "null" in a text only costs this.)
                 event = _storable_attrs(event)
+                attrs = event.attrs
                 encode_into(event, line, 0)
             del line[-1]  # the closing brace: the collector's fields go after the event's own
             line += tail % (state.seq, number)
@@ -331,25 +334,20 @@ class Ingest:
             stamp = state.last_stamp = event.timestamp
             if stamp > state.newest_stamp:  # noqa: PLR1730 - max() would add a call per event
                 state.newest_stamp = stamp
-            if current is None:  # a cycle began (for `gz-ia session why`: quiet points)
-                state.cycles += 1
-                if stamp < state.begun_low:  # noqa: PLR1730
-                    state.begun_low = stamp
             if not state.first_time:
                 state.note_first(event)
             elif not state.parent and event.parent_session_id is not None:
                 # A session's first events may not know its parent yet (an OTLP span exported
                 # before its agent's span): the first event that names one gives it.
                 state.parent = event.parent_session_id
-            if event.status is FAILED:
+            status = event.status
+            if status is FAILED:
                 state.failures += 1
                 failed_stages.append(stage)
-                if stage is _FINISH:
+                if following is None:
                     state.note_failed(stamp, event.action, event.error)
-            if stage is _FINISH:
-                state.ended_failed = event.status is FAILED
-            if event.attrs is not None:
-                found = state.usage.add(event.attrs)
+            if attrs is not None:
+                found = state.usage.add(attrs)
                 if found is not None:
                     if stamp < state.usage_low:  # noqa: PLR1730
                         state.usage_low = stamp
@@ -357,13 +355,19 @@ class Ingest:
                         state.used_open.add(key)
                     if not found[1]:  # the metrics count each model call once
                         outcome.usage.append((event.agent, found[0]))
-            if (  # a quiet point for `gz-ia session why` (SessionTally.quiet_due)
-                following is None
-                and state.seq >= state.quiet_next
-                and not state.used_open
-                and (state.newest_stamp >= state.quiet_after or state.seq >= state.quiet_force)
-            ):
-                state.note_quiet(state.newest_stamp)
+            # For `gz-ia session why`: the cycles begun, and quiet points (SessionTally.quiet_due).
+            if following is None:  # a FINISH: the cycle ended
+                state.ended_failed = status is FAILED
+                if (
+                    state.seq >= state.quiet_next
+                    and not state.used_open
+                    and (state.newest_stamp >= state.quiet_after or state.seq >= state.quiet_force)
+                ):
+                    state.note_quiet(state.newest_stamp)
+            elif current is None:  # a cycle began
+                state.cycles += 1
+                if stamp < state.begun_low:  # noqa: PLR1730
+                    state.begun_low = stamp
             last_numbers[state] = number
             accepted.append(event)
             if seqs is not None:
