@@ -41,6 +41,11 @@ def recover_session(state: SessionState, clock: Callable[[], float], on_torn: On
         fd: int | None = os.open(state.name, REPAIR_FLAGS, dir_fd=state.dir_fd)
     except FileNotFoundError:
         fd = None
+    if fd is None and checkpoint is None and number == 1:
+        # A new session (no checkpoint, no file): its fresh state is the whole fold. Most sessions
+        # are met this way, so the replay's empty fold and its copy are not made for them.
+        state.last_write = state.snapshot_at = clock()
+        return
     try:
         size = 0
         if fd is not None:
