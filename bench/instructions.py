@@ -7,23 +7,34 @@ batches) of the suite's own load, in process and without disk, after a warm-up i
 session got its state. Instructions are not time (a cache miss costs no instruction, which is most
 of what 10,000 sessions add), so this guides work on the code; ``bench/run`` says what it is worth.
 
+``--whole`` counts the whole collector instead: the real process (``python -m gz_ia.collector``, every
+thread, user space only) fed the suite's load over its socket, once with ``--events`` and once with
+three times as many; the difference over the difference in events is what one more event costs, its
+start, its sessions' first touch and its stop cancelled out. ``--before COMMIT`` counts that commit's
+collector too (checked out into a ``git worktree``), ``--before-env NAME=VALUE`` this tree with a
+setting (its cost, as ``bench.compare`` has it, but without the machine's noise).
+
 Usage (needs ``valgrind``, e.g. ``apt-get install valgrind``; about 30 s per count)::
 
     uv run python -m bench.instructions                      # 100,000 events over 100 and 10,000 sessions
     uv run python -m bench.instructions --sessions 100 --events 200000
     uv run python -m bench.instructions --shares 2          # each share of a sharded collector, summed
     GZ_IA_REDACTION_ENABLED=false uv run python -m bench.instructions   # without redaction
+    uv run python -m bench.instructions --whole --sessions 100 --events 50000 --before 100a273
+    uv run python -m bench.instructions --whole --before-env GZ_IA_REDACTION_ENABLED=false
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -35,11 +46,15 @@ from gz_ia.collector.service.duties import WHOLE, reject_unserved
 from gz_ia.collector.sharding.share_process import share_role
 from gz_ia.collector.storage.writer import Writer
 
+from ._common import REPO, removals_deferred, scratch_dir
+from ._ingest import run_verified
 from ._load import build_load, routed, session_id
+from ._systems import Ours
 
 _SENDERS: Final = 8
 _TAKE_EVERY: Final = 16
 _REFS: Final = re.compile(r"Collected\s*:\s*(\d+)")
+_TOTALS: Final = re.compile(r"^totals: (\d+)", re.MULTILINE)
 
 
 def _control(switch: str) -> None:
@@ -124,16 +139,68 @@ def count(events: int, sessions: int, share: int = 0, shares: int = 1) -> tuple[
     return int(found.group(1)), int(result.stdout.split()[-1])
 
 
+class _Counted(Ours):
+    """The collector under callgrind: its instructions written to ``cg.out.<pid>`` when it stops."""
+
+    def _spawn(
+        self, argv: list[str], env: dict[str, str] | None = None, preexec: Callable[[], None] | None = None
+    ) -> None:
+        out = str(self.workdir / "cg.out.%p")
+        super()._spawn(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv], env=env, preexec=preexec)
+
+
+def _whole_run(events: int, sessions: int, env: dict[str, str]) -> int:
+    """Every instruction the collector ran to take ``events`` events over ``sessions`` sessions."""
+    load = build_load(events, sessions, _SENDERS, with_json=False)
+    with removals_deferred(), scratch_dir("gzcount") as workdir:
+        run_verified(_Counted(workdir, env=env), load)
+        return sum(
+            int(found.group(1))
+            for path in workdir.glob("cg.out.*")
+            if (found := _TOTALS.search(path.read_text())) is not None
+        )
+
+
+def whole(events: int, sessions: int, env: dict[str, str]) -> float:
+    """Instructions the whole collector spends on one more event (see the module docstring)."""
+    return (_whole_run(3 * events, sessions, env) - _whole_run(events, sessions, env)) / (2 * events)
+
+
+def _whole_main(args: argparse.Namespace) -> None:
+    variants: dict[str, dict[str, str]] = {"this tree": {}}
+    if args.before_env:
+        variants["this tree, " + " ".join(args.before_env)] = dict(item.split("=", 1) for item in args.before_env)
+    with contextlib.ExitStack() as stack:
+        if args.before:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gz-ia-instructions-")))
+            tree = scratch / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.before], cwd=REPO, check=True)
+            stack.callback(subprocess.run, ["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+            variants[args.before] = {"PYTHONPATH": f"{tree / 'client' / 'src'}:{tree / 'collector' / 'src'}"}
+        for sessions in args.sessions or [100, 10_000]:
+            for label, env in variants.items():
+                figure = whole(args.events, sessions, env)
+                print(f"{sessions:>7,} sessions, {label}: {figure:,.0f} instructions per event", flush=True)
+
+
 def main() -> None:
     """Print instructions per event for each session count asked for."""
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, action="append", help="default: 100 and 10,000")
     parser.add_argument("--shares", type=int, default=1, help="count each share of a sharded collector (default 1)")
+    parser.add_argument("--whole", action="store_true", help="count the whole collector process (see above)")
+    parser.add_argument("--before", help="with --whole: also count this commit's collector")
+    parser.add_argument(
+        "--before-env", action="append", default=[], metavar="NAME=VALUE", help="with --whole: this tree with a setting"
+    )
     parser.add_argument("--child", nargs=4, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         measure(*args.child)
+        return
+    if args.whole:
+        _whole_main(args)
         return
     for sessions in args.sessions or [100, 10_000]:
         counts = [count(args.events, sessions, share, args.shares) for share in range(args.shares)]
