@@ -1,7 +1,9 @@
 """Instructions per event of the collector's per-event work, counted by callgrind: a figure that noise cannot move.
 
 On a shared 2-core VM the wall clock of the same code varies up to 2x from one minute to the next,
-wider than most optimisations; callgrind counts the same instructions to 0.03 % run to run. It counts
+wider than most optimisations; at 100 sessions callgrind counts the same instructions to 0.05 % run
+to run (at 10,000, the checkpoints and passes that follow the wall clock, slowed down by valgrind, move
+it by a few percent). It counts
 decode (``decode_batch``) and staging (``Ingest.apply``, with its write passes detached every 16
 batches) of the suite's own load, in process and without disk, after a warm-up in which every
 session got its state. Instructions are not time (a cache miss costs no instruction, which is most
