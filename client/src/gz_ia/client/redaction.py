@@ -394,8 +394,7 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """Return ``value`` with every secret replaced by its mark (``value`` itself when clean)."""
-        clean = self._clean
-        if value in clean:
+        if value in self._clean:
             return value
         # A loop, not a comprehension: most texts are new and clean, and this runs for each of them.
         found: list[_Searched] | None = None
@@ -407,9 +406,7 @@ class Redactor:
                     found += rules
         if found is not None or self._extra or _MARK in value:
             return self._masked(value, (found or []) + self._extra)
-        if len(clean) >= _CLEAN_KEPT:
-            clean.clear()
-        clean.add(value)
+        self._remember_clean(value)
         return value
 
     def _remember_clean(self, value: str) -> None:
