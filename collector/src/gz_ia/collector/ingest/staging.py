@@ -54,7 +54,6 @@ LOSS_AGENT: Final = "gz-ia"
 
 
 _stage_of: Final = operator.attrgetter("stage")
-_FINISH: Final = Stage.FINISH
 
 
 class RejectRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
