@@ -46,8 +46,7 @@ class WrittenFeed:
                     sources.clear()  # stores of roots long gone: recomputed when they come back
                 source = sources[store] = source_of(store.path)
             if not buffering:
-                count = counts.get(target)
-                hub.skip(source, data.count(b"\n") if count is None else count)
+                hub.skip(source, counts[target])
                 continue
             lines = data.split(b"\n")
             lines.pop()  # every stored line ends with a newline: nothing after the last one
