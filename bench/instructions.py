@@ -169,6 +169,7 @@ def whole(events: int, sessions: int, env: dict[str, str]) -> float:
 
 
 def _whole_main(args: argparse.Namespace) -> None:
+    """Print :func:`whole` for this tree, and for the commit or setting to compare it with."""
     variants: dict[str, dict[str, str]] = {"this tree": {}}
     if args.before_env:
         variants["this tree, " + " ".join(args.before_env)] = dict(item.split("=", 1) for item in args.before_env)
