@@ -44,10 +44,15 @@ def test_every_chunk_is_worked_once_by_several_processes_and_comes_back_in_order
             time.sleep(0.005)  # long enough that the child claims some before the caller has them all
             return [chunk, os.getpid()]
 
+        before = sorted(os.listdir("/proc/self/fd"))
         results = _fanout.run(work, list(range(60)))
-        print(json.dumps({"results": results, "caller": os.getpid()}))
+        after = sorted(os.listdir("/proc/self/fd"))
+        print(json.dumps({"results": results, "caller": os.getpid(), "fds": [before, after]}))
         """
     )
+    fds = answer["fds"]
+    assert isinstance(fds, list)
+    assert fds[1] == fds[0]  # each child's results file is closed once read
     results = answer["results"]
     assert isinstance(results, list)
     assert [chunk for chunk, _pid in results] == list(range(60))
