@@ -23,6 +23,12 @@ no development packages (as ``bench/_cli_cost.py`` builds it):
   ``rg -N --no-filename -i 'tests failed'``;
 * ``grep_rare``: ``gz-ia logs -g WebFetch --json`` (case-sensitive), against ``rg -N --no-filename WebFetch``.
 
+Two floors say what CPython itself allows, measured the same way: ``start``, the CLI answering a
+question no session can match (``gz-ia logs session_id=…``: the interpreter, the imports, the root's
+listing, no file read), against which a rare value's whole rg answer is compared; and for
+``field_common``, ``python_floor`` (``bench/_python_floor.py``): one CPython process that only finds,
+slices and writes each line holding the needle, the least any Python loop over the matching lines does.
+
 ``--cold`` also times each question with an empty page cache: before every run of either tool the
 caches are dropped (``sync; echo 3 > /proc/sys/vm/drop_caches``, which needs root), so both read
 the files from the disk.
@@ -187,9 +193,20 @@ def _compare(ours: str, theirs: str, env: dict[str, str], repeat: int, *, cold: 
     }
 
 
+def _floor(command: str, env: dict[str, str], repeat: int) -> dict[str, float]:
+    """Median wall and CPU seconds of ``command | wc -l`` over ``repeat`` runs after one warm-up, and its lines."""
+    runs = [_run(command, env) for _ in range(repeat + 1)][1:]
+    return {
+        "seconds": round(statistics.median(run[0] for run in runs), 3),
+        "cpu_seconds": round(statistics.median(run[1] for run in runs), 3),
+        "lines": runs[-1][2],
+    }
+
+
 def measure(root: Path, repeat: int, with_jq: bool, *, cold: bool = False) -> dict[str, object]:
-    """Time each question with gz-ia, rg and jq; return the figures."""
-    cli = str(user_install() / "gz-ia")
+    """Time each question with gz-ia, rg and jq, and the floors; return the figures."""
+    installed = user_install()
+    cli = str(installed / "gz-ia")
     env = {**os.environ, "GZ_IA_ROOT": str(root), "LC_ALL": "C"}
     files = f"{root}/sessions"
     rg = _rg()
@@ -218,10 +235,15 @@ def measure(root: Path, repeat: int, with_jq: bool, *, cold: bool = False) -> di
         ),
         "grep_rare": (f"{cli} logs -g WebFetch --json", f"{rg} -N --no-filename WebFetch {files}", None),
     }
-    figures: dict[str, object] = {}
+    figures: dict[str, object] = {"start": _floor(f"{cli} logs session_id=no-such-session --json", env, repeat)}
+    floor = f"{installed / 'python'} {Path(__file__).with_name('_python_floor.py')} {root}"
+    floors = {"field_common": f'{floor} \'"tool":"Bash"\''}
     for name, (ours, theirs, jq) in questions.items():
         compared = _compare(ours, theirs, env, repeat)
         row: dict[str, object] = {**compared, "command": ours.replace(cli, "gz-ia"), "rg": theirs.replace(rg, "rg")}
+        if name in floors:
+            row["python_floor"] = found = _floor(floors[name], env, repeat)
+            row["rg_over_python_floor_cpu"] = round(compared["rg_cpu_seconds"] / found["cpu_seconds"], 2)
         if cold:
             row["cold"] = _compare(ours, theirs, env, repeat, cold=True)
         if with_jq and jq is not None:
