@@ -31,7 +31,7 @@ slices and writes each line holding the needle, the least any Python loop over t
 
 ``--cold`` also times each question with an empty page cache: before every run of either tool the
 caches are dropped (``sync; echo 3 > /proc/sys/vm/drop_caches``, which needs root), so both read
-the files from the disk.
+the files from the disk; and ``start_cold``, the start with the interpreter and modules read from it.
 
 The ratio is rg's time over ours: above 1, gz-ia answered faster; it is given for wall time and for
 CPU time (user + system of every process of the pipeline), which a busy shared machine distorts less.
@@ -193,9 +193,15 @@ def _compare(ours: str, theirs: str, env: dict[str, str], repeat: int, *, cold: 
     }
 
 
-def _floor(command: str, env: dict[str, str], repeat: int) -> dict[str, float]:
-    """Median wall and CPU seconds of ``command | wc -l`` over ``repeat`` runs after one warm-up, and its lines."""
-    runs = [_run(command, env) for _ in range(repeat + 1)][1:]
+def _floor(command: str, env: dict[str, str], repeat: int, *, cold: bool = False) -> dict[str, float]:
+    """Median wall and CPU seconds of ``command | wc -l`` over ``repeat`` runs after one warm-up, and
+    its lines. ``cold``: no warm-up, the page cache dropped before every run."""
+    runs = []
+    for _ in range(repeat if cold else repeat + 1):
+        if cold:
+            _drop_caches()
+        runs.append(_run(command, env))
+    runs = runs if cold else runs[1:]
     return {
         "seconds": round(statistics.median(run[0] for run in runs), 3),
         "cpu_seconds": round(statistics.median(run[1] for run in runs), 3),
@@ -235,7 +241,10 @@ def measure(root: Path, repeat: int, with_jq: bool, *, cold: bool = False) -> di
         ),
         "grep_rare": (f"{cli} logs -g WebFetch --json", f"{rg} -N --no-filename WebFetch {files}", None),
     }
-    figures: dict[str, object] = {"start": _floor(f"{cli} logs session_id=no-such-session --json", env, repeat)}
+    start = f"{cli} logs session_id=no-such-session --json"
+    figures: dict[str, object] = {"start": _floor(start, env, repeat)}
+    if cold:  # the interpreter and the modules read from the disk too
+        figures["start_cold"] = _floor(start, env, repeat, cold=True)
     floor = f"{installed / 'python'} {Path(__file__).with_name('_python_floor.py')} {root}"
     floors = {"field_common": f'{floor} \'"tool":"Bash"\''}
     for name, (ours, theirs, jq) in questions.items():
