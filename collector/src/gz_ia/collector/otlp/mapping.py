@@ -26,9 +26,10 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, MutableMapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
+
+import msgspec
 
 from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
 from gz_ia.client.usage import usage_attrs
@@ -56,9 +57,9 @@ _TOOL_RESULTS: Final = frozenset(
 _SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
 
 
-@dataclass(slots=True)
-class Item:
-    """The events of one span or log record, staged together under one idempotency key.
+class Item(msgspec.Struct, gc=False):
+    """The events of one span or log record, staged together under one idempotency key (a Struct:
+    one is made for every span and record of an export, and a Struct's constructor is msgspec's C).
 
     Attributes:
         key: names the span or record (a re-sent one has the same key).
@@ -75,7 +76,7 @@ class Item:
 
     key: str
     session_id: str
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = msgspec.field(default_factory=list)
     join_cycle: str | None = None
     subagent: str | None = None
     hooks_record_it: bool = False
