@@ -26,7 +26,7 @@ import msgspec
 from gz_ia.collector.storage.names import active_name
 
 if TYPE_CHECKING:
-    from gz_ia.collector.storage.sessions import RootStore
+    from gz_ia.collector.storage.sessions import RootStore, SessionState
     from gz_ia.collector.storage.writer import Writer
 
 __all__ = ["RECENT_BYTES", "CallLookup", "Held", "RecentCycles"]
@@ -136,6 +136,9 @@ class CallLookup:
         self._below: dict[str, list[str]] | None = None
         self._written: dict[str, dict[bytes, None]] = {}
         """Each session's written cycle ids, read once for the whole export."""
+        self._looked: dict[str, list[tuple[SessionState, set[str]]]] = {}
+        """The states a session's look-ups search, each with its open cycles' ids: an export holds
+        many records of each session, and nothing is staged until all are looked up."""
 
     def below(self, session_id: str) -> list[str]:
         """The sessions of this collector whose ids extend ``session_id`` (``<session>.<agent id>``, as
@@ -156,18 +159,28 @@ class CallLookup:
         id, while its hooks log the call in the subagent's session: those are looked in too.
         """
         needle = msgspec.json.encode(cycle)
-        for each in (session_id, *self.below(session_id)):
-            try:
-                state = self.writer.session(self.root, each)
-            except (OSError, ValueError):
-                continue
-            if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
+        for state, open_cycles in self._states(session_id):
+            if cycle in open_cycles:
                 return Held.YES
             if state.pending and any(b'"cycle":' + needle in line for line in state.pending):
                 return Held.BEING_WRITTEN
+            each = state.session_id
             written = self._written.get(each)
             if written is None:
                 written = self._written[each] = self.recent.cycles(self.root, each)
             if needle in written:
                 return Held.YES
         return Held.NO
+
+    def _states(self, session_id: str) -> list[tuple[SessionState, set[str]]]:
+        """The states of the session and of those below it, each with the ids of its open cycles."""
+        found = self._looked.get(session_id)
+        if found is None:
+            found = self._looked[session_id] = []
+            for each in (session_id, *self.below(session_id)):
+                try:
+                    state = self.writer.session(self.root, each)
+                except (OSError, ValueError):
+                    continue
+                found.append((state, {key[1] for key in state.open_actions if isinstance(key, tuple)}))
+        return found
