@@ -50,10 +50,6 @@ _AGENTS: Final = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": 
 _CODEX_HOOK_NAMES: Final = {"exec_command": "Bash", "shell": "Bash", "local_shell": "Bash"}
 """Codex's telemetry names its shell tools as the model calls them, its hooks (as Claude Code's) ``Bash``:
 the hooks' name, so that a call reads the same whichever record holds it."""
-_TOOL_RESULTS: Final = frozenset(
-    {("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")}
-)
-"""The log events that are a tool call's result, as each agent names them ``(source, kind)``."""
 _SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
 
 
@@ -348,9 +344,7 @@ def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, An
 
 
 def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | None:
-    # Runs for every record of an export: each attribute read once, through the bound method.
     attributes = _attributes(record.attributes)
-    get = attributes.get
     source, kind = _event_name(record, attributes, service)
     agent = _AGENTS.get(source)
     if agent is None:
@@ -359,35 +353,32 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     if session is None:
         return None
     ended = _time(record.time_unix_nano or record.observed_time_unix_nano)
-    duration = _int(get("duration_ms")) or 0
+    duration = _int(attributes.get("duration_ms")) or 0
     started = ended - timedelta(milliseconds=duration)
-    if (source, kind) in _TOOL_RESULTS:
-        tool = str(get("tool_name") or get("function_name") or "tool")
+    if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
+        tool = str(attributes.get("tool_name") or attributes.get("function_name") or "tool")
         if source == "codex":
             tool = _CODEX_HOOK_NAMES.get(tool, tool)
-        call_id = get("tool_use_id") or get("call_id") or get("gen_ai.tool.call.id")
+        call_id = attributes.get("tool_use_id") or attributes.get("call_id") or attributes.get("gen_ai.tool.call.id")
+        failed = not _true(attributes.get("success"))
         error = None
-        if not _true(get("success")):
-            error = str(get("error") or get("error_type") or "the tool call failed")
+        if failed:
+            error = str(attributes.get("error") or attributes.get("error_type") or "the tool call failed")
         elif source == "codex":
-            error = _exit_status(get("output"))
+            error = _exit_status(attributes.get("output"))
         elif source == "gemini_cli":
-            error = _gemini_exit_status(get("metadata"))
-        session_id = session[0]
+            error = _gemini_exit_status(attributes.get("metadata"))
+        record_key = "" if call_id else _record_key(session[0], record)
+        cycle = _cycle(str(call_id)) if call_id else record_key
+        attrs: dict[str, Any] = {"tool": tool[:1024]}
         if call_id:
-            call = str(call_id)
-            cycle = _cycle(call)
-            attrs: dict[str, Any] = {"tool": tool[:1024], "tool_use_id": call[:1024]}
-            key = f"log:{source}:tool:{session_id}:{call_id}"
-        else:
-            cycle = _record_key(session_id, record)
-            attrs = {"tool": tool[:1024]}
-            key = f"log:{cycle}"
+            attrs["tool_use_id"] = str(call_id)[:1024]
         events = _cycle_events(
             session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs
         )
+        key = f"log:{source}:tool:{session[0]}:{call_id}" if call_id else f"log:{record_key}"
         return Item(
-            key, session_id, events, join_cycle=cycle if call_id else None, hooks_record_it=source == "gemini_cli"
+            key, session[0], events, join_cycle=cycle if call_id else None, hooks_record_it=source == "gemini_cli"
         )
     usage = _log_usage(source, kind, attributes)
     if usage is None:
@@ -395,7 +386,7 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     record_key = _record_key(session[0], record)
     model = str(usage.get("gen_ai.request.model") or "model")
     events = _cycle_events(session, agent, f"model {model}", "READ", started, ended, record_key, attrs=usage)
-    query_source = str(get("query_source") or "")  # a subagent's: "agent:builtin:<type>"
+    query_source = str(attributes.get("query_source") or "")  # a subagent's: "agent:builtin:<type>"
     subagent = None
     if source == "claude_code" and query_source.startswith("agent:"):
         subagent = query_source.rpartition(":")[2] or "agent"
