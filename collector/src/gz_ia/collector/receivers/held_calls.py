@@ -176,11 +176,14 @@ class CallLookup:
         """The states of the session and of those below it, each with the ids of its open cycles."""
         found = self._looked.get(session_id)
         if found is None:
-            found = self._looked[session_id] = []
+            found, complete = [], True
             for each in (session_id, *self.below(session_id)):
                 try:
                     state = self.writer.session(self.root, each)
                 except (OSError, ValueError):
+                    complete = False  # looked for again by the next look-up, as if never found
                     continue
                 found.append((state, {key[1] for key in state.open_actions if isinstance(key, tuple)}))
+            if complete:
+                self._looked[session_id] = found
         return found
