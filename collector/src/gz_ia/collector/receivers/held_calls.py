@@ -145,7 +145,9 @@ class CallLookup:
         Claude Code's hooks name a subagent's), in the order the collector opened them."""
         if self._below is None:
             self._below = {}
-            for each in list(self.root.sessions):
+            # Every session the collector holds, once an export: only the few with a dot are taken
+            # further, and a comprehension keeps the test of the many cheap.
+            for each in [each for each in self.root.sessions if "." in each]:
                 at = each.find(".")
                 while at > 0:
                     self._below.setdefault(each[:at], []).append(each)
