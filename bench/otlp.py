@@ -15,10 +15,17 @@ Reported per variant: spans (cycles) per second received and written, and collec
 (user + system of the collector process during the clock), medians over the rounds, and the OTLP
 figures as ratios to the client protocol's. The agent-side cost is the exporters' own.
 
+``--instructions`` counts instead what noise cannot move: the instructions the whole collector
+process runs (callgrind, every thread, user space) for ``--spans`` and for three times as many of
+each variant, a fresh collector each; the difference over the difference in spans is what one more
+span costs, the collector's start, warm-up and stop cancelled out. Instructions are not time (a
+cache miss costs none), so it guides work on the code and the rounds say what it is worth.
+
 Usage (from the repository root)::
 
     uv run --no-sync python -m bench.otlp [--signal traces|logs] [--spans 20000] [--batch 512] [--rounds 3]
                                           [--json out.json]
+    uv run --no-sync python -m bench.otlp --signal logs --spans 4096 --instructions   # needs valgrind
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import argparse
 import http.client
 import json
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -150,6 +159,76 @@ def _otlp_round(port: int, key: str, bodies: list[bytes], signal: str = "traces"
         connection.close()
 
 
+def _collector(base: Path, port: int, durability: str, wrap: list[str]) -> subprocess.Popen[bytes]:
+    """A collector on a scratch root under ``base`` (its command prefixed with ``wrap``), started and
+    warmed: the root exists and both doors have answered once."""
+    root = base / ".harness"
+    socket_path = base / "collector.sock"
+    environment = {**os.environ, "GZ_IA_ROOT": str(root), "GZ_IA_STATE_DIR": str(base / "state")}
+    proc = subprocess.Popen(
+        [
+            *wrap,
+            sys.executable,
+            "-m",
+            "gz_ia.collector",
+            "--socket",
+            str(socket_path),
+            "--metrics-address",
+            "off",
+            "--http-address",
+            f"127.0.0.1:{port}",
+            "--durability",
+            durability,
+        ],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        timeout = 600 if wrap else 60  # under valgrind the interpreter starts many times slower
+        wait_until(socket_path.exists, timeout, "the collector's socket")
+        wait_until((base / "state" / "http.json").exists, timeout, "the collector's HTTP key")
+        _client_round(socket_path, root, 10, -1)  # the root exists, the code paths are warm
+        _otlp_round(port, _key(base), _requests(10, 10, 999))
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc
+
+
+def _key(base: Path) -> str:
+    return str(json.loads((base / "state" / "http.json").read_text())["key"])  # the collector drew it at its start
+
+
+def _round(variant: str, base: Path, port: int, args: argparse.Namespace, spans: int, number: int) -> None:
+    if variant == "client":
+        _client_round(base / "collector.sock", base / ".harness", spans, number, args.signal)
+    else:
+        make = _requests if args.signal == "traces" else _log_requests
+        _otlp_round(port, _key(base), make(spans, args.batch, number), args.signal)
+
+
+_TOTALS = re.compile(rb"^totals: (\d+)", re.MULTILINE)
+
+
+def _instructions(variant: str, args: argparse.Namespace, spans: int) -> int:
+    """Every instruction a fresh collector runs to start, take ``spans`` of ``variant`` and stop."""
+    with tempfile.TemporaryDirectory(prefix="gzb-otlp-", dir="/tmp") as scratch:
+        base = Path(scratch)
+        out = base / "callgrind.out"
+        wrap = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        port = _free_port()
+        proc = _collector(base, port, args.durability, wrap)
+        try:
+            _round(variant, base, port, args, spans, 1)
+        finally:
+            stop_process(proc, timeout=600)
+        found = _TOTALS.search(out.read_bytes())
+        if found is None:
+            raise RuntimeError("callgrind wrote no totals")
+        return int(found.group(1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=20_000)
@@ -160,36 +239,16 @@ def main(argv: list[str] | None = None) -> int:
         "--signal", choices=["traces", "logs"], default="traces", help="spans, or Claude Code's tool_result log records"
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--instructions", action="store_true", help="count instructions by callgrind (see above)")
     args = parser.parse_args(argv)
+    if args.instructions:
+        return _instructions_main(args)
     with tempfile.TemporaryDirectory(prefix="gzb-otlp-", dir="/tmp") as scratch:
         base = Path(scratch)
-        root = base / ".harness"
-        socket_path = base / "collector.sock"
         port = _free_port()
-        environment = {**os.environ, "GZ_IA_ROOT": str(root), "GZ_IA_STATE_DIR": str(base / "state")}
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gz_ia.collector",
-                "--socket",
-                str(socket_path),
-                "--metrics-address",
-                "off",
-                "--http-address",
-                f"127.0.0.1:{port}",
-                "--durability",
-                args.durability,
-            ],
-            env=environment,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = _collector(base, port, args.durability, [])
         try:
-            wait_until(socket_path.exists, 60, "the collector's socket")
-            _client_round(socket_path, root, 10, -1)  # the root exists, the code paths are warm
-            key = json.loads((base / "state" / "http.json").read_text())["key"]  # the collector drew it at its start
-            _otlp_round(port, key, _requests(10, 10, 999))
+            key = _key(base)
             figures: dict[str, list[tuple[float, float]]] = {"client": [], "otlp": []}
             for number in range(args.rounds):
                 make = _requests if args.signal == "traces" else _log_requests
@@ -198,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                     cpu = cpu_seconds(proc.pid)
                     started = time.perf_counter()
                     if variant == "client":
-                        _client_round(socket_path, root, args.spans, number, args.signal)
+                        _client_round(base / "collector.sock", base / ".harness", args.spans, number, args.signal)
                     else:
                         _otlp_round(port, key, bodies, args.signal)
                     wall = time.perf_counter() - started
@@ -219,6 +278,24 @@ def main(argv: list[str] | None = None) -> int:
     report["otlp_vs_client"] = {
         "throughput": report["otlp"]["spans_per_second"] / report["client"]["spans_per_second"],
         "cpu_per_span": report["otlp"]["cpu_us_per_span"] / report["client"]["cpu_us_per_span"],
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+def _instructions_main(args: argparse.Namespace) -> int:
+    """Print each variant's instructions per span (see the module docstring) and OTLP's over the client's."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is missing: apt-get install valgrind")
+    report: dict[str, Any] = {"signal": args.signal, "spans": args.spans, "batch": args.batch}
+    for variant in ("client", "otlp"):
+        few, many = (_instructions(variant, args, spans) for spans in (args.spans, 3 * args.spans))
+        report[variant] = {"instructions_per_span": (many - few) / (2 * args.spans)}
+    report["otlp_vs_client"] = {
+        "instructions_per_span": report["otlp"]["instructions_per_span"] / report["client"]["instructions_per_span"]
     }
     text = json.dumps(report, indent=2)
     print(text)

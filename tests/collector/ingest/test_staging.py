@@ -18,7 +18,7 @@ import pytest
 from gz_ia.client.protocol import Batch, encode_frame
 from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector.ingest.staging import Ingest
-from gz_ia.collector.ingest.validation import decode_batch
+from gz_ia.collector.ingest.validation import DecodedBatch, decode_batch
 from gz_ia.collector.storage.names import state_name
 from gz_ia.collector.storage.sessions import RootStore
 from gz_ia.collector.storage.tally import MAX_WATERMARKS
@@ -89,3 +89,32 @@ def test_the_watermarks_rebuilt_after_a_restart_forget_the_same_producers(harnes
     assert _resend_is_duplicate(ingest, store, "early", 4001, "early 4000")
     assert "idle" not in store.sessions[_SESSION].marks
     restarted.close()
+
+
+def _cycle(cycle: str) -> DecodedBatch:
+    """The READ and FINISH of one cycle: one item of an export, as a producer of its own stages it."""
+    now = datetime.now(UTC)
+    events: list[LogEvent | None] = [
+        LogEvent(
+            timestamp=now, session_id=_SESSION, action="Read", stage=stage, status=Status.OK, agent="t", cycle=cycle
+        )
+        for stage in (Stage.READ, Stage.FINISH)
+    ]
+    return DecodedBatch(1, True, events, {}, {})
+
+
+def test_an_item_twice_in_one_export_and_in_the_next_is_written_once(harness: Path) -> None:
+    """An export's items are staged in one pass, each under its own producer: the watermark of each
+    is set before the next item, so a copy later in the same export is a duplicate, as is a resend."""
+    writer = Writer()
+    store = writer.root(harness, owner=os.getuid())
+    ingest = Ingest(writer)
+    first = ingest.apply_keyed(store, [("a", _cycle("c1")), ("b", _cycle("c2")), ("a", _cycle("c1"))])
+    assert (first.duplicates, first.rejections) == (2, [])
+    writer.flush()
+    resent = ingest.apply_keyed(store, [("b", _cycle("c2")), ("c", _cycle("c3"))])
+    assert (resent.duplicates, resent.rejections) == (2, [])
+    writer.flush()
+    lines = (harness / "sessions" / f"{_SESSION}.events.jsonl").read_bytes().splitlines()
+    assert [msgspec.json.decode(line)["delivery"] for line in lines] == ["a:1", "a:2", "b:1", "b:2", "c:1", "c:2"]
+    writer.close()

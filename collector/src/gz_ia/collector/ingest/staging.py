@@ -171,7 +171,7 @@ class Ingest:
         # First: the stage protocol keys cycles by the redacted action, so an action's events
         # (redacted here, or already by a client's spool) stay one cycle.
         events = batch.events if self.redactor is None else self.redactor.events(batch.events)
-        self._stage(root, producer, batch, events, outcome, staged)
+        self._stage(root, [(producer, batch, events)], outcome, staged)
         self._settle(outcome, staged)
         return outcome
 
@@ -191,28 +191,30 @@ class Ingest:
         every = [event for _, batch in batches for event in batch.events]
         redacted = every if self.redactor is None else self.redactor.events(every)  # one call for the export
         start = 0
+        each: list[tuple[str, DecodedBatch, list[LogEvent | None]]] = []
         for producer, batch in batches:
             end = start + len(batch.events)
-            self._stage(root, producer, batch, redacted[start:end], outcome, staged)
+            each.append((producer, batch, redacted[start:end]))
             start = end
+        self._stage(root, each, outcome, staged)
         self._settle(outcome, staged)
         return outcome
 
     def _stage(
         self,
         root: RootStore,
-        producer: str,
-        batch: DecodedBatch,
-        events: list[LogEvent | None],
+        batches: list[tuple[str, DecodedBatch, list[LogEvent | None]]],
         outcome: BatchOutcome,
         staged: _Staged,
     ) -> None:
-        """Stage ``batch`` of ``producer`` (its ``events`` redacted) into ``outcome``; what the outcome
-        counts once is noted in ``staged``.
+        """Stage each ``(producer, batch, events)`` (``events``: the batch's, redacted) into ``outcome``,
+        in order; what the outcome counts once is noted in ``staged``.
 
         This loop runs for every event the collector receives, so it keeps per-event work to
         attribute reads, dictionary lookups and one JSON encoding; whatever can be done once per
-        batch (delivery watermarks) or once per outcome (metric counts, loss notices) is done after it.
+        batch (delivery watermarks) or once per outcome (metric counts, loss notices, the sessions
+        marked for the write pass) is done after it. An export of many one-record producers pays
+        the setup once.
         """
         writer = self.writer
         sessions = root.sessions
@@ -222,164 +224,171 @@ class Ingest:
         accepted = staged.accepted
         finished = staged.finished
         failed_stages = staged.failed_stages
-        last_numbers: dict[SessionState, int] = {}
         line = self._line
-        # The producer as a JSON string without its closing quote (escaped, though hello admits only
-        # hex ids: adopted spools take theirs from a file name), with "%" doubled for the format.
-        quoted = self._encoder.encode(producer)[:-1].replace(b"%", b"%%")
-        tail = b',"seq":%d,"schema_version":' + _VERSION + b',"delivery":' + quoted + b':%d"}\n'
-        first = batch.first
-        if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
-            # Below 1 every number would pass for a duplicate of one already written.
-            self._reject_all(root, outcome, producer, batch, invalid_event_number(first))
-            return
         safe_parents = self._safe_parents
         cycles = self.cycles
-        rejections = batch.rejections
-        for index, event in enumerate(events):
-            number = first + index
-            if event is None:
-                self._reject(root, outcome, producer, number, index, rejections[index], None, batch.raw.get(index))
+        encode = self._encoder.encode
+        dirty: dict[SessionState, int] = {}
+        for producer, batch, events in batches:
+            last_numbers: dict[SessionState, int] = {}
+            # The producer as a JSON string without its closing quote (escaped, though hello admits
+            # only hex ids: adopted spools take theirs from a file name), with "%" doubled for the format.
+            quoted = encode(producer)[:-1].replace(b"%", b"%%")
+            tail = b',"seq":%d,"schema_version":' + _VERSION + b',"delivery":' + quoted + b':%d"}\n'
+            first = batch.first
+            if not 1 <= first <= MAX_EVENT_NUMBER - len(batch.events) + 1:
+                # Below 1 every number would pass for a duplicate of one already written.
+                self._reject_all(root, outcome, producer, batch, invalid_event_number(first))
                 continue
-            timestamp = event.timestamp
-            if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
-                self._reject(root, outcome, producer, number, index, timestamp_out_of_range(timestamp), event, None)
-                continue
-            state = sessions.get(event.session_id)
-            parent = event.parent_session_id
-            if parent is not None and parent not in safe_parents:
-                # Decoding only length-checked the ids (see validation): check each new one here.
-                if not is_safe_session_id(parent):
-                    self._reject(
-                        root, outcome, producer, number, index, unsafe_id("parent_session_id", parent), event, None
-                    )
+            rejections = batch.rejections
+            for index, event in enumerate(events):
+                number = first + index
+                if event is None:
+                    self._reject(root, outcome, producer, number, index, rejections[index], None, batch.raw.get(index))
                     continue
-                if len(safe_parents) >= _SAFE_PARENTS_KEPT:
-                    safe_parents.clear()
-                safe_parents.add(parent)
-            top = event.root_session_id
-            if top is not None and top not in safe_parents:
-                if not is_safe_session_id(top):
-                    self._reject(root, outcome, producer, number, index, unsafe_id("root_session_id", top), event, None)
+                timestamp = event.timestamp
+                if not EARLIEST_TIMESTAMP <= timestamp < LATEST_TIMESTAMP:
+                    self._reject(root, outcome, producer, number, index, timestamp_out_of_range(timestamp), event, None)
                     continue
-                if len(safe_parents) >= _SAFE_PARENTS_KEPT:
-                    safe_parents.clear()
-                safe_parents.add(top)
-            if state is None:
-                state = self._open_session(root, outcome, producer, number, index, event)
+                state = sessions.get(event.session_id)
+                parent = event.parent_session_id
+                if parent is not None and parent not in safe_parents:
+                    # Decoding only length-checked the ids (see validation): check each new one here.
+                    if not is_safe_session_id(parent):
+                        self._reject(
+                            root, outcome, producer, number, index, unsafe_id("parent_session_id", parent), event, None
+                        )
+                        continue
+                    if len(safe_parents) >= _SAFE_PARENTS_KEPT:
+                        safe_parents.clear()
+                    safe_parents.add(parent)
+                top = event.root_session_id
+                if top is not None and top not in safe_parents:
+                    if not is_safe_session_id(top):
+                        self._reject(
+                            root, outcome, producer, number, index, unsafe_id("root_session_id", top), event, None
+                        )
+                        continue
+                    if len(safe_parents) >= _SAFE_PARENTS_KEPT:
+                        safe_parents.clear()
+                    safe_parents.add(top)
                 if state is None:
+                    state = self._open_session(root, outcome, producer, number, index, event)
+                    if state is None:
+                        continue
+                    cycles.adopt(state.open_actions)
+                if number <= state.marks.get(producer, 0):
+                    # Answered as delivered only if the original is still there when this batch is
+                    # answered: it may be staged or in flight yet, and lost with a failed write.
+                    if state not in touched:
+                        touched[state] = state.generation
+                    outcome.duplicates += 1
+                    if seqs is not None:
+                        seqs.append(-1)
                     continue
-                cycles.adopt(state.open_actions)
-            if number <= state.marks.get(producer, 0):
-                # Answered as delivered only if the original is still there when this batch is
-                # answered: it may be staged or in flight yet, and lost with a failed write.
-                if state not in touched:
-                    touched[state] = state.generation
-                outcome.duplicates += 1
-                if seqs is not None:
-                    seqs.append(-1)
-                continue
-            # The stage protocol: the table holds every allowed move; anything else is refused.
-            open_actions = state.open_actions
-            cycle = event.cycle
-            key = event.action if cycle is None else (event.action, cycle)
-            stage = event.stage
-            current = open_actions.get(key)
-            following = NEXT_STAGE.get((current, stage), REFUSED)
-            if following is REFUSED:
-                refusal = apply_stage(current, stage, event.action, cycle)
-                assert isinstance(refusal, Rejection)
-                self._reject(root, outcome, producer, number, index, refusal, event, None)
-                continue
-            if following is None:
-                del open_actions[key]
-                since = state.open_since.pop(key, None)
-                if since is not None and timestamp < since:
-                    state.begun_earlier(key, timestamp)  # the fold's cycle begins at its earliest stage
-                if state.used_open:
-                    state.used_open.discard(key)
-                cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
-                finished.append(event)
-            elif current is None:
-                refusal = cycles.open(open_actions, key, following, state.session_id)
-                if refusal is not None:
+                # The stage protocol: the table holds every allowed move; anything else is refused.
+                open_actions = state.open_actions
+                cycle = event.cycle
+                key = event.action if cycle is None else (event.action, cycle)
+                stage = event.stage
+                current = open_actions.get(key)
+                following = NEXT_STAGE.get((current, stage), REFUSED)
+                if following is REFUSED:
+                    refusal = apply_stage(current, stage, event.action, cycle)
+                    assert isinstance(refusal, Rejection)
                     self._reject(root, outcome, producer, number, index, refusal, event, None)
                     continue
-                state.open_since[key] = timestamp
-                if state.latest_begun is None or timestamp > state.latest_begun:
-                    state.latest_begun = timestamp
-            elif following is not current:
-                open_actions[key] = following
-                # Only a stage stamped before the newest can be before its cycle's first.
-                if timestamp < state.newest_stamp and timestamp < state.open_since.get(key, timestamp):
-                    state.begun_earlier(key, timestamp)
-            if timestamp.tzinfo is not UTC:
-                event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
-            state.seq += 1
-            # Encoded into a small reused buffer (msgspec sizes its buffer for each call), then
-            # copied out as the session's next pending line.
-            encode_into(event, line, 0)
-            attrs = event.attrs
-            if attrs is not None and b"null" in line:
-                # A NaN or an infinity from an older client, which JSON writes as null and no reader
-                # takes: stored as the client stores it now. (A "null" in a text only costs this.)
-                event = _storable_attrs(event)
-                attrs = event.attrs
-                encode_into(event, line, 0)
-            del line[-1]  # the closing brace: the collector's fields go after the event's own
-            line += tail % (state.seq, number)
-            state.pending.append(line[:])
-            # The session's summary, for its checkpoints (a failed write rebuilds it from the file).
-            stamp = state.last_stamp = event.timestamp
-            if stamp > state.newest_stamp:  # noqa: PLR1730 - max() would add a call per event
-                state.newest_stamp = stamp
-            if not state.first_time:
-                state.note_first(event)
-            elif not state.parent and event.parent_session_id is not None:
-                # A session's first events may not know its parent yet (an OTLP span exported
-                # before its agent's span): the first event that names one gives it.
-                state.parent = event.parent_session_id
-            status = event.status
-            if status is FAILED:
-                state.failures += 1
-                failed_stages.append(stage)
                 if following is None:
-                    state.note_failed(stamp, event.action, event.error)
-            if attrs is not None:
-                found = state.usage.add(attrs)
-                if found is not None:
-                    if stamp < state.usage_low:  # noqa: PLR1730
-                        state.usage_low = stamp
-                    if following is not None:
-                        state.used_open.add(key)
-                    if not found[1]:  # the metrics count each model call once
-                        outcome.usage.append((event.agent, found[0]))
-            # For `gz-ia session why`: the cycles begun, and quiet points (SessionTally.quiet_due).
-            if following is None:  # a FINISH: the cycle ended
-                state.ended_failed = status is FAILED
-                if (
-                    state.seq >= state.quiet_next
-                    and not state.used_open
-                    and (state.newest_stamp >= state.quiet_after or state.seq >= state.quiet_force)
-                ):
-                    state.note_quiet(state.newest_stamp)
-            elif current is None:  # a cycle began
-                state.cycles += 1
-                if stamp < state.begun_low:  # noqa: PLR1730
-                    state.begun_low = stamp
-            last_numbers[state] = number
-            accepted.append(event)
-            if seqs is not None:
-                seqs.append(state.seq)
-        # Once per session of the batch, not per event: with many sessions that is nearly per event.
-        for state, number in last_numbers.items():
-            marks = state.marks
-            if len(marks) > 1:
-                note_delivery(marks, producer, number)
-            else:  # one producer or none: already in last-write order, and far below the bound
-                marks[producer] = number
-            touched[state] = state.generation
-        writer.mark_dirty_all(last_numbers)
+                    del open_actions[key]
+                    since = state.open_since.pop(key, None)
+                    if since is not None and timestamp < since:
+                        state.begun_earlier(key, timestamp)  # the fold's cycle begins at its earliest stage
+                    if state.used_open:
+                        state.used_open.discard(key)
+                    cycles.count -= 1  # closing is never refused: bookkeeping only, kept out of a call
+                    finished.append(event)
+                elif current is None:
+                    refusal = cycles.open(open_actions, key, following, state.session_id)
+                    if refusal is not None:
+                        self._reject(root, outcome, producer, number, index, refusal, event, None)
+                        continue
+                    state.open_since[key] = timestamp
+                    if state.latest_begun is None or timestamp > state.latest_begun:
+                        state.latest_begun = timestamp
+                elif following is not current:
+                    open_actions[key] = following
+                    # Only a stage stamped before the newest can be before its cycle's first.
+                    if timestamp < state.newest_stamp and timestamp < state.open_since.get(key, timestamp):
+                        state.begun_earlier(key, timestamp)
+                if timestamp.tzinfo is not UTC:
+                    event = msgspec.structs.replace(event, timestamp=timestamp.astimezone(UTC))
+                state.seq += 1
+                # Encoded into a small reused buffer (msgspec sizes its buffer for each call), then
+                # copied out as the session's next pending line.
+                encode_into(event, line, 0)
+                attrs = event.attrs
+                if attrs is not None and b"null" in line:
+                    # A NaN or an infinity from an older client, which JSON writes as null and no reader
+                    # takes: stored as the client stores it now. (A "null" in a text only costs this.)
+                    event = _storable_attrs(event)
+                    attrs = event.attrs
+                    encode_into(event, line, 0)
+                del line[-1]  # the closing brace: the collector's fields go after the event's own
+                line += tail % (state.seq, number)
+                state.pending.append(line[:])
+                # The session's summary, for its checkpoints (a failed write rebuilds it from the file).
+                stamp = state.last_stamp = event.timestamp
+                if stamp > state.newest_stamp:  # noqa: PLR1730 - max() would add a call per event
+                    state.newest_stamp = stamp
+                if not state.first_time:
+                    state.note_first(event)
+                elif not state.parent and event.parent_session_id is not None:
+                    # A session's first events may not know its parent yet (an OTLP span exported
+                    # before its agent's span): the first event that names one gives it.
+                    state.parent = event.parent_session_id
+                status = event.status
+                if status is FAILED:
+                    state.failures += 1
+                    failed_stages.append(stage)
+                    if following is None:
+                        state.note_failed(stamp, event.action, event.error)
+                if attrs is not None:
+                    found = state.usage.add(attrs)
+                    if found is not None:
+                        if stamp < state.usage_low:  # noqa: PLR1730
+                            state.usage_low = stamp
+                        if following is not None:
+                            state.used_open.add(key)
+                        if not found[1]:  # the metrics count each model call once
+                            outcome.usage.append((event.agent, found[0]))
+                # For `gz-ia session why`: the cycles begun, and quiet points (SessionTally.quiet_due).
+                if following is None:  # a FINISH: the cycle ended
+                    state.ended_failed = status is FAILED
+                    if (
+                        state.seq >= state.quiet_next
+                        and not state.used_open
+                        and (state.newest_stamp >= state.quiet_after or state.seq >= state.quiet_force)
+                    ):
+                        state.note_quiet(state.newest_stamp)
+                elif current is None:  # a cycle began
+                    state.cycles += 1
+                    if stamp < state.begun_low:  # noqa: PLR1730
+                        state.begun_low = stamp
+                last_numbers[state] = number
+                accepted.append(event)
+                if seqs is not None:
+                    seqs.append(state.seq)
+            # Once per session of the batch, not per event: with many sessions that is nearly per
+            # event. Before the next batch, which may be the same producer's again (a duplicate).
+            for state, number in last_numbers.items():
+                marks = state.marks
+                if len(marks) > 1:
+                    note_delivery(marks, producer, number)
+                else:  # one producer or none: already in last-write order, and far below the bound
+                    marks[producer] = number
+                touched[state] = state.generation
+            dirty.update(last_numbers)
+        writer.mark_dirty_all(dirty)
 
     @staticmethod
     def _settle(outcome: BatchOutcome, staged: _Staged) -> None:

@@ -26,9 +26,10 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, MutableMapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
+
+import msgspec
 
 from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
 from gz_ia.client.usage import usage_attrs
@@ -52,9 +53,9 @@ the hooks' name, so that a call reads the same whichever record holds it."""
 _SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
 
 
-@dataclass(slots=True)
-class Item:
-    """The events of one span or log record, staged together under one idempotency key.
+class Item(msgspec.Struct, gc=False):
+    """The events of one span or log record, staged together under one idempotency key (a Struct:
+    one is made for every span and record of an export, and a Struct's constructor is msgspec's C).
 
     Attributes:
         key: names the span or record (a re-sent one has the same key).
@@ -71,7 +72,7 @@ class Item:
 
     key: str
     session_id: str
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = msgspec.field(default_factory=list)
     join_cycle: str | None = None
     subagent: str | None = None
     hooks_record_it: bool = False
@@ -99,22 +100,19 @@ def _value(any_value: Any) -> Any:
     return str(getattr(any_value, kind))[:1024]
 
 
-class _Attributes:
-    """A record's attributes by key, each converted when asked for: agents send many that no
-    mapping reads (their user, terminal, version, a tool's whole parameters), on every record."""
+def _attributes(pairs: Iterable[Any]) -> dict[str, Any]:
+    """Attributes by key, as plain values, so that a mapping's every read is a dict's.
 
-    __slots__ = ("_values",)
-
-    def __init__(self, pairs: Iterable[Any]) -> None:
-        self._values = {pair.key: pair.value for pair in pairs}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The attribute's plain value (``default`` when the record has none of that name)."""
-        value = self._values.get(key)
-        if value is None:
-            return default
-        kind = value.WhichOneof("value")
-        return getattr(value, kind) if kind in _PLAIN_VALUES else _value(value)
+    Each is converted, read or not: a string value, nearly every one agents send, is taken as it
+    is (a non-empty ``string_value`` is only there when it is the value's kind), which costs less
+    than keeping the value to convert later.
+    """
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        value = pair.value
+        text = value.string_value
+        values[pair.key] = text if text else _value(value)
+    return values
 
 
 def _time(nanos: int) -> datetime:
@@ -161,20 +159,6 @@ def _cycle(call_id: str) -> str:
     return call_id[-MAX_CYCLE_LENGTH:]
 
 
-def _event(when: datetime, session: tuple[str, str | None], agent: str, action: str, stage: str) -> dict[str, Any]:
-    event = {
-        "timestamp": when,
-        "session_id": session[0],
-        "action": action[:_NAME],
-        "stage": stage,
-        "status": "OK",
-        "agent": agent[:128] or "otel",
-    }
-    if session[1]:
-        event["parent_session_id"] = session[1]
-    return event
-
-
 def _cycle_events(
     session: tuple[str, str | None],
     agent: str,
@@ -187,12 +171,33 @@ def _cycle_events(
     error: str | None = None,
     attrs: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between."""
-    opening = _event(started, session, agent, action, start)
-    opening["cycle"] = cycle
-    finish = _event(ended if ended > started else started, session, agent, action, "FINISH")
-    finish["duration_ms"] = max(0, int((ended - started).total_seconds() * 1000))
-    finish["cycle"] = cycle
+    """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between.
+
+    Both events are written out as literals: this runs for every span and record of an export."""
+    session_id, parent = session
+    name = action[:_NAME]
+    agent = agent[:128] or "otel"
+    opening = {
+        "timestamp": started,
+        "session_id": session_id,
+        "action": name,
+        "stage": start,
+        "status": "OK",
+        "agent": agent,
+        "cycle": cycle,
+    }
+    finish = {
+        "timestamp": ended if ended > started else started,
+        "session_id": session_id,
+        "action": name,
+        "stage": "FINISH",
+        "status": "OK",
+        "agent": agent,
+        "cycle": cycle,
+        "duration_ms": max(0, int((ended - started).total_seconds() * 1000)),
+    }
+    if parent:
+        opening["parent_session_id"] = finish["parent_session_id"] = parent
     if attrs:
         finish["attrs"] = attrs
     if error is not None:
@@ -213,7 +218,7 @@ def _span_error(span: Any) -> str | None:
         return None
     for event in span.events:
         if event.name == "exception":
-            attributes = _Attributes(event.attributes)
+            attributes = _attributes(event.attributes)
             kind, message = attributes.get("exception.type"), attributes.get("exception.message")
             text = ": ".join(str(part) for part in (kind, message) if part)
             if text:
@@ -221,7 +226,7 @@ def _span_error(span: Any) -> str | None:
     return span.status.message or "the span's status is ERROR"
 
 
-def _span_usage(attributes: _Attributes) -> dict[str, Any] | None:
+def _span_usage(attributes: dict[str, Any]) -> dict[str, Any] | None:
     tokens = {
         "input_tokens": _int(attributes.get("gen_ai.usage.input_tokens", attributes.get("gen_ai.usage.prompt_tokens"))),
         "output_tokens": _int(
@@ -246,7 +251,7 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
     """
     items: list[Item] = []
     for resource_spans in request.resource_spans:
-        service = str(_Attributes(resource_spans.resource.attributes).get("service.name") or "otel")
+        service = str(_attributes(resource_spans.resource.attributes).get("service.name") or "otel")
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 item = _span_item(span, service, sessions)
@@ -256,7 +261,7 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
 
 
 def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str, str | None]]) -> Item | None:
-    attributes = _Attributes(span.attributes)
+    attributes = _attributes(span.attributes)
     operation = attributes.get("gen_ai.operation.name")
     trace, span_id, parent = span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
     if not trace or not span_id:
@@ -298,7 +303,7 @@ def map_logs(request: Any) -> list[Item]:
     """Return the items of an ``ExportLogsServiceRequest``'s agent log events (see the module docstring)."""
     items: list[Item] = []
     for resource_logs in request.resource_logs:
-        resource = _Attributes(resource_logs.resource.attributes)
+        resource = _attributes(resource_logs.resource.attributes)
         service = str(resource.get("service.name") or "")
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
@@ -308,7 +313,7 @@ def map_logs(request: Any) -> list[Item]:
     return items
 
 
-def _event_name(record: Any, attributes: _Attributes, service: str) -> tuple[str, str]:
+def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[str, str]:
     """``(source, kind)`` of a log event: ``("claude_code", "tool_result")``."""
     # Codex puts its source location in the record's event_name ("event otel/src/...rs:737") and
     # the event's name in the attribute, so the attribute comes first.
@@ -321,7 +326,7 @@ def _event_name(record: Any, attributes: _Attributes, service: str) -> tuple[str
     return source or _SERVICES.get(service, service.replace("-", "_")), kind
 
 
-def _log_session(source: str, attributes: _Attributes, resource: _Attributes) -> tuple[str, str | None] | None:
+def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, Any]) -> tuple[str, str | None] | None:
     raw = (
         attributes.get("session.id")
         or attributes.get("conversation.id")
@@ -338,8 +343,8 @@ def _log_session(source: str, attributes: _Attributes, resource: _Attributes) ->
     return main, None
 
 
-def _log_item(record: Any, service: str, resource: _Attributes) -> Item | None:
-    attributes = _Attributes(record.attributes)
+def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | None:
+    attributes = _attributes(record.attributes)
     source, kind = _event_name(record, attributes, service)
     agent = _AGENTS.get(source)
     if agent is None:
@@ -416,7 +421,7 @@ def _gemini_exit_status(metadata: Any) -> str | None:
     return f"exit code {code}" if type(code) is int and code != 0 else None
 
 
-def _log_usage(source: str, kind: str, attributes: _Attributes) -> dict[str, Any] | None:
+def _log_usage(source: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any] | None:
     """The usage attrs of an API request event, or None for an event that is not one."""
     get = attributes.get
     if (source, kind) in (("claude_code", "api_request"), ("codex", "api_request")):

@@ -26,7 +26,7 @@ import msgspec
 from gz_ia.collector.storage.names import active_name
 
 if TYPE_CHECKING:
-    from gz_ia.collector.storage.sessions import RootStore
+    from gz_ia.collector.storage.sessions import RootStore, SessionState
     from gz_ia.collector.storage.writer import Writer
 
 __all__ = ["RECENT_BYTES", "CallLookup", "Held", "RecentCycles"]
@@ -136,13 +136,18 @@ class CallLookup:
         self._below: dict[str, list[str]] | None = None
         self._written: dict[str, dict[bytes, None]] = {}
         """Each session's written cycle ids, read once for the whole export."""
+        self._looked: dict[str, list[tuple[SessionState, set[str]]]] = {}
+        """The states a session's look-ups search, each with its open cycles' ids: an export holds
+        many records of each session, and nothing is staged until all are looked up."""
 
     def below(self, session_id: str) -> list[str]:
         """The sessions of this collector whose ids extend ``session_id`` (``<session>.<agent id>``, as
         Claude Code's hooks name a subagent's), in the order the collector opened them."""
         if self._below is None:
             self._below = {}
-            for each in list(self.root.sessions):
+            # Every session the collector holds, once an export: only the few with a dot are taken
+            # further, and a comprehension keeps the test of the many cheap.
+            for each in [each for each in self.root.sessions if "." in each]:
                 at = each.find(".")
                 while at > 0:
                     self._below.setdefault(each[:at], []).append(each)
@@ -156,18 +161,31 @@ class CallLookup:
         id, while its hooks log the call in the subagent's session: those are looked in too.
         """
         needle = msgspec.json.encode(cycle)
-        for each in (session_id, *self.below(session_id)):
-            try:
-                state = self.writer.session(self.root, each)
-            except (OSError, ValueError):
-                continue
-            if any(isinstance(key, tuple) and key[1] == cycle for key in state.open_actions):
+        for state, open_cycles in self._states(session_id):
+            if cycle in open_cycles:
                 return Held.YES
             if state.pending and any(b'"cycle":' + needle in line for line in state.pending):
                 return Held.BEING_WRITTEN
+            each = state.session_id
             written = self._written.get(each)
             if written is None:
                 written = self._written[each] = self.recent.cycles(self.root, each)
             if needle in written:
                 return Held.YES
         return Held.NO
+
+    def _states(self, session_id: str) -> list[tuple[SessionState, set[str]]]:
+        """The states of the session and of those below it, each with the ids of its open cycles."""
+        found = self._looked.get(session_id)
+        if found is None:
+            found, complete = [], True
+            for each in (session_id, *self.below(session_id)):
+                try:
+                    state = self.writer.session(self.root, each)
+                except (OSError, ValueError):
+                    complete = False  # looked for again by the next look-up, as if never found
+                    continue
+                found.append((state, {key[1] for key in state.open_actions if isinstance(key, tuple)}))
+            if complete:
+                self._looked[session_id] = found
+        return found
