@@ -300,3 +300,52 @@ def test_another_uid_is_not_heard(collector: CollectorProcess) -> None:
     assert "bbbbbbbbbbbbbbbb" not in collector.all_sessions()
     assert _post(collector.http_url + "/v1/traces", body, "application/json", **collector.http_headers())[0] == 200
     assert [line["stage"] for line in collector.session_lines("bbbbbbbbbbbbbbbb")] == ["READ", "FINISH"]
+
+
+def _claude_record(name: str, cycle: str, **values: dict[str, str | float]) -> dict[str, Any]:
+    """A Claude Code log record (as its exporter sends one) with typed attribute ``values``."""
+    pairs = {"event.name": name, "session.id": "absurd-numbers", "tool_name": "Bash", "success": "true"}
+    attributes = [{"key": key, "value": {"stringValue": value}} for key, value in pairs.items()]
+    attributes.append({"key": "tool_use_id", "value": {"stringValue": cycle}})
+    attributes += [{"key": key, "value": value} for key, value in values.items()]
+    return {"timeUnixNano": "1764670000000000000", "body": {"stringValue": f"claude_code.{name}"},
+            "attributes": attributes}  # fmt: skip
+
+
+def test_a_record_with_numbers_no_event_can_hold_is_refused_alone(collector: CollectorProcess) -> None:
+    """A tool result lasting 2**60 ms, a model call of 1e19 tokens (above what an event holds), a
+    span of 1e300: each is refused alone, with the field named, into the rejects file; the export
+    is answered 200 (a retry would be refused again) and the rest of it is written."""
+    records = [
+        _claude_record("tool_result", "toolu_fine", duration_ms={"intValue": "40"}),
+        _claude_record("tool_result", "toolu_forever", duration_ms={"intValue": str(2**60)}),
+        _claude_record("api_request", "", model={"stringValue": "m-1"}, input_tokens={"doubleValue": 1e19}),
+        _claude_record("tool_result", "toolu_after", duration_ms={"intValue": "7"}),
+    ]
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "claude-code"}}]}
+    logs = {"resourceLogs": [{"resource": resource, "scopeLogs": [{"scope": {}, "logRecords": records}]}]}
+    headers = collector.http_headers()
+    status, _, answer = _post(collector.http_url + "/v1/logs", json.dumps(logs).encode(), "application/json", **headers)
+    assert status == 200, answer
+    span = json.loads(_tool_span_body("efefefefefefefefefefefefefefefef", "5555555555555555", "bbbbbbbbbbbbbbbb"))
+    chat = span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    chat["attributes"] = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+        {"key": "gen_ai.usage.input_tokens", "value": {"doubleValue": 1e300}},
+    ]
+    traces = collector.http_url + "/v1/traces"
+    status, _, answer = _post(traces, json.dumps(span).encode(), "application/json", **headers)
+    assert status == 200, answer
+    wait_for(lambda: len(collector.rejects()) >= 3, message="three refusals")
+    lines = collector.session_lines("absurd-numbers")
+    assert [(line["cycle"], line["stage"]) for line in lines] == [
+        ("toolu_fine", "PENDING"), ("toolu_fine", "FINISH"), ("toolu_after", "PENDING"), ("toolu_after", "FINISH")
+    ]  # fmt: skip
+    refusals = collector.rejects()
+    assert [record["reason"] for record in refusals] == ["invalid_field"] * 3
+    details = [record["detail"] for record in refusals]
+    assert "duration_ms" in details[0]
+    assert "input_tokens" in details[1]
+    assert "input_tokens" in details[2]
+    assert collector.metric('gzia_otlp_records_total{outcome="refused",signal="logs"}') == 2
+    assert collector.metric('gzia_otlp_records_total{outcome="refused",signal="traces"}') == 1

@@ -425,12 +425,13 @@ class Metrics:
         self.otlp_records = Counter(
             "gzia_otlp_records_total",
             "Spans and log records received over OTLP that became cycles, by signal and outcome: staged "
-            "(written, or a duplicate of one written), joined (the agent's hooks already hold the cycle).",
+            "(written, or a duplicate of one written), joined (the agent's hooks already hold the cycle), "
+            "refused (a number no event holds: in the rejects file).",
             ["signal", "outcome"],
             registry=registry,
         )
         for signal in ("traces", "logs"):
-            for outcome in ("staged", "joined"):
+            for outcome in ("staged", "joined", "refused"):
                 self.otlp_records.labels(signal, outcome)
         self.config_reloads = Counter(
             "gzia_config_reloads_total",

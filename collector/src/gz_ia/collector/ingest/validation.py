@@ -18,7 +18,7 @@ from gz_ia.client.schema import MAX_SESSION_ID_LENGTH, LogEvent
 
 from .rules import Rejection, broken_field_rule, malformed
 
-__all__ = ["DecodedBatch", "checked_batch", "checked_batches", "classify", "decode_batch"]
+__all__ = ["DecodedBatch", "checked_batch", "checked_batches", "classify", "decode_batch", "refused_batch"]
 
 
 def _with_loose_ids() -> type[LogEvent]:
@@ -129,6 +129,14 @@ def checked_batches(event_lists: list[list[dict[str, Any]]]) -> list[DecodedBatc
     except msgspec.ValidationError:
         return [checked_batch(1, events) for events in event_lists]
     return [DecodedBatch(1, True, events, {}, {}) for events in typed]
+
+
+def refused_batch(detail: str, shown: dict[str, Any]) -> DecodedBatch:
+    """A batch of the one event a receiver could not make from what it was sent (``shown``, kept
+    for the rejects file), refused as an invalid field with ``detail``: staged, it is refused and
+    recorded as an event that fails validation is, and the rest of its export is not touched."""
+    body = msgspec.msgpack.encode(shown)
+    return DecodedBatch(1, True, [None], {0: Rejection(RejectReason.INVALID_FIELD, detail)}, {0: body})
 
 
 def classify(body: bytes, exc: msgspec.DecodeError) -> Rejection:

@@ -68,6 +68,9 @@ class Item(msgspec.Struct, gc=False):
             session the hooks opened for that type at that time.
         hooks_record_it: the agent's hooks record the same call with nothing to join it by (Gemini
             CLI's): when the hooks opened the session, the item adds nothing.
+        refused: why the span or record cannot become events (a number no event holds): it has
+            none, and is refused alone, as an event that fails validation is.
+        shown: the span or record as OTLP JSON, for the rejects file (with :attr:`refused` only).
     """
 
     key: str
@@ -76,6 +79,21 @@ class Item(msgspec.Struct, gc=False):
     join_cycle: str | None = None
     subagent: str | None = None
     hooks_record_it: bool = False
+    refused: str | None = None
+    shown: dict[str, Any] | None = None
+
+
+def _refused(kind: str, message: Any, exc: ValueError | OverflowError) -> Item:
+    """The item of a span or record whose numbers no event holds (a usage count past 2**63 - 1, a
+    duration past what a time can be moved by): mapping it raised ``exc``. Refusing it alone keeps
+    the rest of its export, which a retry would only send again."""
+    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]  # protobuf ships no stubs
+
+    content = message.SerializeToString(deterministic=True)
+    reason = str(exc) if isinstance(exc, ValueError) else f"a number is out of range ({exc})"
+    return Item(
+        _digest("refused", content), "", refused=f"the {kind} cannot be stored: {reason}", shown=MessageToDict(message)
+    )
 
 
 def safe_id(raw: str) -> str:
@@ -254,7 +272,10 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
         service = str(_attributes(resource_spans.resource.attributes).get("service.name") or "otel")
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                item = _span_item(span, service, sessions)
+                try:
+                    item = _span_item(span, service, sessions)
+                except (ValueError, OverflowError) as exc:
+                    item = _refused("span", span, exc)
                 if item is not None:
                     items.append(item)
     return items
@@ -307,7 +328,10 @@ def map_logs(request: Any) -> list[Item]:
         service = str(resource.get("service.name") or "")
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
-                item = _log_item(record, service, resource)
+                try:
+                    item = _log_item(record, service, resource)
+                except (ValueError, OverflowError) as exc:
+                    item = _refused("log record", record, exc)
                 if item is not None:
                     items.append(item)
     return items
@@ -354,7 +378,10 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
         return None
     ended = _time(record.time_unix_nano or record.observed_time_unix_nano)
     duration = _int(attributes.get("duration_ms")) or 0
-    started = ended - timedelta(milliseconds=duration)
+    try:
+        started = ended - timedelta(milliseconds=duration)
+    except OverflowError:
+        raise ValueError(f"duration_ms {duration} would start it before the year 1") from None
     if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
         tool = str(attributes.get("tool_name") or attributes.get("function_name") or "tool")
         if source == "codex":

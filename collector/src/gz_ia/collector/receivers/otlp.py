@@ -40,7 +40,7 @@ import msgspec
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.http.messages import TooLarge, decoded_body
-from gz_ia.collector.ingest.validation import checked_batches
+from gz_ia.collector.ingest.validation import checked_batches, refused_batch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
 from gz_ia.collector.reading.segments import SessionView
@@ -247,22 +247,29 @@ class OtlpReceiver:
             if held.get(index) is not Held.YES
             and not (item.hooks_record_it and self._opened_by_hooks(root, item.session_id))
         ]
-        checked = checked_batches([item.events for item in kept])
-        batches = [
-            (hashlib.sha256(item.key.encode()).hexdigest()[:16], batch)
-            for item, batch in zip(kept, checked, strict=True)
-        ]
-        joined = len(items) - len(batches)
+        mapped = [item for item in kept if item.refused is None]
+        checked = checked_batches([item.events for item in mapped])
+        batches = [(_producer(item), batch) for item, batch in zip(mapped, checked, strict=True)]
+        refused = [(_producer(item), refused_batch(item.refused, item.shown or {})) for item in kept if item.refused]
+        joined = len(items) - len(kept)
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
+        if refused:
+            counted.labels(signal.value, "refused").inc(len(refused))
+            batches += refused
         if not batches:
             return None
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         size = per_event * sum(len(batch.events) for _, batch in batches)
         if not self.intake.stage_keyed(root, batches, FutureReply(future), size):
             future.set_result(False)  # its root was removed meanwhile: the export is retried
-        counted.labels(signal.value, "staged").inc(len(batches))
+        counted.labels(signal.value, "staged").inc(len(batches) - len(refused))
         return future
+
+
+def _producer(item: Item) -> str:
+    """The producer an item is staged as: its own, so that a resent one is a duplicate."""
+    return hashlib.sha256(item.key.encode()).hexdigest()[:16]
 
 
 def _first_action(root: RootStore, session_id: str) -> str | None:
