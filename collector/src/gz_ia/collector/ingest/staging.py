@@ -251,27 +251,19 @@ class Ingest:
                     self._reject(root, outcome, producer, number, index, timestamp_out_of_range(timestamp), event, None)
                     continue
                 state = sessions.get(event.session_id)
+                # Decoding only length-checked the ids (see validation): each new one is checked here.
                 parent = event.parent_session_id
                 if parent is not None and parent not in safe_parents:
-                    # Decoding only length-checked the ids (see validation): check each new one here.
-                    if not is_safe_session_id(parent):
-                        self._reject(
-                            root, outcome, producer, number, index, unsafe_id("parent_session_id", parent), event, None
-                        )
+                    refusal = self._admit_id("parent_session_id", parent)
+                    if refusal is not None:
+                        self._reject(root, outcome, producer, number, index, refusal, event, None)
                         continue
-                    if len(safe_parents) >= _SAFE_PARENTS_KEPT:
-                        safe_parents.clear()
-                    safe_parents.add(parent)
                 top = event.root_session_id
                 if top is not None and top not in safe_parents:
-                    if not is_safe_session_id(top):
-                        self._reject(
-                            root, outcome, producer, number, index, unsafe_id("root_session_id", top), event, None
-                        )
+                    refusal = self._admit_id("root_session_id", top)
+                    if refusal is not None:
+                        self._reject(root, outcome, producer, number, index, refusal, event, None)
                         continue
-                    if len(safe_parents) >= _SAFE_PARENTS_KEPT:
-                        safe_parents.clear()
-                    safe_parents.add(top)
                 if state is None:
                     state = self._open_session(root, outcome, producer, number, index, event)
                     if state is None:
@@ -294,9 +286,9 @@ class Ingest:
                 current = open_actions.get(key)
                 following = NEXT_STAGE.get((current, stage), REFUSED)
                 if following is REFUSED:
-                    refusal = apply_stage(current, stage, event.action, cycle)
-                    assert isinstance(refusal, Rejection)
-                    self._reject(root, outcome, producer, number, index, refusal, event, None)
+                    moved = apply_stage(current, stage, event.action, cycle)
+                    assert isinstance(moved, Rejection)
+                    self._reject(root, outcome, producer, number, index, moved, event, None)
                     continue
                 if following is None:
                     del open_actions[key]
@@ -389,6 +381,16 @@ class Ingest:
                 touched[state] = state.generation
             dirty.update(last_numbers)
         writer.mark_dirty_all(dirty)
+
+    def _admit_id(self, field: str, value: str) -> Rejection | None:
+        """Check an id the ids already checked do not hold: remember it if safe, else say why not."""
+        if not is_safe_session_id(value):
+            return unsafe_id(field, value)
+        safe_parents = self._safe_parents
+        if len(safe_parents) >= _SAFE_PARENTS_KEPT:
+            safe_parents.clear()
+        safe_parents.add(value)
+        return None
 
     @staticmethod
     def _settle(outcome: BatchOutcome, staged: _Staged) -> None:
