@@ -23,7 +23,6 @@ import os
 import select
 import signal
 import struct
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
@@ -134,6 +133,8 @@ def _results_file() -> int:
     """A file only this process and its children can reach, in memory where the system has ``memfd``."""
     if hasattr(os, "memfd_create"):
         return os.memfd_create("gz-ia-search", os.MFD_CLOEXEC)
+    import tempfile  # not at the top: it imports shutil, which reading never needs where memfd is
+
     with tempfile.TemporaryFile() as unnamed:  # removed from its directory as it is made
         return os.dup(unnamed.fileno())
 
