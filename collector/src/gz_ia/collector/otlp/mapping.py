@@ -213,7 +213,9 @@ def _cycle_events(
     session_id, parent = session
     name = action[:_NAME]
     agent = agent[:128] or "otel"
-    duration = max(0, int((ended - started).total_seconds() * 1000))
+    duration = int((ended - started).total_seconds() * 1000)
+    if duration < 0:  # noqa: PLR1730 - max() would add a call for every span and record
+        duration = 0
     if checked and len(session_id) <= MAX_SESSION_ID_LENGTH and (not parent or len(parent) <= MAX_SESSION_ID_LENGTH):
         # Every other field is within the schema's bounds as made: a session id by safe_id or of hex
         # digits, the action, agent and error cut to their lengths, a cycle of 1 to MAX_CYCLE_LENGTH,
@@ -414,7 +416,9 @@ def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[
     """``(source, kind)`` of a log event: ``("claude_code", "tool_result")``."""
     # Codex puts its source location in the record's event_name ("event otel/src/...rs:737") and
     # the event's name in the attribute, so the attribute comes first.
-    name = str(attributes.get("event.name") or "")
+    name = attributes.get("event.name") or ""
+    if type(name) is not str:
+        name = str(name)
     if not name and record.event_name and " " not in record.event_name:
         name = record.event_name
     if not name and record.body.WhichOneof("value") == "string_value":
@@ -468,22 +472,22 @@ def _log_item(record: Any, service: str, resource: dict[str, Any], checked: bool
             error = _exit_status(attributes.get("output"))
         elif source == "gemini_cli":
             error = _gemini_exit_status(attributes.get("metadata"))
-        record_key = "" if call_id else _record_key(session[0], record)
-        cycle = _cycle(str(call_id)) if call_id else record_key
-        attrs: dict[str, Any] = {"tool": tool[:1024]}
+        attrs: dict[str, Any]
         if call_id:
-            attrs["tool_use_id"] = str(call_id)[:1024]
+            call = str(call_id)
+            cycle = join = _cycle(call)
+            attrs = {"tool": tool[:1024], "tool_use_id": call[:1024]}
+            key = f"log:{source}:tool:{session[0]}:{call}"
+        else:
+            cycle = _record_key(session[0], record)
+            join = None
+            attrs = {"tool": tool[:1024]}
+            key = f"log:{cycle}"
         events = _cycle_events(
             session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs, checked=checked
         )
-        key = f"log:{source}:tool:{session[0]}:{call_id}" if call_id else f"log:{record_key}"
         return Item(
-            key,
-            session[0],
-            events,
-            join_cycle=cycle if call_id else None,
-            hooks_record_it=source == "gemini_cli",
-            checked=_made(events),
+            key, session[0], events, join_cycle=join, hooks_record_it=source == "gemini_cli", checked=_made(events)
         )
     usage = _log_usage(source, kind, attributes)
     if usage is None:
