@@ -22,6 +22,7 @@ exported, before their parents); an unseen parent is taken for the agent span it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -31,7 +32,8 @@ from typing import Any, Final
 
 import msgspec
 
-from gz_ia.client.limits import MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
+from gz_ia.client.limits import MAX_ATTR_STRING_LENGTH, MAX_CYCLE_LENGTH, MAX_SESSION_ID_LENGTH
+from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.client.usage import usage_attrs
 
 __all__ = ["READING_TOOLS", "Item", "map_logs", "map_spans"]
@@ -44,6 +46,7 @@ _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _SAFE_ID: Final = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9_.-]{{0,{MAX_SESSION_ID_LENGTH - 1}}}")
 """What :func:`safe_id` leaves as it is: safe characters, no leading dot, within the length."""
 _STATUS_ERROR: Final = 2
+_MILLISECOND: Final = timedelta(milliseconds=1)
 _NAME: Final = 400
 _AGENTS: Final = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": "gemini-cli"}
 """The ``agent`` of each agent's log events: the hooks' own names."""
@@ -51,6 +54,10 @@ _CODEX_HOOK_NAMES: Final = {"exec_command": "Bash", "shell": "Bash", "local_shel
 """Codex's telemetry names its shell tools as the model calls them, its hooks (as Claude Code's) ``Bash``:
 the hooks' name, so that a call reads the same whichever record holds it."""
 _SERVICES: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli", "codex_cli_rs": "codex"}
+_STAGES: Final = {"READ": Stage.READ, "PENDING": Stage.PENDING}
+_FINISH: Final = Stage.FINISH
+_OK: Final = Status.OK
+_FAILED: Final = Status.FAILED
 
 
 class Item(msgspec.Struct, gc=False):
@@ -60,7 +67,8 @@ class Item(msgspec.Struct, gc=False):
     Attributes:
         key: names the span or record (a re-sent one has the same key).
         session_id: the session every event of the item is in.
-        events: the events, as the fields of a :class:`~gz_ia.client.schema.LogEvent`.
+        events: the events, as the fields of a :class:`~gz_ia.client.schema.LogEvent` (or, with
+            :attr:`checked`, as LogEvents).
         join_cycle: the cycle id of the agent's hooks for the same tool call: when the session
             already holds it, the item adds nothing.
         subagent: the type of the Claude Code subagent whose model request the item is (its record
@@ -71,16 +79,19 @@ class Item(msgspec.Struct, gc=False):
         refused: why the span or record cannot become events (a number no event holds): it has
             none, and is refused alone, as an event that fails validation is.
         shown: the span or record as OTLP JSON, for the rejects file (with :attr:`refused` only).
+        checked: :attr:`events` are LogEvents made within every bound of the schema (asked for with
+            ``checked=True``): they need no conversion.
     """
 
     key: str
     session_id: str
-    events: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    events: list[Any] = msgspec.field(default_factory=list)
     join_cycle: str | None = None
     subagent: str | None = None
     hooks_record_it: bool = False
     refused: str | None = None
     shown: dict[str, Any] | None = None
+    checked: bool = False
 
 
 def _refused(kind: str, message: Any, exc: ValueError | OverflowError) -> Item:
@@ -103,6 +114,9 @@ def safe_id(raw: str) -> str:
     cleaned = "".join(char if char in _SAFE else "-" for char in raw).lstrip(".") or "-"
     return cleaned[:MAX_SESSION_ID_LENGTH]
 
+
+_session_id: Final = functools.lru_cache(maxsize=4096)(safe_id)
+""":func:`safe_id` of a log record's session id, remembered: an export's records share a few."""
 
 _PLAIN_VALUES: Final = frozenset(("string_value", "bool_value", "int_value", "double_value"))
 
@@ -138,14 +152,15 @@ def _time(nanos: int) -> datetime:
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is str:  # as agents send most numbers
+        digits = value.strip()
+        return int(digits) if digits.isdigit() else None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value if value >= 0 else None
     if isinstance(value, float) and value >= 0:
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
     return None
 
 
@@ -188,14 +203,49 @@ def _cycle_events(
     *,
     error: str | None = None,
     attrs: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+    checked: bool = False,
+) -> list[Any]:
     """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between.
 
-    Both events are written out as literals: this runs for every span and record of an export."""
+    Both events are written out as literals: this runs for every span and record of an export.
+    With ``checked`` (the caller knows ``attrs`` within the schema's bounds), they are LogEvents,
+    unless a session id is longer than one may be: then the fields, for the checks to refuse."""
     session_id, parent = session
     name = action[:_NAME]
     agent = agent[:128] or "otel"
-    opening = {
+    duration = int((ended - started).total_seconds() * 1000)
+    if duration < 0:  # noqa: PLR1730 - max() would add a call for every span and record
+        duration = 0
+    if checked and len(session_id) <= MAX_SESSION_ID_LENGTH and (not parent or len(parent) <= MAX_SESSION_ID_LENGTH):
+        # Every other field is within the schema's bounds as made: a session id by safe_id or of hex
+        # digits, the action, agent and error cut to their lengths, a cycle of 1 to MAX_CYCLE_LENGTH,
+        # a duration between two datetimes (years 1 to 9999: under 2**53 ms).
+        return [
+            LogEvent(
+                timestamp=started,
+                session_id=session_id,
+                parent_session_id=parent or None,
+                action=name,
+                stage=_STAGES[start],
+                status=_OK,
+                agent=agent,
+                cycle=cycle,
+            ),
+            LogEvent(
+                timestamp=ended if ended > started else started,
+                session_id=session_id,
+                parent_session_id=parent or None,
+                action=name,
+                stage=_FINISH,
+                status=_OK if error is None else _FAILED,
+                agent=agent,
+                cycle=cycle,
+                duration_ms=duration,
+                error=None if error is None else error[:16384] or "failed",
+                attrs=attrs or None,
+            ),
+        ]
+    opening: dict[str, Any] = {
         "timestamp": started,
         "session_id": session_id,
         "action": name,
@@ -212,7 +262,7 @@ def _cycle_events(
         "status": "OK",
         "agent": agent,
         "cycle": cycle,
-        "duration_ms": max(0, int((ended - started).total_seconds() * 1000)),
+        "duration_ms": duration,
     }
     if parent:
         opening["parent_session_id"] = finish["parent_session_id"] = parent
@@ -222,6 +272,11 @@ def _cycle_events(
         finish["status"] = "FAILED"
         finish["error"] = error[:16384] or "failed"
     return [opening, finish]
+
+
+def _made(events: list[Any]) -> bool:
+    """Whether :func:`_cycle_events` made LogEvents (not the fields)."""
+    return type(events[0]) is LogEvent
 
 
 def _start_stage(tool: str) -> str:
@@ -259,13 +314,17 @@ def _span_usage(attributes: dict[str, Any]) -> dict[str, Any] | None:
     return usage_attrs(**tokens, model=str(model) if model else None)
 
 
-def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]]) -> list[Item]:
+def map_spans(
+    request: Any, sessions: MutableMapping[str, tuple[str, str | None]], *, checked: bool = False
+) -> list[Item]:
     """Return the items of an ``ExportTraceServiceRequest``'s GenAI spans (see the module docstring).
 
     Args:
         request: the decoded request.
         sessions: span id (hex) → its session and that session's parent, for the spans seen so far;
             updated here (the caller bounds it).
+        checked: make an agent's or a tool's events as LogEvents (:attr:`Item.checked`) where they
+            are within the schema's bounds: the same events, without a conversion of their fields.
     """
     items: list[Item] = []
     for resource_spans in request.resource_spans:
@@ -273,7 +332,7 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:
-                    item = _span_item(span, service, sessions)
+                    item = _span_item(span, service, sessions, checked)
                 except (ValueError, OverflowError) as exc:
                     item = _refused("span", span, exc)
                 if item is not None:
@@ -281,7 +340,9 @@ def map_spans(request: Any, sessions: MutableMapping[str, tuple[str, str | None]
     return items
 
 
-def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str, str | None]]) -> Item | None:
+def _span_item(
+    span: Any, service: str, sessions: MutableMapping[str, tuple[str, str | None]], checked: bool
+) -> Item | None:
     attributes = _attributes(span.attributes)
     operation = attributes.get("gen_ai.operation.name")
     trace, span_id, parent = span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
@@ -295,8 +356,10 @@ def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str,
         name = str(attributes.get("gen_ai.agent.name") or span.name or service)
         session = (span_id, parent_session[0] if parent_session else None)
         sessions[span_id] = session
-        events = _cycle_events(session, name, f"agent {name}", "READ", started, ended, _cycle(span_id), error=error)
-        return Item(key, span_id, events)
+        events = _cycle_events(
+            session, name, f"agent {name}", "READ", started, ended, _cycle(span_id), error=error, checked=checked
+        )
+        return Item(key, span_id, events, checked=_made(events))
     session = parent_session or (trace, None)
     sessions[span_id] = session
     agent = str(attributes.get("gen_ai.agent.name") or service)
@@ -304,9 +367,18 @@ def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str,
         tool = str(attributes.get("gen_ai.tool.name") or span.name or "tool")
         call_id = str(attributes.get("gen_ai.tool.call.id") or span_id)
         events = _cycle_events(
-            session, agent, tool, _start_stage(tool), started, ended, _cycle(call_id), error=error, attrs={"tool": tool}
+            session,
+            agent,
+            tool,
+            _start_stage(tool),
+            started,
+            ended,
+            _cycle(call_id),
+            error=error,
+            attrs={"tool": tool},
+            checked=checked and len(tool) <= MAX_ATTR_STRING_LENGTH,
         )
-        return Item(key, session[0], events)
+        return Item(key, session[0], events, checked=_made(events))
     usage = _span_usage(attributes)
     if usage is None:
         return None
@@ -320,8 +392,11 @@ def _span_item(span: Any, service: str, sessions: MutableMapping[str, tuple[str,
 # --- log events ----------------------------------------------------------------------------------
 
 
-def map_logs(request: Any) -> list[Item]:
-    """Return the items of an ``ExportLogsServiceRequest``'s agent log events (see the module docstring)."""
+def map_logs(request: Any, *, checked: bool = False) -> list[Item]:
+    """Return the items of an ``ExportLogsServiceRequest``'s agent log events (see the module docstring).
+
+    With ``checked``, a tool call's events are LogEvents (:attr:`Item.checked`) where they are within
+    the schema's bounds: the same events, without a conversion of their fields."""
     items: list[Item] = []
     for resource_logs in request.resource_logs:
         resource = _attributes(resource_logs.resource.attributes)
@@ -329,7 +404,7 @@ def map_logs(request: Any) -> list[Item]:
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 try:
-                    item = _log_item(record, service, resource)
+                    item = _log_item(record, service, resource, checked)
                 except (ValueError, OverflowError) as exc:
                     item = _refused("log record", record, exc)
                 if item is not None:
@@ -341,13 +416,15 @@ def _event_name(record: Any, attributes: dict[str, Any], service: str) -> tuple[
     """``(source, kind)`` of a log event: ``("claude_code", "tool_result")``."""
     # Codex puts its source location in the record's event_name ("event otel/src/...rs:737") and
     # the event's name in the attribute, so the attribute comes first.
-    name = str(attributes.get("event.name") or "")
+    name = attributes.get("event.name") or ""
+    if type(name) is not str:
+        name = str(name)
     if not name and record.event_name and " " not in record.event_name:
         name = record.event_name
     if not name and record.body.WhichOneof("value") == "string_value":
         name = record.body.string_value
     source, _, kind = name.rpartition(".")
-    return source or _SERVICES.get(service, service.replace("-", "_")), kind
+    return source or _SERVICES.get(service) or service.replace("-", "_"), kind
 
 
 def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, Any]) -> tuple[str, str | None] | None:
@@ -359,7 +436,7 @@ def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, An
     )
     if not raw:
         return None
-    main = safe_id(str(raw))
+    main = _session_id(str(raw))
     agent_id = attributes.get("agent_id") if source == "claude_code" else None
     if agent_id:
         # A Claude Code subagent's session, as the hooks name it.
@@ -367,7 +444,7 @@ def _log_session(source: str, attributes: dict[str, Any], resource: dict[str, An
     return main, None
 
 
-def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | None:
+def _log_item(record: Any, service: str, resource: dict[str, Any], checked: bool) -> Item | None:
     attributes = _attributes(record.attributes)
     source, kind = _event_name(record, attributes, service)
     agent = _AGENTS.get(source)
@@ -379,7 +456,7 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
     ended = _time(record.time_unix_nano or record.observed_time_unix_nano)
     duration = _int(attributes.get("duration_ms")) or 0
     try:
-        started = ended - timedelta(milliseconds=duration)
+        started = ended - _MILLISECOND * duration  # exact, as timedelta(milliseconds=duration), and cheaper
     except OverflowError:
         raise ValueError(f"duration_ms {duration} would start it before the year 1") from None
     if (source, kind) in (("claude_code", "tool_result"), ("codex", "tool_result"), ("gemini_cli", "tool_call")):
@@ -395,17 +472,22 @@ def _log_item(record: Any, service: str, resource: dict[str, Any]) -> Item | Non
             error = _exit_status(attributes.get("output"))
         elif source == "gemini_cli":
             error = _gemini_exit_status(attributes.get("metadata"))
-        record_key = "" if call_id else _record_key(session[0], record)
-        cycle = _cycle(str(call_id)) if call_id else record_key
-        attrs: dict[str, Any] = {"tool": tool[:1024]}
+        attrs: dict[str, Any]
         if call_id:
-            attrs["tool_use_id"] = str(call_id)[:1024]
+            call = str(call_id)
+            cycle = join = _cycle(call)
+            attrs = {"tool": tool[:1024], "tool_use_id": call[:1024]}
+            key = f"log:{source}:tool:{session[0]}:{call}"
+        else:
+            cycle = _record_key(session[0], record)
+            join = None
+            attrs = {"tool": tool[:1024]}
+            key = f"log:{cycle}"
         events = _cycle_events(
-            session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs
+            session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs, checked=checked
         )
-        key = f"log:{source}:tool:{session[0]}:{call_id}" if call_id else f"log:{record_key}"
         return Item(
-            key, session[0], events, join_cycle=cycle if call_id else None, hooks_record_it=source == "gemini_cli"
+            key, session[0], events, join_cycle=join, hooks_record_it=source == "gemini_cli", checked=_made(events)
         )
     usage = _log_usage(source, kind, attributes)
     if usage is None:

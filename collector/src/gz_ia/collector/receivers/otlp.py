@@ -40,7 +40,7 @@ import msgspec
 from gz_ia.collector.errors import CollectorError
 from gz_ia.collector.http import Request, Response, Route
 from gz_ia.collector.http.messages import TooLarge, decoded_body
-from gz_ia.collector.ingest.validation import checked_batches, refused_batch
+from gz_ia.collector.ingest.validation import DecodedBatch, checked_batches, refused_batch
 from gz_ia.collector.otlp import OTLP_INSTALL_HINT, BodyUnreadable, Item, OtlpUnavailable, Signal, decode_request
 from gz_ia.collector.otlp.mapping import map_logs, map_spans
 from gz_ia.collector.reading.segments import SessionView
@@ -150,7 +150,10 @@ class OtlpReceiver:
         protobuf = not content_type.lower().startswith("application/json")
         if signal is Signal.METRICS:
             return _ok(protobuf)
-        items = map_spans(message, self.sessions) if signal is Signal.TRACES else map_logs(message)
+        if signal is Signal.TRACES:
+            items = map_spans(message, self.sessions, checked=True)
+        else:
+            items = map_logs(message, checked=True)
         self._bound_sessions()
         named = request.headers.get(ROOT_HEADER, "")
         where = request_root(named, None, request.peer_uid, own_root)
@@ -248,8 +251,13 @@ class OtlpReceiver:
             and not (item.hooks_record_it and self._opened_by_hooks(root, item.session_id))
         ]
         mapped = [item for item in kept if item.refused is None]
-        checked = checked_batches([item.events for item in mapped])
-        batches = [(_producer(item), batch) for item, batch in zip(mapped, checked, strict=True)]
+        # The tool calls' events are LogEvents already (mapped with checked=True); the rest are
+        # checked here, in one conversion.
+        converted = iter(checked_batches([item.events for item in mapped if not item.checked]))
+        batches = [
+            (_producer(item), DecodedBatch(1, True, item.events, {}, {}) if item.checked else next(converted))
+            for item in mapped
+        ]
         refused = [(_producer(item), refused_batch(item.refused, item.shown or {})) for item in kept if item.refused]
         joined = len(items) - len(kept)
         if joined:
