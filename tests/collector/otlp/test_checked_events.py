@@ -19,8 +19,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
-from gz_ia.collector.ingest.validation import checked_batches
 from gz_ia.collector.otlp import Item, map_logs, map_spans
+from gz_ia.collector.receivers.otlp import item_batches
 
 _NOW = 1764670000123456789
 
@@ -39,12 +39,9 @@ def _value(item: Any) -> AnyValue:
 
 def _stored(items: list[Item], *, made: bool) -> list[Any]:
     """Each item as the receiver stages it: its fields, and each event's stored bytes or rejection."""
-    if made:
-        converted = iter(checked_batches([item.events for item in items if not item.checked]))
-        batches = [(item.events, {}) if item.checked else _parts(next(converted)) for item in items]
-    else:
+    if not made:
         assert not any(item.checked for item in items)
-        batches = [_parts(batch) for batch in checked_batches([item.events for item in items])]
+    batches = [_parts(batch) for batch in item_batches(items)]
     return [
         (
             item.key,

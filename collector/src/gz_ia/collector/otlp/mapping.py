@@ -79,8 +79,6 @@ class Item(msgspec.Struct, gc=False):
         refused: why the span or record cannot become events (a number no event holds): it has
             none, and is refused alone, as an event that fails validation is.
         shown: the span or record as OTLP JSON, for the rejects file (with :attr:`refused` only).
-        checked: :attr:`events` are LogEvents made within every bound of the schema (asked for with
-            ``checked=True``): they need no conversion.
     """
 
     key: str
@@ -91,7 +89,12 @@ class Item(msgspec.Struct, gc=False):
     hooks_record_it: bool = False
     refused: str | None = None
     shown: dict[str, Any] | None = None
-    checked: bool = False
+
+    @property
+    def checked(self) -> bool:
+        """Whether :attr:`events` were made as LogEvents within every bound of the schema (asked for
+        with ``checked=True``): they need no conversion."""
+        return bool(self.events) and type(self.events[0]) is LogEvent
 
 
 def _refused(kind: str, message: Any, exc: ValueError | OverflowError) -> Item:
@@ -207,76 +210,48 @@ def _cycle_events(
 ) -> list[Any]:
     """A whole cycle: ``start`` at ``started``, FINISH at ``ended`` with the duration between.
 
-    Both events are written out as literals: this runs for every span and record of an export.
-    With ``checked`` (the caller knows ``attrs`` within the schema's bounds), they are LogEvents,
-    unless a session id is longer than one may be: then the fields, for the checks to refuse."""
+    Both are made once, as LogEvents (this runs for every span and record of an export). With
+    ``checked`` (the caller knows ``attrs`` within the schema's bounds) they are returned as they
+    are, unless a session id is longer than one may be; otherwise as their fields, for the checks
+    to refuse what they must."""
     session_id, parent = session
     name = action[:_NAME]
     agent = agent[:128] or "otel"
     duration = int((ended - started).total_seconds() * 1000)
     if duration < 0:  # noqa: PLR1730 - max() would add a call for every span and record
         duration = 0
+    events = [
+        LogEvent(
+            timestamp=started,
+            session_id=session_id,
+            parent_session_id=parent or None,
+            action=name,
+            stage=_STAGES[start],
+            status=_OK,
+            agent=agent,
+            cycle=cycle,
+        ),
+        LogEvent(
+            timestamp=ended if ended > started else started,
+            session_id=session_id,
+            parent_session_id=parent or None,
+            action=name,
+            stage=_FINISH,
+            status=_OK if error is None else _FAILED,
+            agent=agent,
+            cycle=cycle,
+            duration_ms=duration,
+            error=None if error is None else error[:16384] or "failed",
+            attrs=attrs or None,
+        ),
+    ]
     if checked and len(session_id) <= MAX_SESSION_ID_LENGTH and (not parent or len(parent) <= MAX_SESSION_ID_LENGTH):
         # Every other field is within the schema's bounds as made: a session id by safe_id or of hex
         # digits, the action, agent and error cut to their lengths, a cycle of 1 to MAX_CYCLE_LENGTH,
         # a duration between two datetimes (years 1 to 9999: under 2**53 ms).
-        return [
-            LogEvent(
-                timestamp=started,
-                session_id=session_id,
-                parent_session_id=parent or None,
-                action=name,
-                stage=_STAGES[start],
-                status=_OK,
-                agent=agent,
-                cycle=cycle,
-            ),
-            LogEvent(
-                timestamp=ended if ended > started else started,
-                session_id=session_id,
-                parent_session_id=parent or None,
-                action=name,
-                stage=_FINISH,
-                status=_OK if error is None else _FAILED,
-                agent=agent,
-                cycle=cycle,
-                duration_ms=duration,
-                error=None if error is None else error[:16384] or "failed",
-                attrs=attrs or None,
-            ),
-        ]
-    opening: dict[str, Any] = {
-        "timestamp": started,
-        "session_id": session_id,
-        "action": name,
-        "stage": start,
-        "status": "OK",
-        "agent": agent,
-        "cycle": cycle,
-    }
-    finish = {
-        "timestamp": ended if ended > started else started,
-        "session_id": session_id,
-        "action": name,
-        "stage": "FINISH",
-        "status": "OK",
-        "agent": agent,
-        "cycle": cycle,
-        "duration_ms": duration,
-    }
-    if parent:
-        opening["parent_session_id"] = finish["parent_session_id"] = parent
-    if attrs:
-        finish["attrs"] = attrs
-    if error is not None:
-        finish["status"] = "FAILED"
-        finish["error"] = error[:16384] or "failed"
-    return [opening, finish]
-
-
-def _made(events: list[Any]) -> bool:
-    """Whether :func:`_cycle_events` made LogEvents (not the fields)."""
-    return type(events[0]) is LogEvent
+        return events
+    # A LogEvent's constructor checks nothing: as fields, they go through every check.
+    return [msgspec.structs.asdict(event) for event in events]
 
 
 def _start_stage(tool: str) -> str:
@@ -359,7 +334,7 @@ def _span_item(
         events = _cycle_events(
             session, name, f"agent {name}", "READ", started, ended, _cycle(span_id), error=error, checked=checked
         )
-        return Item(key, span_id, events, checked=_made(events))
+        return Item(key, span_id, events)
     session = parent_session or (trace, None)
     sessions[span_id] = session
     agent = str(attributes.get("gen_ai.agent.name") or service)
@@ -378,7 +353,7 @@ def _span_item(
             attrs={"tool": tool},
             checked=checked and len(tool) <= MAX_ATTR_STRING_LENGTH,
         )
-        return Item(key, session[0], events, checked=_made(events))
+        return Item(key, session[0], events)
     usage = _span_usage(attributes)
     if usage is None:
         return None
@@ -486,9 +461,7 @@ def _log_item(record: Any, service: str, resource: dict[str, Any], checked: bool
         events = _cycle_events(
             session, agent, tool, _start_stage(tool), started, ended, cycle, error=error, attrs=attrs, checked=checked
         )
-        return Item(
-            key, session[0], events, join_cycle=join, hooks_record_it=source == "gemini_cli", checked=_made(events)
-        )
+        return Item(key, session[0], events, join_cycle=join, hooks_record_it=source == "gemini_cli")
     usage = _log_usage(source, kind, attributes)
     if usage is None:
         return None

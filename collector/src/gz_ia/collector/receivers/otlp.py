@@ -250,29 +250,35 @@ class OtlpReceiver:
             if held.get(index) is not Held.YES
             and not (item.hooks_record_it and self._opened_by_hooks(root, item.session_id))
         ]
-        mapped = [item for item in kept if item.refused is None]
-        # The tool calls' events are LogEvents already (mapped with checked=True); the rest are
-        # checked here, in one conversion.
-        converted = iter(checked_batches([item.events for item in mapped if not item.checked]))
-        batches = [
-            (_producer(item), DecodedBatch(1, True, item.events, {}, {}) if item.checked else next(converted))
-            for item in mapped
-        ]
-        refused = [(_producer(item), refused_batch(item.refused, item.shown or {})) for item in kept if item.refused]
+        batches = [(_producer(item), batch) for item, batch in zip(kept, item_batches(kept), strict=True)]
+        refused = sum(item.refused is not None for item in kept)
         joined = len(items) - len(kept)
         if joined:
             counted.labels(signal.value, "joined").inc(joined)
         if refused:
-            counted.labels(signal.value, "refused").inc(len(refused))
-            batches += refused
+            counted.labels(signal.value, "refused").inc(refused)
         if not batches:
             return None
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         size = per_event * sum(len(batch.events) for _, batch in batches)
         if not self.intake.stage_keyed(root, batches, FutureReply(future), size):
             future.set_result(False)  # its root was removed meanwhile: the export is retried
-        counted.labels(signal.value, "staged").inc(len(batches) - len(refused))
+        counted.labels(signal.value, "staged").inc(len(batches) - refused)
         return future
+
+
+def item_batches(items: list[Item]) -> list[DecodedBatch]:
+    """Each item as the batch it is staged as: events made as LogEvents as they are, fields checked
+    (every such item of the export in one conversion), a refused item as its refusal."""
+    converted = iter(checked_batches([item.events for item in items if item.refused is None and not item.checked]))
+    return [
+        refused_batch(item.refused, item.shown or {})
+        if item.refused is not None
+        else DecodedBatch(1, True, item.events, {}, {})
+        if item.checked
+        else next(converted)
+        for item in items
+    ]
 
 
 def _producer(item: Item) -> str:
