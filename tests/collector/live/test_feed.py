@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
+from gz_ia.client import build_event
 from gz_ia.client.protocol import Batch, encode_frame
-from gz_ia.client.schema import LogEvent, Stage, Status
 from gz_ia.collector.ingest.staging import Ingest
 from gz_ia.collector.ingest.validation import decode_batch
 from gz_ia.collector.live import Hub
@@ -21,18 +20,7 @@ _encoder = msgspec.msgpack.Encoder()
 
 def _batch(first: int, session_id: str, actions: list[str]) -> bytes:
     events = [
-        msgspec.Raw(
-            _encoder.encode(
-                LogEvent(
-                    timestamp=datetime.now(UTC),
-                    session_id=session_id,
-                    action=action,
-                    stage=Stage.READ,
-                    status=Status.OK,
-                    agent="t",
-                )
-            )
-        )
+        msgspec.Raw(_encoder.encode(build_event(session_id=session_id, action=action, stage="READ", agent="t")))
         for action in actions
     ]
     return encode_frame(Batch(first=first, events=events))[4:]
