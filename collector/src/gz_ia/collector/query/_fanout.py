@@ -146,28 +146,17 @@ def _collect(pid: int, results: int) -> list[tuple[int, Result]]:
     except BaseException:
         _stop(pid, results)
         raise
-    try:
-        payload = _read_all(results)
-    finally:
-        os.close(results)
+    # The child wrote through the description it shares with this process: read from the start.
+    with open(results, "rb") as source:
+        source.seek(0)
+        payload = source.read()
     done: list[tuple[int, Result]] | None = _results(payload)
     if os.waitstatus_to_exitcode(status) != 0 or done is None:
         raise WorkerFailed(f"a search process ended with status {os.waitstatus_to_exitcode(status)}")
     return done
 
 
-def _read_all(fd: int) -> bytearray:
-    size = os.fstat(fd).st_size
-    payload = bytearray(size)
-    filled = 0
-    with memoryview(payload) as view:
-        while filled < size and (got := os.preadv(fd, [view[filled:]], filled)):
-            filled += got
-    del payload[filled:]
-    return payload
-
-
-def _results(payload: bytearray) -> list[tuple[int, Any]] | None:
+def _results(payload: bytes) -> list[tuple[int, Any]] | None:
     """A child's results; None when its file does not end as a finished child's does (it died while
     writing). A failure it sent is raised."""
     done: list[tuple[int, Any]] = []
