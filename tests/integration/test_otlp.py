@@ -315,7 +315,8 @@ def _claude_record(name: str, cycle: str, **values: dict[str, str | float]) -> d
 def test_a_record_with_numbers_no_event_can_hold_is_refused_alone(collector: CollectorProcess) -> None:
     """A tool result lasting 2**60 ms, a model call of 1e19 tokens (above what an event holds), a
     span of 1e300: each is refused alone, with the field named, into the rejects file; the export
-    is answered 200 (a retry would be refused again) and the rest of it is written."""
+    is answered 200 (a retry would be refused again) and the rest of it is written. The records are
+    written here, as Claude Code's exporter lays them out: no real agent can be steered into such numbers."""
     records = [
         _claude_record("tool_result", "toolu_fine", duration_ms={"intValue": "40"}),
         _claude_record("tool_result", "toolu_forever", duration_ms={"intValue": str(2**60)}),
